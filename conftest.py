@@ -1,0 +1,34 @@
+"""Session-wide test fixtures: a real nats-server with JetStream, shared by every test.
+
+The server runs on a free loopback port with its own store directory and is stopped when the
+session ends. Tests isolate themselves by cluster id (each test gets a fresh one), so the
+streams of one test never see another's messages.
+"""
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tidegate.bus.server import NatsServerProcess
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServerProcess]:
+    """A nats-server with JetStream for the whole test session."""
+    store: Path = tmp_path_factory.mktemp("jetstream")
+    with NatsServerProcess(store_dir=store) as server:
+        yield server
+
+
+@pytest.fixture
+def nats_url(nats_server: NatsServerProcess) -> str:
+    """URL of the session's nats-server."""
+    return nats_server.url
+
+
+@pytest.fixture
+def cluster_id() -> str:
+    """A fresh cluster id per test, so each test has its own streams."""
+    return "t" + uuid.uuid4().hex[:12]

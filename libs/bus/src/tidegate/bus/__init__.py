@@ -1,0 +1,1 @@
+"""NATS JetStream adapter: the only importer of nats."""

@@ -1,0 +1,1 @@
+"""The tidegate command: what-if commands, the simulator, the demo."""

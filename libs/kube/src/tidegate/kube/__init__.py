@@ -1,0 +1,1 @@
+"""Kubernetes adapter: the only importer of kubernetes_asyncio."""

@@ -1,0 +1,341 @@
+"""Every message tidegate puts on the bus, as frozen, keyword-only msgspec Structs.
+
+A message on the wire is an :class:`Envelope` whose ``body`` is one member of the tagged union
+:data:`Message` (the tag is the ``kind`` field). Encode and decode with
+:mod:`tidegate.model.codec`, never with ad-hoc JSON. Schema evolution follows msgspec's rules:
+a new field always has a default; a field is never retyped, renamed or removed. Bump
+:data:`SCHEMA_VERSION` only for a change a consumer must notice.
+
+Amounts are integers: cpu in millicores, everything else in base units (bytes, devices).
+"""
+
+from typing import Literal
+
+import msgspec
+
+from tidegate.model.resources import Resources
+
+SCHEMA_VERSION = 1
+"""Version of this schema, carried in every envelope."""
+
+ServiceType = Literal["inference", "training", "unknown"]
+"""Volcano's service type: only inference reclaims, only training is reclaimed."""
+
+OnPreemption = Literal["restart", "abort"]
+"""What happens to a preempted training gang: re-queued (restart) or suspended (abort)."""
+
+QueueingStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
+"""StrictFIFO: the head blocks its queue. BestEffortFIFO: smaller workloads may pass a head."""
+
+PendingReason = Literal[
+    "QueueNotFound",
+    "Invalid",
+    "ExceedsQuota",
+    "CardQuotaExceeded",
+    "TopologyPlacementFailed",
+    "WaitingForCapacity",
+    "WaitingForPreemption",
+]
+"""Stable reason tokens of a pending decision; users alert on them, never change one."""
+
+ReleaseReason = Literal["Completed", "Deleted", "Evicted", "Failed"]
+"""Why a workload gave its admitted capacity back."""
+
+CardRequest = dict[str, int]
+"""GPU card model → number of cards for the whole workload, e.g. {"NVIDIA-H200": 8}; MIG
+models are named like "NVIDIA-H200/mig-1g.18gb-mixed"."""
+
+
+class _Base(msgspec.Struct, frozen=True, kw_only=True):
+    """Common options: frozen, keyword-only; unknown fields from newer writers are ignored."""
+
+
+class _Body(_Base, frozen=True, kw_only=True, tag_field="kind"):
+    """Base of every message body: the ``kind`` field names the member of :data:`Message`."""
+
+
+class Taint(_Base, frozen=True, kw_only=True):
+    """A node taint."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+class Toleration(_Base, frozen=True, kw_only=True):
+    """A pod toleration (Kubernetes semantics: operator Equal or Exists; empty key+Exists matches all)."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+class TopologyRequest(_Base, frozen=True, kw_only=True):
+    """Where a podset's pods must or should sit, by topology level label ("auto" allowed)."""
+
+    required: str | None = None
+    preferred: str | None = None
+    unconstrained: bool = False
+    slice_size: int | None = None
+    slice_required: str | None = None
+
+
+class PodSetSpec(_Base, frozen=True, kw_only=True):
+    """A set of identical pods of one workload (a pod template, a replicated job, a role)."""
+
+    name: str
+    count: int
+    requests: Resources = msgspec.field(default_factory=dict)
+    """Per-pod requests (init containers and overhead included)."""
+    topology: TopologyRequest = msgspec.field(default_factory=TopologyRequest)
+    node_selector: dict[str, str] = msgspec.field(default_factory=dict)
+    tolerations: list[Toleration] = msgspec.field(default_factory=list)
+    group: str | None = None
+    """Podsets with the same group are placed in the same domain (leader + workers)."""
+    min_count: int | None = None
+    """Pods of this podset needed to run at all (defaults to count)."""
+    pods_per_index_group: int | None = None
+    """For JobSet replicated jobs: pods per child job, so jobs are placed one by one."""
+
+
+class DomainCount(_Base, frozen=True, kw_only=True):
+    """A number of pods placed in one domain, named by its values at every level, widest first."""
+
+    values: list[str]
+    count: int
+
+
+class TopologyAssignment(_Base, frozen=True, kw_only=True):
+    """Where a podset's pods go, in rank order (Kueue's TopologyAssignment)."""
+
+    levels: list[str]
+    domains: list[DomainCount]
+
+
+# --------------------------------------------------------------------------- state (last value)
+
+
+class NodeState(_Body, frozen=True, kw_only=True, tag="node"):
+    """A node as tidegate sees it. Subject ``tg.<cluster>.node.<name>``."""
+
+    name: str
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    allocatable: Resources = msgspec.field(default_factory=dict)
+    taints: list[Taint] = msgspec.field(default_factory=list)
+    ready: bool = True
+    unschedulable: bool = False
+
+
+class PodState(_Body, frozen=True, kw_only=True, tag="pod"):
+    """A pod, reduced to what capacity and ungating need. Subject ``tg.<cluster>.pod.<ns>.<name>``."""
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str | None = None
+    phase: str = "Pending"
+    requests: Resources = msgspec.field(default_factory=dict)
+    scheduling_gates: list[str] = msgspec.field(default_factory=list)
+    node_selector: dict[str, str] = msgspec.field(default_factory=dict)
+    workload: str | None = None
+    """Key of the workload the pod belongs to, None for pods tidegate does not manage."""
+    podset: str | None = None
+    rank: int | None = None
+    """The pod's index within its workload (completion index, JobSet index, pod-index label)."""
+    terminating: bool = False
+    created_at: float = 0.0
+
+
+class WorkloadState(_Body, frozen=True, kw_only=True, tag="workload"):
+    """The normalized gang. Subject ``tg.<cluster>.workload.<ns>.<name>``."""
+
+    namespace: str
+    name: str
+    uid: str
+    owner_kind: str
+    owner_api_version: str = ""
+    queue: str | None = None
+    priority: int = 0
+    priority_class: str | None = None
+    service_type: ServiceType = "unknown"
+    preemptable: bool = True
+    min_members: int | None = None
+    """Pods that must run at once (PodGroup minMember); None means every pod of every podset."""
+    podsets: list[PodSetSpec] = msgspec.field(default_factory=list)
+    card_request: CardRequest | None = None
+    profile: str | None = None
+    on_preemption: OnPreemption = "restart"
+    created_at: float = 0.0
+    invalid_reason: str | None = None
+    """Set when the workload's spec or annotations are malformed: a sentence naming the field."""
+    trace_context: dict[str, str] = msgspec.field(default_factory=dict)
+    """W3C traceparent/tracestate that later decisions about this workload continue."""
+
+
+class TopologyConfig(_Body, frozen=True, kw_only=True, tag="topology"):
+    """A Topology: node label levels, widest first. Subject ``tg.<cluster>.config.topology.<name>``."""
+
+    name: str
+    levels: list[str]
+
+
+class QueueConfig(_Body, frozen=True, kw_only=True, tag="queue"):
+    """A Queue. Subject ``tg.<cluster>.config.queue.<name>``."""
+
+    name: str
+    priority: int = 0
+    reclaimable: bool = True
+    quota: Resources | None = None
+    """Capability per resource; None means unlimited, a missing resource in a dict is 0."""
+    card_quota: dict[str, int] | None = None
+    """Cards per card model; None means unlimited, a model missing from a dict has quota 0."""
+    profile: str | None = None
+    strategy: QueueingStrategy = "BestEffortFIFO"
+    topology: str | None = None
+    invalid_reason: str | None = None
+
+
+class Tombstone(_Body, frozen=True, kw_only=True, tag="tombstone"):
+    """The object on this subject was deleted; last-value streams keep this as its final state."""
+
+    object_kind: Literal["node", "pod", "workload", "topology", "queue"]
+    name: str
+    namespace: str | None = None
+    uid: str | None = None
+
+
+# --------------------------------------------------------------------------- capacity view
+
+
+class CapacityNode(_Body, frozen=True, kw_only=True, tag="capacity-node"):
+    """Free capacity of one node. Subject ``tg.<cluster>.capacity.<topology>.node.<name>``."""
+
+    topology: str
+    node: str
+    domain: list[str]
+    """The node's values at every level of the topology, widest first."""
+    allocatable: Resources
+    free: Resources
+    schedulable: bool = True
+    applied_sequence: int = 0
+    """The last admission decision sequence this view reflects."""
+
+
+class CapacityDomain(_Body, frozen=True, kw_only=True, tag="capacity-domain"):
+    """Aggregate free capacity of one domain (sum over its schedulable nodes). Informational:
+    placement uses per-node capacity, since a domain's room is what its nodes can each hold."""
+
+    topology: str
+    level: str
+    domain: list[str]
+    free: Resources
+    nodes: int
+    applied_sequence: int = 0
+
+
+# --------------------------------------------------------------------------- decisions (log)
+
+
+class Admitted(_Body, frozen=True, kw_only=True, tag="admitted"):
+    """A workload is admitted. Subject ``tg.<cluster>.decision.admitted.<ns>.<name>``."""
+
+    workload: str
+    uid: str
+    queue: str
+    sequence: int
+    """Admission's monotonic decision sequence (the capacity view reports it once applied)."""
+    epoch: int
+    """The admission leader's fencing epoch."""
+    assignments: dict[str, TopologyAssignment]
+    """Podset name → where its pods go."""
+    charged: Resources = msgspec.field(default_factory=dict)
+    charged_cards: dict[str, int] = msgspec.field(default_factory=dict)
+    card_model: str | None = None
+    nominated_by: str | None = None
+    """The preempt request whose freed capacity this admission used, if any."""
+
+
+class Pending(_Body, frozen=True, kw_only=True, tag="pending"):
+    """A workload waits. Subject ``tg.<cluster>.decision.pending.<ns>.<name>``; republished only
+    when the reason changes."""
+
+    workload: str
+    uid: str
+    queue: str | None
+    reason: PendingReason
+    message: str
+    sequence: int = 0
+
+
+class PreemptRequested(_Body, frozen=True, kw_only=True, tag="preempt-requested"):
+    """An inference workload needs capacity that only evictions can free.
+    Subject ``tg.<cluster>.decision.preempt-requested.<ns>.<name>``."""
+
+    workload: str
+    uid: str
+    queue: str
+    sequence: int
+    message: str = ""
+
+
+class Preempted(_Body, frozen=True, kw_only=True, tag="preempted"):
+    """Victims were evicted for a preemptor. Subject
+    ``tg.<cluster>.decision.preempted.<ns>.<name>`` (the preemptor's name)."""
+
+    preemptor: str
+    preemptor_uid: str
+    victims: list[str]
+    mode: dict[str, OnPreemption] = msgspec.field(default_factory=dict)
+    """Victim key → restart or abort."""
+    nominated: dict[str, Resources] = msgspec.field(default_factory=dict)
+    """Node → capacity freed and nominated for the preemptor."""
+    message: str = ""
+
+
+class Released(_Body, frozen=True, kw_only=True, tag="released"):
+    """A workload gave its capacity and quota back. Subject
+    ``tg.<cluster>.decision.released.<ns>.<name>``."""
+
+    workload: str
+    uid: str
+    queue: str | None
+    reason: ReleaseReason
+    sequence: int = 0
+    message: str = ""
+
+
+Message = (
+    NodeState
+    | PodState
+    | WorkloadState
+    | TopologyConfig
+    | QueueConfig
+    | Tombstone
+    | CapacityNode
+    | CapacityDomain
+    | Admitted
+    | Pending
+    | PreemptRequested
+    | Preempted
+    | Released
+)
+"""Every message body; the ``kind`` field says which."""
+
+
+class Envelope(_Base, frozen=True, kw_only=True):
+    """What travels on the bus: the body plus where and when it came from."""
+
+    event_id: str
+    """Deterministic id of this event; also the Nats-Msg-Id, so a retried publish is dropped."""
+    cluster: str
+    source: str
+    """The publishing service (watcher, admission, …)."""
+    time: float
+    """Seconds since the epoch when the event was made."""
+    body: Message
+    schema_version: int = SCHEMA_VERSION
+    source_uid: str | None = None
+    """UID of the Kubernetes object the event is about, if any."""
+    resource_version: str | None = None
+    """Its resourceVersion at the time, if any."""

@@ -1,0 +1,107 @@
+"""Tests of the bus schema: round trips, validation paths, quantities, subjects."""
+
+import msgspec
+import pytest
+
+from tidegate.model import (
+    Admitted,
+    DomainCount,
+    Envelope,
+    NodeState,
+    QuantityError,
+    Tombstone,
+    TopologyAssignment,
+    codec,
+    format_quantity,
+    parse_quantity,
+    parse_resources,
+    subjects,
+)
+
+
+def envelope(body: msgspec.Struct) -> Envelope:
+    return Envelope(event_id="e1", cluster="c1", source="test", time=1.5, body=body)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        NodeState(name="n1", labels={"a": "b"}, allocatable={"cpu": 8000}),
+        Tombstone(object_kind="pod", namespace="ns", name="p"),
+        Admitted(
+            workload="ns/w",
+            uid="u",
+            queue="q",
+            sequence=3,
+            epoch=1,
+            assignments={
+                "workers": TopologyAssignment(
+                    levels=["block", "rack"], domains=[DomainCount(values=["b1", "r1"], count=2)]
+                )
+            },
+        ),
+    ],
+)
+def test_round_trip(body: msgspec.Struct) -> None:
+    env = envelope(body)
+    assert codec.decode(codec.encode(env)) == env
+
+
+def test_validation_error_names_the_path() -> None:
+    bad = b'{"event_id":"e","cluster":"c","source":"s","time":1,"body":{"kind":"node","name":"n","allocatable":{"cpu":"x"}}}'
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.body\.allocatable"):
+        codec.decode(bad)
+
+
+def test_unknown_fields_from_newer_writers_are_ignored() -> None:
+    data = b'{"event_id":"e","cluster":"c","source":"s","time":1,"future":1,"body":{"kind":"node","name":"n","new_field":[1]}}'
+    assert codec.decode(data).body == NodeState(name="n")
+
+
+@pytest.mark.parametrize(
+    ("resource", "value", "expected"),
+    [
+        ("cpu", "500m", 500),
+        ("cpu", "2", 2000),
+        ("cpu", 1.5, 1500),
+        ("cpu", "100u", 1),
+        ("memory", "64Gi", 64 * 2**30),
+        ("memory", "1e3", 1000),
+        ("memory", "1.5k", 1500),
+        ("nvidia.com/gpu", 8, 8),
+    ],
+)
+def test_parse_quantity(resource: str, value: object, expected: int) -> None:
+    assert parse_quantity(resource, value) == expected
+
+
+@pytest.mark.parametrize("value", ["abc", "", "1Q", "-1", True, None, [1]])
+def test_bad_quantities(value: object) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity("cpu", value)
+
+
+def test_parse_resources_names_the_resource() -> None:
+    with pytest.raises(QuantityError, match=r"^memory: 'lots' is not a quantity"):
+        parse_resources({"cpu": "1", "memory": "lots"})
+
+
+def test_format_quantity() -> None:
+    assert format_quantity("cpu", 1500) == "1500m"
+    assert format_quantity("cpu", 2000) == "2"
+    assert format_quantity("memory", 64 * 2**30) == "64Gi"
+    assert format_quantity("nvidia.com/gpu", 8) == "8"
+
+
+def test_subject_tokens_escape_dots() -> None:
+    name = "ip-10-0-0-1.ec2.internal"
+    subject = subjects.node("c1", name)
+    assert subject == "tg.c1.node.ip-10-0-0-1%2Eec2%2Einternal"
+    assert subjects.untoken(subject.split(".")[-1]) == name
+    assert subjects.untoken(subjects.token("a b*>%")) == "a b*>%"
+
+
+def test_cluster_ids_are_dns_labels() -> None:
+    assert subjects.validate_cluster("prod-1") == "prod-1"
+    with pytest.raises(ValueError, match="DNS label"):
+        subjects.validate_cluster("Prod.1")

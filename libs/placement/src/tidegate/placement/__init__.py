@@ -1,0 +1,1 @@
+"""Topology-aware gang placement: pure, typed, no I/O."""

@@ -1,0 +1,1 @@
+"""Queue quotas, card quotas and tidal victim selection: pure, typed, no I/O."""

@@ -1,0 +1,1 @@
+"""Service lifecycle: settings, supervised tasks, health and metrics."""

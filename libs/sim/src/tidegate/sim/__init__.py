@@ -1,0 +1,1 @@
+"""A simulated Kubernetes cluster that speaks the Kubernetes HTTP API."""

@@ -1,0 +1,1 @@
+"""OpenTelemetry tracing and JSON logging for tidegate."""

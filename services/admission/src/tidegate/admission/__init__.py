@@ -1,0 +1,1 @@
+"""Decides which workloads are admitted and where."""

@@ -1,0 +1,1 @@
+"""Selects and evicts victim training gangs for inference."""

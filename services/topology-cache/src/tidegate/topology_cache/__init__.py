@@ -1,0 +1,1 @@
+"""Keeps free capacity per node and topology domain."""

@@ -1,0 +1,1 @@
+"""Releases gated pods onto their assigned domains."""

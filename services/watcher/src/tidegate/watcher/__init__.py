@@ -1,0 +1,1 @@
+"""Mirrors Kubernetes objects onto the bus."""
