@@ -1,0 +1,43 @@
+"""The ``tidegate`` command: one entry point, one module per subcommand.
+
+Each subcommand lives in its own module of this package exposing ``HELP`` (one line),
+``add_arguments(parser)`` and ``run(args) -> int`` (the exit status). Modules are imported only
+when their command runs, so ``tidegate place`` does not pay for the simulator's imports.
+"""
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+COMMANDS: Final[dict[str, str]] = {
+    # command name -> module under tidegate.cli
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="tidegate",
+        description="Gang admission, topology-aware placement and tidal preemption for Kubernetes.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(f"tidegate.cli.{module_name}")
+        command = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(command)
+        command.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the tidegate command line; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    status: int = args._module.run(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
