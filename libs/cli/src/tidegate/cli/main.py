@@ -1,8 +1,8 @@
 """The ``tidegate`` command: one entry point, one module per subcommand.
 
 Each subcommand lives in its own module of this package exposing ``HELP`` (one line),
-``add_arguments(parser)`` and ``run(args) -> int`` (the exit status). Modules are imported only
-when their command runs, so ``tidegate place`` does not pay for the simulator's imports.
+``add_arguments(parser)`` and ``run(args) -> int`` (the exit status). A module keeps its heavy
+imports inside ``run`` so that building the parser stays cheap.
 """
 
 import argparse
