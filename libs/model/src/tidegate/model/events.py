@@ -97,6 +97,9 @@ class PodSetSpec(_Base, frozen=True, kw_only=True):
     """Pods of this podset needed to run at all (defaults to count)."""
     pods_per_index_group: int | None = None
     """For JobSet replicated jobs: pods per child job, so jobs are placed one by one."""
+    card_name: str | None = None
+    """GPU card model its pods run on (``volcano.sh/card.name``), e.g. "NVIDIA-H200" or
+    "NVIDIA-H200/mig-1g.18gb-mixed"; the pods' GPU requests are counted as cards of it."""
 
 
 class DomainCount(_Base, frozen=True, kw_only=True):
@@ -165,6 +168,8 @@ class WorkloadState(_Body, frozen=True, kw_only=True, tag="workload"):
     podsets: list[PodSetSpec] = msgspec.field(default_factory=list)
     card_request: CardRequest | None = None
     profile: str | None = None
+    topology: str | None = None
+    """The Topology it asked to be placed on (``tidegate.io/topology``); None = its queue's."""
     on_preemption: OnPreemption = "restart"
     created_at: float = 0.0
     invalid_reason: str | None = None
