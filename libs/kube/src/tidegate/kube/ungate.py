@@ -1,0 +1,64 @@
+"""The patch that releases a gated pod: remove one scheduling gate, add its nodeSelector.
+
+Pure: it reads a pod object and returns a JSON merge patch (or None when there is nothing left
+to do), so the rules can be tested without a server. The real API server's rules this respects
+(pod update validation, KEP-3521 and KEP-3838): scheduling gates may only be removed, never
+added; while a pod is gated its nodeSelector may only gain keys; once it is no longer gated it
+cannot change at all. Removing the gate and adding keys in one update is allowed because the
+server checks the *old* pod's gates. The patch carries the pod's resourceVersion, so a pod that
+changed since it was read yields 409 Conflict instead of a lost update, and resending the same
+patch after a lost response is harmless.
+
+What it does not do: decide which selector a pod gets (the ungater does), or hide an illegal
+change: a selector that would change an existing key is sent as asked and the server's 422
+reaches the caller as :class:`~tidegate.kube.errors.Invalid`.
+"""
+
+from collections.abc import Mapping
+
+from tidegate.kube.transport import JsonObject
+
+
+def ungate_patch(
+    pod: Mapping[str, object], gate: str, node_selector: Mapping[str, str]
+) -> JsonObject | None:
+    """A merge patch removing ``gate`` and merging ``node_selector`` into ``pod``; None if done.
+
+    Other gates are kept in their order. Selector keys the pod already has with the same value
+    are left out of the patch; keys with a different value are included (the server decides).
+    """
+    spec = _mapping(pod.get("spec"))
+    metadata = _mapping(pod.get("metadata"))
+    gates = [g for g in _list(spec.get("schedulingGates")) if isinstance(g, Mapping)]
+    remaining = [dict(g) for g in gates if g.get("name") != gate]
+    current = _mapping(spec.get("nodeSelector"))
+    additions = {k: v for k, v in node_selector.items() if current.get(k) != v}
+    if len(remaining) == len(gates) and not additions:
+        return None
+    spec_patch: JsonObject = {}
+    if len(remaining) != len(gates):
+        # null deletes the field: an emptied list is how the API shows a pod with no gates.
+        spec_patch["schedulingGates"] = remaining or None
+    if additions:
+        spec_patch["nodeSelector"] = additions
+    patch: JsonObject = {"spec": spec_patch}
+    resource_version = metadata.get("resourceVersion")
+    if isinstance(resource_version, str) and resource_version:
+        patch["metadata"] = {"resourceVersion": resource_version}
+    return patch
+
+
+def has_gate(pod: Mapping[str, object], gate: str) -> bool:
+    """Whether ``pod`` still carries the scheduling gate ``gate``."""
+    spec = _mapping(pod.get("spec"))
+    return any(
+        isinstance(g, Mapping) and g.get("name") == gate for g in _list(spec.get("schedulingGates"))
+    )
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
