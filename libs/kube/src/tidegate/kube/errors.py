@@ -57,9 +57,9 @@ class KubeError(Exception):
 
     def _render(self) -> str:
         head = f"{self.operation}: " if self.operation else ""
-        code = f"HTTP {self.status}" if self.status else "no response"
-        reason = f" {self.reason}" if self.reason else ""
-        text = f"{head}{code}{reason}: {self.message}"
+        code = f"HTTP {self.status}" if self.status else ""
+        reason = f" {self.reason}" if self.reason and code else ""
+        text = f"{head}{code}{reason}{': ' if code else ''}{self.message}"
         if self.causes:
             details = "; ".join(
                 f"{c.field or '<object>'}: {c.message or c.reason}" for c in self.causes
