@@ -1,0 +1,249 @@
+"""Connecting to NATS, creating the stream layout, and publishing one message.
+
+:class:`Bus` is the handle every service holds. It owns the nats-py client; nothing outside
+:mod:`tidegate.bus` sees nats objects. Bulk publishing with a bounded number in flight is in
+:mod:`.publisher`; consuming is in :mod:`.follower` and :mod:`.consumer`; leases and the
+ledger in :mod:`.lease` and :mod:`.ledger`.
+"""
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext, api
+from nats.js.kv import KeyValue
+
+from tidegate.bus import layout
+from tidegate.bus._wrap import translate, wrapped
+from tidegate.bus.errors import BusError, Unavailable
+from tidegate.bus.message import EXPECTED_LAST_SUBJECT_SEQUENCE, MSG_ID, Published
+from tidegate.model import Envelope, codec
+from tidegate.telemetry import producer_span
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BusSettings:
+    """How to reach NATS. Credentials are file paths or strings, never logged."""
+
+    servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    name: str = "tidegate"
+    """Connection name shown in NATS monitoring (the service name)."""
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    creds_file: Path | None = None
+    """A NATS ``.creds`` file (JWT + nkey seed), the usual way to authenticate in production."""
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    connect_timeout_seconds: float = 5.0
+    """Per attempt to open a connection."""
+    wait_for_server_seconds: float | None = None
+    """Give up the initial connection after this long (None: keep trying, as a service should
+    while NATS starts)."""
+    request_timeout_seconds: float = 5.0
+    """How long a publish waits for JetStream's acknowledgement, and a JetStream API call."""
+    max_in_flight: int = 4096
+    """Upper bound of asynchronous publishes awaiting their acknowledgement."""
+
+
+def _tls_context(settings: BusSettings) -> ssl.SSLContext | None:
+    if settings.tls_ca_file is None and settings.tls_cert_file is None:
+        return None
+    context = ssl.create_default_context(
+        cafile=str(settings.tls_ca_file) if settings.tls_ca_file else None
+    )
+    if settings.tls_cert_file is not None:
+        if settings.tls_key_file is None:
+            raise BusError("NATS TLS: a client certificate needs its key file too")
+        context.load_cert_chain(str(settings.tls_cert_file), str(settings.tls_key_file))
+    return context
+
+
+async def connect(settings: BusSettings) -> "Bus":
+    """Connect to NATS; raises :class:`Unavailable` if ``wait_for_server_seconds`` runs out.
+
+    The connection reconnects by itself after it was once established.
+    """
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats: %s: %s", type(exc).__name__, exc)
+
+    async def on_disconnected() -> None:
+        log.warning("nats: disconnected")
+
+    async def on_reconnected() -> None:
+        log.info("nats: reconnected")
+
+    try:
+        tls = _tls_context(settings)
+    except (OSError, ssl.SSLError) as exc:
+        raise BusError(f"NATS TLS files could not be loaded: {exc}") from exc
+    client = Client()
+    try:
+        async with asyncio.timeout(settings.wait_for_server_seconds):
+            await client.connect(
+                servers=list(settings.servers),
+                name=settings.name,
+                connect_timeout=max(1, round(settings.connect_timeout_seconds)),
+                reconnect_time_wait=1,
+                max_reconnect_attempts=-1,
+                error_cb=on_error,
+                disconnected_cb=on_disconnected,
+                reconnected_cb=on_reconnected,
+                user=settings.user,
+                password=settings.password if settings.user is not None else None,
+                user_credentials=str(settings.creds_file) if settings.creds_file else None,
+                tls=tls,
+            )
+    except TimeoutError as exc:
+        await client.close()
+        raise Unavailable(
+            f"could not reach NATS at {', '.join(settings.servers)} within "
+            f"{settings.wait_for_server_seconds}s (last error: {client.last_error})"
+        ) from exc
+    except (nats.errors.Error, OSError) as exc:
+        await client.close()
+        raise BusError(f"could not connect to NATS: {type(exc).__name__}: {exc}") from exc
+    return Bus(client, settings)
+
+
+class Bus:
+    """A connection to NATS with JetStream: create the layout, publish, and hand out consumers."""
+
+    def __init__(self, client: Client, settings: BusSettings) -> None:
+        self._client = client
+        self._settings = settings
+        self._js: JetStreamContext = client.jetstream(
+            timeout=settings.request_timeout_seconds,
+            publish_async_max_pending=settings.max_in_flight,
+        )
+
+    @property
+    def settings(self) -> BusSettings:
+        """The settings this bus was connected with."""
+        return self._settings
+
+    @property
+    def connected(self) -> bool:
+        """True while the connection is up (False while reconnecting, draining or closed)."""
+        return self._client.is_connected
+
+    @property
+    def jetstream(self) -> JetStreamContext:
+        """The nats-py JetStream context, for the other modules of :mod:`tidegate.bus` only."""
+        return self._js
+
+    @property
+    def client(self) -> Client:
+        """The nats-py client, for the other modules of :mod:`tidegate.bus` only."""
+        return self._client
+
+    # ------------------------------------------------------------------ layout
+
+    async def ensure_stream(self, config: api.StreamConfig) -> None:
+        """Create the stream, or update it to ``config`` if it exists (idempotent)."""
+        with wrapped(f"creating stream {config.name}"):
+            try:
+                await self._js.add_stream(config)
+            except nats.js.errors.BadRequestError as exc:
+                # 10058: a stream with this name exists with a different configuration.
+                if exc.err_code != 10058:
+                    raise
+                await self._js.update_stream(config)
+
+    async def ensure_layout(
+        self, cluster: str, settings: layout.LayoutSettings | None = None
+    ) -> None:
+        """Create or update every stream and KV bucket of ``cluster`` (see :mod:`.layout`)."""
+        chosen = settings if settings is not None else layout.LayoutSettings()
+        for config in layout.stream_configs(cluster, chosen):
+            await self.ensure_stream(config)
+        for bucket in layout.bucket_names(cluster):
+            await self.ensure_stream(layout.kv_stream_config(bucket, chosen))
+
+    async def key_value(self, bucket: str) -> KeyValue:
+        """The nats-py handle of a KV bucket (which :meth:`ensure_layout` created)."""
+        with wrapped(f"opening KV bucket {bucket}"):
+            return await self._js.key_value(bucket)
+
+    async def last_sequence(self, stream: str) -> int:
+        """The sequence of the newest message in ``stream`` (0 when empty)."""
+        with wrapped(f"reading stream {stream}"):
+            info = await self._js.stream_info(stream)
+        return info.state.last_seq
+
+    # ------------------------------------------------------------------ publish
+
+    async def publish(
+        self,
+        subject: str,
+        envelope: Envelope,
+        *,
+        expected_last_subject_sequence: int | None = None,
+    ) -> Published:
+        """Publish ``envelope`` to ``subject`` and wait for JetStream to store it.
+
+        The ``Nats-Msg-Id`` is the envelope's ``event_id``: a retry within the stream's
+        duplicate window comes back with ``duplicate=True`` and is not stored twice. With
+        ``expected_last_subject_sequence`` the publish fails with :class:`Conflict` unless the
+        subject's newest message has that sequence (0: the subject is empty).
+        """
+        headers = message_headers(envelope, expected_last_subject_sequence)
+        payload = codec.encode(envelope)
+        with producer_span(subject, headers, message_id=envelope.event_id):
+            try:
+                ack = await self._js.publish(subject, payload, headers=headers)
+            except (TimeoutError, nats.errors.Error) as exc:
+                raise translate(exc, f"publishing to {subject}") from exc
+        return Published(stream=ack.stream, sequence=ack.seq, duplicate=bool(ack.duplicate))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def drain(self) -> None:
+        """Stop subscriptions, deliver what is buffered, flush publishes, then close."""
+        if self._client.is_closed:
+            return
+        try:
+            await self._client.drain()
+        except (TimeoutError, nats.errors.Error) as exc:
+            log.warning("nats: drain did not finish cleanly: %s", exc)
+            await self._client.close()
+
+    async def close(self) -> None:
+        """Close the connection at once (buffered messages may be lost; prefer :meth:`drain`)."""
+        if not self._client.is_closed:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.drain()
+
+
+def message_headers(
+    envelope: Envelope, expected_last_subject_sequence: int | None = None
+) -> dict[str, str]:
+    """Headers of a message carrying ``envelope`` (trace context is added when publishing)."""
+    headers = {MSG_ID: envelope.event_id}
+    if expected_last_subject_sequence is not None:
+        headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_last_subject_sequence)
+    return headers
+
+
+def servers_from_url(url: str) -> Sequence[str]:
+    """Split a comma-separated list of NATS URLs (the form ``TIDEGATE_NATS_URL`` takes)."""
+    servers = tuple(part.strip() for part in url.split(",") if part.strip())
+    if not servers:
+        raise ValueError("no NATS server URL given")
+    return servers

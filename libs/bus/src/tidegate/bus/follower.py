@@ -1,0 +1,148 @@
+"""Last-value state: replay the newest message of every subject, then follow new ones.
+
+This is how a service rebuilds its view at start (an informer cache over the bus): the state
+and capacity streams keep one message per subject, a :class:`StateFollower` delivers each of
+them (tombstones included, so the handler learns about deletions it missed) and then every
+new message, in stream order. :attr:`StateFollower.replayed` is set once the backlog that
+existed at start has been handed to the handler; services report ready (``/readyz``) only
+after that.
+
+It uses an *ordered* ephemeral consumer: no acks, no durable state on the server, and nats-py
+re-creates it from the last sequence seen if a message goes missing. It does not retry a
+handler: a handler that raises is logged and the follower moves on (state handlers update
+memory; a bad message must not stop the view). Replayed messages get no trace spans (they
+are history); followed messages get a CONSUMER span each.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+import msgspec
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import api
+
+from tidegate.bus._wrap import wrapped
+from tidegate.bus.connection import Bus
+from tidegate.bus.message import Received
+from tidegate.model import codec
+from tidegate.telemetry import consumer_span
+
+log = logging.getLogger(__name__)
+
+StateHandler = Callable[[Received], Awaitable[None]]
+"""Called with every message, in stream order; must be idempotent (replay repeats history)."""
+
+
+class StateFollower:
+    """Replays then follows ``subjects`` of ``stream``, calling ``handler`` for each message."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        stream: str,
+        subjects: Sequence[str],
+        handler: StateHandler,
+        name: str = "",
+    ) -> None:
+        if not subjects:
+            raise ValueError("StateFollower needs at least one subject")
+        self._bus = bus
+        self._stream = stream
+        self._subjects = list(subjects)
+        self._handler = handler
+        self.name = name or stream
+        """Names the follower in logs, metrics and /readyz."""
+        self.replayed = asyncio.Event()
+        """Set once every message that existed at start has been handled."""
+        self.handled = 0
+        """Messages handed to the handler so far."""
+        self.last_sequence = 0
+        """Stream sequence of the last message handled."""
+
+    async def run(self) -> None:
+        """Replay, then follow until cancelled."""
+        with wrapped(f"following {self._stream}"):
+            backlog_end = await self._bus.last_sequence(self._stream)
+            config = api.ConsumerConfig(
+                filter_subjects=self._subjects if len(self._subjects) > 1 else None
+            )
+            subscription = await self._bus.jetstream.subscribe(
+                self._subjects[0],
+                stream=self._stream,
+                ordered_consumer=True,
+                deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+                config=config,
+                idle_heartbeat=2.0,
+            )
+        try:
+            info = await subscription.consumer_info()
+            nothing_delivered = info.delivered is None or not info.delivered.consumer_seq
+            if info.num_pending == 0 and nothing_delivered:
+                self._mark_replayed()
+            while True:
+                try:
+                    msg = await subscription.next_msg(timeout=None)
+                except nats.errors.ConnectionClosedError:
+                    log.info("follower %s: connection closed, stopping", self.name)
+                    return
+                await self._deliver(msg)
+                metadata = msg.metadata
+                if not self.replayed.is_set() and (
+                    metadata.num_pending == 0 or metadata.sequence.stream >= backlog_end
+                ):
+                    self._mark_replayed()
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await subscription.unsubscribe()
+
+    def _mark_replayed(self) -> None:
+        log.info(
+            "follower %s replayed",
+            self.name,
+            extra={"follower": self.name, "messages": self.handled},
+        )
+        self.replayed.set()
+
+    async def _deliver(self, msg: Msg) -> None:
+        sequence = msg.metadata.sequence.stream
+        headers = dict(msg.headers or {})
+        try:
+            envelope = codec.decode(msg.data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.warning(
+                "follower %s: skipped undecodable message on %s (seq %d): %s",
+                self.name,
+                msg.subject,
+                sequence,
+                exc,
+                extra={"subject": msg.subject, "sequence": sequence},
+            )
+            self.last_sequence = sequence
+            return
+        received = Received(
+            subject=msg.subject,
+            envelope=envelope,
+            stream_sequence=sequence,
+            delivered=msg.metadata.num_delivered,
+            headers=headers,
+        )
+        try:
+            if self.replayed.is_set():
+                with consumer_span(msg.subject, headers, message_id=envelope.event_id):
+                    await self._handler(received)
+            else:
+                await self._handler(received)
+        except Exception:
+            log.exception(
+                "follower %s: handler failed on %s (seq %d); moving on",
+                self.name,
+                msg.subject,
+                sequence,
+                extra={"subject": msg.subject, "sequence": sequence},
+            )
+        self.handled += 1
+        self.last_sequence = sequence

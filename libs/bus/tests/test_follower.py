@@ -1,0 +1,103 @@
+"""Last-value state streams: replay the newest message per subject (tombstones too), then follow."""
+
+import asyncio
+
+from tidegate.bus import Bus, Received, StateFollower, layout
+from tidegate.model import NodeState, Tombstone, subjects
+
+from .conftest import MakeNode
+
+
+async def test_replays_last_value_per_subject_including_deletions_then_follows(
+    bus: Bus, cluster_id: str, make_node: MakeNode
+) -> None:
+    for cpu in (1000, 2000, 3000):
+        await bus.publish(subjects.node(cluster_id, "a"), make_node("a", cpu=cpu))
+    await bus.publish(subjects.node(cluster_id, "b"), make_node("b"))
+    await bus.publish(subjects.node(cluster_id, "b"), make_node("b", deleted=True))
+    await bus.publish(subjects.queue(cluster_id, "ignored"), make_node("q"))
+
+    seen: list[Received] = []
+    third = asyncio.Event()
+
+    async def handle(message: Received) -> None:
+        seen.append(message)
+        if len(seen) == 3:
+            third.set()
+
+    follower = StateFollower(
+        bus,
+        stream=layout.state_stream(cluster_id),
+        subjects=[f"tg.{cluster_id}.node.>", f"tg.{cluster_id}.pod.>"],
+        handler=handle,
+    )
+    task = asyncio.create_task(follower.run())
+    try:
+        async with asyncio.timeout(10):
+            await follower.replayed.wait()
+        bodies = {m.subject: m.envelope.body for m in seen}
+        assert len(seen) == 2, "one message per subject, the newest"
+        node_a = bodies[subjects.node(cluster_id, "a")]
+        assert isinstance(node_a, NodeState)
+        assert node_a.allocatable == {"cpu": 3000}
+        assert isinstance(bodies[subjects.node(cluster_id, "b")], Tombstone)
+
+        await bus.publish(subjects.pod(cluster_id, "ns", "p"), make_node("p"))
+        async with asyncio.timeout(10):
+            await third.wait()
+        assert seen[-1].subject == subjects.pod(cluster_id, "ns", "p")
+        assert seen[-1].stream_sequence > seen[-2].stream_sequence
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_empty_stream_is_replayed_at_once(bus: Bus, cluster_id: str) -> None:
+    async def handle(message: Received) -> None:
+        raise AssertionError("nothing to deliver")
+
+    follower = StateFollower(
+        bus,
+        stream=layout.capacity_stream(cluster_id),
+        subjects=[subjects.capacity_wildcard(cluster_id)],
+        handler=handle,
+    )
+    task = asyncio.create_task(follower.run())
+    try:
+        async with asyncio.timeout(10):
+            await follower.replayed.wait()
+        assert follower.handled == 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_failing_handler_and_a_bad_message_do_not_stop_the_follower(
+    bus: Bus, cluster_id: str, make_node: MakeNode
+) -> None:
+    await bus.jetstream.publish(subjects.node(cluster_id, "junk"), b'{"not": "an envelope"}')
+    await bus.publish(subjects.node(cluster_id, "boom"), make_node("boom"))
+    await bus.publish(subjects.node(cluster_id, "fine"), make_node("fine"))
+    names: list[str] = []
+
+    async def handle(message: Received) -> None:
+        body = message.envelope.body
+        assert isinstance(body, NodeState)
+        if body.name == "boom":
+            raise RuntimeError("handler bug")
+        names.append(body.name)
+
+    follower = StateFollower(
+        bus,
+        stream=layout.state_stream(cluster_id),
+        subjects=[f"tg.{cluster_id}.node.>"],
+        handler=handle,
+    )
+    task = asyncio.create_task(follower.run())
+    try:
+        async with asyncio.timeout(10):
+            await follower.replayed.wait()
+        assert names == ["fine"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,122 @@
+"""W3C trace context in message headers, and the spans around publish and process.
+
+Naming follows the OpenTelemetry messaging conventions (as FastStream does): a PRODUCER span
+``"<subject> publish"`` whose context is injected into the message headers, and a CONSUMER span
+``"<subject> process"`` whose parent is the context extracted from them. A span that handles
+many messages at once (a batch) cannot have many parents, so it gets one *link* per message
+instead and starts a trace of its own.
+
+Headers are plain ``dict[str, str]``; this module does not know about NATS. The propagator is
+OpenTelemetry's global one (W3C ``traceparent``/``tracestate`` plus baggage unless
+``OTEL_PROPAGATORS`` says otherwise). Every function takes an optional tracer so tests can use
+a provider of their own; by default the global provider's tracer is used.
+"""
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Final
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Link, Span, SpanKind, Tracer
+
+_TRACER_NAME: Final = "tidegate"
+_SYSTEM: Final = "nats"
+
+
+def _tracer(tracer: Tracer | None) -> Tracer:
+    return tracer if tracer is not None else trace.get_tracer(_TRACER_NAME)
+
+
+def inject(headers: dict[str, str], context: otel_context.Context | None = None) -> None:
+    """Write the trace context (the current one unless ``context`` is given) into ``headers``."""
+    propagate.inject(headers, context=context)
+
+
+def extract(headers: Mapping[str, str] | None) -> otel_context.Context:
+    """The trace context carried by ``headers`` (an empty context when they carry none)."""
+    return propagate.extract(dict(headers or {}))
+
+
+def _attributes(subject: str, operation: str, message_id: str | None) -> dict[str, str]:
+    attributes = {
+        "messaging.system": _SYSTEM,
+        "messaging.destination.name": subject,
+        "messaging.operation.type": operation,
+    }
+    if message_id is not None:
+        attributes["messaging.message.id"] = message_id
+    return attributes
+
+
+@contextmanager
+def producer_span(
+    subject: str,
+    headers: dict[str, str],
+    *,
+    message_id: str | None = None,
+    tracer: Tracer | None = None,
+) -> Iterator[Span]:
+    """A PRODUCER span ``"<subject> publish"``, a child of the current span.
+
+    Its context is injected into ``headers`` before the body runs, so publish the message
+    inside the ``with`` block.
+    """
+    with _tracer(tracer).start_as_current_span(
+        f"{subject} publish",
+        kind=SpanKind.PRODUCER,
+        attributes=_attributes(subject, "publish", message_id),
+    ) as span:
+        inject(headers)
+        yield span
+
+
+@contextmanager
+def consumer_span(
+    subject: str,
+    headers: Mapping[str, str] | None,
+    *,
+    message_id: str | None = None,
+    tracer: Tracer | None = None,
+) -> Iterator[Span]:
+    """A CONSUMER span ``"<subject> process"`` whose parent is the producer's context.
+
+    The span is current inside the block, so logs and further publishes join the same trace.
+    """
+    with _tracer(tracer).start_as_current_span(
+        f"{subject} process",
+        context=extract(headers),
+        kind=SpanKind.CONSUMER,
+        attributes=_attributes(subject, "process", message_id),
+    ) as span:
+        yield span
+
+
+@contextmanager
+def batch_span(
+    name: str,
+    headers: Sequence[Mapping[str, str] | None],
+    *,
+    tracer: Tracer | None = None,
+) -> Iterator[Span]:
+    """A CONSUMER span ``"<name> process"`` linked to the producer of every message in a batch.
+
+    Messages without trace context contribute no link.
+    """
+    links = []
+    for message_headers in headers:
+        span_context = trace.get_current_span(extract(message_headers)).get_span_context()
+        if span_context.is_valid:
+            links.append(Link(span_context))
+    with _tracer(tracer).start_as_current_span(
+        f"{name} process",
+        context=otel_context.Context(),
+        kind=SpanKind.CONSUMER,
+        links=links,
+        attributes={
+            "messaging.system": _SYSTEM,
+            "messaging.operation.type": "process",
+            "messaging.batch.message_count": len(headers),
+        },
+    ) as span:
+        yield span

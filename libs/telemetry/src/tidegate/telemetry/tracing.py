@@ -1,0 +1,123 @@
+"""The process's tracer provider, configured from environment variables only.
+
+Standard OpenTelemetry variables decide where spans go, so operators configure tidegate like
+any other instrumented program:
+
+* ``OTEL_SDK_DISABLED=true`` turns tracing off.
+* ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` set: spans go to an
+  OTLP/HTTP collector (the exporter reads its own ``OTEL_EXPORTER_OTLP_*`` options).
+* ``TIDEGATE_TRACE_FILE=/path``: spans are appended to that file as JSON lines (one span per
+  line, the SDK's own JSON form). Handy for the demo and for tests that follow a trace across
+  processes.
+* ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` override the service name we pass in.
+
+With none of these set, spans are still created (so trace context still propagates through
+the bus) but nothing is exported. This module does not create spans; see :mod:`.messaging`.
+"""
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Final
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+TRACE_FILE_ENV: Final = "TIDEGATE_TRACE_FILE"
+"""Environment variable naming a JSON-lines file that receives every finished span."""
+
+_OTLP_ENDPOINT_ENVS: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+_installed: TracerProvider | None = None
+
+
+class JsonLinesSpanExporter(SpanExporter):
+    """Appends each span as one JSON object per line (``ReadableSpan.to_json``, unindented).
+
+    Several processes may share a file: each line is written with one ``write`` call on a file
+    opened for appending. The file is closed on shutdown.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._file: IO[str] | None = path.open("a", encoding="utf-8")
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Write the spans; FAILURE once shut down."""
+        if self._file is None:
+            return SpanExportResult.FAILURE
+        lines = "".join(span.to_json(indent=None) + "\n" for span in spans)
+        self._file.write(lines)
+        self._file.flush()
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        """Close the file."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Every export already flushed the file."""
+        return True
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def build_tracer_provider(
+    service_name: str, *, env: Mapping[str, str] | None = None
+) -> TracerProvider | None:
+    """A tracer provider configured from ``env`` (default: ``os.environ``), not installed.
+
+    Returns None when ``OTEL_SDK_DISABLED`` is true. Exporters are added for every
+    destination that is configured (an OTLP endpoint and a trace file may both be set).
+    """
+    environ = os.environ if env is None else env
+    if _truthy(environ.get("OTEL_SDK_DISABLED")):
+        return None
+    # Resource.create merges OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME from os.environ.
+    resource = Resource.create({SERVICE_NAME: environ.get("OTEL_SERVICE_NAME", service_name)})
+    provider = TracerProvider(resource=resource)
+    if any(environ.get(name) for name in _OTLP_ENDPOINT_ENVS):
+        # Imported here: the OTLP exporter pulls in requests/protobuf, which a process that
+        # only writes a trace file (or nothing) should not pay for at start-up.
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        if endpoint is None:
+            base = environ["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/")
+            endpoint = f"{base}/v1/traces"
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    trace_file = environ.get(TRACE_FILE_ENV)
+    if trace_file:
+        provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(Path(trace_file))))
+    return provider
+
+
+def setup_tracing(service_name: str, *, env: Mapping[str, str] | None = None) -> None:
+    """Build the provider from the environment and install it as the global one.
+
+    Call once per process, at start. A second call is ignored (OpenTelemetry allows one global
+    provider per process).
+    """
+    global _installed
+    if _installed is not None:
+        return
+    provider = build_tracer_provider(service_name, env=env)
+    if provider is None:
+        return
+    trace.set_tracer_provider(provider)
+    _installed = provider
+
+
+def shutdown_tracing() -> None:
+    """Export what is buffered and stop the exporters; call before the process exits."""
+    global _installed
+    if _installed is not None:
+        _installed.force_flush()
+        _installed.shutdown()
+        _installed = None
