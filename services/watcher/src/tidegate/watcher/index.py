@@ -1,0 +1,561 @@
+"""The watcher's in-memory index: enough of the cluster to group pods into workloads.
+
+Kubernetes events arrive one object at a time, on separate watch streams, in no guaranteed order
+across kinds. :class:`ClusterIndex` keeps the decoded objects (only the fields tidegate reads),
+the owner chain of every pod (Pod → Job → JobSet, Pod → ReplicaSet → Deployment, PodGroup
+membership), and which workloads tidegate manages. :meth:`ClusterIndex.apply` takes one event
+and says which state messages may have changed; :meth:`ClusterIndex.desired` computes the
+message a subject should now hold (None: the object is gone and the subject needs a tombstone).
+
+Rules kept here:
+
+- A workload is *managed* once one of its pods has been seen carrying the ``tidegate.io/admission``
+  gate (or, after a restart, once the state stream says it was published before), and stays
+  managed while its owner exists. Unmanaged workloads are never published, and their pods are
+  published with ``workload`` null (they still count for capacity).
+- A pod whose owner chain names an object not seen yet (a ReplicaSet whose event has not arrived)
+  waits: it is published without a workload until the owner arrives, and its workload is not
+  created from it, so no spurious workload keyed by the ReplicaSet ever appears.
+- A pod naming a PodGroup that does not exist yet waits the same way (as in the coscheduling
+  KEP, the group's pods are not scheduled before the group exists).
+
+Two top owners with the same namespace/name (a Job and a Deployment both called "x") share a
+workload key; the one seen last wins. Pure code: no I/O, no clock; the service feeds it events.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+from tidegate.model.events import Message, ServiceType
+from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
+from tidegate.watcher import keys
+from tidegate.watcher.convert import node_state, pod_state, queue_config, topology_config
+from tidegate.watcher.objects import (
+    Job,
+    JobSet,
+    Meta,
+    Node,
+    ObjectError,
+    ObjectMeta,
+    Pod,
+    PodGroup,
+    PriorityClass,
+    ReplicaOwner,
+    Topology,
+    decode,
+    describe_error,
+)
+from tidegate.watcher.recognize import Context, Owner, OwnerObject, pod_position, recognize
+
+ObjectKind = Literal[
+    "Node",
+    "Pod",
+    "Job",
+    "JobSet",
+    "Deployment",
+    "ReplicaSet",
+    "PodGroup",
+    "Topology",
+    "KueueTopology",
+    "Queue",
+    "PriorityClass",
+]
+"""The kinds the watcher follows; "KueueTopology" is kueue.x-k8s.io's Topology."""
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+StateKind = Literal["node", "pod", "workload", "topology", "queue"]
+
+OWNER_KINDS: Mapping[ObjectKind, type[Job | JobSet | ReplicaOwner]] = {
+    "Job": Job,
+    "JobSet": JobSet,
+    "Deployment": ReplicaOwner,
+    "ReplicaSet": ReplicaOwner,
+}
+"""Owner kinds whose spec gives podsets and counts."""
+
+PARENT_KINDS: Mapping[str, str] = {"Job": "JobSet", "ReplicaSet": "Deployment"}
+"""Intermediate owner kind → the kind that may own it in turn."""
+
+
+class StateKey(NamedTuple):
+    """Which state subject: its kind, namespace (namespaced kinds) and name."""
+
+    kind: StateKind
+    namespace: str | None
+    name: str
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What a state subject should hold now, and problems worth logging about it."""
+
+    message: Message | None
+    """None: the object is gone (publish a tombstone if anything was published)."""
+    uid: str | None = None
+    problems: tuple[str, ...] = ()
+
+
+@dataclass
+class Applied:
+    """What one event changed."""
+
+    affected: set[StateKey] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+    """Objects that could not be read at all (the event was ignored)."""
+
+
+@dataclass(frozen=True)
+class _Resolution:
+    """Where a pod belongs: its workload key and owner, or what it waits for."""
+
+    workload: tuple[str, str] | None
+    owner: tuple[str, str] | None = None
+    """(kind, uid) of the top owner; ("PodGroup", "ns/name") for groups."""
+    waits_for: str | None = None
+
+
+def _version_key(version: str) -> tuple[int, str]:
+    return (len(version), version) if version.isdigit() else (0, version)
+
+
+class ClusterIndex:
+    """Decoded objects, owner chains, memberships and managed workloads (see module doc)."""
+
+    def __init__(
+        self,
+        *,
+        owner_kind_service_types: Mapping[str, ServiceType] | None = None,
+        profiles: Iterable[str] | None = None,
+    ) -> None:
+        """Start empty; ``owner_kind_service_types`` and ``profiles`` configure recognition."""
+        self._service_types = dict(
+            DEFAULT_OWNER_KIND_SERVICE_TYPES
+            if owner_kind_service_types is None
+            else owner_kind_service_types
+        )
+        self._profiles = frozenset(profiles) if profiles is not None else None
+        self.nodes: dict[str, Node] = {}
+        self.pods: dict[tuple[str, str], Pod] = {}
+        self.owners: dict[str, Owner] = {}
+        """Jobs, JobSets, Deployments, ReplicaSets by UID."""
+        self.podgroups: dict[tuple[str, str], Owner] = {}
+        self.foreign: dict[str, Owner] = {}
+        """Owners of kinds tidegate does not read, known from ownerReferences, by UID."""
+        self.topologies: dict[tuple[ObjectKind, str], Topology] = {}
+        self.queues: dict[str, object] = {}
+        """Queue objects as received (decoded when published, so errors become invalid_reason)."""
+        self.priority_classes: dict[str, PriorityClass] = {}
+        self.managed: set[tuple[str, str]] = set()
+        self._resolution: dict[tuple[str, str], _Resolution] = {}
+        self._members: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self._sources: dict[tuple[str, str], tuple[str, str]] = {}
+        self._by_ref: dict[str, set[tuple[str, str]]] = {}
+        self._pod_refs: dict[tuple[str, str], list[str]] = {}
+        """Owner UID or "group:ns/name" → pods that reference it directly."""
+        self._children: dict[str, set[str]] = {}
+        """Owner UID → UIDs of owners it owns (JobSet → Jobs, Deployment → ReplicaSets)."""
+        self._versions: dict[StateKey, str] = {}
+        self._context: Context | None = None
+
+    # ------------------------------------------------------------------ public API
+
+    def apply(self, kind: ObjectKind, event: EventType, obj: Mapping[str, object]) -> Applied:
+        """Apply one watch event (the object as the API server sent it).
+
+        Returns the state keys whose message may have changed. An object whose metadata cannot
+        be read is ignored and reported in ``problems``; nothing raises.
+        """
+        applied = Applied()
+        try:
+            meta = decode(obj, Meta).metadata
+        except ObjectError as exc:
+            applied.problems.append(f"{kind}: unreadable object ({describe_error(exc)})")
+            return applied
+        deleted = event == "DELETED"
+        if kind == "Node":
+            self._apply_node(meta, obj, deleted, applied)
+        elif kind == "Pod":
+            self._apply_pod(meta, obj, deleted, applied)
+        elif kind in OWNER_KINDS:
+            self._apply_owner(kind, meta, obj, deleted, applied)
+        elif kind == "PodGroup":
+            self._apply_podgroup(meta, obj, deleted, applied)
+        elif kind in ("Topology", "KueueTopology"):
+            self._apply_topology(kind, meta, obj, deleted, applied)
+        elif kind == "Queue":
+            if deleted:
+                self.queues.pop(meta.name, None)
+            else:
+                self.queues[meta.name] = obj
+            applied.affected.add(StateKey("queue", None, meta.name))
+        elif kind == "PriorityClass":
+            self._apply_priority_class(meta, obj, deleted, applied)
+        if meta.resource_version:
+            for key in applied.affected:
+                old = self._versions.get(key)
+                if old is None or _version_key(meta.resource_version) > _version_key(old):
+                    self._versions[key] = meta.resource_version
+        return applied
+
+    def seed_managed(self, workloads: Iterable[tuple[str, str]]) -> None:
+        """Mark workloads as managed because they were published before (restart)."""
+        self.managed.update(workloads)
+
+    def forget(self, key: StateKey) -> None:
+        """Drop what is kept about ``key`` once its tombstone is published."""
+        self._versions.pop(key, None)
+
+    def version(self, key: StateKey) -> str | None:
+        """The newest resourceVersion of any event that affected ``key``."""
+        return self._versions.get(key)
+
+    def state_keys(self) -> set[StateKey]:
+        """Every state key that has (or may have) a message now."""
+        out = {StateKey("node", None, name) for name in self.nodes}
+        out.update(StateKey("pod", ns, name) for ns, name in self.pods)
+        out.update(StateKey("workload", ns, name) for ns, name in self.managed)
+        out.update(StateKey("topology", None, name) for _, name in self.topologies)
+        out.update(StateKey("queue", None, name) for name in self.queues)
+        return out
+
+    def desired(self, key: StateKey) -> Desired:
+        """The message ``key``'s subject should hold now (None: gone)."""
+        if key.kind == "node":
+            node = self.nodes.get(key.name)
+            if node is None:
+                return Desired(None)
+            message, problems = node_state(node)
+            return Desired(
+                message, node.metadata.uid, tuple(f"Node {key.name}: {p}" for p in problems)
+            )
+        if key.kind == "pod":
+            return self._desired_pod((key.namespace or "", key.name))
+        if key.kind == "workload":
+            return self._desired_workload((key.namespace or "", key.name))
+        if key.kind == "topology":
+            return self._desired_topology(key.name)
+        raw = self.queues.get(key.name)
+        if raw is None:
+            return Desired(None)
+        queue = queue_config(raw)
+        invalid = (queue.invalid_reason,) if queue.invalid_reason else ()
+        return Desired(queue, decode(raw, Meta).metadata.uid, invalid)
+
+    def context(self) -> Context:
+        """The recognition context (priority classes, topologies, configuration), cached."""
+        if self._context is None:
+            defaults = [pc.value for pc in self.priority_classes.values() if pc.global_default]
+            topologies: dict[str, list[str]] = {}
+            for source in ("KueueTopology", "Topology"):  # tidegate's own wins a name clash
+                for (kind, name), topology in self.topologies.items():
+                    config, _ = topology_config(topology)
+                    if kind == source and config is not None:
+                        topologies[name] = config.levels
+            self._context = Context(
+                priority_classes={name: pc.value for name, pc in self.priority_classes.items()},
+                default_priority=max(defaults) if defaults else None,
+                topologies=topologies,
+                owner_kind_service_types=self._service_types,
+                profiles=self._profiles,
+            )
+        return self._context
+
+    def members(self, workload: tuple[str, str]) -> set[tuple[str, str]]:
+        """Pods (namespace, name) that belong to ``workload``."""
+        return set(self._members.get(workload, ()))
+
+    # ------------------------------------------------------------------ nodes and config
+
+    def _apply_node(
+        self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
+    ) -> None:
+        if deleted:
+            self.nodes.pop(meta.name, None)
+        else:
+            try:
+                self.nodes[meta.name] = decode(obj, Node)
+            except ObjectError as exc:
+                applied.problems.append(f"Node {meta.name}: {describe_error(exc)}")
+                return
+        applied.affected.add(StateKey("node", None, meta.name))
+
+    def _apply_topology(
+        self,
+        kind: ObjectKind,
+        meta: ObjectMeta,
+        obj: Mapping[str, object],
+        deleted: bool,
+        applied: Applied,
+    ) -> None:
+        if deleted:
+            self.topologies.pop((kind, meta.name), None)
+        else:
+            try:
+                self.topologies[(kind, meta.name)] = decode(obj, Topology)
+            except ObjectError as exc:
+                applied.problems.append(f"Topology {meta.name}: {describe_error(exc)}")
+                self.topologies.pop((kind, meta.name), None)
+        applied.affected.add(StateKey("topology", None, meta.name))
+        self._context_changed(applied)
+
+    def _apply_priority_class(
+        self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
+    ) -> None:
+        if deleted:
+            self.priority_classes.pop(meta.name, None)
+        else:
+            try:
+                self.priority_classes[meta.name] = decode(obj, PriorityClass)
+            except ObjectError as exc:
+                applied.problems.append(f"PriorityClass {meta.name}: {describe_error(exc)}")
+                return
+        self._context_changed(applied)
+
+    def _context_changed(self, applied: Applied) -> None:
+        self._context = None
+        applied.affected.update(StateKey("workload", ns, name) for ns, name in self.managed)
+
+    def _desired_topology(self, name: str) -> Desired:
+        problems: list[str] = []
+        for kind in ("Topology", "KueueTopology"):
+            topology = self.topologies.get((kind, name))
+            if topology is None:
+                continue
+            config, found = topology_config(topology)
+            if config is not None:
+                return Desired(config, topology.metadata.uid)
+            problems.extend(f"{kind} {name}: {p} (not published)" for p in found)
+        return Desired(None, problems=tuple(problems))
+
+    # ------------------------------------------------------------------ pods
+
+    def _apply_pod(
+        self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
+    ) -> None:
+        key = (meta.namespace, meta.name)
+        applied.affected.add(StateKey("pod", *key))
+        if deleted:
+            self.pods.pop(key, None)
+            self._unlink(key, applied)
+            return
+        try:
+            pod = decode(obj, Pod)
+        except ObjectError as exc:
+            applied.problems.append(f"Pod {meta.namespace}/{meta.name}: {describe_error(exc)}")
+            return
+        self.pods[key] = pod
+        self._link(key, pod, applied)
+
+    def _unlink(self, key: tuple[str, str], applied: Applied) -> None:
+        for ref in self._pod_refs.pop(key, ()):
+            pods = self._by_ref.get(ref)
+            if pods is not None:
+                pods.discard(key)
+                if not pods:
+                    del self._by_ref[ref]
+        old = self._resolution.pop(key, None)
+        if old is not None and old.workload is not None:
+            members = self._members.get(old.workload)
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self._members[old.workload]
+            applied.affected.add(StateKey("workload", *old.workload))
+
+    def _link(self, key: tuple[str, str], pod: Pod, applied: Applied) -> None:
+        self._unlink(key, applied)
+        resolution = self._resolve(pod)
+        self._resolution[key] = resolution
+        refs = self._refs_of(pod)
+        self._pod_refs[key] = refs
+        for ref in refs:
+            self._by_ref.setdefault(ref, set()).add(key)
+        workload = resolution.workload
+        if workload is None:
+            return
+        self._members.setdefault(workload, set()).add(key)
+        if resolution.owner is not None:
+            self._sources[workload] = resolution.owner
+        applied.affected.add(StateKey("workload", *workload))
+        gated = any(gate.name == keys.ADMISSION_GATE for gate in pod.spec.scheduling_gates)
+        if gated and workload not in self.managed:
+            self.managed.add(workload)
+            applied.affected.update(StateKey("pod", *m) for m in self._members[workload])
+
+    @staticmethod
+    def _refs_of(pod: Pod) -> list[str]:
+        refs = [ref.uid for ref in pod.metadata.owner_references]
+        group = _group_name(pod.metadata)
+        if group is not None:
+            refs.append(f"group:{pod.metadata.namespace}/{group}")
+        return refs
+
+    def _resolve(self, pod: Pod) -> _Resolution:
+        meta = pod.metadata
+        ns = meta.namespace
+        group = _group_name(meta)
+        if group is not None:
+            if (ns, group) not in self.podgroups:
+                return _Resolution(None, waits_for=f"group:{ns}/{group}")
+            return _Resolution((ns, group), ("PodGroup", f"{ns}/{group}"))
+        ref = meta.controller_ref()
+        if ref is None:
+            return _Resolution((ns, meta.name), ("Pod", meta.uid))
+        if ref.kind not in OWNER_KINDS:
+            self.foreign.setdefault(
+                ref.uid,
+                Owner(
+                    kind=ref.kind,
+                    api_version=ref.api_version,
+                    meta=ObjectMeta(name=ref.name, namespace=ns, uid=ref.uid),
+                ),
+            )
+            return _Resolution((ns, ref.name), ("foreign", ref.uid))
+        owner = self.owners.get(ref.uid)
+        if owner is None:
+            return _Resolution(None, waits_for=ref.uid)
+        return self._top(owner)
+
+    def _top(self, owner: Owner) -> _Resolution:
+        """The workload of an intermediate or top owner (Job → JobSet, ReplicaSet → Deployment)."""
+        parent_ref = owner.meta.controller_ref()
+        if parent_ref is not None and parent_ref.kind == PARENT_KINDS.get(owner.kind):
+            parent = self.owners.get(parent_ref.uid)
+            if parent is None:
+                return _Resolution(None, waits_for=parent_ref.uid)
+            owner = parent
+        return _Resolution((owner.meta.namespace, owner.meta.name), ("owner", owner.meta.uid))
+
+    def _desired_pod(self, key: tuple[str, str]) -> Desired:
+        pod = self.pods.get(key)
+        if pod is None:
+            return Desired(None)
+        resolution = self._resolution.get(key)
+        workload = podset = rank = None
+        if resolution is not None and resolution.workload in self.managed:
+            owner = self._owner_of(resolution.workload)
+            if owner is not None:
+                workload = f"{resolution.workload[0]}/{resolution.workload[1]}"
+                podset, rank, _ = pod_position(owner, pod)
+        message, problems = pod_state(pod, workload=workload, podset=podset, rank=rank)
+        where = f"Pod {key[0]}/{key[1]}"
+        return Desired(message, pod.metadata.uid, tuple(f"{where}: {p}" for p in problems))
+
+    # ------------------------------------------------------------------ owners
+
+    def _apply_owner(
+        self,
+        kind: ObjectKind,
+        meta: ObjectMeta,
+        obj: Mapping[str, object],
+        deleted: bool,
+        applied: Applied,
+    ) -> None:
+        previous = self.owners.get(meta.uid)
+        if previous is not None:
+            applied.affected.update(self._owner_workloads(previous))
+        if deleted:
+            self.owners.pop(meta.uid, None)
+            self._forget_source(("owner", meta.uid))
+        else:
+            owner = self._decode_owner(kind, meta, obj)
+            self.owners[meta.uid] = owner
+            parent = meta.controller_ref()
+            if parent is not None:
+                self._children.setdefault(parent.uid, set()).add(meta.uid)
+            applied.affected.update(self._owner_workloads(owner))
+        self._relink([meta.uid, *self._children.get(meta.uid, ())], applied)
+        if deleted:
+            self._children.pop(meta.uid, None)
+
+    def _decode_owner(self, kind: ObjectKind, meta: ObjectMeta, obj: Mapping[str, object]) -> Owner:
+        api_version = str(obj.get("apiVersion", ""))
+        decoded: OwnerObject
+        try:
+            if kind == "Job":
+                decoded = decode(obj, Job)
+            elif kind == "JobSet":
+                decoded = decode(obj, JobSet)
+            elif kind == "PodGroup":
+                decoded = decode(obj, PodGroup)
+            else:
+                decoded = decode(obj, ReplicaOwner)
+        except ObjectError as exc:
+            return Owner(kind, api_version, meta, None, describe_error(exc))
+        return Owner(kind, api_version, meta, decoded)
+
+    def _owner_workloads(self, owner: Owner) -> set[StateKey]:
+        resolution = self._top(owner)
+        if resolution.workload is None:
+            return set()
+        if resolution.owner is not None:
+            self._sources[resolution.workload] = resolution.owner
+        return {StateKey("workload", *resolution.workload)}
+
+    def _relink(self, refs: Iterable[str], applied: Applied) -> None:
+        pods: set[tuple[str, str]] = set()
+        for ref in refs:
+            pods.update(self._by_ref.get(ref, ()))
+        for key in pods:
+            pod = self.pods.get(key)
+            if pod is not None:
+                applied.affected.add(StateKey("pod", *key))
+                self._link(key, pod, applied)
+
+    def _forget_source(self, source: tuple[str, str]) -> None:
+        for workload, known in list(self._sources.items()):
+            if known == source:
+                del self._sources[workload]
+                self.managed.discard(workload)
+
+    def _apply_podgroup(
+        self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
+    ) -> None:
+        key = (meta.namespace, meta.name)
+        if deleted:
+            self.podgroups.pop(key, None)
+            self._forget_source(("PodGroup", f"{key[0]}/{key[1]}"))
+        else:
+            self.podgroups[key] = self._decode_owner("PodGroup", meta, obj)
+        applied.affected.add(StateKey("workload", *key))
+        self._relink([f"group:{key[0]}/{key[1]}"], applied)
+
+    def _owner_of(self, workload: tuple[str, str]) -> Owner | None:
+        source = self._sources.get(workload)
+        if source is None:
+            return None
+        kind, ident = source
+        if kind == "PodGroup":
+            return self.podgroups.get(workload)
+        if kind == "Pod":
+            pod = self.pods.get(workload)
+            if pod is None or pod.metadata.uid != ident:
+                return None
+            return Owner("Pod", "v1", pod.metadata, pod)
+        if kind == "foreign":
+            if not self._members.get(workload):
+                return None
+            return self.foreign.get(ident)
+        return self.owners.get(ident)
+
+    def _desired_workload(self, workload: tuple[str, str]) -> Desired:
+        if workload not in self.managed:
+            return Desired(None)
+        owner = self._owner_of(workload)
+        if owner is None:
+            return Desired(None)
+        members = [
+            self.pods[key] for key in sorted(self._members.get(workload, ())) if key in self.pods
+        ]
+        message = recognize(owner, members, self.context())
+        problems = (message.invalid_reason,) if message.invalid_reason else ()
+        return Desired(message, message.uid, problems)
+
+
+def _group_name(meta: ObjectMeta) -> str | None:
+    for name in keys.POD_GROUP_KEYS:
+        value = meta.labels.get(name) or meta.annotations.get(name)
+        if value:
+            return value
+    return None

@@ -1,0 +1,348 @@
+"""Typed views of the parts of Kubernetes objects the watcher reads, decoded with msgspec.
+
+The API server sends whole objects; tidegate needs a few fields of each. These Structs name only
+those fields (unknown ones are ignored), so decoding is fast and a field of the wrong type is
+reported with its JSON path. Field names are snake_case here and camelCase on the wire
+(``rename="camel"``). Nothing here is put on the bus: :mod:`tidegate.watcher.convert` and
+:mod:`tidegate.watcher.recognize` turn these into :mod:`tidegate.model` messages.
+
+Quantities stay as the API server wrote them (``"500m"``); parsing them is the converters' job,
+so a bad quantity names its field instead of failing the whole object.
+"""
+
+from datetime import datetime
+from typing import TypeVar
+
+import msgspec
+
+Quantity = str | int | float
+"""A Kubernetes quantity as it appears in JSON."""
+
+ResourceList = dict[str, Quantity]
+"""A Kubernetes ResourceList before parsing."""
+
+
+class _K8s(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Base of every Kubernetes view: frozen, keyword-only, camelCase on the wire."""
+
+
+class OwnerReference(_K8s, frozen=True, kw_only=True):
+    """metadata.ownerReferences[]."""
+
+    api_version: str = ""
+    kind: str
+    name: str
+    uid: str
+    controller: bool = False
+
+
+class ObjectMeta(_K8s, frozen=True, kw_only=True):
+    """metadata."""
+
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    annotations: dict[str, str] = msgspec.field(default_factory=dict)
+    owner_references: list[OwnerReference] = msgspec.field(default_factory=list)
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+
+    def controller_ref(self) -> OwnerReference | None:
+        """The controlling owner (``controller: true``), else the first owner, else None."""
+        for ref in self.owner_references:
+            if ref.controller:
+                return ref
+        return self.owner_references[0] if self.owner_references else None
+
+
+class Meta(_K8s, frozen=True, kw_only=True):
+    """Just apiVersion, kind and metadata: decoded first, so a bad spec still has a name."""
+
+    api_version: str = ""
+    kind: str = ""
+    metadata: ObjectMeta
+
+
+# --------------------------------------------------------------------------- pods
+
+
+class ResourceRequirements(_K8s, frozen=True, kw_only=True):
+    """containers[].resources."""
+
+    requests: ResourceList = msgspec.field(default_factory=dict)
+    limits: ResourceList = msgspec.field(default_factory=dict)
+
+
+class Container(_K8s, frozen=True, kw_only=True):
+    """containers[] / initContainers[]."""
+
+    name: str = ""
+    resources: ResourceRequirements = msgspec.field(default_factory=ResourceRequirements)
+    restart_policy: str | None = None
+    """"Always" on an init container makes it a sidecar."""
+
+
+class K8sToleration(_K8s, frozen=True, kw_only=True):
+    """spec.tolerations[]."""
+
+    key: str = ""
+    operator: str = ""
+    value: str = ""
+    effect: str = ""
+
+
+class SchedulingGate(_K8s, frozen=True, kw_only=True):
+    """spec.schedulingGates[]."""
+
+    name: str
+
+
+class PodSpec(_K8s, frozen=True, kw_only=True):
+    """The pod spec fields tidegate needs."""
+
+    containers: list[Container] = msgspec.field(default_factory=list)
+    init_containers: list[Container] = msgspec.field(default_factory=list)
+    overhead: ResourceList = msgspec.field(default_factory=dict)
+    node_selector: dict[str, str] = msgspec.field(default_factory=dict)
+    node_name: str = ""
+    scheduling_gates: list[SchedulingGate] = msgspec.field(default_factory=list)
+    tolerations: list[K8sToleration] = msgspec.field(default_factory=list)
+    priority_class_name: str = ""
+    priority: int | None = None
+
+
+class PodTemplateMeta(_K8s, frozen=True, kw_only=True):
+    """metadata of a pod or job template (no name)."""
+
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    annotations: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class PodTemplateSpec(_K8s, frozen=True, kw_only=True):
+    """spec.template of a Job, ReplicaSet or Deployment."""
+
+    metadata: PodTemplateMeta = msgspec.field(default_factory=PodTemplateMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+
+
+class PodStatus(_K8s, frozen=True, kw_only=True):
+    """status of a pod."""
+
+    phase: str = "Pending"
+
+
+class Pod(_K8s, frozen=True, kw_only=True):
+    """A pod."""
+
+    metadata: ObjectMeta
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus = msgspec.field(default_factory=PodStatus)
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+class K8sTaint(_K8s, frozen=True, kw_only=True):
+    """spec.taints[]."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+class NodeSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a node."""
+
+    unschedulable: bool = False
+    taints: list[K8sTaint] = msgspec.field(default_factory=list)
+
+
+class NodeCondition(_K8s, frozen=True, kw_only=True):
+    """status.conditions[]."""
+
+    type: str
+    status: str = "Unknown"
+
+
+class NodeStatus(_K8s, frozen=True, kw_only=True):
+    """status of a node."""
+
+    allocatable: ResourceList = msgspec.field(default_factory=dict)
+    conditions: list[NodeCondition] = msgspec.field(default_factory=list)
+
+
+class Node(_K8s, frozen=True, kw_only=True):
+    """A node."""
+
+    metadata: ObjectMeta
+    spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
+    status: NodeStatus = msgspec.field(default_factory=NodeStatus)
+
+
+# --------------------------------------------------------------------------- owners
+
+
+class JobSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a batch/v1 Job (also a JobSet's job template)."""
+
+    parallelism: int | None = None
+    completions: int | None = None
+    template: PodTemplateSpec = msgspec.field(default_factory=PodTemplateSpec)
+
+
+class Job(_K8s, frozen=True, kw_only=True):
+    """A batch/v1 Job."""
+
+    metadata: ObjectMeta
+    spec: JobSpec = msgspec.field(default_factory=JobSpec)
+
+
+class JobTemplateSpec(_K8s, frozen=True, kw_only=True):
+    """A JobSet replicated job's template."""
+
+    metadata: PodTemplateMeta = msgspec.field(default_factory=PodTemplateMeta)
+    spec: JobSpec = msgspec.field(default_factory=JobSpec)
+
+
+class ReplicatedJob(_K8s, frozen=True, kw_only=True):
+    """spec.replicatedJobs[] of a JobSet."""
+
+    name: str
+    replicas: int = 1
+    template: JobTemplateSpec = msgspec.field(default_factory=JobTemplateSpec)
+
+
+class JobSetSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a jobset.x-k8s.io JobSet."""
+
+    replicated_jobs: list[ReplicatedJob] = msgspec.field(default_factory=list)
+
+
+class JobSet(_K8s, frozen=True, kw_only=True):
+    """A JobSet."""
+
+    metadata: ObjectMeta
+    spec: JobSetSpec = msgspec.field(default_factory=JobSetSpec)
+
+
+class ReplicasSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a Deployment or ReplicaSet."""
+
+    replicas: int | None = None
+    template: PodTemplateSpec = msgspec.field(default_factory=PodTemplateSpec)
+
+
+class ReplicaOwner(_K8s, frozen=True, kw_only=True):
+    """A Deployment or ReplicaSet."""
+
+    metadata: ObjectMeta
+    spec: ReplicasSpec = msgspec.field(default_factory=ReplicasSpec)
+
+
+class PodGroupSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a tidegate.io/v1alpha1 PodGroup."""
+
+    min_member: int | None = None
+    min_resources: ResourceList = msgspec.field(default_factory=dict)
+    queue: str | None = None
+    priority_class_name: str | None = None
+
+
+class PodGroup(_K8s, frozen=True, kw_only=True):
+    """A PodGroup."""
+
+    metadata: ObjectMeta
+    spec: PodGroupSpec = msgspec.field(default_factory=PodGroupSpec)
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+class TopologyLevel(_K8s, frozen=True, kw_only=True):
+    """spec.levels[] of a Topology."""
+
+    node_label: str
+
+
+class TopologySpec(_K8s, frozen=True, kw_only=True):
+    """spec of a Topology (tidegate.io or kueue.x-k8s.io: same shape)."""
+
+    levels: list[TopologyLevel] = msgspec.field(default_factory=list)
+
+
+class Topology(_K8s, frozen=True, kw_only=True):
+    """A Topology."""
+
+    metadata: ObjectMeta
+    spec: TopologySpec = msgspec.field(default_factory=TopologySpec)
+
+
+class QueueSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a tidegate.io/v1alpha1 Queue."""
+
+    priority: int = 0
+    reclaimable: bool = True
+    capability: ResourceList | None = None
+    card_quota: dict[str, int] | None = None
+    placement_profile: str | None = None
+    queueing_strategy: str | None = None
+    topology: str | None = None
+
+
+class Queue(_K8s, frozen=True, kw_only=True):
+    """A Queue."""
+
+    metadata: ObjectMeta
+    spec: QueueSpec = msgspec.field(default_factory=QueueSpec)
+
+
+class PriorityClass(_K8s, frozen=True, kw_only=True):
+    """A scheduling.k8s.io/v1 PriorityClass."""
+
+    metadata: ObjectMeta
+    value: int = 0
+    global_default: bool = False
+
+
+# --------------------------------------------------------------------------- decoding
+
+T = TypeVar("T", bound=_K8s)
+
+
+class ObjectError(ValueError):
+    """An object that cannot be read at all; the message names the field (JSON path)."""
+
+
+def decode(obj: object, kind: type[T]) -> T:
+    """Decode a JSON object (as the API server sent it) into ``kind``.
+
+    Raises :class:`ObjectError` whose message carries msgspec's JSON path, e.g.
+    "Expected `int`, got `str` - at `$.spec.parallelism`".
+    """
+    try:
+        return msgspec.convert(obj, kind)
+    except msgspec.ValidationError as exc:
+        raise ObjectError(str(exc)) from exc
+
+
+def describe_error(error: ObjectError) -> str:
+    """Turn msgspec's "Expected `int`, got `str` - at `$.spec.x`" into "spec.x: expected int, got str"."""
+    text = str(error)
+    message, sep, path = text.rpartition(" - at `")
+    if not sep:
+        return text
+    field = path.rstrip("`").removeprefix("$").removeprefix(".")
+    message = message.replace("`", "")
+    return f"{field}: {message[:1].lower()}{message[1:]}"
+
+
+def timestamp(value: str | None) -> float:
+    """An RFC 3339 timestamp ("2024-05-01T10:00:00Z") as Unix seconds; 0.0 when absent or bad."""
+    if not value:
+        return 0.0
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

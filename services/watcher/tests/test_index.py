@@ -1,0 +1,192 @@
+"""The index over a sequence of events: managed workloads, owner chains arriving out of order,
+deletions, PodGroups created late, configuration changes, versions."""
+
+from typing import Any
+
+from tidegate.model import PodState, TopologyConfig, WorkloadState
+from tidegate.watcher.index import ClusterIndex, StateKey
+
+W = "workload"
+
+
+def wkey(name: str) -> StateKey:
+    return StateKey("workload", "default", name)
+
+
+def pkey(name: str) -> StateKey:
+    return StateKey("pod", "default", name)
+
+
+def pod_workload(index: ClusterIndex, name: str) -> str | None:
+    message = index.desired(pkey(name)).message
+    assert isinstance(message, PodState)
+    return message.workload
+
+
+def test_a_job_without_gated_pods_is_not_a_workload(k8s: Any) -> None:
+    index = ClusterIndex()
+    index.apply("Job", "ADDED", k8s.job("plain"))
+    index.apply(
+        "Pod", "ADDED", k8s.pod("plain-0", owner=k8s.owner_ref("Job", "plain"), gated=False)
+    )
+    assert index.desired(wkey("plain")).message is None
+    assert wkey("plain") not in index.state_keys()
+    assert pod_workload(index, "plain-0") is None
+
+
+def test_the_first_gated_pod_makes_the_workload_managed_and_republishes_its_siblings(
+    k8s: Any,
+) -> None:
+    index = ClusterIndex()
+    owner = k8s.owner_ref("Job", "j")
+    index.apply("Job", "ADDED", k8s.job("j", parallelism=2))
+    index.apply("Pod", "ADDED", k8s.pod("j-0", owner=owner, gated=False))
+    applied = index.apply("Pod", "ADDED", k8s.pod("j-1", owner=owner))
+    assert {pkey("j-0"), pkey("j-1"), wkey("j")} <= applied.affected
+    assert pod_workload(index, "j-0") == "default/j"
+    # Once admitted and ungated, the workload stays managed.
+    index.apply("Pod", "MODIFIED", k8s.pod("j-1", owner=owner, gated=False, nodeName="n1"))
+    assert isinstance(index.desired(wkey("j")).message, WorkloadState)
+
+
+def test_a_pod_seen_before_its_replicaset_waits_instead_of_making_a_wrong_workload(
+    k8s: Any,
+) -> None:
+    index = ClusterIndex()
+    rs_ref = k8s.owner_ref("ReplicaSet", "web-1", "apps/v1")
+    index.apply("Pod", "ADDED", k8s.pod("web-1-a", owner=rs_ref))
+    assert pod_workload(index, "web-1-a") is None
+    assert index.desired(wkey("web-1")).message is None
+    index.apply("ReplicaSet", "ADDED", k8s.replicaset("web-1", deployment="web"))
+    assert pod_workload(index, "web-1-a") is None  # still waiting for the Deployment
+    applied = index.apply("Deployment", "ADDED", k8s.deployment("web", replicas=2))
+    assert {pkey("web-1-a"), wkey("web")} <= applied.affected
+    assert pod_workload(index, "web-1-a") == "default/web"
+    message = index.desired(wkey("web")).message
+    assert isinstance(message, WorkloadState)
+    assert (message.owner_kind, message.podsets[0].count) == ("Deployment", 2)
+    assert index.desired(wkey("web-1")).message is None
+
+
+def test_a_replicaset_without_a_deployment_is_its_own_top_owner(k8s: Any) -> None:
+    index = ClusterIndex()
+    index.apply("ReplicaSet", "ADDED", k8s.replicaset("rs", deployment=None, replicas=3))
+    index.apply("Pod", "ADDED", k8s.pod("rs-a", owner=k8s.owner_ref("ReplicaSet", "rs", "apps/v1")))
+    message = index.desired(wkey("rs")).message
+    assert isinstance(message, WorkloadState)
+    assert (message.owner_kind, message.service_type, message.podsets[0].count) == (
+        "ReplicaSet",
+        "inference",
+        3,
+    )
+
+
+def test_deleting_the_owner_removes_the_workload(k8s: Any) -> None:
+    index = ClusterIndex()
+    job = k8s.job("j")
+    index.apply("Job", "ADDED", job)
+    index.apply("Pod", "ADDED", k8s.pod("j-0", owner=k8s.owner_ref("Job", "j")))
+    applied = index.apply("Job", "DELETED", job)
+    assert {wkey("j"), pkey("j-0")} <= applied.affected
+    assert index.desired(wkey("j")).message is None
+    assert pod_workload(index, "j-0") is None
+    assert ("default", "j") not in index.managed
+
+
+def test_deleting_pods_updates_a_podgroup_and_a_bare_pod_goes_with_its_pod(k8s: Any) -> None:
+    index = ClusterIndex()
+    group = {"scheduling.k8s.io/group-name": "g"}
+    index.apply("PodGroup", "ADDED", k8s.podgroup("g", min_member=2))
+    a, b, solo = k8s.pod("a", labels=group), k8s.pod("b", labels=group), k8s.pod("solo")
+    for obj in (a, b, solo):
+        index.apply("Pod", "ADDED", obj)
+    applied = index.apply("Pod", "DELETED", b)
+    assert {pkey("b"), wkey("g")} <= applied.affected
+    assert index.desired(pkey("b")).message is None
+    message = index.desired(wkey("g")).message
+    assert isinstance(message, WorkloadState)
+    assert sum(ps.count for ps in message.podsets) == 1
+    index.apply("Pod", "DELETED", solo)
+    assert index.desired(wkey("solo")).message is None
+
+
+def test_podgroup_members_wait_for_their_group(k8s: Any) -> None:
+    index = ClusterIndex()
+    index.apply("Pod", "ADDED", k8s.pod("m", labels={"scheduling.k8s.io/group-name": "late"}))
+    assert pod_workload(index, "m") is None
+    assert index.desired(wkey("late")).message is None
+    applied = index.apply("PodGroup", "ADDED", k8s.podgroup("late", min_member=1))
+    assert {pkey("m"), wkey("late")} <= applied.affected
+    assert pod_workload(index, "m") == "default/late"
+    index.apply("PodGroup", "DELETED", k8s.podgroup("late"))
+    assert index.desired(wkey("late")).message is None
+    assert pod_workload(index, "m") is None
+
+
+def test_topology_changes_re_recognize_workloads_and_tidegate_wins_a_name_clash(
+    k8s: Any,
+) -> None:
+    index = ClusterIndex()
+    job = k8s.job(
+        "j", annotations={"tidegate.io/topology": "dc", "tidegate.io/topology-required": "rack"}
+    )
+    index.apply("Job", "ADDED", job)
+    index.apply("Pod", "ADDED", k8s.pod("j-0", owner=k8s.owner_ref("Job", "j")))
+    before = index.desired(wkey("j")).message
+    assert isinstance(before, WorkloadState)
+    assert before.podsets[0].topology.required == "rack"  # no Topology yet: left as written
+
+    index.apply("KueueTopology", "ADDED", k8s.topology("dc", ["k/block", "k/rack"], kueue=True))
+    applied = index.apply("Topology", "ADDED", k8s.topology("dc", ["t/block", "t/rack"]))
+    assert wkey("j") in applied.affected
+    topology = index.desired(StateKey("topology", None, "dc")).message
+    assert isinstance(topology, TopologyConfig)
+    assert topology.levels == ["t/block", "t/rack"]
+    after = index.desired(wkey("j")).message
+    assert isinstance(after, WorkloadState)
+    assert after.podsets[0].topology.required == "t/rack"
+
+    index.apply("Topology", "DELETED", k8s.topology("dc", ["t/block", "t/rack"]))
+    topology = index.desired(StateKey("topology", None, "dc")).message
+    assert isinstance(topology, TopologyConfig)
+    assert topology.levels == ["k/block", "k/rack"]
+
+
+def test_a_malformed_topology_is_not_published_and_says_why(k8s: Any) -> None:
+    index = ClusterIndex()
+    index.apply("Topology", "ADDED", k8s.topology("empty", []))
+    desired = index.desired(StateKey("topology", None, "empty"))
+    assert desired.message is None
+    assert desired.problems == (
+        "Topology empty: spec.levels: a Topology needs at least one level (not published)",
+    )
+
+
+def test_versions_only_grow_and_seeded_workloads_count_as_managed(k8s: Any) -> None:
+    index = ClusterIndex()
+    index.seed_managed([("default", "j")])
+    job = k8s.job("j")
+    index.apply("Job", "ADDED", job)
+    index.apply("Pod", "ADDED", k8s.pod("j-0", owner=k8s.owner_ref("Job", "j"), gated=False))
+    assert isinstance(index.desired(wkey("j")).message, WorkloadState)
+    v1 = index.version(wkey("j"))
+    assert v1 is not None
+    older = dict(job, metadata=dict(job["metadata"], resourceVersion="5"))
+    index.apply("Job", "MODIFIED", older)
+    assert index.version(wkey("j")) == v1
+    index.forget(wkey("j"))
+    assert index.version(wkey("j")) is None
+
+
+def test_queue_and_node_lifecycle(k8s: Any) -> None:
+    index = ClusterIndex()
+    node = k8s.node("n1")
+    queue = k8s.queue("q", {"priority": 5})
+    index.apply("Node", "ADDED", node)
+    index.apply("Queue", "ADDED", queue)
+    assert StateKey("node", None, "n1") in index.state_keys()
+    assert index.desired(StateKey("queue", None, "q")).uid == "uid-q"
+    index.apply("Node", "DELETED", node)
+    index.apply("Queue", "DELETED", queue)
+    assert index.desired(StateKey("node", None, "n1")).message is None
+    assert index.desired(StateKey("queue", None, "q")).message is None
