@@ -30,6 +30,8 @@ from tidegate.bus.consumer import (
 from tidegate.bus.errors import BusError, Conflict, LeaseLost, Permanent, Retryable, Unavailable
 from tidegate.bus.follower import StateFollower, StateHandler
 from tidegate.bus.layout import LayoutSettings
+from tidegate.bus.lease import EpochFence, Lease, LeaseRecord, LeaseSettings, default_holder_id
+from tidegate.bus.ledger import Ledger, LedgerEntry
 from tidegate.bus.message import Published, Received
 from tidegate.bus.publisher import Publisher, PublishError, PublishFailure, PublishStats
 
@@ -42,9 +44,15 @@ __all__ = [
     "ConsumerObserver",
     "ConsumerSettings",
     "DurableConsumer",
+    "EpochFence",
     "Handler",
     "LayoutSettings",
+    "Lease",
     "LeaseLost",
+    "LeaseRecord",
+    "LeaseSettings",
+    "Ledger",
+    "LedgerEntry",
     "Outcome",
     "Permanent",
     "PublishError",
@@ -60,6 +68,7 @@ __all__ = [
     "StateHandler",
     "Unavailable",
     "connect",
+    "default_holder_id",
     "layout",
     "servers_from_url",
 ]

@@ -1,0 +1,101 @@
+"""The admission ledger: a KV map from key (e.g. a workload key) to bytes, with revisions.
+
+Why: admission's record of what it admitted must survive restarts and leader changes, and a
+write must not overwrite one it has not seen. Every write can name the revision it expects
+(optimistic concurrency): a mismatch raises :class:`Conflict` (re-read, decide again). The
+values are opaque bytes; the caller picks the encoding (admission uses msgspec JSON).
+Keys may hold letters, digits and ``-/_=.``; a workload key ``ns/name`` is valid as is.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Final, Self
+
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from tidegate.bus import layout
+from tidegate.bus._wrap import wrapped
+from tidegate.bus.connection import Bus
+from tidegate.bus.errors import Permanent
+
+_VALID_KEY: Final = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerEntry:
+    """One key's current value and the revision that wrote it."""
+
+    key: str
+    value: bytes
+    revision: int
+
+
+class Ledger:
+    """Get, put (optionally conditional on a revision), delete and list keys of a KV bucket."""
+
+    def __init__(self, kv: KeyValue, bucket: str) -> None:
+        self._kv = kv
+        self.bucket = bucket
+        """The KV bucket's name."""
+
+    @classmethod
+    async def open(cls, bus: Bus, cluster: str) -> Self:
+        """The ledger of ``cluster`` (its bucket is created by ``Bus.ensure_layout``)."""
+        bucket = layout.ledger_bucket(cluster)
+        return cls(await bus.key_value(bucket), bucket)
+
+    def _check(self, key: str) -> None:
+        if not _VALID_KEY.match(key) or key.startswith(".") or key.endswith("."):
+            raise Permanent(
+                f"ledger key {key!r} is not valid: use letters, digits and -/_=. "
+                "(not starting or ending with a dot)"
+            )
+
+    async def get(self, key: str) -> LedgerEntry | None:
+        """The current entry, or None if the key is absent or deleted."""
+        self._check(key)
+        with wrapped(f"reading ledger key {key}"):
+            try:
+                entry = await self._kv.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                return None
+        return LedgerEntry(key=key, value=entry.value or b"", revision=entry.revision or 0)
+
+    async def put(self, key: str, value: bytes, *, revision: int | None = None) -> int:
+        """Write ``value``; returns the new revision.
+
+        ``revision=None`` writes unconditionally; ``revision=0`` only if the key does not
+        exist; ``revision=N`` only if N is the key's current revision. Otherwise
+        :class:`Conflict`.
+        """
+        self._check(key)
+        with wrapped(f"writing ledger key {key}"):
+            if revision is None:
+                return await self._kv.put(key, value)
+            if revision == 0:
+                return await self._kv.create(key, value)
+            return await self._kv.update(key, value, last=revision)
+
+    async def delete(self, key: str, *, revision: int | None = None) -> None:
+        """Delete ``key`` (only if its revision is ``revision``, when given)."""
+        self._check(key)
+        with wrapped(f"deleting ledger key {key}"):
+            await self._kv.delete(key, last=revision)
+
+    async def keys(self) -> list[str]:
+        """Every key that currently has a value."""
+        with wrapped(f"listing {self.bucket}"):
+            try:
+                return sorted(await self._kv.keys())
+            except nats.js.errors.NoKeysError:
+                return []
+
+    async def entries(self) -> list[LedgerEntry]:
+        """Every current entry (a consistent read per key, not a snapshot of the bucket)."""
+        found = []
+        for key in await self.keys():
+            entry = await self.get(key)
+            if entry is not None:
+                found.append(entry)
+        return found

@@ -1,0 +1,110 @@
+"""Leases: one holder at a time, takeover after the TTL, stale holders fenced off."""
+
+import asyncio
+
+import pytest
+
+from tidegate.bus import Bus, Conflict, LeaseLost, layout
+from tidegate.bus.lease import EpochFence, Lease, LeaseRecord, LeaseSettings
+from tidegate.bus.ledger import Ledger
+
+
+def contender(bus: Bus, cluster: str, holder: str, ttl: float = 1.0) -> Lease:
+    return Lease(
+        bus,
+        cluster=cluster,
+        settings=LeaseSettings(
+            name="admission", holder=holder, ttl_seconds=ttl, acquire_poll_seconds=0.1
+        ),
+    )
+
+
+async def test_one_holder_at_a_time(bus: Bus, cluster_id: str) -> None:
+    leases = [contender(bus, cluster_id, f"replica-{i}", ttl=5) for i in range(5)]
+    won = await asyncio.gather(*(lease.try_acquire() for lease in leases))
+    assert sum(won) == 1
+    holder = leases[won.index(True)]
+    record, _ = await holder.current()
+    assert record is not None
+    assert record.holder == holder.settings.holder
+    assert record.epoch == holder.epoch > 0
+    await holder.renew()
+    assert not any([await lease.try_acquire() for lease in leases if lease is not holder])
+    await holder.release()
+
+
+async def test_a_standby_takes_over_after_the_ttl_and_the_stale_holder_is_rejected(
+    bus: Bus, cluster_id: str
+) -> None:
+    leader = contender(bus, cluster_id, "leader")
+    standby = contender(bus, cluster_id, "standby")
+    assert await leader.try_acquire()
+    old_epoch, old_revision = leader.epoch, leader.revision
+    assert not await standby.try_acquire()
+
+    # The leader stalls (no renewals): the key expires and the standby takes over.
+    new_epoch = await asyncio.wait_for(standby.acquire(), timeout=10)
+    assert new_epoch > old_epoch
+
+    # The stale leader wakes up: its renewal is refused, and so is any write with its revision.
+    with pytest.raises(LeaseLost):
+        await leader.renew()
+    assert not leader.held
+    stale = LeaseRecord(
+        holder="leader", epoch=old_epoch, ttl_seconds=1, acquired_at=0, renewed_at=0
+    ).encode()
+    bucket = layout.leases_bucket(cluster_id)
+    raw = Ledger(await bus.key_value(bucket), bucket)
+    with pytest.raises(Conflict):
+        await raw.put("admission", stale, revision=old_revision)
+    record, _ = await standby.current()
+    assert record is not None
+    assert record.holder == "standby"
+    await standby.check()
+    with pytest.raises(LeaseLost):
+        await leader.check()
+
+
+async def test_keep_alive_holds_the_lease_past_its_ttl(bus: Bus, cluster_id: str) -> None:
+    leader = contender(bus, cluster_id, "leader")
+    standby = contender(bus, cluster_id, "standby")
+    assert await leader.try_acquire()
+    renewing = asyncio.create_task(leader.keep_alive())
+    try:
+        await asyncio.sleep(2.5)
+        assert not await standby.try_acquire()
+        await leader.check()
+    finally:
+        renewing.cancel()
+        await asyncio.gather(renewing, return_exceptions=True)
+
+
+async def test_release_hands_over_at_once_and_keep_alive_reports_loss(
+    bus: Bus, cluster_id: str
+) -> None:
+    leader = contender(bus, cluster_id, "leader", ttl=30)
+    standby = contender(bus, cluster_id, "standby", ttl=30)
+    async with leader.holding() as epoch:
+        assert epoch > 0
+        assert not await standby.try_acquire()
+    assert await standby.try_acquire(), "released: no need to wait 30 s"
+    assert standby.epoch > epoch
+
+    # A holder whose key was taken over learns it from keep_alive.
+    usurped = contender(bus, cluster_id, "usurped", ttl=3)
+    kv = await bus.key_value(layout.leases_bucket(cluster_id))
+    await kv.delete("admission")
+    assert await usurped.try_acquire()
+    await kv.delete("admission")  # an operator removes the key by hand
+    assert await standby.try_acquire()
+    with pytest.raises(LeaseLost):
+        await asyncio.wait_for(usurped.keep_alive(), timeout=10)
+
+
+def test_epoch_fence_drops_writes_of_an_older_epoch() -> None:
+    fence = EpochFence()
+    assert fence.accept(5)
+    assert fence.accept(5)
+    assert fence.accept(9)
+    assert not fence.accept(5)
+    assert fence.newest == 9
