@@ -63,6 +63,13 @@ def test_expire_drops_only_old_entries_below_the_watermark() -> None:
     assert overlay.nodes() == [N2]
 
 
+def test_a_decision_already_reported_everywhere_adds_nothing() -> None:
+    overlay = Overlay()
+    overlay.report("t1", N1, 7)
+    overlay.add(7, {N1: {"cpu": 1}, N2: {"cpu": 1}})
+    assert overlay.nodes() == [N2]
+
+
 def test_reports_never_move_backwards() -> None:
     overlay = Overlay()
     overlay.add(4, {N1: {"cpu": 1}})

@@ -43,8 +43,15 @@ class Overlay:
         self._reported: dict[NodeName, dict[str, int]] = {}
 
     def add(self, sequence: int, usage: Mapping[NodeName, Resources], *, at: float = 0.0) -> None:
-        """Record that decision ``sequence`` took ``usage`` (node → resources)."""
+        """Record that decision ``sequence`` took ``usage`` (node → resources).
+
+        A node whose every topology already reported ``sequence`` applied gets no entry (a
+        decision restored from the ledger after the cache caught up).
+        """
         for node, amount in usage.items():
+            reported = self._reported.get(node)
+            if reported and min(reported.values()) >= sequence:
+                continue
             if any(v for v in amount.values()):
                 entries = self._entries.setdefault(node, [])
                 entries.append(OverlayEntry(sequence=sequence, amount=dict(amount), added_at=at))

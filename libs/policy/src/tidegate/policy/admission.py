@@ -1,0 +1,568 @@
+"""The admission cycle: which pending gangs are admitted, where, and why the others wait.
+
+:class:`Admission` is admission's whole decision state as a pure object: queues, workloads,
+quota usage (:class:`~tidegate.policy.quota.QuotaLedger`), free capacity per Topology with the
+overlay of decisions not yet reflected (:class:`~tidegate.policy.capacity.ClusterCapacity`),
+nominations of capacity freed by preemption, and the decision sequence. The admission service
+feeds it bus messages and calls :meth:`Admission.cycle`; every decision comes back as a
+:class:`Decision` whose ``body`` is the message to publish. Nothing here does I/O, so the
+whole policy is tested without NATS.
+
+One cycle, in order (docs/queues.md has the user's view):
+
+1. Workloads that are not in a usable queue wait: ``Invalid`` (the workload's own
+   ``invalid_reason``, or its queue's), ``QueueNotFound`` (no queue named, or no such queue).
+2. Queues by priority (then name); within a queue by workload priority, creation time, key.
+3. For each workload: its Topology (the queue's, else the workload's, else the only one or
+   ``default``), its card demand, its quota check, then gang placement of every podset at once
+   on the live view. If that fails and the gang has a minimum (``min_members`` or podset
+   ``min_count``), the same again with the minimum. Admitted: the capacity is taken from the
+   view at once (the next workload of the cycle cannot have it) and the quota charged.
+4. Otherwise why: quota (``ExceedsQuota``, ``CardQuotaExceeded``); placement that fails even
+   on an empty cluster of the Topology (``TopologyPlacementFailed``); else lack of capacity:
+   an inference workload asks for preemption (``PreemptRequested``, then
+   ``WaitingForPreemption`` while the request or its nomination lasts), anything else
+   ``WaitingForCapacity``.
+5. StrictFIFO: a workload left waiting (for any reason but ``Invalid``) stops its queue for
+   the cycle; BestEffortFIFO lets later ones try.
+
+Pending decisions are produced only when a workload's reason changes. A workload that waits
+is not tried again until something may have made room (capacity grew, quota was released, a
+queue changed, a nomination arrived or lapsed) or the workload itself changed.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import msgspec
+
+from tidegate.model import (
+    Admitted,
+    NodeName,
+    Pending,
+    PendingReason,
+    PodSetSpec,
+    Preempted,
+    PreemptRequested,
+    QueueConfig,
+    Released,
+    Resources,
+    WorkloadKey,
+    WorkloadState,
+)
+from tidegate.model.events import ReleaseReason
+from tidegate.placement import (
+    CapacityView,
+    PlacementError,
+    PlacementRequest,
+    PlacementResult,
+    place,
+)
+from tidegate.policy.capacity import ClusterCapacity
+from tidegate.policy.cards import CardDemand, CardError, card_demand
+from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
+from tidegate.policy.quota import Charge, QuotaLedger, QuotaRequest, gang_resources
+
+DEFAULT_PROFILE: Final = "best-fit"
+"""Placement profile when neither the workload nor its queue names one."""
+
+DecisionBody = Admitted | Pending | PreemptRequested | Released
+"""The messages a cycle or an event can produce."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One decision to publish, with what the service needs beside the message."""
+
+    key: WorkloadKey
+    body: DecisionBody
+    workload: WorkloadState | None = None
+    """The workload decided about (its trace context, namespace and name), if known."""
+    node_usage: dict[NodeName, Resources] = field(default_factory=dict)
+    """For an admission: what it takes on each node (kept in the ledger for a successor)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionSettings:
+    """Policy knobs of admission (the service fills them from its settings)."""
+
+    default_queue: str | None = None
+    """Queue of workloads that name none; None: such workloads wait with QueueNotFound."""
+    default_topology: str = "default"
+    """Topology used when neither queue nor workload names one and there are several."""
+    preemption_timeout_seconds: float = 30.0
+    """How long a preemption request is awaited before it is asked again."""
+    nomination_timeout_seconds: float = 120.0
+    """How long capacity freed by preemption stays reserved for its preemptor."""
+    overlay_grace_seconds: float = 30.0
+    """How long an overlay entry the cache has applied may wait for its node's report."""
+
+
+@dataclass(frozen=True, slots=True)
+class Nomination:
+    """Capacity freed by preemption and held for one preemptor."""
+
+    nodes: dict[NodeName, Resources]
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    reason: PendingReason
+    message: str
+    request: PlacementRequest | None = None
+    """For a placement failure: the request, to try on an empty cluster."""
+
+
+class Admission:
+    """Admission's decision state and the admission cycle (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: AdmissionSettings | None = None,
+        *,
+        epoch: int = 0,
+        sequence: int = 0,
+    ) -> None:
+        """Start empty; ``epoch`` is the leader's fencing epoch, ``sequence`` the last used."""
+        self.settings = settings or AdmissionSettings()
+        self.epoch = epoch
+        self.sequence = sequence
+        self.capacity = ClusterCapacity()
+        self.quota = QuotaLedger()
+        self._queues: dict[str, QueueConfig] = {}
+        self._workloads: dict[WorkloadKey, WorkloadState] = {}
+        self._admitted: dict[WorkloadKey, Admitted] = {}
+        self._aborted: set[WorkloadKey] = set()
+        self._nominations: dict[WorkloadKey, Nomination] = {}
+        self._awaiting: dict[WorkloadKey, float] = {}
+        self._reasons: dict[WorkloadKey, PendingReason] = {}
+        self._tried_at: dict[WorkloadKey, int] = {}
+        self._growth = 0
+
+    # ------------------------------------------------------------------ inputs
+
+    def set_queue(self, queue: QueueConfig) -> None:
+        """A Queue was created or changed."""
+        if self._queues.get(queue.name) != queue:
+            self._queues[queue.name] = queue
+            self._growth += 1
+
+    def remove_queue(self, name: str) -> None:
+        """A Queue was deleted: its waiting workloads become QueueNotFound."""
+        if self._queues.pop(name, None) is not None:
+            self._growth += 1
+
+    def set_workload(self, workload: WorkloadState) -> list[Decision]:
+        """A workload appeared or changed. A new object under an admitted name (another uid)
+        releases the old one's quota first."""
+        key = key_of(workload)
+        out: list[Decision] = []
+        before = self._workloads.get(key)
+        admitted = self._admitted.get(key)
+        if admitted is not None and admitted.uid != workload.uid:
+            released = self.release(key, "Deleted", "replaced by a new object of the same name")
+            out.extend([released] if released is not None else [])
+        if before is not None and before.uid != workload.uid:
+            self._aborted.discard(key)
+            self._reasons.pop(key, None)
+            self._drop_nomination(key)
+            self._awaiting.pop(key, None)
+        if before != workload:
+            self._tried_at.pop(key, None)
+        self._workloads[key] = workload
+        return out
+
+    def remove_workload(self, key: WorkloadKey) -> list[Decision]:
+        """A workload was deleted: its quota is released (if admitted) and it is forgotten."""
+        released = self.release(key, "Deleted", "the workload was deleted")
+        self._workloads.pop(key, None)
+        self._aborted.discard(key)
+        self._reasons.pop(key, None)
+        self._tried_at.pop(key, None)
+        self._awaiting.pop(key, None)
+        self._drop_nomination(key)
+        return [released] if released is not None else []
+
+    def release(
+        self, key: WorkloadKey, reason: ReleaseReason, message: str = ""
+    ) -> Decision | None:
+        """Give an admitted workload's quota back; None if it was not admitted."""
+        admitted = self._admitted.pop(key, None)
+        if admitted is None:
+            return None
+        self.quota.release(key)
+        self._growth += 1
+        body = Released(
+            workload=key,
+            uid=admitted.uid,
+            queue=admitted.queue,
+            reason=reason,
+            sequence=self._next_sequence(),
+            message=message,
+        )
+        return Decision(key=key, body=body, workload=self._workloads.get(key))
+
+    def preempted(self, event: Preempted, *, now: float) -> list[Decision]:
+        """Victims were evicted for a preemptor: release their quota (``Evicted``), keep the
+        aborted ones from being admitted again, and hold the freed room for the preemptor."""
+        out: list[Decision] = []
+        for victim in event.victims:
+            key = WorkloadKey(victim)
+            released = self.release(key, "Evicted", f"preempted for {event.preemptor}")
+            out.extend([released] if released is not None else [])
+            if event.mode.get(victim, "restart") == "abort":
+                self._aborted.add(key)
+            self._tried_at.pop(key, None)
+        preemptor = WorkloadKey(event.preemptor)
+        self._awaiting.pop(preemptor, None)
+        if preemptor not in self._admitted and preemptor in self._workloads:
+            self._drop_nomination(preemptor)
+            nodes = {NodeName(n): dict(r) for n, r in event.nominated.items()}
+            self._nominations[preemptor] = Nomination(nodes=nodes, at=now)
+            for node, amount in nodes.items():
+                self.capacity.hold(node, amount)
+        self._growth += 1
+        return out
+
+    def restore(
+        self, admitted: Admitted, node_usage: Mapping[NodeName, Resources], *, now: float
+    ) -> None:
+        """Take over an admission recorded in the ledger by a previous leader (idempotent)."""
+        key = WorkloadKey(admitted.workload)
+        self._admitted[key] = admitted
+        self.quota.charge(
+            key,
+            Charge(queue=admitted.queue, resources=admitted.charged, cards=admitted.charged_cards),
+        )
+        self.sequence = max(self.sequence, admitted.sequence)
+        self.capacity.take(admitted.sequence, node_usage, at=now)
+        self._reasons.pop(key, None)
+
+    # ------------------------------------------------------------------ queries
+
+    def admitted(self) -> dict[WorkloadKey, Admitted]:
+        """The admitted workloads and their admissions."""
+        return dict(self._admitted)
+
+    def is_admitted(self, key: WorkloadKey) -> bool:
+        """Whether ``key`` is admitted."""
+        return key in self._admitted
+
+    def nominations(self) -> dict[WorkloadKey, Nomination]:
+        """Capacity currently held for preemptors."""
+        return dict(self._nominations)
+
+    def last_reason(self, key: WorkloadKey) -> PendingReason | None:
+        """The reason last published for a waiting workload."""
+        return self._reasons.get(key)
+
+    # ------------------------------------------------------------------ the cycle
+
+    def cycle(self, *, now: float) -> list[Decision]:
+        """Run one admission cycle over every waiting workload; return its decisions in order."""
+        self._expire(now)
+        out: list[Decision] = []
+        by_queue: dict[str, list[WorkloadState]] = {}
+        for key in sorted(self._workloads):
+            if key in self._admitted or key in self._aborted:
+                continue
+            workload = self._workloads[key]
+            name = workload.queue or self.settings.default_queue
+            queue = self._queues.get(name) if name is not None else None
+            if workload.invalid_reason is not None:
+                self._wait(out, workload, name, "Invalid", workload.invalid_reason)
+            elif name is None:
+                self._wait(out, workload, None, "QueueNotFound", "the workload names no queue")
+            elif queue is None:
+                self._wait(out, workload, name, "QueueNotFound", f"queue {name} does not exist")
+            elif queue.invalid_reason is not None:
+                message = f"queue {name} is invalid: {queue.invalid_reason}"
+                self._wait(out, workload, name, "Invalid", message)
+            else:
+                by_queue.setdefault(name, []).append(workload)
+
+        growth = self._growth + self.capacity.version
+        for queue in order_queues(self._queues[name] for name in by_queue):
+            blocked_by: WorkloadKey | None = None
+            for workload in order_workloads(by_queue[queue.name]):
+                key = key_of(workload)
+                if blocked_by is not None:
+                    message = f"queue {queue.name} is StrictFIFO and waits for {blocked_by}"
+                    self._wait(out, workload, queue.name, "WaitingForCapacity", message)
+                    self._tried_at.pop(key, None)
+                    continue
+                remembered = self._reasons.get(key)
+                if self._tried_at.get(key) == growth and remembered is not None:
+                    reason: PendingReason | None = remembered
+                else:
+                    reason = self._try(out, workload, queue, now)
+                    if reason is not None:
+                        self._tried_at[key] = growth
+                if reason is not None and blocks_queue(queue, reason):
+                    blocked_by = key
+        return out
+
+    # ------------------------------------------------------------------ internals
+
+    def _try(
+        self, out: list[Decision], workload: WorkloadState, queue: QueueConfig, now: float
+    ) -> PendingReason | None:
+        """Try to admit one workload; return None if admitted, else the reason it waits."""
+        topology = self._topology_for(workload, queue)
+        if isinstance(topology, _Failure):
+            return self._wait(out, workload, queue.name, topology.reason, topology.message)
+        attempts = _attempts(workload)
+        if isinstance(attempts, _Failure):
+            return self._wait(out, workload, queue.name, attempts.reason, attempts.message)
+
+        key = key_of(workload)
+        nomination = self._nominations.get(key)
+        if nomination is not None:
+            for node, amount in nomination.nodes.items():
+                self.capacity.unhold(node, amount)
+        failure: _Failure | None = None
+        for podsets in attempts:
+            outcome = self._admit(workload, queue, topology, podsets, nominated=nomination, now=now)
+            if isinstance(outcome, Decision):
+                out.append(outcome)
+                return None
+            failure = outcome
+            if failure.reason == "Invalid":
+                break
+        if nomination is not None:
+            for node, amount in nomination.nodes.items():
+                self.capacity.hold(node, amount)
+        assert failure is not None  # at least one attempt ran
+        if failure.request is None:
+            return self._wait(out, workload, queue.name, failure.reason, failure.message)
+
+        empty = self.capacity.empty_view(topology)
+        assert empty is not None  # the topology is known (checked above)
+        ever = _place(empty, failure.request)
+        if isinstance(ever, str) or not ever.fits:
+            why = ever if isinstance(ever, str) else ever.reason
+            message = (
+                f"cannot fit even in an empty {topology} ({self.capacity.nodes(topology)} nodes): "
+                f"{why}"
+            )
+            return self._wait(out, workload, queue.name, "TopologyPlacementFailed", message)
+        if key in self._nominations or key in self._awaiting:
+            message = f"waiting for preemption to free room: {failure.message}"
+            return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
+        if workload.service_type == "inference":
+            self._awaiting[key] = now
+            body = PreemptRequested(
+                workload=key,
+                uid=workload.uid,
+                queue=queue.name,
+                sequence=self._next_sequence(),
+                message=failure.message,
+            )
+            out.append(Decision(key=key, body=body, workload=workload))
+            message = f"preemption requested: {failure.message}"
+            return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
+        return self._wait(out, workload, queue.name, "WaitingForCapacity", failure.message)
+
+    def _admit(
+        self,
+        workload: WorkloadState,
+        queue: QueueConfig,
+        topology: str,
+        podsets: Sequence[PodSetSpec],
+        *,
+        nominated: Nomination | None,
+        now: float,
+    ) -> Decision | _Failure:
+        try:
+            demand = card_demand(workload, podsets)
+            restricted = demand.restrict(podsets)
+        except CardError as exc:
+            return _Failure("Invalid", str(exc))
+        request = QuotaRequest(
+            resources=gang_resources(podsets),
+            cards={m: n for m, n in demand.cards.items() if n},
+            card_resources=demand.card_resources,
+        )
+        verdict = self.quota.check(queue, request)
+        if verdict is not None:
+            return _Failure(verdict.reason, verdict.message)
+        profile = workload.profile or queue.profile or DEFAULT_PROFILE
+        placement = PlacementRequest(podsets=restricted, profile=profile)
+        view = self.capacity.view(topology)
+        assert view is not None  # the topology is known (checked by the caller)
+        result = _place(view, placement)
+        if isinstance(result, str):
+            return _Failure("Invalid", result)
+        if not result.fits:
+            return _Failure("WaitingForCapacity", result.reason or "no room", placement)
+        return self._commit(workload, queue, restricted, result, request, demand, nominated, now)
+
+    def _commit(
+        self,
+        workload: WorkloadState,
+        queue: QueueConfig,
+        podsets: Sequence[PodSetSpec],
+        result: PlacementResult,
+        request: QuotaRequest,
+        demand: CardDemand,
+        nominated: Nomination | None,
+        now: float,
+    ) -> Decision:
+        key = key_of(workload)
+        sequence = self._next_sequence()
+        usage = {NodeName(node): taken for node, taken in result.usage().items()}
+        body = Admitted(
+            workload=key,
+            uid=workload.uid,
+            queue=queue.name,
+            sequence=sequence,
+            epoch=self.epoch,
+            assignments=dict(result.assignments),
+            charged=request.resources,
+            charged_cards=request.cards,
+            card_model=demand.card_model,
+            nominated_by=key if nominated is not None else None,
+        )
+        self.capacity.take(sequence, usage, at=now)
+        self.quota.charge(
+            key, Charge(queue=queue.name, resources=request.resources, cards=request.cards)
+        )
+        self._admitted[key] = body
+        self._nominations.pop(key, None)
+        self._awaiting.pop(key, None)
+        self._reasons.pop(key, None)
+        self._tried_at.pop(key, None)
+        return Decision(key=key, body=body, workload=workload, node_usage=usage)
+
+    def _topology_for(self, workload: WorkloadState, queue: QueueConfig) -> str | _Failure:
+        if queue.topology and workload.topology and queue.topology != workload.topology:
+            return _Failure(
+                "Invalid",
+                f"the workload asks for topology {workload.topology} but queue {queue.name} "
+                f"places on topology {queue.topology}",
+            )
+        name = queue.topology or workload.topology
+        if name is None:
+            known = self.capacity.topologies()
+            if len(known) == 1:
+                name = known[0]
+            elif self.settings.default_topology in known:
+                name = self.settings.default_topology
+            else:
+                listed = ", ".join(known) if known else "none exists"
+                return _Failure(
+                    "TopologyPlacementFailed",
+                    f"no topology chosen: queue {queue.name} names none, the workload names "
+                    f"none and there is no single or '{self.settings.default_topology}' "
+                    f"topology ({listed})",
+                )
+        if self.capacity.levels(name) is None:
+            return _Failure("TopologyPlacementFailed", f"topology {name} does not exist")
+        return name
+
+    def _wait(
+        self,
+        out: list[Decision],
+        workload: WorkloadState,
+        queue: str | None,
+        reason: PendingReason,
+        message: str,
+    ) -> PendingReason:
+        key = key_of(workload)
+        if self._reasons.get(key) != reason:
+            self._reasons[key] = reason
+            body = Pending(
+                workload=key,
+                uid=workload.uid,
+                queue=queue,
+                reason=reason,
+                message=message,
+                sequence=self._next_sequence(),
+            )
+            out.append(Decision(key=key, body=body, workload=workload))
+        return reason
+
+    def _expire(self, now: float) -> None:
+        timeout = self.settings.preemption_timeout_seconds
+        for key, at in list(self._awaiting.items()):
+            if now - at >= timeout:
+                del self._awaiting[key]
+                self._growth += 1
+        timeout = self.settings.nomination_timeout_seconds
+        for key, nomination in list(self._nominations.items()):
+            if now - nomination.at >= timeout:
+                self._drop_nomination(key)
+        self.capacity.expire_overlay(before=now - self.settings.overlay_grace_seconds)
+
+    def _drop_nomination(self, key: WorkloadKey) -> None:
+        nomination = self._nominations.pop(key, None)
+        if nomination is not None:
+            for node, amount in nomination.nodes.items():
+                self.capacity.unhold(node, amount)
+            self._growth += 1
+
+    def _next_sequence(self) -> int:
+        self.sequence += 1
+        return self.sequence
+
+
+def minimum_podsets(workload: WorkloadState) -> list[PodSetSpec] | None:
+    """The smallest gang that may run: each podset at its ``min_count``, then cut from the last
+    podset backwards to ``min_members`` pods in all. None when that is the whole gang.
+
+    Raises ValueError naming the field when the minimum is larger than the gang.
+    """
+    counts = [p.count if p.min_count is None else p.min_count for p in workload.podsets]
+    for podset, count in zip(workload.podsets, counts, strict=True):
+        if not 0 <= count <= podset.count:
+            raise ValueError(
+                f"podsets[{podset.name}].min_count: {count} is not between 0 and its count "
+                f"{podset.count}"
+            )
+    total = sum(p.count for p in workload.podsets)
+    if workload.min_members is not None:
+        if not 1 <= workload.min_members <= total:
+            raise ValueError(
+                f"min_members: {workload.min_members} is not between 1 and the workload's "
+                f"{total} pods"
+            )
+        excess = sum(counts) - workload.min_members
+        for i in reversed(range(len(counts))):
+            cut = min(max(excess, 0), counts[i])
+            counts[i] -= cut
+            excess -= cut
+    if counts == [p.count for p in workload.podsets]:
+        return None
+    return [
+        msgspec.structs.replace(p, count=c, min_count=None)
+        for p, c in zip(workload.podsets, counts, strict=True)
+        if c > 0
+    ]
+
+
+def _attempts(workload: WorkloadState) -> list[list[PodSetSpec]] | _Failure:
+    podsets = list(workload.podsets)
+    bad = next((p for p in podsets if p.count < 0), None)
+    if bad is not None:
+        return _Failure("Invalid", f"podsets[{bad.name}].count: {bad.count} is negative")
+    if sum(p.count for p in podsets) == 0:
+        return _Failure("Invalid", "the workload has no pods")
+    try:
+        minimum = minimum_podsets(workload)
+    except ValueError as exc:
+        return _Failure("Invalid", str(exc))
+    # The whole gang first, exactly (placement would otherwise settle for a podset's min_count).
+    whole = [
+        p if p.min_count is None else msgspec.structs.replace(p, min_count=None) for p in podsets
+    ]
+    return [whole] if minimum is None else [whole, minimum]
+
+
+def _place(view: CapacityView, request: PlacementRequest) -> PlacementResult | str:
+    """Place, turning an invalid request into its message."""
+    try:
+        return place(view, request)
+    except PlacementError as exc:
+        return str(exc)
