@@ -20,6 +20,7 @@ from tidegate.placement.request import (
     PlacementError,
     PlacementRequest,
     PlacementResult,
+    resolve_profile,
 )
 from tidegate.placement.structure import Structure
 
@@ -37,5 +38,6 @@ __all__ = [
     "apply",
     "place",
     "release",
+    "resolve_profile",
     "tolerates",
 ]
