@@ -255,7 +255,7 @@ def test_never_fits_in_this_topology_versus_waiting_for_capacity() -> None:
     (huge,) = [
         b for b in only(decisions, Pending) if isinstance(b, Pending) and b.workload == "ns/huge"
     ]
-    assert "empty default (4 nodes)" in huge.message
+    assert huge.message.startswith("cannot fit in topology default even with all 4 nodes empty: ")
 
 
 def test_invalid_workloads_queues_and_unknown_queues_wait_with_a_reason() -> None:

@@ -343,10 +343,8 @@ class Admission:
         ever = _place(empty, failure.request)
         if isinstance(ever, str) or not ever.fits:
             why = ever if isinstance(ever, str) else ever.reason
-            message = (
-                f"cannot fit even in an empty {topology} ({self.capacity.nodes(topology)} nodes): "
-                f"{why}"
-            )
+            nodes = self.capacity.nodes(topology)
+            message = f"cannot fit in topology {topology} even with all {nodes} nodes empty: {why}"
             return self._wait(out, workload, queue.name, "TopologyPlacementFailed", message)
         if key in self._nominations or key in self._awaiting:
             message = f"waiting for preemption to free room: {failure.message}"
