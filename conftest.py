@@ -6,12 +6,13 @@ streams of one test never see another's messages.
 """
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from tidegate.bus.server import NatsServerProcess
+from tidegate.sim import SimCluster, SimSettings
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +33,10 @@ def nats_url(nats_server: NatsServerProcess) -> str:
 def cluster_id() -> str:
     """A fresh cluster id per test, so each test has its own streams."""
     return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimCluster]:
+    """A running simulated cluster (1 block x 2 racks x 4 nodes x 8 GPUs, full control plane)."""
+    async with SimCluster.running(SimSettings(nodes="1x2x4x8gpu")) as cluster:
+        yield cluster

@@ -1,0 +1,180 @@
+"""Run a simulated cluster: the API server on loopback plus the simulated control plane.
+
+:meth:`SimCluster.running` is the entry point for tests, the demo and ``tidegate sim``::
+
+    async with SimCluster.running(SimSettings(nodes="2x4x8x8gpu")) as sim:
+        sim.url; sim.write_kubeconfig(path); sim.store
+
+It creates the store, the bootstrap objects (namespaces, system PriorityClasses, CRDs, nodes,
+the Topology object), serves HTTP with aiohttp, and starts the parts of the control plane the
+settings enable, each as a supervised task that ends when the cluster stops.
+"""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
+from typing import Self
+
+import yaml
+from aiohttp import web
+
+from tidegate.sim.apiserver import ApiServer
+from tidegate.sim.bundled import bundled_crds
+from tidegate.sim.errors import ApiError, JsonObject
+from tidegate.sim.http import HttpApi, WatchSettings
+from tidegate.sim.kinds import CRDS, NODES, Registry
+from tidegate.sim.names import rfc3339
+from tidegate.sim.settings import SettingsError, SimSettings
+from tidegate.sim.store import Store
+from tidegate.sim.topology import ClusterLayout, layout_for, node_object, topology_object
+
+CONTEXT_NAME = "tidegate-sim"
+
+
+class SimCluster:
+    """A running (or ready to run) simulated Kubernetes cluster."""
+
+    def __init__(self, settings: SimSettings) -> None:
+        settings.validate()
+        self.settings = settings
+        self.store = Store(history_window=settings.history_window)
+        self.registry = Registry.with_builtins()
+        self.api = ApiServer(
+            self.store, self.registry, gate_managed_pods=settings.gates_managed_pods
+        )
+        self.http = HttpApi(
+            self.api,
+            WatchSettings(
+                bookmark_interval_seconds=settings.bookmark_interval_seconds,
+                max_watch_seconds=settings.max_watch_seconds,
+            ),
+        )
+        self.layout: ClusterLayout = ClusterLayout(nodes=[], levels=[])
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(cls, settings: SimSettings | None = None) -> AsyncIterator[Self]:
+        """Start a cluster, yield it, and stop it on exit."""
+        cluster = cls(settings or SimSettings())
+        await cluster.start()
+        try:
+            yield cluster
+        finally:
+            await cluster.stop()
+
+    @property
+    def url(self) -> str:
+        """Base URL of the API server, e.g. ``http://127.0.0.1:43121``."""
+        if self._runner is None:
+            raise RuntimeError("the simulated cluster is not running")
+        return f"http://{self.settings.host}:{self._port}"
+
+    @property
+    def levels(self) -> list[str]:
+        """Node label keys of the topology levels, widest first."""
+        return list(self.layout.levels)
+
+    async def start(self) -> None:
+        """Populate the cluster, serve HTTP, start the enabled control-plane parts."""
+        self._populate()
+        runner = web.AppRunner(
+            self.http.application(), handle_signals=False, access_log=None, shutdown_timeout=1.0
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.host, self.settings.port)
+        await site.start()
+        self._port = int(runner.addresses[0][1])
+        self._runner = runner
+        for coroutine in self._control_plane():
+            self._tasks.append(asyncio.create_task(coroutine))
+
+    def _control_plane(self) -> list[Coroutine[object, object, None]]:
+        return []
+
+    async def stop(self) -> None:
+        """Stop the control plane, end watches, stop serving."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        self.http.stop_watches()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _populate(self) -> None:
+        settings = self.settings
+        self.api.bootstrap()
+        crd_objects: list[JsonObject] = []
+        if settings.install_crds:
+            crd_objects.extend(bundled_crds())
+        for path in settings.crd_files:
+            crd_objects.extend(_load_crds(path))
+        for crd in crd_objects:
+            name = str(crd["metadata"]["name"])  # type: ignore[index]
+            if self.store.get(CRDS.key, "", name) is not None:
+                self.api.update(CRDS, None, name, crd)
+            else:
+                self.api.create(CRDS, None, crd)
+        if settings.nodes is not None:
+            self.layout = layout_for(
+                settings.nodes, gpu_product=settings.gpu_product, allocatable=settings.allocatable
+            )
+            created = rfc3339()
+            for spec in self.layout.nodes:
+                self.api.create(NODES, None, node_object(spec, created=created))
+        if settings.topology_name and self.layout.levels:
+            for group in ("tidegate.io", "kueue.x-k8s.io"):
+                rtype = self.api.resolve_kind(f"{group}/v1alpha1", "Topology")
+                if rtype is not None:
+                    body = topology_object(settings.topology_name, self.layout.levels, group=group)
+                    body["apiVersion"] = rtype.api_version
+                    try:
+                        self.api.create(rtype, None, body)
+                    except ApiError as exc:
+                        if exc.code != 409:
+                            raise
+
+    def write_kubeconfig(self, path: Path | str) -> Path:
+        """Write a kubeconfig for this cluster (kubernetes-asyncio and kubectl accept it)."""
+        target = Path(path)
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": self.url}}],
+            "users": [{"name": CONTEXT_NAME, "user": {"token": "tidegate-sim"}}],
+            "contexts": [
+                {
+                    "name": CONTEXT_NAME,
+                    "context": {
+                        "cluster": CONTEXT_NAME,
+                        "user": CONTEXT_NAME,
+                        "namespace": "default",
+                    },
+                }
+            ],
+            "current-context": CONTEXT_NAME,
+            "preferences": {},
+        }
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(yaml.safe_dump(config, sort_keys=False))
+        return target
+
+
+def _load_crds(path: Path) -> list[JsonObject]:
+    try:
+        documents = list(yaml.safe_load_all(path.read_text()))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SettingsError(f"crd_files: cannot load {path}: {exc}") from exc
+    crds = [
+        d for d in documents if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"
+    ]
+    if not crds:
+        raise SettingsError(f"crd_files: {path} holds no CustomResourceDefinition")
+    return crds

@@ -1,0 +1,506 @@
+"""The HTTP face of the simulated API server: Kubernetes REST paths, watch streams, discovery.
+
+Routes every request the way the kube-apiserver does: ``/api/v1/...`` and
+``/apis/<group>/<version>/...``, cluster-scoped and namespaced collections, named objects and
+their subresources (status, binding, eviction, scale), the legacy ``bindings`` collection,
+discovery documents, ``/version`` and health endpoints. Answers are JSON; errors are Status
+objects with the real codes and reasons. A watch is a chunked stream of JSON lines
+(ADDED/MODIFIED/DELETED, BOOKMARK when asked for, ERROR 410 when the resourceVersion is too
+old), filtered by namespace and selectors; an object that stops or starts matching a selector
+is reported as DELETED or ADDED, like the real watch cache.
+
+A few control endpoints under ``/sim/v1`` (not part of Kubernetes) let tests compact the
+watch history and inject faults (429/5xx answers).
+
+The verbs themselves live in :class:`~tidegate.sim.apiserver.ApiServer`; this module only
+parses requests and writes responses.
+"""
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+import msgspec
+import yaml
+from aiohttp import web
+
+from tidegate.sim.apiserver import ApiServer
+from tidegate.sim.errors import (
+    ApiError,
+    JsonObject,
+    bad_request,
+    method_not_allowed,
+    resource_not_found,
+)
+from tidegate.sim.kinds import BINDING, EVICTION, PODS, SCALE, ResourceType
+from tidegate.sim.patching import APPLY_PATCH
+from tidegate.sim.selectors import Selector
+from tidegate.sim.store import ADDED, DELETED, MODIFIED, WatchEvent
+
+_ENCODER: Final = msgspec.json.Encoder()
+_JSON: Final = "application/json"
+SERVER_VERSION: Final[JsonObject] = {
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.0-tidegate-sim",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2025-01-01T00:00:00Z",
+    "goVersion": "go1.24.0",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatchSettings:
+    """How watches behave: bookmark cadence and the longest a watch stays open."""
+
+    bookmark_interval_seconds: float = 5.0
+    max_watch_seconds: float = 1800.0
+
+
+@dataclass
+class Fault:
+    """An injected failure: the next ``count`` matching requests get ``code``."""
+
+    code: int
+    count: int
+    method: str | None = None
+    path_prefix: str = ""
+    retry_after_seconds: int | None = None
+
+
+@dataclass
+class FaultInjector:
+    """Pending injected faults, consumed in order."""
+
+    faults: list[Fault] = field(default_factory=list)
+
+    def take(self, method: str, path: str) -> Fault | None:
+        """The fault that applies to this request (consuming one use of it), if any."""
+        for fault in self.faults:
+            if fault.method not in (None, method) or not path.startswith(fault.path_prefix):
+                continue
+            fault.count -= 1
+            if fault.count <= 0:
+                self.faults.remove(fault)
+            return fault
+        return None
+
+
+def json_response(body: object, status: int = 200) -> web.Response:
+    """A JSON answer encoded with msgspec."""
+    return web.Response(body=_ENCODER.encode(body), status=status, content_type=_JSON)
+
+
+def error_response(error: ApiError) -> web.Response:
+    """The Status object for an error."""
+    response = json_response(error.status(), error.code)
+    if error.retry_after_seconds is not None:
+        response.headers["Retry-After"] = str(error.retry_after_seconds)
+    return response
+
+
+def _flag(value: str | None) -> bool:
+    return value is not None and value.lower() in ("true", "1")
+
+
+@dataclass
+class Route:
+    """A parsed resource path."""
+
+    rtype: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+class HttpApi:
+    """aiohttp handlers over one :class:`ApiServer`."""
+
+    def __init__(self, api: ApiServer, watch: WatchSettings) -> None:
+        self.api = api
+        self.watch_settings = watch
+        self.faults = FaultInjector()
+        self._stopping = asyncio.Event()
+        self._watch_tasks: set[asyncio.Task[None]] = set()
+
+    def application(self) -> web.Application:
+        """The aiohttp application serving everything."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    async def _on_shutdown(self, _app: web.Application) -> None:
+        self.stop_watches()
+
+    def stop_watches(self) -> None:
+        """End every open watch stream (before shutting down)."""
+        self._stopping.set()
+        self.api.store.close_watchers()
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        """Route one request; every ApiError becomes a Status answer."""
+        try:
+            if request.path.startswith("/sim/"):
+                return await self._control(request)
+            fault = self.faults.take(request.method, request.path)
+            if fault is not None:
+                raise ApiError(
+                    fault.code,
+                    "TooManyRequests" if fault.code == 429 else "InternalError",
+                    f"injected fault {fault.code}",
+                    retry_after_seconds=fault.retry_after_seconds,
+                )
+            return await self._serve(request)
+        except ApiError as error:
+            return error_response(error)
+
+    # --- routing -------------------------------------------------------------------------
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        segments = [s for s in request.path.split("/") if s]
+        if not segments:
+            return json_response({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz"]})
+        head = segments[0]
+        if head in ("healthz", "readyz", "livez"):
+            return web.Response(text="ok")
+        if head == "version":
+            return json_response(SERVER_VERSION)
+        registry = self.api.registry
+        if head == "api":
+            if len(segments) == 1:
+                return json_response(registry.api_versions(request.host))
+            group, version, rest = "", segments[1], segments[2:]
+        elif head == "apis":
+            if len(segments) == 1:
+                return json_response(registry.api_group_list())
+            group = segments[1]
+            if len(segments) == 2:
+                document = registry.api_group(group)
+                if document is None:
+                    raise resource_not_found()
+                return json_response(document)
+            version, rest = segments[2], segments[3:]
+        else:
+            raise resource_not_found()
+        if not rest:
+            if request.method != "GET":
+                raise method_not_allowed("discovery documents are read-only")
+            resources = registry.resource_list(group, version)
+            if resources is None:
+                raise resource_not_found()
+            return json_response(resources)
+        if group == "" and rest[0] == "namespaces" and len(rest) == 3 and rest[2] == "bindings":
+            return await self._legacy_binding(request, rest[1])
+        route = self._route(group, version, rest)
+        return await self._verb(request, route)
+
+    def _route(self, group: str, version: str, rest: list[str]) -> Route:
+        registry = self.api.registry
+        namespace: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            inner = registry.lookup(group, version, rest[2])
+            if inner is not None and inner.namespaced:
+                namespace, rest = rest[1], rest[2:]
+        rtype = registry.lookup(group, version, rest[0])
+        if rtype is None or len(rest) > 3:
+            raise resource_not_found()
+        if namespace is not None and not rtype.namespaced:
+            raise resource_not_found()
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if sub is not None and sub not in rtype.subresources:
+            raise resource_not_found()
+        return Route(rtype, namespace, name, sub)
+
+    async def _verb(self, request: web.Request, route: Route) -> web.StreamResponse:
+        api = self.api
+        query = request.query
+        method = request.method
+        rtype, namespace, name, sub = route.rtype, route.namespace, route.name, route.subresource
+        dry_run = "dryRun" in query
+        if name is None:
+            if method == "GET":
+                selector = Selector.parse(
+                    query.get("labelSelector", ""), query.get("fieldSelector", ""), rtype.kind
+                )
+                if _flag(query.get("watch")):
+                    return await self._watch(request, rtype, namespace, selector)
+                limit = _int_param(query, "limit")
+                listing = api.list_objects(
+                    rtype,
+                    namespace,
+                    selector,
+                    limit=limit or 0,
+                    continue_token=query.get("continue", ""),
+                )
+                return json_response(listing)
+            if method == "POST":
+                if rtype.namespaced and namespace is None:
+                    raise method_not_allowed(
+                        f"create of namespaced {rtype.plural} needs a namespace in the path"
+                    )
+                created = api.create(rtype, namespace, await _body(request), dry_run=dry_run)
+                return json_response(created, 201)
+            if method == "DELETE":
+                selector = Selector.parse(
+                    query.get("labelSelector", ""), query.get("fieldSelector", ""), rtype.kind
+                )
+                options = await _delete_options(request)
+                return json_response(api.delete_collection(rtype, namespace, selector, options))
+            raise method_not_allowed(f"{method} is not supported on a collection")
+        if rtype.namespaced and namespace is None:
+            raise resource_not_found()
+        if sub == BINDING:
+            if method != "POST" or namespace is None:
+                raise method_not_allowed("binding supports POST only")
+            return json_response(api.bind(namespace, name, await _body(request)), 201)
+        if sub == EVICTION:
+            if method != "POST" or namespace is None:
+                raise method_not_allowed("eviction supports POST only")
+            return json_response(api.evict(namespace, name, await _body(request)), 201)
+        if sub == SCALE:
+            assert namespace is not None
+            if method == "GET":
+                return json_response(api.get_scale(rtype, namespace, name))
+            if method == "PUT":
+                return json_response(
+                    api.set_scale(rtype, namespace, name, await _body(request), None)
+                )
+            if method == "PATCH":
+                content_type = request.content_type
+                return json_response(
+                    api.set_scale(rtype, namespace, name, await _body(request), content_type)
+                )
+            raise method_not_allowed(f"{method} is not supported on scale")
+        if method == "GET":
+            return json_response(api.get(rtype, namespace, name))
+        if method == "PUT":
+            updated = api.update(
+                rtype, namespace, name, await _body(request), subresource=sub, dry_run=dry_run
+            )
+            return json_response(updated)
+        if method == "PATCH":
+            content_type = request.content_type
+            if content_type == APPLY_PATCH:
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    "server-side apply is not simulated; use a merge or strategic merge patch",
+                )
+            patched = api.patch(
+                rtype,
+                namespace,
+                name,
+                await _body(request),
+                content_type,
+                subresource=sub,
+                dry_run=dry_run,
+            )
+            return json_response(patched)
+        if method == "DELETE":
+            if sub is not None:
+                raise method_not_allowed("DELETE is not supported on a subresource")
+            options = await _delete_options(request)
+            obj, removed = api.delete(rtype, namespace, name, options, dry_run=dry_run)
+            if rtype is PODS or not removed:
+                return json_response(obj)
+            metadata = obj.get("metadata")
+            uid = metadata.get("uid") if isinstance(metadata, dict) else None
+            return json_response(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {
+                        "name": name,
+                        "group": rtype.group,
+                        "kind": rtype.plural,
+                        "uid": uid,
+                    },
+                }
+            )
+        raise method_not_allowed(f"{method} is not supported")
+
+    async def _legacy_binding(self, request: web.Request, namespace: str) -> web.StreamResponse:
+        if request.method != "POST":
+            raise method_not_allowed("bindings supports POST only")
+        body = await _body(request)
+        metadata = body.get("metadata") if isinstance(body, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if not isinstance(name, str) or not name:
+            raise bad_request("a Binding needs metadata.name (the pod)")
+        return json_response(self.api.bind(namespace, name, body), 201)
+
+    # --- watch ---------------------------------------------------------------------------
+
+    async def _watch(
+        self,
+        request: web.Request,
+        rtype: ResourceType,
+        namespace: str | None,
+        selector: Selector,
+    ) -> web.StreamResponse:
+        query = request.query
+        rv_param = query.get("resourceVersion", "")
+        send_initial = _flag(query.get("sendInitialEvents"))
+        if rv_param in ("", "0") or send_initial:
+            since: int | None = None
+        else:
+            try:
+                since = int(rv_param)
+            except ValueError as exc:
+                raise bad_request(f'invalid resource version "{rv_param}"') from exc
+        timeout = self.watch_settings.max_watch_seconds
+        requested_timeout = _int_param(query, "timeoutSeconds")
+        if requested_timeout is not None:
+            timeout = min(timeout, float(requested_timeout))
+        bookmarks = _flag(query.get("allowWatchBookmarks"))
+        response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
+        response.enable_chunked_encoding()
+        # The subscription is taken before the first await, so no event can slip between
+        # the resume point and the live stream.
+        try:
+            watcher, replay = self.api.store.watch(rtype.key, namespace, since)
+        except ApiError as error:
+            await response.prepare(request)
+            await response.write(
+                _ENCODER.encode({"type": "ERROR", "object": error.status()}) + b"\n"
+            )
+            await response.write_eof()
+            return response
+        try:
+            await response.prepare(request)
+            lines = [line for e in replay if (line := _project(e, selector)) is not None]
+            if lines:
+                await response.write(b"".join(lines))
+            if send_initial and bookmarks:
+                await response.write(self._bookmark(rtype, {"k8s.io/initial-events-end": "true"}))
+            deadline = time.monotonic() + timeout
+            interval = self.watch_settings.bookmark_interval_seconds
+            while not self._stopping.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                batch = await watcher.next_batch(min(interval, remaining))
+                if batch is None:
+                    if bookmarks:
+                        await response.write(self._bookmark(rtype, None))
+                    continue
+                lines = [line for e in batch if (line := _project(e, selector)) is not None]
+                if lines:
+                    await response.write(b"".join(lines))
+                if watcher.closed:
+                    break
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            watcher.close()
+            raise
+        finally:
+            watcher.close()
+        return response
+
+    def _bookmark(self, rtype: ResourceType, annotations: dict[str, str] | None) -> bytes:
+        metadata: JsonObject = {"resourceVersion": str(self.api.store.resource_version)}
+        if annotations:
+            metadata["annotations"] = annotations
+        obj = {"kind": rtype.kind, "apiVersion": rtype.api_version, "metadata": metadata}
+        return _ENCODER.encode({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+    # --- control endpoints ---------------------------------------------------------------
+
+    async def _control(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/")
+        if path == "/sim/v1/compact" and request.method == "POST":
+            self.api.store.compact()
+            return json_response({"resourceVersion": str(self.api.store.resource_version)})
+        if path == "/sim/v1/faults":
+            if request.method == "POST":
+                body = await _body(request)
+                if not isinstance(body, dict) or not isinstance(body.get("code"), int):
+                    raise bad_request("a fault needs an integer code")
+                retry_after = body.get("retryAfterSeconds")
+                self.faults.faults.append(
+                    Fault(
+                        code=int(str(body["code"])),
+                        count=int(str(body.get("count", 1))),
+                        method=str(body["method"]) if body.get("method") else None,
+                        path_prefix=str(body.get("pathPrefix", "")),
+                        retry_after_seconds=int(str(retry_after))
+                        if retry_after is not None
+                        else None,
+                    )
+                )
+                return json_response({"pending": len(self.faults.faults)}, 201)
+            if request.method == "DELETE":
+                self.faults.faults.clear()
+                return json_response({"pending": 0})
+        raise resource_not_found()
+
+
+def _project(event: WatchEvent, selector: Selector) -> bytes | None:
+    """The line a watcher with ``selector`` sees for ``event``, or None."""
+    if selector.everything:
+        return event.line()
+    if event.type != MODIFIED:
+        return event.line() if selector.matches(event.obj) else None
+    now = selector.matches(event.obj)
+    before = event.old is not None and selector.matches(event.old)
+    if now and before:
+        return event.line()
+    if now:
+        return event.line(ADDED)
+    if before:
+        return event.line(DELETED)
+    return None
+
+
+def _int_param(query: Mapping[str, str], name: str) -> int | None:
+    raw = query.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(str(raw))
+    except ValueError as exc:
+        raise bad_request(f"{name}: invalid integer {raw!r}") from exc
+
+
+async def _body(request: web.Request) -> object:
+    raw = await request.read()
+    if not raw:
+        return None
+    if request.content_type in (APPLY_PATCH, "application/yaml"):
+        try:
+            return yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise bad_request(f"the request body is not valid YAML: {exc}") from exc
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"the request body is not valid JSON: {exc}") from exc
+
+
+async def _delete_options(request: web.Request) -> JsonObject:
+    options: JsonObject = {}
+    body = await _body(request)
+    if isinstance(body, dict):
+        options.update(body)
+    grace = request.query.get("gracePeriodSeconds")
+    if grace is not None and "gracePeriodSeconds" not in options:
+        try:
+            options["gracePeriodSeconds"] = int(grace)
+        except ValueError as exc:
+            raise bad_request(f"gracePeriodSeconds: invalid integer {grace!r}") from exc
+    policy = request.query.get("propagationPolicy")
+    if policy is not None and "propagationPolicy" not in options:
+        options["propagationPolicy"] = policy
+    return options
+
+
+__all__ = ["FaultInjector", "HttpApi", "WatchSettings", "json_response"]
