@@ -192,6 +192,10 @@ class Informer:
                 failures = 0
             except Gone as exc:
                 log.info("%s: %s; relisting", self._resource.plural, exc)
+                if need_list:
+                    # The list itself was refused as expired; do not spin on it.
+                    await asyncio.sleep(self._client.transport.backoff.delay(failures))
+                    failures += 1
                 need_list = True
             except TRANSIENT as exc:
                 delay = self._client.transport.backoff.delay(failures)
