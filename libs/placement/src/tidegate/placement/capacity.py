@@ -41,6 +41,33 @@ HARD_TAINT_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 """Taint effects a pod must tolerate to be placed on the node (PreferNoSchedule is advice)."""
 
 _SELECTOR_CACHE_SIZE: Final = 256
+_ARRAYS: Final = (
+    "_alloc",
+    "_used",
+    "_reserved",
+    "_free",
+    "_active",
+    "_ready",
+    "_domain",
+    "_taint_sig",
+)
+_TABLES: Final = (
+    "_resources",
+    "_resource_names",
+    "_names",
+    "_labels",
+    "_taints",
+    "_flags",
+    "_rows",
+    "_spare",
+    "_node_keys",
+    "_domain_ids",
+    "_domain_paths",
+    "_domain_parent",
+    "_domain_keys",
+    "_signatures",
+    "_signature_taints",
+)
 _INITIAL_ROWS: Final = 64
 
 IntArray = NDArray[np.int64]
@@ -131,6 +158,7 @@ class CapacityView:
         self._signatures: dict[tuple[tuple[str, str, str], ...], int] = {(): 0}
         self._signature_taints: list[tuple[Taint, ...]] = [()]
         self._structure: Structure | None = None
+        self._shared = False
         for node in nodes:
             self.upsert_node(node)
 
@@ -224,6 +252,7 @@ class CapacityView:
 
     def upsert_node(self, node: NodeCapacity) -> None:
         """Add a node or replace everything the view knows about it except its reservations."""
+        self._own_tables()
         for resource in (*node.allocatable, *node.used):
             self._column_index(resource)
         row = self._rows.get(node.name)
@@ -268,6 +297,7 @@ class CapacityView:
 
     def remove_node(self, name: str) -> None:
         """Forget node ``name`` (and its reservations); unknown names are ignored."""
+        self._own_tables()
         row = self._rows.pop(name, None)
         if row is None:
             return
@@ -310,38 +340,45 @@ class CapacityView:
         self._change_reserved(name, amount, -1)
 
     def copy(self) -> "CapacityView":
-        """An independent copy (for what-if and preemption simulations): arrays are copied,
-        the immutable ordering structure is shared until either side changes the topology."""
+        """An independent copy (for what-if and preemption simulations).
+
+        Capacity arrays are copied; the node and domain tables are shared until either side
+        adds, removes or changes a node (copy on write), and the immutable ordering structure
+        is shared until either side changes the topology. Cost: a few array copies.
+        """
         other = CapacityView.__new__(CapacityView)
         other._levels = self._levels
-        other._resources = dict(self._resources)
-        other._resource_names = list(self._resource_names)
-        other._alloc = self._alloc.copy()
-        other._used = self._used.copy()
-        other._reserved = self._reserved.copy()
-        other._free = self._free.copy()
-        other._active = self._active.copy()
-        other._ready = self._ready.copy()
-        other._domain = self._domain.copy()
-        other._taint_sig = self._taint_sig.copy()
-        other._names = list(self._names)
-        other._labels = list(self._labels)
-        other._taints = list(self._taints)
-        other._flags = list(self._flags)
-        other._rows = dict(self._rows)
-        other._spare = list(self._spare)
-        other._node_keys = list(self._node_keys)
-        other._domain_ids = [dict(ids) for ids in self._domain_ids]
-        other._domain_paths = [list(paths) for paths in self._domain_paths]
-        other._domain_parent = [list(parents) for parents in self._domain_parent]
-        other._domain_keys = [list(keys) for keys in self._domain_keys]
+        for name in _ARRAYS:
+            setattr(other, name, getattr(self, name).copy())
         other._domain_free = [sums.copy() for sums in self._domain_free]
         other._domain_nodes = [counts.copy() for counts in self._domain_nodes]
         other._selector_masks = {key: mask.copy() for key, mask in self._selector_masks.items()}
-        other._signatures = dict(self._signatures)
-        other._signature_taints = list(self._signature_taints)
+        for name in _TABLES:
+            setattr(other, name, getattr(self, name))
+        self._shared = other._shared = True
         other._structure = self._structure
         return other
+
+    def _own_tables(self) -> None:
+        """Copy the node and domain tables if a copy of this view still shares them."""
+        if not self._shared:
+            return
+        self._resources = dict(self._resources)
+        self._resource_names = list(self._resource_names)
+        self._names = list(self._names)
+        self._labels = list(self._labels)
+        self._taints = list(self._taints)
+        self._flags = list(self._flags)
+        self._rows = dict(self._rows)
+        self._spare = list(self._spare)
+        self._node_keys = list(self._node_keys)
+        self._domain_ids = [dict(ids) for ids in self._domain_ids]
+        self._domain_paths = [list(paths) for paths in self._domain_paths]
+        self._domain_parent = [list(parents) for parents in self._domain_parent]
+        self._domain_keys = [list(keys) for keys in self._domain_keys]
+        self._signatures = dict(self._signatures)
+        self._signature_taints = list(self._signature_taints)
+        self._shared = False
 
     # ------------------------------------------------------------------ for the placement engine
 
@@ -432,6 +469,7 @@ class CapacityView:
         index = self._resources.get(resource)
         if index is not None:
             return index
+        self._own_tables()
         index = len(self._resource_names)
         self._resources[resource] = index
         self._resource_names.append(resource)
