@@ -79,6 +79,7 @@ KNOWN_FORMATS = {
     "duration",
 }
 LOGIC = ("allOf", "anyOf", "oneOf", "not")
+FORBIDDEN = ("$ref", "definitions", "additionalItems", "dependencies", "patternProperties")
 INT_OR_STRING = [{"type": "integer"}, {"type": "string"}]
 
 
@@ -94,15 +95,7 @@ def structural_problems(schema: dict[str, Any], path: str = "") -> list[str]:
         problems.append(f"{where}: int-or-string needs anyOf [integer, string]")
     if "properties" in schema and "additionalProperties" in schema:
         problems.append(f"{where}: properties and additionalProperties are mutually exclusive")
-    for forbidden in (
-        "$ref",
-        "definitions",
-        "additionalItems",
-        "dependencies",
-        "patternProperties",
-    ):
-        if forbidden in schema:
-            problems.append(f"{where}: {forbidden} is not allowed")
+    problems += [f"{where}: {name} is not allowed" for name in FORBIDDEN if name in schema]
     if schema.get("uniqueItems") is True:
         problems.append(f"{where}: uniqueItems: true is not allowed")
     if "format" in schema and schema["format"] not in KNOWN_FORMATS:
@@ -111,16 +104,19 @@ def structural_problems(schema: dict[str, Any], path: str = "") -> list[str]:
         problems.append(f"{where}: an array needs items")
     if schema.get("x-kubernetes-list-type") == "map":
         items = schema.get("items", {})
-        for key in schema.get("x-kubernetes-list-map-keys", []):
-            if key not in items.get("required", []) and "default" not in items.get(
-                "properties", {}
-            ).get(key, {}):
-                problems.append(f"{where}: list-map key {key!r} must be required or defaulted")
+        defaulted = {k for k, v in items.get("properties", {}).items() if "default" in v}
+        problems += [
+            f"{where}: list-map key {key!r} must be required or defaulted"
+            for key in schema.get("x-kubernetes-list-map-keys", [])
+            if key not in items.get("required", []) and key not in defaulted
+        ]
     for junctor in LOGIC:
         for index, branch in enumerate(schema.get(junctor, [])):
-            for metadata_field in ("description", "default", "additionalProperties", "nullable"):
-                if metadata_field in branch:
-                    problems.append(f"{where}.{junctor}[{index}]: {metadata_field} not allowed")
+            problems += [
+                f"{where}.{junctor}[{index}]: {name} not allowed"
+                for name in ("description", "default", "additionalProperties", "nullable")
+                if name in branch
+            ]
             if "type" in branch and not (int_or_string and junctor == "anyOf"):
                 problems.append(f"{where}.{junctor}[{index}]: type not allowed")
     for name, child in schema.get("properties", {}).items():
@@ -138,8 +134,10 @@ def defaults_problems(schema: dict[str, Any], path: str = "") -> list[str]:
 
     problems: list[str] = []
     if "default" in schema:
-        for error in jsonschema.Draft7Validator(schema).iter_errors(schema["default"]):
-            problems.append(f"{path}: default {schema['default']!r}: {error.message}")
+        problems += [
+            f"{path}: default {schema['default']!r}: {error.message}"
+            for error in jsonschema.Draft7Validator(schema).iter_errors(schema["default"])
+        ]
     for name, child in schema.get("properties", {}).items():
         problems += defaults_problems(child, f"{path}.{name}")
     return problems
