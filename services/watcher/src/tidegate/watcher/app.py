@@ -1,0 +1,295 @@
+"""The watcher service: Kubernetes list+watch in, state snapshots and tombstones out.
+
+Start-up, in order:
+
+1. create (or update) the cluster's streams, then replay the state stream: the last message of
+   every node, pod, workload and config subject is what the bus believed before we started;
+2. list+watch every kind tidegate reads (one :class:`~tidegate.kube.Informer` each) into the
+   :class:`~tidegate.watcher.index.ClusterIndex`, publishing nothing until every informer has
+   delivered its first list (or found its resource type not served: a CRD not installed);
+3. reconcile everything once: snapshots that differ from the replayed ones, and tombstones for
+   subjects whose object no longer exists (deleted while the watcher was down); then report
+   ready;
+4. follow: fold each burst of events (up to ``batch_max_events``) into the index and publish
+   what changed. A 410 relist inside an informer arrives as DELETED/ADDED/MODIFIED events, so
+   vanished objects get tombstones the same way.
+
+A resource type that is not served (JobSet or Kueue CRDs absent) or refused (RBAC) is looked
+for again every ``absent_retry_seconds``; the rest keeps flowing. A failed publish is retried
+on the next round; nothing is marked stored before JetStream acknowledged it. This module is
+wiring only: recognition is in :mod:`tidegate.watcher.recognize`, diffing in
+:mod:`tidegate.watcher.mirror`.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from tidegate.bus import Bus, BusError, Publisher, PublishError, Received, StateFollower, layout
+from tidegate.kube import (
+    DEPLOYMENTS,
+    JOBS,
+    JOBSETS,
+    NODES,
+    PODS,
+    REPLICASETS,
+    Informer,
+    InformerItem,
+    InformerState,
+    KubeClient,
+    KubeError,
+    KubeEvent,
+    NotFound,
+    ResourceType,
+    Synced,
+)
+from tidegate.model import Tombstone, subjects
+from tidegate.watcher.config import WatcherSettings
+from tidegate.watcher.handlers import fold
+from tidegate.watcher.index import ClusterIndex, ObjectKind, StateKey
+from tidegate.watcher.mirror import Mirror, Publication
+
+log = logging.getLogger(__name__)
+
+RETRY_PUBLISH_SECONDS = 1.0
+"""Delay before retrying publications JetStream did not acknowledge."""
+
+
+def resource_types(settings: WatcherSettings) -> dict[ObjectKind, ResourceType]:
+    """Every resource type the watcher lists and watches."""
+
+    def custom(
+        group: str, version: str, plural: str, kind: str, *, namespaced: bool
+    ) -> ResourceType:
+        return ResourceType(
+            group=group, version=version, plural=plural, kind=kind, namespaced=namespaced
+        )
+
+    return {
+        "Node": NODES,
+        "Pod": PODS,
+        "Job": JOBS,
+        "JobSet": JOBSETS,
+        "Deployment": DEPLOYMENTS,
+        "ReplicaSet": REPLICASETS,
+        "PriorityClass": custom(
+            "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
+        ),
+        "PodGroup": custom("tidegate.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True),
+        "Topology": custom("tidegate.io", "v1alpha1", "topologies", "Topology", namespaced=False),
+        "Queue": custom("tidegate.io", "v1alpha1", "queues", "Queue", namespaced=False),
+        "KueueTopology": custom(
+            "kueue.x-k8s.io",
+            settings.kueue_topology_version,
+            "topologies",
+            "Topology",
+            namespaced=False,
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class _Unavailable:
+    """An informer could not list its resource type (not served, or refused)."""
+
+    reason: str
+
+
+_Item = tuple[ObjectKind, InformerItem | _Unavailable]
+
+
+@dataclass
+class WatcherStats:
+    """Counters since start (exported as metrics by the service runner)."""
+
+    events: int = 0
+    snapshots: int = 0
+    tombstones: int = 0
+    publish_failures: int = 0
+    rounds: int = 0
+
+
+class Watcher:
+    """Mirrors one Kubernetes cluster onto the state subjects of one tidegate cluster id."""
+
+    def __init__(
+        self,
+        *,
+        bus: Bus,
+        kube: KubeClient,
+        settings: WatcherSettings,
+        profiles: frozenset[str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Wire the watcher; nothing happens until :meth:`run`."""
+        self._bus = bus
+        self._kube = kube
+        self._settings = settings
+        self._clock = clock
+        self.index = ClusterIndex(
+            owner_kind_service_types=settings.owner_kind_service_types, profiles=profiles
+        )
+        self.mirror = Mirror(settings.cluster, self.index)
+        self.resources: Mapping[ObjectKind, ResourceType] = resource_types(settings)
+        self.ready = asyncio.Event()
+        """Set once the first full reconciliation is published (for /readyz)."""
+        self.stats = WatcherStats()
+        self.unavailable: dict[ObjectKind, str] = {}
+        """Resource types currently not listed, and why."""
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue(maxsize=4 * settings.batch_max_events)
+        self._unsynced: set[ObjectKind] = set(self.resources)
+        self._retry: set[StateKey] = set()
+
+    async def run(self) -> None:
+        """Replay, list+watch, reconcile, then follow until cancelled."""
+        cluster = self._settings.cluster
+        await self._bus.ensure_layout(cluster)
+        await self._replay()
+        publisher = Publisher(self._bus)
+        try:
+            async with asyncio.TaskGroup() as group:
+                for kind, resource in self.resources.items():
+                    group.create_task(self._follow(kind, resource), name=f"watch {kind}")
+                group.create_task(self._process(publisher), name="publish")
+        finally:
+            with contextlib.suppress(BusError):
+                await publisher.close()
+
+    # ------------------------------------------------------------------ replay
+
+    async def _replay(self) -> None:
+        cluster = self._settings.cluster
+
+        async def remember(received: Received) -> None:
+            self.mirror.seed(received.envelope)
+
+        follower = StateFollower(
+            self._bus,
+            stream=layout.state_stream(cluster),
+            subjects=subjects.state_wildcards(cluster),
+            handler=remember,
+            name="watcher-replay",
+        )
+        task = asyncio.create_task(follower.run(), name="replay state")
+        replayed = asyncio.create_task(follower.replayed.wait())
+        try:
+            await asyncio.wait({task, replayed}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                task.result()  # the follower failed: raise its error
+        finally:
+            for pending in (task, replayed):
+                pending.cancel()
+            await asyncio.gather(task, replayed, return_exceptions=True)
+        log.info(
+            "replayed state stream",
+            extra={"messages": follower.handled, "subjects": len(self.mirror.stored_keys())},
+        )
+
+    # ------------------------------------------------------------------ informers
+
+    async def _follow(self, kind: ObjectKind, resource: ResourceType) -> None:
+        state: InformerState | None = None
+        while True:
+            informer = Informer(self._kube, resource, initial_state=state)
+            try:
+                async for item in informer:
+                    await self._queue.put((kind, item))
+                return  # pragma: no cover - an informer iterates forever
+            except NotFound as exc:
+                reason = f"{resource.api_version} {resource.plural} is not served ({exc})"
+            except KubeError as exc:
+                reason = f"listing {resource.api_version} {resource.plural} failed: {exc}"
+            if informer.resource_version:
+                state = informer.state()
+            await self._queue.put((kind, _Unavailable(reason)))
+            await asyncio.sleep(self._settings.absent_retry_seconds)
+
+    # ------------------------------------------------------------------ processing
+
+    async def _next_batch(self) -> list[_Item]:
+        if self._retry:
+            try:
+                first = await asyncio.wait_for(self._queue.get(), RETRY_PUBLISH_SECONDS)
+            except TimeoutError:
+                return []
+        else:
+            first = await self._queue.get()
+        batch = [first]
+        while len(batch) < self._settings.batch_max_events:
+            try:
+                batch.append(self._queue.get_nowait())
+            except asyncio.QueueEmpty:
+                break
+        return batch
+
+    async def _process(self, publisher: Publisher) -> None:
+        while True:
+            batch = await self._next_batch()
+            affected: set[StateKey] = set()
+            for kind, item in batch:
+                if isinstance(item, KubeEvent):
+                    self.stats.events += 1
+                    affected |= fold(self.index, kind, item.type, item.obj)
+                elif isinstance(item, Synced):
+                    self._unsynced.discard(kind)
+                    self.unavailable.pop(kind, None)
+                    log.info(
+                        "%s listed",
+                        kind,
+                        extra={"kind": kind, "objects": item.count, "relist": item.relist},
+                    )
+                else:
+                    self._unsynced.discard(kind)
+                    if self.unavailable.get(kind) != item.reason:
+                        log.warning("%s; retrying", item.reason, extra={"kind": kind})
+                    self.unavailable[kind] = item.reason
+            if not self.ready.is_set():
+                if self._unsynced:
+                    continue
+                keys = self.mirror.all_keys()
+            else:
+                keys = affected | self._retry
+            self._retry = set()
+            await self._publish(publisher, keys)
+            self.stats.rounds += 1
+            if not self.ready.is_set():
+                log.info("first reconciliation published; ready", extra={"keys": len(keys)})
+                self.ready.set()
+
+    async def _publish(self, publisher: Publisher, keys: set[StateKey]) -> None:
+        plan = self.mirror.plan(keys, now=self._clock())
+        for problem in plan.problems:
+            log.warning("%s", problem)
+        if not plan.publications:
+            return
+        failed: set[str] = set()
+        try:
+            for publication in plan.publications:
+                await publisher.submit(publication.subject, publication.envelope)
+            await publisher.flush()
+        except PublishError as exc:
+            failed = {failure.event_id for failure in exc.failures}
+            log.warning("%s; will retry", exc)
+        except BusError as exc:
+            failed = {p.envelope.event_id for p in plan.publications}
+            log.warning("publishing failed: %s; will retry", exc)
+            with contextlib.suppress(PublishError):
+                await publisher.flush()
+        for publication in plan.publications:
+            if publication.envelope.event_id in failed:
+                self._retry.add(publication.key)
+                self.stats.publish_failures += 1
+                continue
+            self._stored(publication)
+
+    def _stored(self, publication: Publication) -> None:
+        self.mirror.stored(publication)
+        if isinstance(publication.envelope.body, Tombstone):
+            self.stats.tombstones += 1
+        else:
+            self.stats.snapshots += 1
+        for problem in publication.problems:
+            log.warning("%s", problem, extra={"subject": publication.subject})

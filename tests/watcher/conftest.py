@@ -1,0 +1,224 @@
+"""A simulated cluster, a real nats-server and a watcher between them, for end-to-end tests.
+
+The simulator runs as a bare API server (no controllers, scheduler or kubelet), so the tests
+create the pods a controller would (with ownerReferences and the admission gate) and nothing
+else changes behind their back. :class:`Harness` follows the state stream like any consumer
+would and waits for conditions on it.
+"""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidegate.bus import Bus, BusSettings, Received, StateFollower, connect, layout
+from tidegate.kube import NAMESPACES, KubeClient, KubeSettings, ResourceType
+from tidegate.kube import connect as connect_kube
+from tidegate.model import Message, subjects
+from tidegate.placement import PROFILES
+from tidegate.sim import SimCluster, SimSettings
+from tidegate.watcher.app import Watcher
+from tidegate.watcher.config import WatcherSettings
+
+GATE = "tidegate.io/admission"
+PODGROUPS = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="podgroups", kind="PodGroup"
+)
+QUEUES = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
+)
+TOPOLOGIES = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="topologies", kind="Topology", namespaced=False
+)
+PRIORITYCLASSES = ResourceType(
+    group="scheduling.k8s.io",
+    version="v1",
+    plural="priorityclasses",
+    kind="PriorityClass",
+    namespaced=False,
+)
+NAMESPACE = "team"
+
+
+@dataclass
+class Harness:
+    """Everything an end-to-end watcher test touches."""
+
+    sim: SimCluster
+    kube: KubeClient
+    bus: Bus
+    cluster: str
+    last: dict[str, Message] = field(default_factory=dict)
+    """Last message per state subject, as a consumer following the stream sees it."""
+    published: dict[str, int] = field(default_factory=dict)
+    """How many messages each subject has received since the harness started."""
+    watcher: Watcher | None = None
+    _task: "asyncio.Task[None] | None" = None
+
+    async def start_watcher(self) -> Watcher:
+        """Start a watcher and wait until it reports ready."""
+        watcher = Watcher(
+            bus=self.bus,
+            kube=self.kube,
+            settings=WatcherSettings(
+                cluster=self.cluster, absent_retry_seconds=0.5, kueue_topology_version="v1alpha1"
+            ),
+            profiles=frozenset(PROFILES),
+        )
+        self.watcher = watcher
+        self._task = asyncio.create_task(watcher.run())
+        ready = asyncio.create_task(watcher.ready.wait())
+        done, _ = await asyncio.wait({self._task, ready}, timeout=20, return_when="FIRST_COMPLETED")
+        if self._task in done:
+            ready.cancel()
+            self._task.result()
+        assert ready in done, "the watcher did not become ready"
+        return watcher
+
+    async def stop_watcher(self) -> None:
+        """Cancel the running watcher (as SIGTERM would)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def until(
+        self, check: Callable[[], object], *, within: float = 10.0, what: str = "condition"
+    ) -> None:
+        """Wait until ``check()`` is truthy (it may also raise AssertionError while not yet)."""
+        deadline = time.monotonic() + within
+        last_error: AssertionError | None = None
+        while time.monotonic() < deadline:
+            if self._task is not None and self._task.done():
+                self._task.result()
+            try:
+                if check():
+                    return
+            except AssertionError as exc:
+                last_error = exc
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}") from last_error
+
+    def workload(self, name: str, namespace: str = NAMESPACE) -> Message | None:
+        """Last message on a workload's subject."""
+        return self.last.get(subjects.workload(self.cluster, namespace, name))
+
+    def pod(self, name: str, namespace: str = NAMESPACE) -> Message | None:
+        """Last message on a pod's subject."""
+        return self.last.get(subjects.pod(self.cluster, namespace, name))
+
+    # ------------------------------------------------------------------ writing objects
+
+    async def create(
+        self, resource: ResourceType, body: dict[str, Any], namespace: str | None = NAMESPACE
+    ) -> dict[str, Any]:
+        """Create an object (namespace None for cluster-scoped ones)."""
+        return dict(
+            await self.kube.create(
+                resource, body, namespace=namespace if resource.namespaced else None
+            )
+        )
+
+    async def delete(
+        self, resource: ResourceType, name: str, namespace: str | None = NAMESPACE
+    ) -> None:
+        """Delete an object at once."""
+        await self.kube.delete(
+            resource, name, namespace=namespace if resource.namespaced else None, grace_seconds=0
+        )
+
+
+def owner_ref(obj: dict[str, Any]) -> dict[str, Any]:
+    """A controller ownerReference to ``obj`` (as returned by create)."""
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+    }
+
+
+def pod_body(
+    name: str,
+    *,
+    owner: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    cpu: str = "1",
+    gpu: int = 0,
+    gated: bool = True,
+) -> dict[str, Any]:
+    """A pod as a controller (or a user) would create it, gated as tidegate's webhook would."""
+    requests: dict[str, Any] = {"cpu": cpu, "memory": "1Gi"}
+    if gpu:
+        requests["nvidia.com/gpu"] = str(gpu)
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests}}]
+    }
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    metadata: dict[str, Any] = {
+        "name": name,
+        "labels": labels or {},
+        "annotations": annotations or {},
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def template(annotations: dict[str, str] | None = None, cpu: str = "1") -> dict[str, Any]:
+    """A pod template."""
+    return {
+        "metadata": {"annotations": annotations or {}},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
+            ],
+            "restartPolicy": "Never",
+        },
+    }
+
+
+@pytest.fixture
+async def harness(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
+    """A bare simulated API server, a bus connection, a state-stream follower; no watcher yet."""
+    settings = SimSettings(
+        nodes="1x2x2x8gpu", controllers=False, scheduler=False, kubelet=False, admission_gate=False
+    )
+    async with SimCluster.running(settings) as sim:
+        kube = await connect_kube(
+            KubeSettings(kubeconfig=sim.write_kubeconfig(tmp_path / "kubeconfig"))
+        )
+        bus = await connect(BusSettings(servers=(nats_url,), name="watcher-test"))
+        await bus.ensure_layout(cluster_id)
+        harness = Harness(sim=sim, kube=kube, bus=bus, cluster=cluster_id)
+        await harness.create(NAMESPACES, {"metadata": {"name": NAMESPACE}}, namespace=None)
+
+        async def remember(received: Received) -> None:
+            harness.last[received.subject] = received.envelope.body
+            harness.published[received.subject] = harness.published.get(received.subject, 0) + 1
+
+        follower = StateFollower(
+            bus,
+            stream=layout.state_stream(cluster_id),
+            subjects=subjects.state_wildcards(cluster_id),
+            handler=remember,
+        )
+        following = asyncio.create_task(follower.run())
+        try:
+            yield harness
+        finally:
+            await harness.stop_watcher()
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
+            await bus.drain()
+            await kube.close()

@@ -1,0 +1,375 @@
+"""The watcher end to end: a simulated API server over HTTP, a real nats-server, the state stream.
+
+Each annotation family is recognised from objects written through the Kubernetes API; a
+malformed annotation marks its workload and nothing else; a restarted watcher publishes
+tombstones for what was deleted while it was down and nothing for what did not change.
+"""
+
+from typing import Any
+
+from tidegate.kube import DEPLOYMENTS, JOBS, JOBSETS, NODES, PODS, REPLICASETS
+from tidegate.model import (
+    NodeState,
+    PodState,
+    QueueConfig,
+    Tombstone,
+    TopologyConfig,
+    WorkloadState,
+    subjects,
+)
+
+from .conftest import (
+    NAMESPACE,
+    PODGROUPS,
+    PRIORITYCLASSES,
+    QUEUES,
+    TOPOLOGIES,
+    Harness,
+    owner_ref,
+    pod_body,
+    template,
+)
+
+
+def job_body(
+    name: str, *, parallelism: int, annotations: dict[str, str], tmpl: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "completionMode": "Indexed",
+            "template": tmpl or template(),
+        },
+    }
+
+
+def workload(harness: Harness, name: str) -> WorkloadState:
+    message = harness.workload(name)
+    assert isinstance(message, WorkloadState), f"workload {name}: {message!r}"
+    return message
+
+
+async def test_cluster_and_config_objects_are_mirrored(harness: Harness) -> None:
+    await harness.create(
+        QUEUES,
+        {
+            "metadata": {"name": "online"},
+            "spec": {"priority": 80000, "reclaimable": False, "capability": {"cpu": "64"}},
+        },
+        namespace=None,
+    )
+    await harness.start_watcher()
+    await harness.until(
+        lambda: len([m for m in harness.last.values() if isinstance(m, NodeState)]) == 4,
+        what="4 nodes",
+    )
+    nodes = [m for m in harness.last.values() if isinstance(m, NodeState)]
+    assert all(n.allocatable.get("nvidia.com/gpu") == 8 and n.ready for n in nodes)
+    topology = harness.last[subjects.topology(harness.cluster, "default")]
+    assert isinstance(topology, TopologyConfig)
+    assert topology.levels == harness.sim.levels
+    queue = harness.last[subjects.queue(harness.cluster, "online")]
+    assert isinstance(queue, QueueConfig)
+    assert (queue.priority, queue.reclaimable, queue.quota) == (80000, False, {"cpu": 64000})
+
+
+async def test_kueue_job_end_to_end(harness: Harness) -> None:
+    await harness.start_watcher()
+    rack = harness.sim.levels[1]
+    job = await harness.create(
+        JOBS,
+        job_body(
+            "train",
+            parallelism=2,
+            annotations={"kueue.x-k8s.io/queue-name": "research"},
+            tmpl=template({"kueue.x-k8s.io/podset-required-topology": rack}),
+        ),
+    )
+    for i in range(2):
+        await harness.create(
+            PODS,
+            pod_body(
+                f"train-{i}",
+                owner=owner_ref(job),
+                annotations={"batch.kubernetes.io/job-completion-index": str(i)},
+            ),
+        )
+    await harness.until(lambda: workload(harness, "train"), what="workload train")
+    w = workload(harness, "train")
+    assert w.invalid_reason is None
+    assert (w.queue, w.service_type, w.owner_kind) == ("research", "training", "Job")
+    assert [(ps.name, ps.count, ps.topology.required) for ps in w.podsets] == [("main", 2, rack)]
+    await harness.until(
+        lambda: isinstance(harness.pod("train-1"), PodState) and harness.pod("train-1").rank == 1,
+        what="pod rank",
+    )  # type: ignore[union-attr]
+    p = harness.pod("train-1")
+    assert isinstance(p, PodState)
+    assert (p.workload, p.podset, p.scheduling_gates) == (
+        f"{NAMESPACE}/train",
+        "main",
+        ["tidegate.io/admission"],
+    )
+
+
+async def test_jobset_and_kai_end_to_end(harness: Harness) -> None:
+    await harness.start_watcher()
+    block, rack = harness.sim.levels[0], harness.sim.levels[1]
+    jobset = await harness.create(
+        JOBSETS,
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {
+                "name": "llm",
+                "annotations": {
+                    "kai.scheduler/topology": "default",
+                    "kai.scheduler/topology-required-placement": block.rsplit("/", 1)[-1],
+                    "kai.scheduler/topology-preferred-placement": rack,
+                },
+            },
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "workers",
+                        "replicas": 2,
+                        "template": {
+                            "spec": {"parallelism": 2, "completions": 2, "template": template()}
+                        },
+                    }
+                ]
+            },
+        },
+    )
+    child = job_body("llm-workers-1", parallelism=2, annotations={})
+    child["metadata"]["ownerReferences"] = [owner_ref(jobset)]
+    child = await harness.create(JOBS, child)
+    await harness.create(
+        PODS,
+        pod_body(
+            "llm-workers-1-1",
+            owner=owner_ref(child),
+            labels={
+                "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                "jobset.sigs.k8s.io/job-index": "1",
+                "batch.kubernetes.io/job-completion-index": "1",
+            },
+        ),
+    )
+    await harness.until(lambda: workload(harness, "llm"), what="workload llm")
+    w = workload(harness, "llm")
+    assert w.invalid_reason is None
+    assert (w.owner_kind, w.topology, w.service_type) == ("JobSet", "default", "training")
+    [ps] = w.podsets
+    assert (ps.name, ps.count, ps.pods_per_index_group) == ("workers", 4, 2)
+    assert (ps.topology.required, ps.topology.preferred) == (block, rack)
+    await harness.until(lambda: isinstance(harness.pod("llm-workers-1-1"), PodState), what="pod")
+    p = harness.pod("llm-workers-1-1")
+    assert isinstance(p, PodState)
+    assert (p.workload, p.podset, p.rank) == (f"{NAMESPACE}/llm", "workers", 3)
+
+
+async def test_volcano_deployment_end_to_end(harness: Harness) -> None:
+    await harness.create(
+        PRIORITYCLASSES, {"metadata": {"name": "pc-high"}, "value": 80000}, namespace=None
+    )
+    await harness.start_watcher()
+    deployment = await harness.create(
+        DEPLOYMENTS,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "ai-service",
+                "annotations": {
+                    "volcano.sh/preemptable": "false",
+                    "volcano.sh/card.request": '{"NVIDIA-H200/mig-1g.18gb-mixed": 2}',
+                },
+            },
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "ai"}},
+                "template": {
+                    "metadata": {
+                        "labels": {"app": "ai"},
+                        "annotations": {
+                            "scheduling.volcano.sh/queue-name": "queue-inference",
+                            "volcano.sh/card.name": "NVIDIA-H200",
+                        },
+                    },
+                    "spec": {
+                        "priorityClassName": "pc-high",
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "busybox",
+                                "resources": {"requests": {"nvidia.com/gpu": "1"}},
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+    )
+    rs_body = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "ai-service-7d9", "ownerReferences": [owner_ref(deployment)]},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "ai"}},
+            "template": deployment["spec"]["template"],
+        },
+    }
+    replicaset = await harness.create(REPLICASETS, rs_body)
+    await harness.create(PODS, pod_body("ai-service-7d9-a", owner=owner_ref(replicaset), gpu=1))
+    await harness.until(lambda: workload(harness, "ai-service"), what="workload ai-service")
+    w = workload(harness, "ai-service")
+    assert w.invalid_reason is None
+    assert (w.service_type, w.preemptable, w.queue) == ("inference", False, "queue-inference")
+    assert (w.priority, w.priority_class) == (80000, "pc-high")
+    assert w.card_request == {"NVIDIA-H200/mig-1g.18gb-mixed": 2}
+    assert [(ps.count, ps.card_name, ps.requests) for ps in w.podsets] == [
+        (2, "NVIDIA-H200", {"nvidia.com/gpu": 1})
+    ]
+    assert harness.workload("ai-service-7d9") is None
+
+
+async def test_podgroup_with_tidegate_annotations_end_to_end(harness: Harness) -> None:
+    await harness.start_watcher()
+    rack = harness.sim.levels[1]
+    await harness.create(
+        PODGROUPS,
+        {
+            "apiVersion": "tidegate.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {
+                "name": "gang",
+                "annotations": {
+                    "tidegate.io/topology-required": rack,
+                    "tidegate.io/on-preemption": "abort",
+                },
+            },
+            "spec": {"minMember": 3, "queue": "training"},
+        },
+    )
+    for i in range(3):
+        await harness.create(
+            PODS,
+            pod_body(
+                f"gang-{i}",
+                labels={
+                    "scheduling.k8s.io/group-name": "gang",
+                    "tidegate.io/role": "worker",
+                    "tidegate.io/pod-index": str(i),
+                },
+            ),
+        )
+    await harness.until(
+        lambda: sum(ps.count for ps in workload(harness, "gang").podsets) == 3, what="3 members"
+    )
+    w = workload(harness, "gang")
+    assert w.invalid_reason is None
+    assert (w.owner_kind, w.min_members, w.queue, w.on_preemption) == (
+        "PodGroup",
+        3,
+        "training",
+        "abort",
+    )
+    assert [(ps.name, ps.topology.required) for ps in w.podsets] == [("worker", rack)]
+
+
+async def test_malformed_annotations_mark_that_workload_and_nothing_else(harness: Harness) -> None:
+    await harness.start_watcher()
+    bad = await harness.create(
+        JOBS, job_body("bad", parallelism=1, annotations={"volcano.sh/card.request": "{not json"})
+    )
+    good = await harness.create(JOBS, job_body("good", parallelism=1, annotations={}))
+    await harness.create(PODS, pod_body("bad-0", owner=owner_ref(bad)))
+    await harness.create(PODS, pod_body("good-0", owner=owner_ref(good)))
+    await harness.until(
+        lambda: workload(harness, "bad") and workload(harness, "good"), what="both workloads"
+    )
+    reason = workload(harness, "bad").invalid_reason
+    assert reason is not None
+    assert (
+        f"annotation volcano.sh/card.request on Job {NAMESPACE}/bad: '{{not json' is not valid JSON"
+        in reason
+    )
+    assert workload(harness, "good").invalid_reason is None
+    # The watcher keeps going: a later object is still mirrored.
+    await harness.create(PODS, pod_body("solo", labels={"tidegate.io/queue": "q"}))
+    await harness.until(lambda: workload(harness, "solo"), what="workload solo")
+
+
+async def test_deletions_publish_tombstones(harness: Harness) -> None:
+    await harness.start_watcher()
+    job = await harness.create(JOBS, job_body("short", parallelism=1, annotations={}))
+    await harness.create(PODS, pod_body("short-0", owner=owner_ref(job)))
+    await harness.until(lambda: workload(harness, "short"), what="workload")
+    await harness.delete(PODS, "short-0")
+    await harness.delete(JOBS, "short")
+    await harness.until(
+        lambda: isinstance(harness.workload("short"), Tombstone), what="workload tombstone"
+    )
+    tomb = harness.workload("short")
+    assert isinstance(tomb, Tombstone)
+    assert (tomb.object_kind, tomb.namespace, tomb.name, tomb.uid) == (
+        "workload",
+        NAMESPACE,
+        "short",
+        job["metadata"]["uid"],
+    )
+    assert isinstance(harness.pod("short-0"), Tombstone)
+
+
+async def test_restart_publishes_tombstones_for_deletions_made_while_down(harness: Harness) -> None:
+    await harness.create(
+        TOPOLOGIES,
+        {"metadata": {"name": "extra"}, "spec": {"levels": [{"nodeLabel": "x"}]}},
+        namespace=None,
+    )
+    first = await harness.start_watcher()
+    job = await harness.create(JOBS, job_body("gone", parallelism=1, annotations={}))
+    await harness.create(PODS, pod_body("gone-0", owner=owner_ref(job)))
+    kept = await harness.create(JOBS, job_body("kept", parallelism=1, annotations={}))
+    await harness.create(PODS, pod_body("kept-0", owner=owner_ref(kept)))
+    await harness.until(
+        lambda: workload(harness, "gone") and workload(harness, "kept"), what="workloads"
+    )
+    await harness.until(lambda: isinstance(harness.pod("kept-0"), PodState), what="pods")
+    assert first.stats.snapshots > 0
+    await harness.stop_watcher()
+
+    node = next(m.name for m in harness.last.values() if isinstance(m, NodeState))
+    await harness.delete(PODS, "gone-0")
+    await harness.delete(JOBS, "gone")
+    await harness.delete(NODES, node, namespace=None)
+    await harness.delete(TOPOLOGIES, "extra", namespace=None)
+    before = dict(harness.published)
+
+    second = await harness.start_watcher()
+    await harness.until(
+        lambda: isinstance(harness.workload("gone"), Tombstone), what="workload tombstone"
+    )
+    await harness.until(lambda: isinstance(harness.pod("gone-0"), Tombstone), what="pod tombstone")
+    await harness.until(
+        lambda: isinstance(harness.last[subjects.node(harness.cluster, node)], Tombstone),
+        what="node tombstone",
+    )
+    await harness.until(
+        lambda: isinstance(harness.last[subjects.topology(harness.cluster, "extra")], Tombstone),
+        what="topology tombstone",
+    )
+    assert second.stats.tombstones == 4
+    # What did not change is not republished: the restart cost exactly the four tombstones.
+    assert second.stats.snapshots == 0
+    for subject in (
+        subjects.workload(harness.cluster, NAMESPACE, "kept"),
+        subjects.pod(harness.cluster, NAMESPACE, "kept-0"),
+    ):
+        assert harness.published[subject] == before[subject]
