@@ -54,6 +54,8 @@ class BusSettings:
     """How long a publish waits for JetStream's acknowledgement, and a JetStream API call."""
     max_in_flight: int = 4096
     """Upper bound of asynchronous publishes awaiting their acknowledgement."""
+    drain_timeout_seconds: float = 10.0
+    """How long a drain may take before the connection is closed anyway."""
 
 
 def _tls_context(settings: BusSettings) -> ssl.SSLContext | None:
@@ -96,6 +98,7 @@ async def connect(settings: BusSettings) -> "Bus":
                 name=settings.name,
                 connect_timeout=max(1, round(settings.connect_timeout_seconds)),
                 reconnect_time_wait=1,
+                drain_timeout=max(1, round(settings.drain_timeout_seconds)),
                 max_reconnect_attempts=-1,
                 error_cb=on_error,
                 disconnected_cb=on_disconnected,

@@ -202,7 +202,16 @@ class DurableConsumer:
                 continue
             failures = 0
             await self.handle_batch(batch)
+        await self.close()
         log.info("consumer %s stopped", self.name)
+
+    async def close(self) -> None:
+        """Unbind from the server-side consumer (which keeps its position)."""
+        if self._subscription is not None:
+            subscription, self._subscription = self._subscription, None
+            # Without this a connection drain would wait for fetch replies nobody reads.
+            with contextlib.suppress(nats.errors.Error):
+                await subscription.unsubscribe()
 
     async def fetch(self) -> list[Msg]:
         """One batch (possibly empty after ``fetch_timeout_seconds``)."""

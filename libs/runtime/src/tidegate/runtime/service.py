@@ -1,0 +1,238 @@
+"""Running a service: connect, create the layout, run supervised tasks, serve health, stop cleanly.
+
+A service is its settings plus one *setup* coroutine that registers followers, consumers and
+tasks on a :class:`ServiceContext`::
+
+    async def setup(ctx: ServiceContext[MySettings]) -> None:
+        view = View()
+        await ctx.follow("state", stream=layout.state_stream(ctx.cluster),
+                         subjects=subjects.state_wildcards(ctx.cluster), handler=view.apply)
+        await ctx.consume(ConsumerSettings(...), handler=handle_decision)
+
+    def main() -> None:
+        run_service("ungater", MySettings, setup)
+
+Lifecycle of :meth:`Service.run`: serve /healthz at once; connect to NATS (waiting for it if
+needed); create or update the streams; run ``setup``; report ready once setup returned and
+every follower has replayed. Every follower, consumer and spawned task runs in one TaskGroup:
+if one fails, the others are cancelled and the service exits 1 (the orchestrator restarts it;
+restarting is cheap because state is replayed and consumers are durable). On SIGTERM/SIGINT:
+/readyz turns 503, consumers stop fetching and finish the batch in hand (up to
+``shutdown_grace_seconds``), the remaining tasks are cancelled, the NATS connection is
+drained, and the process exits 0.
+"""
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Generic, NoReturn
+
+from tidegate.bus import (
+    Bus,
+    ConsumerSettings,
+    DurableConsumer,
+    Handler,
+    StateFollower,
+    StateHandler,
+    connect,
+)
+from tidegate.runtime.http import Readiness, make_app, serve
+from tidegate.runtime.metrics import Metrics
+from tidegate.runtime.settings import S, SettingsError, load_settings
+from tidegate.telemetry import setup_logging, setup_tracing, shutdown_tracing
+
+log = logging.getLogger(__name__)
+
+
+class ServiceContext(Generic[S]):
+    """What a service's setup gets: settings, the bus, metrics, and ways to start work."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        settings: S,
+        bus: Bus,
+        metrics: Metrics,
+        readiness: Readiness,
+        tasks: asyncio.TaskGroup,
+    ) -> None:
+        self.name = name
+        """The service's name (``admission``, …)."""
+        self.settings = settings
+        self.bus = bus
+        self.metrics = metrics
+        """Register the service's own metrics on ``metrics.registry``."""
+        self.stopping = asyncio.Event()
+        """Set when the service is asked to stop: long-running loops should finish up."""
+        self._readiness = readiness
+        self._tasks = tasks
+        self._graceful: list[asyncio.Task[None]] = []
+        self._others: list[asyncio.Task[None]] = []
+
+    @property
+    def cluster(self) -> str:
+        """The cluster id from the settings."""
+        return self.settings.cluster
+
+    def spawn(
+        self, name: str, work: Coroutine[None, None, None], *, graceful: bool = False
+    ) -> None:
+        """Run ``work`` supervised: if it raises, the service stops with exit code 1.
+
+        A ``graceful`` task watches :attr:`stopping` and returns by itself on stop (it gets
+        ``shutdown_grace_seconds``); any other task is cancelled at stop.
+        """
+        task = self._tasks.create_task(work, name=f"{self.name}:{name}")
+        (self._graceful if graceful else self._others).append(task)
+
+    def require(self, name: str, check: Callable[[], bool]) -> None:
+        """Report not-ready (naming ``name`` in /readyz) until ``check()`` is true."""
+        self._readiness.add(name, check)
+
+    async def follow(
+        self, name: str, *, stream: str, subjects: Sequence[str], handler: StateHandler
+    ) -> StateFollower:
+        """Replay then follow a last-value stream; the service is not ready until replayed."""
+        follower = StateFollower(
+            self.bus, stream=stream, subjects=subjects, handler=handler, name=name
+        )
+        self.require(f"replay:{name}", follower.replayed.is_set)
+        self.metrics.watch_follower(name, follower.replayed.is_set, lambda: follower.handled)
+        self.spawn(f"follow:{name}", follower.run())
+        return follower
+
+    async def consume(self, settings: ConsumerSettings, handler: Handler) -> DurableConsumer:
+        """Create (or update) a durable consumer and run it until stop."""
+        consumer = DurableConsumer(
+            self.bus,
+            cluster=self.cluster,
+            settings=settings,
+            handler=handler,
+            observer=self.metrics,
+        )
+        await consumer.start()
+        self.spawn(f"consume:{settings.durable}", consumer.run(self.stopping), graceful=True)
+        return consumer
+
+    async def _stop_tasks(self, grace_seconds: float) -> None:
+        self.stopping.set()
+        if self._graceful:
+            _, late = await asyncio.wait(self._graceful, timeout=grace_seconds)
+            for task in late:
+                log.warning(
+                    "%s did not finish within %.0fs; cancelling", task.get_name(), grace_seconds
+                )
+                task.cancel()
+        for task in self._others:
+            task.cancel()
+
+
+Setup = Callable[[ServiceContext[S]], Awaitable[None]]
+"""A service's setup coroutine."""
+
+
+class Service(Generic[S]):
+    """One service process: see the module docstring for the lifecycle."""
+
+    def __init__(self, name: str, settings: S, setup: Setup[S]) -> None:
+        self.name = name
+        self.settings = settings
+        self._setup = setup
+        self.metrics = Metrics(name)
+        self.readiness = Readiness()
+        self.http_port: int | None = None
+        """The port /healthz etc. are served on, once started (useful with port 0)."""
+        self.started = asyncio.Event()
+        """Set once the HTTP endpoints are being served."""
+        self._stop = asyncio.Event()
+
+    def request_stop(self) -> None:
+        """Begin a graceful stop (what SIGTERM does)."""
+        self._stop.set()
+
+    async def run(self, *, handle_signals: bool = True) -> int:
+        """Run until stopped; the exit code: 0 after a graceful stop, 1 after a failure."""
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.request_stop)
+        setup_done = False
+        self.readiness.add("setup", lambda: setup_done)
+        runner, self.http_port = await serve(
+            make_app(self.name, self.readiness, self.metrics), self.settings.http_port
+        )
+        self.started.set()
+        log.info("%s serving health on :%d", self.name, self.http_port)
+        bus: Bus | None = None
+        code = 0
+        try:
+            bus = await self._connect()
+            if bus is None:
+                return 0
+            await bus.ensure_layout(self.settings.cluster)
+            async with asyncio.TaskGroup() as tasks:
+                context = ServiceContext(
+                    name=self.name,
+                    settings=self.settings,
+                    bus=bus,
+                    metrics=self.metrics,
+                    readiness=self.readiness,
+                    tasks=tasks,
+                )
+                await self._setup(context)
+                setup_done = True
+                log.info("%s set up", self.name)
+                await self._stop.wait()
+                log.info("%s stopping", self.name)
+                self.readiness.stopping = True
+                await context._stop_tasks(self.settings.shutdown_grace_seconds)
+        except* Exception as failures:
+            for failure in failures.exceptions:
+                log.error("%s failed: %s", self.name, failure, exc_info=failure)
+            code = 1
+        finally:
+            self.readiness.stopping = True
+            if bus is not None:
+                await bus.drain()
+            await runner.cleanup()
+            if handle_signals:
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(signum)
+        log.info("%s stopped (exit %d)", self.name, code)
+        return code
+
+    async def _connect(self) -> Bus | None:
+        """Connect, giving up only when asked to stop (then None)."""
+        connecting = asyncio.create_task(connect(self.settings.bus_settings(self.name)))
+        stopping = asyncio.create_task(self._stop.wait())
+        await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if connecting.done():
+            return connecting.result()
+        connecting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await connecting
+        return None
+
+
+def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> NoReturn:
+    """Entry point of a service process: load settings, set up logs and traces, run, exit.
+
+    A bad setting ends the process with exit code 2 and one line naming it.
+    """
+    try:
+        settings = load_settings(settings_type)
+    except SettingsError as exc:
+        sys.stderr.write(f"tidegate-{name}: invalid setting {exc}\n")
+        sys.exit(2)
+    setup_logging(settings.log_level)
+    setup_tracing(f"tidegate-{name}")
+    try:
+        code = asyncio.run(Service(name, settings, setup).run())
+    finally:
+        shutdown_tracing()
+    sys.exit(code)
