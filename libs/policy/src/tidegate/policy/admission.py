@@ -204,6 +204,19 @@ class Admission:
         )
         return Decision(key=key, body=body, workload=self._workloads.get(key))
 
+    def release_if(
+        self, key: WorkloadKey, *, uid: str, before: int, reason: ReleaseReason, message: str = ""
+    ) -> Decision | None:
+        """Release ``key`` on someone else's word (a released decision from another service):
+        only the admission of that ``uid``, and only one made before sequence ``before``
+        (0: the sender does not know sequences)."""
+        admitted = self._admitted.get(key)
+        if admitted is None or admitted.uid != uid:
+            return None
+        if before and admitted.sequence >= before:
+            return None
+        return self.release(key, reason, message or "released by another service")
+
     def preempted(self, event: Preempted, *, now: float) -> list[Decision]:
         """Victims were evicted for a preemptor: release their quota (``Evicted``), keep the
         aborted ones from being admitted again, and hold the freed room for the preemptor."""
@@ -240,11 +253,26 @@ class Admission:
         self.capacity.take(admitted.sequence, node_usage, at=now)
         self._reasons.pop(key, None)
 
+    def release_orphans(self) -> list[Decision]:
+        """Release admissions whose workload is gone or was re-created (another uid): what a
+        successor restored from the ledger for workloads deleted while nobody led."""
+        out: list[Decision] = []
+        for key, admitted in sorted(self._admitted.items()):
+            workload = self._workloads.get(key)
+            if workload is None or workload.uid != admitted.uid:
+                released = self.release(key, "Deleted", "the workload was deleted")
+                out.extend([released] if released is not None else [])
+        return out
+
     # ------------------------------------------------------------------ queries
 
     def admitted(self) -> dict[WorkloadKey, Admitted]:
         """The admitted workloads and their admissions."""
         return dict(self._admitted)
+
+    def workload(self, key: WorkloadKey) -> WorkloadState | None:
+        """The workload known under ``key``, if any."""
+        return self._workloads.get(key)
 
     def is_admitted(self, key: WorkloadKey) -> bool:
         """Whether ``key`` is admitted."""

@@ -1,0 +1,307 @@
+"""Wiring of the admission service: followers, the leader lease, the decision loop, commits.
+
+Every instance follows the state and capacity streams (so a standby is current). One instance
+at a time holds the ``admission`` lease and decides:
+
+1. **Take over**: wait until both streams are replayed, load the ledger (admitted workloads and
+   the sequence high-water mark), restore them into the policy, release admissions of workloads
+   deleted meanwhile, claim the sequence (which fences off the previous leader's writes), and
+   re-publish admissions the capacity view has not applied yet (same event ids: JetStream
+   drops those already stored).
+2. **Decide**: on every wake-up (a handler saw a change) or tick, after a short coalescing
+   pause, run one :meth:`~tidegate.policy.admission.Admission.cycle` and commit its decisions
+   together with releases queued by handlers.
+3. **Commit** a batch: claim the sequence, write/delete ledger keys (revision-checked), then
+   publish each decision, continuing the workload's trace.
+
+A lost lease or a ledger conflict raises :class:`tidegate.bus.LeaseLost`: the process exits
+(status 1) and restarts as a standby; it never decides without the lease. Decisions are pure
+calls into :mod:`tidegate.policy.admission`; nothing here chooses anything.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+
+from opentelemetry import context as otel_context
+from prometheus_client import Counter, Gauge, Histogram
+
+from tidegate.admission.config import Settings
+from tidegate.admission.handlers import SOURCE, Handlers
+from tidegate.admission.ledger import AdmissionLedger, LedgerRecord
+from tidegate.bus import (
+    ConsumerSettings,
+    Lease,
+    LeaseLost,
+    LeaseSettings,
+    Publisher,
+    StateFollower,
+    default_holder_id,
+    layout,
+)
+from tidegate.model import (
+    Admitted,
+    Envelope,
+    NodeName,
+    Pending,
+    PreemptRequested,
+    Released,
+    WorkloadKey,
+    WorkloadState,
+    subjects,
+)
+from tidegate.model.subjects import DecisionKind
+from tidegate.policy.admission import Admission, Decision
+from tidegate.runtime import ServiceContext
+from tidegate.telemetry import extract
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "admission"
+"""The lease key of the admission leader."""
+
+
+class AdmissionMetrics:
+    """Admission's own metrics (names after Kueue's where one exists)."""
+
+    def __init__(self, ctx: ServiceContext[Settings]) -> None:
+        """Register on the service's registry."""
+        registry = ctx.metrics.registry
+        self.cycle_seconds = Histogram(
+            "tidegate_admission_cycle_duration_seconds",
+            "Time one admission cycle takes (decide and commit).",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),
+            registry=registry,
+        )
+        self.decisions = Counter(
+            "tidegate_admission_decisions_total",
+            "Decisions published, by kind and reason (pending reasons, release reasons).",
+            ["kind", "reason"],
+            registry=registry,
+        )
+        self.admitted = Counter(
+            "tidegate_admitted_workloads_total",
+            "Workloads admitted, by queue (kueue_admitted_workloads_total).",
+            ["queue"],
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "tidegate_admission_leader",
+            "1 while this instance holds the admission lease.",
+            registry=registry,
+        )
+        self.epoch = Gauge(
+            "tidegate_admission_epoch", "Fencing epoch of this instance's lease.", registry=registry
+        )
+
+
+async def setup(ctx: ServiceContext[Settings]) -> None:
+    """Follow the state and capacity streams and start contending for leadership."""
+    admission = Admission(ctx.settings.policy())
+    handlers = Handlers(admission)
+    cluster = ctx.cluster
+    state = await ctx.follow(
+        "state",
+        stream=layout.state_stream(cluster),
+        subjects=[f"tg.{cluster}.workload.>", f"tg.{cluster}.config.>", f"tg.{cluster}.node.>"],
+        handler=handlers.on_state,
+    )
+    capacity = await ctx.follow(
+        "capacity",
+        stream=layout.capacity_stream(cluster),
+        subjects=[subjects.capacity_wildcard(cluster)],
+        handler=handlers.on_capacity,
+    )
+    leader = Leader(ctx, handlers, followers=[state, capacity])
+    ctx.spawn("leader", leader.run(), graceful=True)
+
+
+class Leader:
+    """Contends for the lease; while holding it, runs the decision loop (module docstring)."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext[Settings],
+        handlers: Handlers,
+        *,
+        followers: Sequence[StateFollower],
+    ) -> None:
+        """Lead with ``handlers``' policy object once ``followers`` have replayed."""
+        self._ctx = ctx
+        self._handlers = handlers
+        self._admission = handlers.admission
+        self._followers = followers
+        self._metrics = AdmissionMetrics(ctx)
+        settings = ctx.settings
+        self.lease = Lease(
+            ctx.bus,
+            cluster=ctx.cluster,
+            settings=LeaseSettings(
+                name=LEASE_NAME,
+                holder=settings.lease_holder or default_holder_id(),
+                ttl_seconds=settings.lease_ttl_seconds,
+                acquire_poll_seconds=min(1.0, settings.lease_ttl_seconds / 4),
+            ),
+        )
+        self._ledger: AdmissionLedger | None = None
+        self._publisher = Publisher(ctx.bus)
+
+    async def run(self) -> None:
+        """Stand by until the lease is ours, take over, decide until asked to stop."""
+        if not await self._acquire():
+            return
+        self._metrics.leader.set(1)
+        self._metrics.epoch.set(self.lease.epoch)
+        try:
+            self._ctx.spawn("lease", self._keep_alive())
+            for follower in self._followers:
+                await follower.replayed.wait()
+            self._ledger = await AdmissionLedger.open(self._ctx.bus, self._ctx.cluster)
+            async with self._handlers.lock:
+                await self._take_over()
+            await self._ctx.consume(
+                ConsumerSettings(
+                    durable="admission",
+                    stream=layout.decisions_stream(self._ctx.cluster),
+                    subjects=(
+                        f"tg.{self._ctx.cluster}.decision.preempted.>",
+                        f"tg.{self._ctx.cluster}.decision.released.>",
+                    ),
+                    deliver_new_only=True,
+                ),
+                self._handlers.decision_handler(self.commit),
+            )
+            await self._decide_until_stopped()
+        finally:
+            self._metrics.leader.set(0)
+            with contextlib.suppress(Exception):
+                await self._publisher.close()
+            await self.lease.release()
+
+    async def _acquire(self) -> bool:
+        while not self._ctx.stopping.is_set():
+            if await self.lease.try_acquire():
+                log.info("admission: leading with epoch %d", self.lease.epoch)
+                return True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._ctx.stopping.wait(), self.lease.settings.acquire_poll_seconds
+                )
+        return False
+
+    async def _keep_alive(self) -> None:
+        try:
+            await self.lease.keep_alive()
+        except LeaseLost:
+            if not self._ctx.stopping.is_set():
+                raise
+
+    async def _take_over(self) -> None:
+        assert self._ledger is not None
+        admission = self._admission
+        admission.epoch = self.lease.epoch
+        high, records = await self._ledger.load()
+        now = time.time()
+        for record in records:
+            usage = {NodeName(n): dict(u) for n, u in record.node_usage.items()}
+            admission.restore(record.admitted, usage, now=now)
+        admission.sequence = max(
+            admission.sequence, high.sequence if high else 0, admission.capacity.watermark()
+        )
+        released = admission.release_orphans()
+        await self._ledger.claim(sequence=admission.sequence, epoch=admission.epoch)
+        await self.commit(released)
+        watermark = admission.capacity.watermark()
+        unapplied = [
+            r.admitted
+            for r in records
+            if r.admitted.sequence > watermark
+            and admission.is_admitted(WorkloadKey(r.admitted.workload))
+        ]
+        for admitted in unapplied:
+            workload = admission.workload(WorkloadKey(admitted.workload))
+            await self._publish(admitted, admitted.epoch, workload)
+        await self._publisher.flush()
+        log.info(
+            "admission: took over epoch %d: %d admitted restored, %d re-published, "
+            "%d released, sequence %d",
+            admission.epoch,
+            len(records),
+            len(unapplied),
+            len(released),
+            admission.sequence,
+        )
+
+    async def _decide_until_stopped(self) -> None:
+        settings = self._ctx.settings
+        handlers = self._handlers
+        while not self._ctx.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(handlers.wake.wait(), settings.cycle_tick_seconds)
+            if settings.cycle_coalesce_seconds:
+                await asyncio.sleep(settings.cycle_coalesce_seconds)
+            handlers.wake.clear()
+            async with handlers.lock:
+                started = time.monotonic()
+                decisions = [*handlers.outbox, *self._admission.cycle(now=time.time())]
+                handlers.outbox.clear()
+                await self.commit(decisions)
+                self._metrics.cycle_seconds.observe(time.monotonic() - started)
+
+    async def commit(self, decisions: Sequence[Decision]) -> None:
+        """Claim the sequence, record admissions and releases in the ledger, then publish."""
+        if not decisions:
+            return
+        if not self.lease.held:
+            raise LeaseLost("admission lease expired before a commit")
+        assert self._ledger is not None
+        admission = self._admission
+        await self._ledger.claim(sequence=admission.sequence, epoch=admission.epoch)
+        changes: list[LedgerRecord | str] = []
+        for decision in decisions:
+            if isinstance(decision.body, Admitted):
+                usage = {str(n): u for n, u in decision.node_usage.items()}
+                changes.append(LedgerRecord(admitted=decision.body, node_usage=usage))
+            elif isinstance(decision.body, Released):
+                changes.append(decision.key)
+        await self._ledger.commit(changes)
+        for decision in decisions:
+            await self._publish(decision.body, admission.epoch, decision.workload)
+        await self._publisher.flush()
+
+    async def _publish(
+        self,
+        body: Admitted | Pending | PreemptRequested | Released,
+        epoch: int,
+        workload: WorkloadState | None,
+    ) -> None:
+        namespace, _, name = body.workload.partition("/")
+        kind = _KINDS[type(body)]
+        subject = subjects.decision(self._ctx.cluster, kind, namespace, name)
+        envelope = Envelope(
+            event_id=f"{SOURCE}-{epoch}-{body.sequence}",
+            cluster=self._ctx.cluster,
+            source=SOURCE,
+            time=time.time(),
+            body=body,
+            source_uid=body.uid,
+        )
+        token = otel_context.attach(extract(workload.trace_context if workload else None))
+        try:
+            await self._publisher.submit(subject, envelope)
+        finally:
+            otel_context.detach(token)
+        reason = getattr(body, "reason", "")
+        self._metrics.decisions.labels(kind=kind, reason=reason).inc()
+        if isinstance(body, Admitted):
+            self._metrics.admitted.labels(queue=body.queue).inc()
+
+
+_KINDS: dict[type, DecisionKind] = {
+    Admitted: "admitted",
+    Pending: "pending",
+    PreemptRequested: "preempt-requested",
+    Released: "released",
+}

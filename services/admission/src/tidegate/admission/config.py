@@ -1,0 +1,66 @@
+"""Settings of the admission service (env ``TIDEGATE_…`` and the optional YAML file).
+
+Only what differs from every other service lives here; the common settings (cluster, NATS,
+HTTP port, log level) come from :class:`tidegate.runtime.ServiceSettings`. The policy knobs are
+handed to :class:`tidegate.policy.admission.AdmissionSettings` unchanged.
+"""
+
+from dataclasses import dataclass
+
+from tidegate.policy.admission import AdmissionSettings
+from tidegate.runtime import ServiceSettings, SettingsError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings(ServiceSettings):
+    """Admission's settings; see docs/admission.md for the table."""
+
+    default_queue: str | None = None
+    """Queue of workloads that name none (None: they wait with QueueNotFound)."""
+    default_topology: str = "default"
+    """Topology used when neither queue nor workload names one and there are several."""
+    lease_ttl_seconds: float = 10.0
+    """Leader lease TTL: a standby takes over at most this long after the leader stops."""
+    lease_holder: str | None = None
+    """This instance's id on the lease (default: host, pid and a random suffix)."""
+    cycle_coalesce_seconds: float = 0.002
+    """After an event, wait this long for more before running a cycle (bursts coalesce)."""
+    cycle_tick_seconds: float = 1.0
+    """Run a cycle at least this often, so timeouts (preemption, nomination) take effect."""
+    preemption_timeout_seconds: float = 30.0
+    """How long a preemption request is awaited before it is asked again."""
+    nomination_timeout_seconds: float = 120.0
+    """How long capacity freed by preemption stays reserved for its preemptor."""
+    overlay_grace_seconds: float = 30.0
+    """How long an applied decision may wait for its node's capacity report (see docs)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive = {
+            "lease_ttl_seconds": self.lease_ttl_seconds,
+            "cycle_tick_seconds": self.cycle_tick_seconds,
+            "preemption_timeout_seconds": self.preemption_timeout_seconds,
+            "nomination_timeout_seconds": self.nomination_timeout_seconds,
+            "overlay_grace_seconds": self.overlay_grace_seconds,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise SettingsError(name, f"{value} must be positive")
+        if self.lease_ttl_seconds < 1:
+            raise SettingsError(
+                "lease_ttl_seconds", "must be at least 1 (JetStream TTLs are whole seconds)"
+            )
+        if self.cycle_coalesce_seconds < 0:
+            raise SettingsError("cycle_coalesce_seconds", "must not be negative")
+        if self.default_queue is not None and not self.default_queue.strip():
+            raise SettingsError("default_queue", "must not be blank")
+
+    def policy(self) -> AdmissionSettings:
+        """The policy part of these settings."""
+        return AdmissionSettings(
+            default_queue=self.default_queue,
+            default_topology=self.default_topology,
+            preemption_timeout_seconds=self.preemption_timeout_seconds,
+            nomination_timeout_seconds=self.nomination_timeout_seconds,
+            overlay_grace_seconds=self.overlay_grace_seconds,
+        )
