@@ -1,0 +1,176 @@
+"""Trace context through headers, span names and kinds, exporters from env, JSON log lines."""
+
+import io
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, Tracer
+
+from tidegate.telemetry import (
+    JsonFormatter,
+    batch_span,
+    build_tracer_provider,
+    consumer_span,
+    extract,
+    producer_span,
+    setup_logging,
+)
+
+
+@pytest.fixture
+def recorded() -> Iterator[tuple[Tracer, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider.get_tracer("test"), exporter
+    provider.shutdown()
+
+
+def test_the_consumer_span_is_a_child_of_the_producer_span_through_headers(
+    recorded: tuple[Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = recorded
+    headers: dict[str, str] = {}
+    with producer_span("tg.c.decision.admitted.ns.w", headers, message_id="e1", tracer=tracer):
+        pass
+    assert headers["traceparent"].startswith("00-")
+    with consumer_span("tg.c.decision.admitted.ns.w", headers, message_id="e1", tracer=tracer):
+        pass
+    producer, consumer = exporter.get_finished_spans()
+    assert producer.name == "tg.c.decision.admitted.ns.w publish"
+    assert producer.kind is SpanKind.PRODUCER
+    assert consumer.name == "tg.c.decision.admitted.ns.w process"
+    assert consumer.kind is SpanKind.CONSUMER
+    assert consumer.parent is not None
+    assert producer.context is not None
+    assert consumer.context is not None
+    assert consumer.parent.span_id == producer.context.span_id
+    assert consumer.context.trace_id == producer.context.trace_id
+    assert consumer.attributes is not None
+    assert consumer.attributes["messaging.message.id"] == "e1"
+    assert consumer.attributes["messaging.system"] == "nats"
+
+
+def test_a_batch_span_links_every_producer_and_has_no_parent(
+    recorded: tuple[Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = recorded
+    carriers: list[dict[str, str]] = [{}, {}]
+    for headers in carriers:
+        with producer_span("s", headers, tracer=tracer):
+            pass
+    with batch_span("capacity", [*carriers, None], tracer=tracer):
+        pass
+    *producers, batch = exporter.get_finished_spans()
+    assert batch.name == "capacity process"
+    assert batch.parent is None
+    assert [link.context.span_id for link in batch.links] == [
+        p.context.span_id for p in producers if p.context is not None
+    ]
+
+
+def test_headers_without_trace_context_give_an_empty_context() -> None:
+    assert extract({"Nats-Msg-Id": "x"}) == extract(None)
+
+
+def test_trace_file_exporter_writes_json_lines(tmp_path: Path) -> None:
+    trace_file = tmp_path / "spans.jsonl"
+    provider = build_tracer_provider("tidegate-test", env={"TIDEGATE_TRACE_FILE": str(trace_file)})
+    assert provider is not None
+    with producer_span("s", {}, tracer=provider.get_tracer("t")):
+        pass
+    provider.shutdown()
+    (line,) = trace_file.read_text().splitlines()
+    span = json.loads(line)
+    assert span["name"] == "s publish"
+    assert span["kind"] == "SpanKind.PRODUCER"
+    assert span["resource"]["attributes"]["service.name"] == "tidegate-test"
+
+
+def test_sdk_disabled_means_no_provider() -> None:
+    assert build_tracer_provider("x", env={"OTEL_SDK_DISABLED": "true"}) is None
+
+
+def test_otlp_http_exporter_posts_to_the_configured_endpoint() -> None:
+    received: list[tuple[str, bytes]] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.path, body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        provider = build_tracer_provider(
+            "tidegate-test", env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+        )
+        assert provider is not None
+        with producer_span("otlp.subject", {}, tracer=provider.get_tracer("t")):
+            pass
+        provider.force_flush()
+        provider.shutdown()
+    finally:
+        server.shutdown()
+        server.server_close()
+    (path, body), *_ = received
+    assert path == "/v1/traces"
+    assert b"otlp.subject publish" in body
+
+
+def test_log_lines_are_json_with_trace_id_and_extra_fields(
+    recorded: tuple[Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, _ = recorded
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    setup_logging("DEBUG", stream=stream)
+    logger = logging.getLogger("tidegate.test")
+    try:
+        with tracer.start_as_current_span("work") as span:
+            logger.info("admitted %s", "ns/w", extra={"workload": "ns/w", "pods": 4})
+        try:
+            raise ValueError("bad")
+        except ValueError:
+            logger.exception("failed")
+    finally:
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["message"] == "admitted ns/w"
+    assert first["level"] == "INFO"
+    assert first["logger"] == "tidegate.test"
+    assert first["workload"] == "ns/w"
+    assert first["pods"] == 4
+    assert first["trace_id"] == format(span.get_span_context().trace_id, "032x")
+    assert first["span_id"] == format(span.get_span_context().span_id, "016x")
+    assert first["time"].endswith("+00:00")
+    assert "trace_id" not in second
+    assert "ValueError: bad" in second["exception"]
+
+
+def test_an_unknown_log_level_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown log level 'LOUD'"):
+        setup_logging("LOUD")
+
+
+def test_the_formatter_survives_values_json_cannot_hold() -> None:
+    record = logging.LogRecord("x", logging.INFO, "f", 1, "m", None, None)
+    record.path = Path("/tmp")
+    assert json.loads(JsonFormatter().format(record))["path"] == "/tmp"
