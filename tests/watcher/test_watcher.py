@@ -5,9 +5,14 @@ malformed annotation marks its workload and nothing else; a restarted watcher pu
 tombstones for what was deleted while it was down and nothing for what did not change.
 """
 
+import asyncio
+import contextlib
+from pathlib import Path
 from typing import Any
 
-from tidegate.kube import DEPLOYMENTS, JOBS, JOBSETS, NODES, PODS, REPLICASETS
+from tidegate.bus import BusSettings, connect
+from tidegate.kube import DEPLOYMENTS, JOBS, JOBSETS, NODES, PODS, REPLICASETS, KubeSettings
+from tidegate.kube import connect as connect_kube
 from tidegate.model import (
     NodeState,
     PodState,
@@ -17,6 +22,9 @@ from tidegate.model import (
     WorkloadState,
     subjects,
 )
+from tidegate.sim import SimCluster, SimSettings
+from tidegate.watcher.app import Watcher
+from tidegate.watcher.config import WatcherSettings
 
 from .conftest import (
     NAMESPACE,
@@ -373,3 +381,42 @@ async def test_restart_publishes_tombstones_for_deletions_made_while_down(harnes
         subjects.pod(harness.cluster, NAMESPACE, "kept-0"),
     ):
         assert harness.published[subject] == before[subject]
+
+
+async def test_missing_crds_do_not_stop_the_watcher(
+    tmp_path: Path, nats_url: str, cluster_id: str
+) -> None:
+    settings = SimSettings(
+        nodes="1x1x2x8gpu",
+        controllers=False,
+        scheduler=False,
+        kubelet=False,
+        admission_gate=False,
+        install_crds=False,
+    )
+    async with SimCluster.running(settings) as sim:
+        kube = await connect_kube(KubeSettings(kubeconfig=sim.write_kubeconfig(tmp_path / "kc")))
+        bus = await connect(BusSettings(servers=(nats_url,)))
+        watcher = Watcher(
+            bus=bus,
+            kube=kube,
+            settings=WatcherSettings(cluster=cluster_id, absent_retry_seconds=60),
+        )
+        task = asyncio.create_task(watcher.run())
+        try:
+            await asyncio.wait_for(watcher.ready.wait(), 20)
+            assert set(watcher.unavailable) == {
+                "JobSet",
+                "PodGroup",
+                "Topology",
+                "KueueTopology",
+                "Queue",
+            }
+            assert "is not served" in watcher.unavailable["Queue"]
+            assert watcher.stats.snapshots == 2  # the two nodes
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await bus.drain()
+            await kube.close()

@@ -15,7 +15,9 @@ Start-up, in order:
    vanished objects get tombstones the same way.
 
 A resource type that is not served (JobSet or Kueue CRDs absent) or refused (RBAC) is looked
-for again every ``absent_retry_seconds``; the rest keeps flowing. A failed publish is retried
+for again every ``absent_retry_seconds``; the rest keeps flowing. Only a CRD kind that is not
+served counts as listed (with nothing in it); any other failure holds back the first
+reconciliation (see :data:`OPTIONAL_KINDS`). A failed publish is retried
 on the next round; nothing is marked stored before JetStream acknowledged it. This module is
 wiring only: recognition is in :mod:`tidegate.watcher.recognize`, diffing in
 :mod:`tidegate.watcher.mirror`.
@@ -91,11 +93,21 @@ def resource_types(settings: WatcherSettings) -> dict[ObjectKind, ResourceType]:
     }
 
 
+OPTIONAL_KINDS: frozenset[ObjectKind] = frozenset(
+    {"JobSet", "PodGroup", "Topology", "KueueTopology", "Queue"}
+)
+"""Kinds served by CRDs that may not be installed: "not served" (404) counts as "none exist".
+Any other failure, and any failure of a built-in kind, keeps the watcher from reconciling:
+publishing a reconciliation without, say, the pods would tombstone every pod on the bus."""
+
+
 @dataclass(frozen=True)
 class _Unavailable:
     """An informer could not list its resource type (not served, or refused)."""
 
     reason: str
+    absent: bool
+    """True when the type is simply not served (its CRD is not installed)."""
 
 
 _Item = tuple[ObjectKind, InformerItem | _Unavailable]
@@ -200,11 +212,13 @@ class Watcher:
                 return  # pragma: no cover - an informer iterates forever
             except NotFound as exc:
                 reason = f"{resource.api_version} {resource.plural} is not served ({exc})"
+                absent = True
             except KubeError as exc:
                 reason = f"listing {resource.api_version} {resource.plural} failed: {exc}"
+                absent = False
             if informer.resource_version:
                 state = informer.state()
-            await self._queue.put((kind, _Unavailable(reason)))
+            await self._queue.put((kind, _Unavailable(reason, absent and kind in OPTIONAL_KINDS)))
             await asyncio.sleep(self._settings.absent_retry_seconds)
 
     # ------------------------------------------------------------------ processing
@@ -242,7 +256,8 @@ class Watcher:
                         extra={"kind": kind, "objects": item.count, "relist": item.relist},
                     )
                 else:
-                    self._unsynced.discard(kind)
+                    if item.absent:
+                        self._unsynced.discard(kind)
                     if self.unavailable.get(kind) != item.reason:
                         log.warning("%s; retrying", item.reason, extra={"kind": kind})
                     self.unavailable[kind] = item.reason

@@ -361,6 +361,9 @@ class ClusterIndex:
                 members.discard(key)
                 if not members:
                     del self._members[old.workload]
+                    if old.owner is not None and old.owner[0] == "foreign":
+                        # Known only through its pods: forget it with the last one.
+                        self.foreign.pop(old.owner[1], None)
             applied.affected.add(StateKey("workload", *old.workload))
 
     def _link(self, key: tuple[str, str], pod: Pod, applied: Applied) -> None:
@@ -457,7 +460,7 @@ class ClusterIndex:
             applied.affected.update(self._owner_workloads(previous))
         if deleted:
             self.owners.pop(meta.uid, None)
-            self._forget_source(("owner", meta.uid))
+            self._forget_source((meta.namespace, meta.name), ("owner", meta.uid))
         else:
             owner = self._decode_owner(kind, meta, obj)
             self.owners[meta.uid] = owner
@@ -503,11 +506,11 @@ class ClusterIndex:
                 applied.affected.add(StateKey("pod", *key))
                 self._link(key, pod, applied)
 
-    def _forget_source(self, source: tuple[str, str]) -> None:
-        for workload, known in list(self._sources.items()):
-            if known == source:
-                del self._sources[workload]
-                self.managed.discard(workload)
+    def _forget_source(self, workload: tuple[str, str], source: tuple[str, str]) -> None:
+        """The top owner ``source`` of ``workload`` is gone: so is the workload."""
+        if self._sources.get(workload) == source:
+            del self._sources[workload]
+            self.managed.discard(workload)
 
     def _apply_podgroup(
         self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
@@ -515,7 +518,7 @@ class ClusterIndex:
         key = (meta.namespace, meta.name)
         if deleted:
             self.podgroups.pop(key, None)
-            self._forget_source(("PodGroup", f"{key[0]}/{key[1]}"))
+            self._forget_source(key, ("PodGroup", f"{key[0]}/{key[1]}"))
         else:
             self.podgroups[key] = self._decode_owner("PodGroup", meta, obj)
         applied.affected.add(StateKey("workload", *key))

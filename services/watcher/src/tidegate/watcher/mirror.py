@@ -119,13 +119,17 @@ class Mirror:
         key = key_of(envelope.body)
         if key is None:
             return
+        if isinstance(envelope.body, Tombstone):
+            # A subject ending in a tombstone holds nothing: same as a subject never written.
+            self._stored.pop(key, None)
+            return
         self._stored[key] = _Stored(envelope.body, envelope.resource_version)
-        if key.kind == "workload" and not isinstance(envelope.body, Tombstone):
+        if key.kind == "workload":
             self.index.seed_managed([(key.namespace or "", key.name)])
 
     def stored_keys(self) -> set[StateKey]:
-        """Keys whose subject holds a snapshot (not a tombstone)."""
-        return {k for k, v in self._stored.items() if not isinstance(v.message, Tombstone)}
+        """Keys whose subject holds a snapshot (subjects ending in a tombstone are not kept)."""
+        return set(self._stored)
 
     def all_keys(self) -> set[StateKey]:
         """Every key either side knows: what a full reconciliation looks at."""
@@ -143,7 +147,7 @@ class Mirror:
         stored = self._stored.get(key)
         version = self.index.version(key)
         if desired.message is None:
-            if stored is None or isinstance(stored.message, Tombstone):
+            if stored is None:
                 plan.problems.extend(desired.problems)
                 return
             uid = _uid_of(stored.message)
@@ -175,9 +179,12 @@ class Mirror:
     def stored(self, publication: Publication) -> None:
         """Record that ``publication`` is on the bus (call once JetStream acknowledged it)."""
         envelope = publication.envelope
-        self._stored[publication.key] = _Stored(envelope.body, envelope.resource_version)
         if isinstance(envelope.body, Tombstone):
+            # Keep nothing for deleted objects, so memory does not grow with churn.
+            self._stored.pop(publication.key, None)
             self.index.forget(publication.key)
+        else:
+            self._stored[publication.key] = _Stored(envelope.body, envelope.resource_version)
 
     def last(self, key: StateKey) -> Message | None:
         """The last message on ``key``'s subject as far as the mirror knows."""

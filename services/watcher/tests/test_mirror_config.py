@@ -1,0 +1,123 @@
+"""The mirror's publication plan (snapshots, tombstones, no-ops, event ids) and the settings."""
+
+from typing import Any
+
+import pytest
+
+from tidegate.model import Envelope, PodState, Tombstone, WorkloadState
+from tidegate.watcher.config import SettingsError, WatcherSettings, load
+from tidegate.watcher.index import ClusterIndex, StateKey
+from tidegate.watcher.mirror import Mirror
+
+POD = StateKey("pod", "default", "p")
+JOB = StateKey("workload", "default", "j")
+
+
+def replayed(body: Any, rv: str = "1") -> Envelope:
+    return Envelope(
+        event_id="x", cluster="c1", source="watcher", time=0.0, body=body, resource_version=rv
+    )
+
+
+def test_new_objects_are_published_once_with_deterministic_ids(k8s: Any) -> None:
+    mirror = Mirror("c1", ClusterIndex())
+    mirror.index.apply("Pod", "ADDED", k8s.pod("p", gated=False))
+    plan = mirror.plan({POD}, now=5.0)
+    [publication] = plan.publications
+    assert publication.subject == "tg.c1.pod.default.p"
+    envelope = publication.envelope
+    assert isinstance(envelope.body, PodState)
+    assert (envelope.source, envelope.time, envelope.source_uid) == ("watcher", 5.0, "uid-p")
+    kind, uid, version, digest = envelope.event_id.split("/")
+    assert (kind, uid, version, len(digest)) == ("pod", "uid-p", "100", 16)
+    # Planning again before it is stored gives the same id (a retry JetStream will drop) ...
+    assert mirror.plan({POD}, now=6.0).publications[0].envelope.event_id == envelope.event_id
+    # ... and once stored, an unchanged object costs nothing.
+    mirror.stored(publication)
+    assert mirror.plan({POD}, now=7.0).publications == []
+
+
+def test_a_change_gets_a_new_id_and_a_deletion_a_tombstone(k8s: Any) -> None:
+    mirror = Mirror("c1", ClusterIndex())
+    pod = k8s.pod("p", gated=False)
+    mirror.index.apply("Pod", "ADDED", pod)
+    first = mirror.plan({POD}, now=0).publications[0]
+    mirror.stored(first)
+    mirror.index.apply("Pod", "MODIFIED", k8s.pod("p", gated=False, nodeName="n1"))
+    second = mirror.plan({POD}, now=0).publications[0]
+    assert second.envelope.event_id != first.envelope.event_id
+    mirror.stored(second)
+    mirror.index.apply("Pod", "DELETED", k8s.pod("p", gated=False, nodeName="n1"))
+    [tomb] = mirror.plan({POD}, now=0).publications
+    assert tomb.envelope.body == Tombstone(
+        object_kind="pod", name="p", namespace="default", uid="uid-p"
+    )
+    assert tomb.envelope.event_id.endswith("/deleted")
+    mirror.stored(tomb)
+    assert mirror.plan({POD}, now=0).publications == []
+    assert mirror.stored_keys() == set()
+
+
+def test_replayed_state_is_compared_and_vanished_objects_get_tombstones(k8s: Any) -> None:
+    index = ClusterIndex()
+    index.apply("Pod", "ADDED", k8s.pod("p", gated=False))
+    current = index.desired(POD).message
+    mirror = Mirror("c1", index)
+    mirror.seed(replayed(current))
+    gone = WorkloadState(namespace="default", name="j", uid="uid-j", owner_kind="Job")
+    mirror.seed(replayed(gone, rv="42"))
+    mirror.seed(replayed(Tombstone(object_kind="pod", name="old", namespace="default")))
+    assert ("default", "j") in index.managed
+    assert mirror.all_keys() == {POD, JOB}
+    [tomb] = mirror.plan(mirror.all_keys(), now=0).publications
+    assert tomb.key == JOB
+    assert tomb.envelope.event_id == "workload/uid-j/42/deleted"
+
+
+def test_problems_of_objects_that_are_not_published_are_reported(k8s: Any) -> None:
+    mirror = Mirror("c1", ClusterIndex())
+    mirror.index.apply("Topology", "ADDED", k8s.topology("t", []))
+    plan = mirror.plan({StateKey("topology", None, "t")}, now=0)
+    assert plan.publications == []
+    assert plan.problems == [
+        "Topology t: spec.levels: a Topology needs at least one level (not published)"
+    ]
+
+
+def test_settings_from_the_environment() -> None:
+    settings = load(
+        {
+            "TIDEGATE_CLUSTER": "prod",
+            "TIDEGATE_OWNER_KIND_SERVICE_TYPES": "Deployment=inference, MPIJob=training",
+            "TIDEGATE_BATCH_MAX_EVENTS": "10",
+        }
+    )
+    assert settings.cluster == "prod"
+    assert settings.owner_kind_service_types == {"Deployment": "inference", "MPIJob": "training"}
+    assert settings.batch_max_events == 10
+    assert WatcherSettings().owner_kind_service_types["JobSet"] == "training"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"TIDEGATE_CLUSTER": "Prod_1"},
+            "TIDEGATE_CLUSTER: cluster id 'Prod_1' must be a DNS label",
+        ),
+        (
+            {"TIDEGATE_OWNER_KIND_SERVICE_TYPES": "Job=batch"},
+            "TIDEGATE_OWNER_KIND_SERVICE_TYPES['Job']: 'batch' is not a service type",
+        ),
+        ({"TIDEGATE_OWNER_KIND_SERVICE_TYPES": "Job"}, "'Job' is not Kind=service-type"),
+        (
+            {"TIDEGATE_BATCH_MAX_EVENTS": "many"},
+            "TIDEGATE_BATCH_MAX_EVENTS: 'many' is not a number",
+        ),
+        ({"TIDEGATE_ABSENT_RETRY_SECONDS": "0"}, "TIDEGATE_ABSENT_RETRY_SECONDS: must be positive"),
+    ],
+)
+def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError) as error:
+        load(env)
+    assert message in str(error.value)
