@@ -295,6 +295,17 @@ def test_invalid_workloads_queues_and_unknown_queues_wait_with_a_reason() -> Non
     assert [b.workload for b in only(decisions, Admitted) if isinstance(b, Admitted)] == ["ns/ok"]
 
 
+def test_a_queue_with_a_negative_quota_is_invalid() -> None:
+    admission = cluster(*two_racks(), queues=[QueueConfig(name="q", quota={"cpu": -5})])
+    admission.set_workload(workload("a"))
+    (decision,) = admission.cycle(now=1.0)
+    assert isinstance(decision.body, Pending)
+    assert (decision.body.reason, decision.body.message) == (
+        "Invalid",
+        "queue q is invalid: quota.cpu: -5 is negative",
+    )
+
+
 def test_a_default_queue_takes_workloads_that_name_none() -> None:
     admission = cluster(*two_racks(), settings=AdmissionSettings(default_queue="q"))
     admission.set_workload(workload("a", queue=None))

@@ -305,9 +305,8 @@ class Admission:
                 self._wait(out, workload, None, "QueueNotFound", "the workload names no queue")
             elif queue is None:
                 self._wait(out, workload, name, "QueueNotFound", f"queue {name} does not exist")
-            elif queue.invalid_reason is not None:
-                message = f"queue {name} is invalid: {queue.invalid_reason}"
-                self._wait(out, workload, name, "Invalid", message)
+            elif (problem := queue_problem(queue)) is not None:
+                self._wait(out, workload, name, "Invalid", f"queue {name} is invalid: {problem}")
             else:
                 by_queue.setdefault(name, []).append(workload)
 
@@ -532,6 +531,20 @@ class Admission:
     def _next_sequence(self) -> int:
         self.sequence += 1
         return self.sequence
+
+
+def queue_problem(queue: QueueConfig) -> str | None:
+    """Why ``queue`` cannot be used, or None: its own ``invalid_reason``, or a negative quota
+    (a writer that skipped validation must not make every check pass or fail silently)."""
+    if queue.invalid_reason is not None:
+        return queue.invalid_reason
+    for name, amount in sorted((queue.quota or {}).items()):
+        if amount < 0:
+            return f"quota.{name}: {amount} is negative"
+    for model, cards in sorted((queue.card_quota or {}).items()):
+        if cards < 0:
+            return f"card_quota[{model!r}]: {cards} is negative"
+    return None
 
 
 def minimum_podsets(workload: WorkloadState) -> list[PodSetSpec] | None:

@@ -1,0 +1,180 @@
+"""The admission service over a real nats-server: decisions, bad input, FIFO, failover."""
+
+import asyncio
+import collections
+import signal
+import time
+
+from tidegate.model import (
+    Admitted,
+    Pending,
+    PodSetSpec,
+    QueueConfig,
+    Released,
+    WorkloadState,
+    subjects,
+)
+
+from .conftest import GPU, Harness
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def workers(count: int, gpus: int, name: str = "workers") -> PodSetSpec:
+    """A podset of ``count`` pods with ``gpus`` GPUs and one cpu each."""
+    return PodSetSpec(name=name, count=count, requests={"cpu": 1000, GPU: gpus})
+
+
+def workload(
+    name: str,
+    *podsets: PodSetSpec,
+    queue: str | None = "q",
+    created_at: float = 0.0,
+    **extra: object,
+) -> WorkloadState:
+    """A training workload of ``podsets`` (one pod with one GPU by default)."""
+    return WorkloadState(
+        namespace="ns",
+        name=name,
+        uid=f"uid-{name}",
+        owner_kind="Job",
+        queue=queue,
+        service_type="training",
+        created_at=created_at or time.time(),
+        podsets=list(podsets) or [workers(1, 1)],
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+async def small_cluster(harness: Harness, *queues: QueueConfig) -> None:
+    """A topology of two racks of two 8-GPU nodes, and ``queues`` (or one queue "q")."""
+    await harness.topology()
+    for name, rack in (("n1", "r1"), ("n2", "r1"), ("n3", "r2"), ("n4", "r2")):
+        await harness.node(name, rack)
+    for queue in queues or (QueueConfig(name="q"),):
+        await harness.queue(queue)
+
+
+async def test_admits_releases_and_continues_the_workload_trace(harness: Harness) -> None:
+    await small_cluster(harness)
+    await harness.start_admission()
+    traceparent = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+    await harness.workload(
+        workload("train", workers(2, 8), trace_context={"traceparent": traceparent})
+    )
+    await harness.until(lambda: harness.of(Admitted, "ns/train"), what="admission")
+    (admitted,) = harness.of(Admitted, "ns/train")
+    assert isinstance(admitted, Admitted)
+    assert admitted.charged == {"cpu": 2000, GPU: 16}
+    assert sum(d.count for d in admitted.assignments["workers"].domains) == 2
+    assert admitted.epoch > 0
+    headers = harness.headers[harness.decisions.index(admitted)]
+    assert headers["traceparent"].split("-")[1] == TRACE_ID
+
+    await harness.delete_workload("ns", "train")
+    await harness.until(lambda: harness.of(Released, "ns/train"), what="release")
+    (released,) = harness.of(Released, "ns/train")
+    assert isinstance(released, Released)
+    assert released.reason == "Deleted"
+    assert released.sequence > admitted.sequence
+
+
+async def test_malformed_queues_and_unknown_queues_give_pending_never_a_crash(
+    harness: Harness,
+) -> None:
+    await small_cluster(
+        harness,
+        QueueConfig(name="q"),
+        QueueConfig(name="broken", invalid_reason="spec.capability.cpu: 'lots' is not a quantity"),
+        QueueConfig(name="negative", quota={GPU: -4}),
+    )
+    # Bytes that are no envelope at all, on a queue's subject: skipped, nothing else changes.
+    await harness.bus.jetstream.publish(subjects.queue(harness.cluster, "garbage"), b"{not json")
+    await harness.start_admission()
+    await harness.workload(workload("lost", queue="nowhere"))
+    await harness.workload(workload("in-broken", queue="broken"))
+    await harness.workload(workload("in-negative", queue="negative"))
+    await harness.workload(workload("in-garbage", queue="garbage"))
+    await harness.workload(workload("no-queue", queue=None))
+    await harness.workload(workload("fine"))
+    await harness.until(lambda: harness.of(Admitted, "ns/fine"), what="the good workload")
+    await harness.until(lambda: len(harness.of(Pending)) >= 5, what="five pending decisions")
+    reasons = {
+        p.workload: (p.reason, p.message) for p in harness.of(Pending) if isinstance(p, Pending)
+    }
+    assert reasons == {
+        "ns/lost": ("QueueNotFound", "queue nowhere does not exist"),
+        "ns/in-broken": (
+            "Invalid",
+            "queue broken is invalid: spec.capability.cpu: 'lots' is not a quantity",
+        ),
+        "ns/in-negative": (
+            "Invalid",
+            "queue negative is invalid: quota.nvidia.com/gpu: -4 is negative",
+        ),
+        "ns/in-garbage": ("QueueNotFound", "queue garbage does not exist"),
+        "ns/no-queue": ("QueueNotFound", "the workload names no queue"),
+    }
+    # Fixing the queue lets its workload in: the service kept running all along.
+    await harness.queue(QueueConfig(name="broken"))
+    await harness.until(lambda: harness.of(Admitted, "ns/in-broken"), what="the fixed queue")
+
+
+async def test_strict_fifo_head_blocks_best_effort_lets_smaller_ones_pass(
+    harness: Harness,
+) -> None:
+    await harness.topology()
+    await harness.node("n1", "r1", free_gpus=4)
+    await harness.node("n2", "r1", free_gpus=4)
+    await harness.queue(QueueConfig(name="strict", strategy="StrictFIFO", priority=2))
+    await harness.queue(QueueConfig(name="best", strategy="BestEffortFIFO", priority=1))
+    await harness.start_admission()
+    for queue in ("strict", "best"):
+        await harness.workload(workload(f"{queue}-big", workers(1, 8), queue=queue, created_at=1))
+        await harness.workload(workload(f"{queue}-small", workers(1, 4), queue=queue, created_at=2))
+    await harness.until(lambda: harness.of(Admitted, "ns/best-small"), what="best-effort pass")
+    await harness.until(
+        lambda: harness.of(Pending, "ns/strict-small"), what="the blocked strict workload"
+    )
+    (blocked,) = harness.of(Pending, "ns/strict-small")
+    assert isinstance(blocked, Pending)
+    assert blocked.message == "queue strict is StrictFIFO and waits for ns/strict-big"
+    assert harness.of(Admitted, "ns/strict-small") == []
+    big = {p.workload: p.reason for p in harness.of(Pending) if isinstance(p, Pending)}
+    assert big["ns/strict-big"] == big["ns/best-big"] == "WaitingForCapacity"
+
+
+async def test_leader_failover_mid_stream_admits_nothing_twice(harness: Harness) -> None:
+    await harness.topology()
+    for i in range(8):
+        await harness.node(f"n{i}", f"r{i // 4}")
+    await harness.queue(QueueConfig(name="q"))
+    first = harness.spawn_admission("first")
+    await harness.workload(workload("w00"))
+    await harness.until(lambda: harness.of(Admitted, "ns/w00"), within=30, what="a leader")
+    harness.spawn_admission("second")
+    await asyncio.sleep(1.0)  # the second instance is up and standing by
+    names = [f"w{i:02d}" for i in range(1, 61)]
+    for i, name in enumerate(names):
+        await harness.workload(workload(name, created_at=time.time()))
+        if i == 20:
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        await asyncio.sleep(0.02)
+    await harness.until(
+        lambda: all(harness.of(Admitted, f"ns/{n}") for n in names), within=30, what="all admitted"
+    )
+    await asyncio.sleep(0.5)  # anything published twice would have arrived by now
+
+    admitted = [d for d in harness.decisions if isinstance(d, Admitted)]
+    per_workload = collections.Counter(d.workload for d in admitted)
+    assert per_workload == {f"ns/{n}": 1 for n in ["w00", *names]}
+    epochs = sorted({d.epoch for d in admitted})
+    assert len(epochs) == 2, f"expected the first and the second leader, saw epochs {epochs}"
+    per_node: collections.Counter[str] = collections.Counter()
+    for decision in admitted:
+        for domain in decision.assignments["workers"].domains:
+            per_node[domain.values[-1]] += domain.count
+    assert max(per_node.values()) <= 8  # one GPU per pod, eight per node: never over-booked
+    sequences = [d.sequence for d in admitted]
+    assert len(set(sequences)) == len(sequences)
