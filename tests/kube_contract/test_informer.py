@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tidegate.kube import (
+    DEPLOYMENTS,
     JOBS,
     PODS,
     Informer,
@@ -197,8 +198,14 @@ async def test_custom_resources_and_batch_kinds(env: ContractEnv) -> None:
     podgroups = Informer(env.client, PODGROUPS, namespace=env.namespace)
     queues = Informer(env.client, QUEUES, label_selector=f"{CONTRACT_LABEL}={env.run_id}")
     jobs = Informer(env.client, JOBS, namespace=env.namespace)
-    async with recording(podgroups) as pg, recording(queues) as q, recording(jobs) as j:
-        for rec in (pg, q, j):
+    deployments = Informer(env.client, DEPLOYMENTS, namespace=env.namespace)
+    async with (
+        recording(podgroups) as pg,
+        recording(queues) as q,
+        recording(jobs) as j,
+        recording(deployments) as d,
+    ):
+        for rec in (pg, q, j, d):
             assert (await rec.until_synced())[0] == []
         await env.client.create(
             PODGROUPS,
@@ -231,6 +238,9 @@ async def test_custom_resources_and_batch_kinds(env: ContractEnv) -> None:
         assert (event.type, event.key) == ("ADDED", ("", queue_name))
         event = await j.next_event()
         assert (event.type, event.key[1], event.obj["apiVersion"]) == ("ADDED", "train", "batch/v1")
+        await env.client.create(DEPLOYMENTS, idle_deployment("serve"), namespace=env.namespace)
+        event = await d.next_event()
+        assert (event.type, event.key[1], event.obj["kind"]) == ("ADDED", "serve", "Deployment")
 
         await env.client.patch_custom_status(
             "tidegate.io", "v1alpha1", "queues", queue_name, {"admitted": 1}
@@ -238,6 +248,28 @@ async def test_custom_resources_and_batch_kinds(env: ContractEnv) -> None:
         event = await q.next_event()
         assert event.type == "MODIFIED"
         assert event.obj["status"]["admitted"] == 1  # type: ignore[index]
+
+
+def idle_deployment(name: str) -> dict[str, object]:
+    """A Deployment that runs nothing anywhere: no replicas, paused, gated template."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 0,
+            "paused": True,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "schedulingGates": [{"name": "tidegate.io/contract"}],
+                    "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            },
+        },
+    }
 
 
 def suspended_job(name: str) -> dict[str, object]:

@@ -48,14 +48,39 @@ def test_bucket_arithmetic() -> None:
 
 
 async def test_bucket_paces_requests_beyond_the_burst() -> None:
-    bucket = TokenBucket(qps=200, burst=5)
-    loop = asyncio.get_running_loop()
-    start = loop.time()
+    clock = FakeClock()
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.now += seconds
+
+    bucket = TokenBucket(qps=200, burst=5, clock=clock, sleep=sleep)
     for _ in range(25):
         await bucket.acquire()
-    elapsed = loop.time() - start
-    # 5 free, then 20 more at 200/s: at least 0.1 s (upper bound left to the benchmark).
-    assert elapsed >= 0.09
+    # 5 free, then 20 more at 200/s, each waiting its 5 ms
+    assert len(slept) == 20
+    assert sum(slept) == pytest.approx(0.1)
+    assert all(s == pytest.approx(0.005) for s in slept)
+
+
+async def test_waiters_queue_in_order() -> None:
+    clock = FakeClock()
+
+    async def sleep(seconds: float) -> None:
+        clock.now += seconds
+        await asyncio.sleep(0)
+
+    bucket = TokenBucket(qps=10, burst=1, clock=clock, sleep=sleep)
+    order: list[int] = []
+
+    async def take(index: int) -> None:
+        await bucket.acquire()
+        order.append(index)
+
+    await asyncio.gather(*(take(i) for i in range(5)))
+    assert order == [0, 1, 2, 3, 4]
+    assert clock.now == pytest.approx(100.4)
 
 
 async def test_zero_qps_is_unlimited() -> None:

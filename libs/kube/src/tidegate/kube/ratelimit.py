@@ -8,21 +8,28 @@ limits only the request rate; server-side throttling (429) is handled by the ret
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 class TokenBucket:
     """An asyncio token bucket: ``await bucket.acquire()`` before each request.
 
-    ``qps`` of 0 disables limiting. ``clock`` is injectable for tests of the arithmetic.
+    ``qps`` of 0 disables limiting. ``clock`` and ``sleep`` are injectable so the pacing can
+    be tested without waiting.
     """
 
     def __init__(
-        self, *, qps: float, burst: int, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        qps: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._qps = qps
         self._burst = burst
         self._clock = clock
+        self._sleep = sleep
         self._tokens = float(burst)
         self._stamp = clock()
         self._lock = asyncio.Lock()
@@ -52,7 +59,7 @@ class TokenBucket:
         async with self._lock:
             delay = self.delay_for_next()
             if delay > 0:
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
                 self._refill()
             # May dip a hair below zero after the sleep; the next refill pays it back.
             self._tokens -= 1
