@@ -3,6 +3,8 @@
 import io
 import json
 import logging
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -174,3 +176,20 @@ def test_the_formatter_survives_values_json_cannot_hold() -> None:
     record = logging.LogRecord("x", logging.INFO, "f", 1, "m", None, None)
     record.path = Path("/tmp")
     assert json.loads(JsonFormatter().format(record))["path"] == "/tmp"
+
+
+def test_without_a_tracer_provider_the_received_context_is_passed_on() -> None:
+    # Run in a fresh interpreter: the global tracer provider can be set only once per process.
+    script = """
+from tidegate.telemetry import consumer_span, producer_span
+received = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+with consumer_span("in", received):
+    sent = {}
+    with producer_span("out", sent):
+        pass
+assert sent["traceparent"] == received["traceparent"], sent
+"""
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert completed.returncode == 0, completed.stderr

@@ -81,7 +81,8 @@ async def connect(settings: BusSettings) -> "Bus":
         log.warning("nats: %s: %s", type(exc).__name__, exc)
 
     async def on_disconnected() -> None:
-        log.warning("nats: disconnected")
+        if not (client.is_closed or client.is_draining):
+            log.warning("nats: disconnected")
 
     async def on_reconnected() -> None:
         log.info("nats: reconnected")

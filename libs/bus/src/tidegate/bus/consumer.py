@@ -226,9 +226,22 @@ class DurableConsumer:
             raise translate(exc, f"fetching for {self.name}") from exc
 
     async def handle_batch(self, batch: Sequence[Msg]) -> None:
-        """Handle and settle each message of ``batch`` in order."""
-        for msg in batch:
-            await self._handle(msg)
+        """Handle and settle each message of ``batch`` in order.
+
+        Meanwhile every message of the batch not yet settled is reported in progress every
+        third of ``ack_wait_seconds``, so neither a slow handler nor a long queue within the
+        batch makes JetStream redeliver a message we are about to handle.
+        """
+        unsettled = list(batch)
+        keepalive = asyncio.create_task(self._keep_in_progress(unsettled))
+        try:
+            for msg in batch:
+                await self._handle(msg)
+                unsettled.remove(msg)
+        finally:
+            keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keepalive
 
     async def _handle(self, msg: Msg) -> None:
         started = time.monotonic()
@@ -255,7 +268,7 @@ class DurableConsumer:
                     headers=headers,
                 )
                 with consumer_span(msg.subject, headers, message_id=envelope.event_id) as span:
-                    outcome = await self._run_handler(msg, received)
+                    outcome = await self._run_handler(received)
                     span.set_attribute("tidegate.outcome", type(outcome).__name__.lower())
         if isinstance(outcome, Retry) and delivered >= self.settings.max_deliver:
             outcome = Reject(f"gave up after {delivered} deliveries: {outcome.reason}")
@@ -263,8 +276,7 @@ class DurableConsumer:
         if self._observer is not None:
             self._observer.message_handled(self.name, label, time.monotonic() - started)
 
-    async def _run_handler(self, msg: Msg, received: Received) -> Outcome:
-        keepalive = asyncio.create_task(self._keep_in_progress(msg))
+    async def _run_handler(self, received: Received) -> Outcome:
         try:
             result = await self._handler(received)
         except Permanent as exc:
@@ -280,18 +292,15 @@ class DurableConsumer:
                 extra={"subject": received.subject, "sequence": received.stream_sequence},
             )
             return Retry(f"{type(exc).__name__}: {exc}")
-        finally:
-            keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keepalive
         return Ack() if result is None else result
 
-    async def _keep_in_progress(self, msg: Msg) -> None:
+    async def _keep_in_progress(self, unsettled: list[Msg]) -> None:
         interval = max(0.5, self.settings.ack_wait_seconds / 3)
         while True:
             await asyncio.sleep(interval)
-            with contextlib.suppress(nats.errors.Error):
-                await msg.in_progress()
+            for msg in list(unsettled):
+                with contextlib.suppress(nats.errors.Error):
+                    await msg.in_progress()
 
     def _retry_delay(self, outcome: Retry, delivered: int) -> float:
         if outcome.delay_seconds is not None:

@@ -28,6 +28,19 @@ def _tracer(tracer: Tracer | None) -> Tracer:
     return tracer if tracer is not None else trace.get_tracer(_TRACER_NAME)
 
 
+def _tracing_off(tracer: Tracer | None) -> bool:
+    """True when no SDK provider is installed: spans would be no-ops, so skip making them.
+
+    Trace context still flows (see the callers): a process without tracing passes on the
+    context it received, so the trace is not cut in two.
+    """
+    if tracer is not None:
+        return False
+    return isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    )
+
+
 def inject(headers: dict[str, str], context: otel_context.Context | None = None) -> None:
     """Write the trace context (the current one unless ``context`` is given) into ``headers``."""
     propagate.inject(headers, context=context)
@@ -62,6 +75,10 @@ def producer_span(
     Its context is injected into ``headers`` before the body runs, so publish the message
     inside the ``with`` block.
     """
+    if _tracing_off(tracer):
+        inject(headers)
+        yield trace.INVALID_SPAN
+        return
     with _tracer(tracer).start_as_current_span(
         f"{subject} publish",
         kind=SpanKind.PRODUCER,
@@ -83,6 +100,13 @@ def consumer_span(
 
     The span is current inside the block, so logs and further publishes join the same trace.
     """
+    if _tracing_off(tracer):
+        token = otel_context.attach(extract(headers))
+        try:
+            yield trace.INVALID_SPAN
+        finally:
+            otel_context.detach(token)
+        return
     with _tracer(tracer).start_as_current_span(
         f"{subject} process",
         context=extract(headers),

@@ -1,0 +1,155 @@
+"""Benchmark of publishing to JetStream: awaiting each acknowledgement vs. asynchronous.
+
+    python bench/bus.py [--awaited 2000] [--async-messages 30000] [--in-flight 4096] [--json] [--out FILE]
+
+Starts a throwaway nats-server (file storage, like production), creates one cluster's streams,
+and publishes decision envelopes (~300 bytes of JSON, each with its own Nats-Msg-Id):
+
+* **awaited** — ``Bus.publish`` one after another, each waiting for JetStream's ack;
+* **async** — ``Publisher.submit`` with at most ``--in-flight`` unacknowledged, then ``flush``;
+* **consume** — a durable consumer reading the async batch back (batches of 256, acked).
+
+Prints messages per second for each. With --json it prints one object (and writes it to --out
+when given): ``{"awaited_msgs_per_s", "async_msgs_per_s", "consume_msgs_per_s", ...}``.
+Figures are measurements on this machine, never assertions. Quick by default (a few seconds).
+"""
+
+import argparse
+import asyncio
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from tidegate.bus import (
+    BusSettings,
+    ConsumerSettings,
+    DurableConsumer,
+    Publisher,
+    Received,
+    connect,
+    layout,
+)
+from tidegate.bus.server import NatsServerProcess
+from tidegate.model import DomainCount, Envelope, TopologyAssignment, codec, subjects
+from tidegate.model.events import Admitted
+
+CLUSTER = "bench"
+
+
+def envelope(index: int) -> Envelope:
+    """A realistic admitted decision."""
+    return Envelope(
+        event_id=f"bench-{index}",
+        cluster=CLUSTER,
+        source="bench",
+        time=time.time(),
+        body=Admitted(
+            workload=f"team-a/job-{index}",
+            uid=f"uid-{index}",
+            queue="training",
+            sequence=index,
+            epoch=1,
+            assignments={
+                "workers": TopologyAssignment(
+                    levels=["example.com/block", "example.com/rack"],
+                    domains=[DomainCount(values=["b1", "r7"], count=8)],
+                )
+            },
+            charged={"cpu": 8000, "nvidia.com/gpu": 8},
+        ),
+    )
+
+
+async def measure(url: str, awaited: int, async_messages: int, in_flight: int) -> dict[str, float]:
+    bus = await connect(BusSettings(servers=(url,), wait_for_server_seconds=10))
+    await bus.ensure_layout(CLUSTER)
+    subject = subjects.decision(CLUSTER, "admitted", "team-a", "job")
+
+    started = time.perf_counter()
+    for index in range(awaited):
+        await bus.publish(subject, envelope(index))
+    awaited_seconds = time.perf_counter() - started
+
+    started = time.perf_counter()
+    async with Publisher(bus, max_in_flight=in_flight) as publisher:
+        for index in range(awaited, awaited + async_messages):
+            await publisher.submit(subject, envelope(index))
+        await publisher.flush(timeout_seconds=60)
+    async_seconds = time.perf_counter() - started
+
+    total = awaited + async_messages
+    done = asyncio.Event()
+    handled = 0
+
+    async def handle(message: Received) -> None:
+        nonlocal handled
+        handled += 1
+        if handled >= total:
+            done.set()
+
+    consumer = DurableConsumer(
+        bus,
+        cluster=CLUSTER,
+        settings=ConsumerSettings(
+            durable="bench",
+            stream=layout.decisions_stream(CLUSTER),
+            subjects=(subjects.decision_wildcard(CLUSTER),),
+            batch_size=256,
+            fetch_timeout_seconds=0.5,
+        ),
+        handler=handle,
+    )
+    started = time.perf_counter()
+    await asyncio.wait_for(consumer.run(done), timeout=120)
+    consume_seconds = time.perf_counter() - started
+    await bus.drain()
+    return {
+        "awaited_messages": awaited,
+        "awaited_msgs_per_s": round(awaited / awaited_seconds),
+        "async_messages": async_messages,
+        "async_in_flight": in_flight,
+        "async_msgs_per_s": round(async_messages / async_seconds),
+        "consume_messages": total,
+        "consume_msgs_per_s": round(total / consume_seconds),
+        "message_bytes": len(codec.encode(envelope(0))),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--awaited", type=int, default=2000, help="messages published one by one")
+    parser.add_argument(
+        "--async-messages", type=int, default=30000, help="messages published asynchronously"
+    )
+    parser.add_argument(
+        "--in-flight", type=int, default=4096, help="async publishes awaiting ack, at most"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", type=Path, help="also write the JSON object to this file")
+    args = parser.parse_args()
+    with NatsServerProcess() as server:
+        result = asyncio.run(measure(server.url, args.awaited, args.async_messages, args.in_flight))
+    result |= {"python": platform.python_version(), "machine": platform.machine()}
+    if args.json or args.out:
+        text = json.dumps(result, indent=2)
+        if args.json:
+            print(text)
+        if args.out:
+            args.out.write_text(text + "\n")
+    if not args.json:
+        print(
+            f"awaited publish : {result['awaited_msgs_per_s']:>8} msg/s ({args.awaited} messages)"
+        )
+        print(
+            f"async publish   : {result['async_msgs_per_s']:>8} msg/s "
+            f"({args.async_messages} messages, {args.in_flight} in flight)"
+        )
+        print(f"durable consume : {result['consume_msgs_per_s']:>8} msg/s (batches of 256, acked)")
+        print(f"message size    : {result['message_bytes']} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
