@@ -34,6 +34,7 @@ from tidegate.sim.errors import (
 )
 from tidegate.sim.kinds import (
     CRDS,
+    JOBS,
     NAMESPACES,
     NODES,
     PODS,
@@ -121,6 +122,8 @@ class ApiServer:
         self.registry = registry
         self.gate_managed_pods = gate_managed_pods
         self.clock = clock
+        self.orphaned_owners: set[str] = set()
+        """uids of owners deleted with propagationPolicy Orphan (the GC keeps dependents)."""
 
     def bootstrap(self) -> None:
         """Create what a fresh cluster has: default namespaces and system PriorityClasses."""
@@ -615,6 +618,13 @@ class ApiServer:
                 f"{old_meta.get('resourceVersion')}",
                 group=rtype.group,
             )
+        policy = options.get("propagationPolicy")
+        if policy is None and options.get("orphanDependents") is True:
+            policy = "Orphan"
+        if policy is None and rtype is JOBS:
+            policy = "Orphan"  # batch/v1 keeps its pre-GC default: Job pods are orphaned
+        if policy == "Orphan" and old_meta.get("uid"):
+            self.orphaned_owners.add(str(old_meta["uid"]))
         grace = self._grace_period(rtype, old, options)
         finalizers = old_meta.get("finalizers") or []
         if rtype is NAMESPACES:
@@ -811,6 +821,12 @@ class ApiServer:
                 self.store.remove(
                     bucket_key, str(metadata.get("namespace") or ""), str(metadata["name"])
                 )
+
+    def finalize_namespace(self, name: str) -> None:
+        """Remove a terminating namespace whose content is gone (the namespace controller)."""
+        namespace = self.store.get(NAMESPACES.key, "", name)
+        if namespace is not None and _dict(namespace.get("metadata")).get("deletionTimestamp"):
+            self.store.remove(NAMESPACES.key, "", name)
 
     def resolve_kind(self, api_version: str, kind: str) -> ResourceType | None:
         """The served type for an (apiVersion, kind) pair, e.g. from an ownerReference."""

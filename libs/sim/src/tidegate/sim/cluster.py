@@ -24,10 +24,14 @@ from tidegate.sim.bundled import bundled_crds
 from tidegate.sim.errors import ApiError, JsonObject
 from tidegate.sim.http import HttpApi, WatchSettings
 from tidegate.sim.kinds import CRDS, NODES, Registry
+from tidegate.sim.kubelet import Kubelet
+from tidegate.sim.lifecycle import GarbageCollector, NamespaceController, NodeLifecycle
 from tidegate.sim.names import rfc3339
+from tidegate.sim.scheduler import Scheduler
 from tidegate.sim.settings import SettingsError, SimSettings
 from tidegate.sim.store import Store
 from tidegate.sim.topology import ClusterLayout, layout_for, node_object, topology_object
+from tidegate.sim.workloads import DeploymentController, JobController, ReplicaSetController
 
 CONTEXT_NAME = "tidegate-sim"
 
@@ -54,6 +58,7 @@ class SimCluster:
         self._runner: web.AppRunner | None = None
         self._port = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self.scheduler: Scheduler | None = None
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -93,7 +98,28 @@ class SimCluster:
             self._tasks.append(asyncio.create_task(coroutine))
 
     def _control_plane(self) -> list[Coroutine[object, object, None]]:
-        return []
+        settings = self.settings
+        parts: list[Coroutine[object, object, None]] = []
+        if settings.scheduler:
+            self.scheduler = Scheduler(
+                self.api, interval_seconds=settings.scheduler_interval_seconds
+            )
+            parts.append(self.scheduler.run())
+        if settings.kubelet:
+            parts.append(Kubelet(self.api, time_scale=settings.time_scale).run())
+        if settings.controllers:
+            parts.extend(
+                controller.run()
+                for controller in (
+                    JobController(self.api),
+                    ReplicaSetController(self.api),
+                    DeploymentController(self.api),
+                    GarbageCollector(self.api),
+                    NamespaceController(self.api),
+                    NodeLifecycle(self.api, time_scale=settings.time_scale),
+                )
+            )
+        return parts
 
     async def stop(self) -> None:
         """Stop the control plane, end watches, stop serving."""

@@ -34,13 +34,18 @@ from tidegate.sim.errors import (
     method_not_allowed,
     resource_not_found,
 )
-from tidegate.sim.kinds import BINDING, EVICTION, PODS, SCALE, ResourceType
+from tidegate.sim.kinds import BINDING, EVICTION, JOBS, PODS, SCALE, ResourceType
 from tidegate.sim.patching import APPLY_PATCH
 from tidegate.sim.selectors import Selector
 from tidegate.sim.store import ADDED, DELETED, MODIFIED, WatchEvent
 
 _ENCODER: Final = msgspec.json.Encoder()
 _JSON: Final = "application/json"
+_JOB_ORPHAN_WARNING: Final = (
+    '299 - "child pods are preserved by default when jobs are deleted; set '
+    "propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress "
+    'this warning"'
+)
 SERVER_VERSION: Final[JsonObject] = {
     "major": "1",
     "minor": "33",
@@ -308,25 +313,28 @@ class HttpApi:
                 raise method_not_allowed("DELETE is not supported on a subresource")
             options = await _delete_options(request)
             obj, removed = api.delete(rtype, namespace, name, options, dry_run=dry_run)
-            if rtype is PODS or not removed:
-                return json_response(obj)
-            metadata = obj.get("metadata")
-            uid = metadata.get("uid") if isinstance(metadata, dict) else None
-            return json_response(
-                {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "metadata": {},
-                    "status": "Success",
-                    "details": {
-                        "name": name,
-                        "group": rtype.group,
-                        "kind": rtype.plural,
-                        "uid": uid,
-                    },
-                }
-            )
+            response = self._deleted(rtype, name, obj, removed)
+            if rtype is JOBS and "propagationPolicy" not in options:
+                response.headers["Warning"] = _JOB_ORPHAN_WARNING
+            return response
         raise method_not_allowed(f"{method} is not supported")
+
+    def _deleted(
+        self, rtype: ResourceType, name: str, obj: JsonObject, removed: bool
+    ) -> web.Response:
+        if rtype is PODS or not removed:
+            return json_response(obj)
+        metadata = obj.get("metadata")
+        uid = metadata.get("uid") if isinstance(metadata, dict) else None
+        return json_response(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {"name": name, "group": rtype.group, "kind": rtype.plural, "uid": uid},
+            }
+        )
 
     async def _legacy_binding(self, request: web.Request, namespace: str) -> web.StreamResponse:
         if request.method != "POST":

@@ -160,6 +160,7 @@ class Store:
         self._buckets: dict[ResourceKey, Bucket] = {}
         self.history_window = history_window
         self.watcher_backlog = watcher_backlog
+        self._global_listeners: list[Callable[[ResourceKey, WatchEvent], None]] = []
 
     @property
     def resource_version(self) -> int:
@@ -228,7 +229,7 @@ class Store:
             bucket.order.add(okey)
         bucket.by_namespace.setdefault(okey[0], {})[okey[1]] = obj
         event = WatchEvent(MODIFIED if old is not None else ADDED, self._rv, obj, old)
-        self._publish(bucket, event, okey[0])
+        self._publish(key, bucket, event, okey[0])
         return event
 
     def remove(self, key: ResourceKey, namespace: str, name: str) -> WatchEvent | None:
@@ -246,10 +247,10 @@ class Store:
                 del bucket.by_namespace[namespace]
         self._rv += 1
         event = WatchEvent(DELETED, self._rv, with_resource_version(old, self._rv), old)
-        self._publish(bucket, event, namespace)
+        self._publish(key, bucket, event, namespace)
         return event
 
-    def _publish(self, bucket: Bucket, event: WatchEvent, namespace: str) -> None:
+    def _publish(self, key: ResourceKey, bucket: Bucket, event: WatchEvent, namespace: str) -> None:
         bucket.history.append(event)
         if len(bucket.history) > bucket.history_limit:
             bucket.compacted_rv = bucket.history.popleft().rv
@@ -258,6 +259,8 @@ class Store:
                 watcher.push(event)
         for listener in list(bucket.listeners):
             listener(event)
+        for global_listener in list(self._global_listeners):
+            global_listener(key, event)
 
     def compact(self) -> None:
         """Forget all watch history (as an etcd compaction does): older resumes get 410."""
@@ -310,6 +313,22 @@ class Store:
                 bucket.listeners.remove(listener)
 
         return unsubscribe
+
+    def subscribe_all(
+        self, listener: Callable[[ResourceKey, WatchEvent], None]
+    ) -> Callable[[], None]:
+        """Call ``listener`` for every future event of every resource; returns an unsubscribe."""
+        self._global_listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._global_listeners:
+                self._global_listeners.remove(listener)
+
+        return unsubscribe
+
+    def resource_keys(self) -> list[ResourceKey]:
+        """Every resource that has (or had) objects."""
+        return list(self._buckets)
 
     def close_watchers(self) -> None:
         """End every open watch (server shutdown)."""

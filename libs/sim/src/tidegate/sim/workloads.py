@@ -1,0 +1,629 @@
+"""Simulated workload controllers: Job (batch/v1), ReplicaSet and Deployment (apps/v1).
+
+Each creates pods from its template, the way kube-controller-manager does: generated names,
+the template's labels and annotations, an ``ownerReference`` with ``controller: true``, and
+replacements for pods that failed, were evicted or were deleted. Pods go through the same
+create path as clients' pods, so tidegate-managed templates get the admission gate when the
+webhook emulation is on.
+
+Job: ``parallelism``, ``completions``, ``completionMode: Indexed`` (index in the
+``batch.kubernetes.io/job-completion-index`` annotation and label, ``<job>-<index>-`` name
+prefix), ``suspend`` (active pods deleted, ``Suspended`` condition), ``backoffLimit``
+(``Failed`` with ``BackoffLimitExceeded``), the ``Complete`` condition, and status counters
+(active, ready, succeeded, failed, terminating, completedIndexes, start/completion time). A pod
+deleted before it finished counts as failed, as with the real controller's tracking
+finalizers; a terminating pod does not block its replacement (podReplacementPolicy
+TerminatingOrFailed).
+
+ReplicaSet keeps ``replicas`` live pods. Deployment owns one ReplicaSet per pod-template hash,
+scales the current one to ``replicas`` and the others to zero at once (no surge/unavailable
+pacing), and reports replicas/updated/ready/available and the Available condition.
+
+Not simulated: podFailurePolicy, successPolicy, activeDeadlineSeconds, TTL after finished,
+rollout pacing and history limits, minReadySeconds.
+"""
+
+import hashlib
+from collections.abc import Callable, Hashable
+from typing import Final
+
+import msgspec
+
+from tidegate.sim import pods as podrules
+from tidegate.sim.apiserver import ApiServer
+from tidegate.sim.errors import ApiError, JsonObject
+from tidegate.sim.kinds import DEPLOYMENTS, JOBS, PODS, REPLICASETS, STATUS, ResourceType
+from tidegate.sim.loop import Reconciler
+from tidegate.sim.names import rfc3339
+from tidegate.sim.store import DELETED, WatchEvent, object_key
+
+COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+_TERMINAL: Final = frozenset({"Succeeded", "Failed"})
+
+Key = tuple[str, str]
+
+
+def _dict(value: object) -> JsonObject:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _int(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _copy(value: JsonObject) -> JsonObject:
+    copied = msgspec.json.decode(msgspec.json.encode(value))
+    assert isinstance(copied, dict)
+    return copied
+
+
+def controller_of(obj: JsonObject) -> JsonObject | None:
+    """The ownerReference with ``controller: true``, if any."""
+    for ref in _list(_dict(obj.get("metadata")).get("ownerReferences")):
+        if _dict(ref).get("controller") is True:
+            return _dict(ref)
+    return None
+
+
+def owner_reference(owner: JsonObject, rtype: ResourceType) -> JsonObject:
+    """A controller ownerReference pointing at ``owner``."""
+    metadata = _dict(owner.get("metadata"))
+    return {
+        "apiVersion": rtype.api_version,
+        "kind": rtype.kind,
+        "name": metadata.get("name"),
+        "uid": metadata.get("uid"),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def is_ready(pod: JsonObject) -> bool:
+    """Whether the pod's Ready condition is True."""
+    for condition in _list(_dict(pod.get("status")).get("conditions")):
+        if _dict(condition).get("type") == "Ready":
+            return _dict(condition).get("status") == "True"
+    return False
+
+
+def _set_condition(status: JsonObject, kind: str, value: str, reason: str, message: str) -> None:
+    now = rfc3339()
+    podrules.set_condition(
+        status,
+        {
+            "type": kind,
+            "status": value,
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": now,
+            "lastTransitionTime": now,
+        },
+    )
+
+
+def _condition_true(status: JsonObject, kind: str) -> bool:
+    return any(
+        _dict(c).get("type") == kind and _dict(c).get("status") == "True"
+        for c in _list(status.get("conditions"))
+    )
+
+
+def compress_indexes(indexes: set[int]) -> str:
+    """Sorted indexes as the API's interval string ("0-3,5,7-8")."""
+    parts: list[str] = []
+    ordered = sorted(indexes)
+    start = prev = None
+    for index in [*ordered, None]:
+        if start is None:
+            start = prev = index
+            continue
+        if index is not None and prev is not None and index == prev + 1:
+            prev = index
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        start = prev = index
+    return ",".join(parts)
+
+
+class _OwnedPods(Reconciler):
+    """Shared plumbing: index pods by controlling owner uid and wake the owner on changes."""
+
+    owner_type: ResourceType
+    owned_type: ResourceType = PODS
+
+    def __init__(self, api: ApiServer) -> None:
+        super().__init__()
+        self.api = api
+        self.owned: dict[str, set[Key]] = {}
+        self.owner_key_by_uid: dict[str, Key] = {}
+        self._unsubscribe: list[Callable[[], None]] = []
+
+    def start(self) -> None:
+        """Follow owners and owned objects; reconcile every existing owner."""
+        store = self.api.store
+        self._unsubscribe.append(store.subscribe(self.owner_type.key, self._on_owner))
+        self._unsubscribe.append(store.subscribe(self.owned_type.key, self._on_owned))
+        for obj in store.objects(self.owned_type.key):
+            self._index(obj, add=True)
+        for owner in store.objects(self.owner_type.key):
+            self._remember_owner(owner)
+            self.mark(object_key(owner))
+
+    def stop(self) -> None:
+        """Stop following the store."""
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe.clear()
+
+    def _remember_owner(self, owner: JsonObject) -> None:
+        uid = _dict(owner.get("metadata")).get("uid")
+        if uid:
+            self.owner_key_by_uid[str(uid)] = object_key(owner)
+
+    def _on_owner(self, event: WatchEvent) -> None:
+        if event.type == DELETED:
+            uid = str(_dict(event.obj.get("metadata")).get("uid"))
+            self.owner_key_by_uid.pop(uid, None)
+            return
+        self._remember_owner(event.obj)
+        self.mark(object_key(event.obj))
+
+    def _on_owned(self, event: WatchEvent) -> None:
+        if event.old is not None:
+            self._index(event.old, add=False)
+        if event.type != DELETED:
+            self._index(event.obj, add=True)
+        ref = controller_of(event.obj)
+        if ref is None or ref.get("kind") != self.owner_type.kind:
+            return
+        uid = str(ref.get("uid"))
+        if event.type == DELETED:
+            self.on_owned_deleted(uid, event.obj)
+        owner = self.owner_key_by_uid.get(uid)
+        if owner is not None:
+            self.mark(owner)
+
+    def on_owned_deleted(self, owner_uid: str, obj: JsonObject) -> None:
+        """Hook: an owned object disappeared."""
+
+    def _index(self, obj: JsonObject, *, add: bool) -> None:
+        ref = controller_of(obj)
+        if ref is None or ref.get("kind") != self.owner_type.kind:
+            return
+        uid = str(ref.get("uid"))
+        if add:
+            self.owned.setdefault(uid, set()).add(object_key(obj))
+        else:
+            members = self.owned.get(uid)
+            if members is not None:
+                members.discard(object_key(obj))
+                if not members:
+                    del self.owned[uid]
+
+    def owned_objects(self, uid: str) -> list[JsonObject]:
+        """Current objects controlled by the owner with ``uid``."""
+        found: list[JsonObject] = []
+        for key in sorted(self.owned.get(uid, ())):
+            obj = self.api.store.get(self.owned_type.key, *key)
+            if obj is not None:
+                found.append(obj)
+        return found
+
+    def write_status(self, rtype: ResourceType, owner: JsonObject, status: JsonObject) -> None:
+        """Write the owner's status if it changed."""
+        if owner.get("status") == status:
+            return
+        key = object_key(owner)
+        self.api.update(rtype, key[0], key[1], {**owner, "status": status}, subresource=STATUS)
+
+    def new_pod(
+        self,
+        owner: JsonObject,
+        *,
+        prefix: str,
+        extra_labels: dict[str, str],
+        extra_annotations: dict[str, str],
+    ) -> JsonObject:
+        """A pod from the owner's template (not yet created)."""
+        template = _dict(_dict(owner.get("spec")).get("template"))
+        metadata = _dict(template.get("metadata"))
+        labels = {**_dict(metadata.get("labels")), **extra_labels}
+        annotations = {**_dict(metadata.get("annotations")), **extra_annotations}
+        pod_meta: JsonObject = {
+            "generateName": prefix,
+            "labels": labels,
+            "ownerReferences": [owner_reference(owner, self.owner_type)],
+        }
+        if annotations:
+            pod_meta["annotations"] = annotations
+        if metadata.get("finalizers"):
+            pod_meta["finalizers"] = metadata["finalizers"]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": pod_meta,
+            "spec": _copy(_dict(template.get("spec"))),
+        }
+
+
+class JobController(_OwnedPods):
+    """batch/v1 Job controller (see module docstring)."""
+
+    name = "job-controller"
+    owner_type = JOBS
+
+    def __init__(self, api: ApiServer) -> None:
+        super().__init__(api)
+        self._lost: dict[str, set[str]] = {}
+
+    def on_owned_deleted(self, owner_uid: str, obj: JsonObject) -> None:
+        """A pod removed before finishing counts as failed."""
+        phase = _dict(obj.get("status")).get("phase")
+        if phase not in _TERMINAL:
+            uid = str(_dict(obj.get("metadata")).get("uid"))
+            self._lost.setdefault(owner_uid, set()).add(uid)
+
+    def reconcile(self, key: Hashable) -> None:
+        """Converge one Job."""
+        assert isinstance(key, tuple)
+        job = self.api.store.get(JOBS.key, *key)
+        if job is None:
+            return
+        metadata = _dict(job.get("metadata"))
+        uid = str(metadata.get("uid"))
+        spec = _dict(job.get("spec"))
+        old_status = _dict(job.get("status"))
+        status = _copy(old_status)
+        pods = self.owned_objects(uid)
+        succeeded_pods = [p for p in pods if _dict(p.get("status")).get("phase") == "Succeeded"]
+        failed_pods = [p for p in pods if _dict(p.get("status")).get("phase") == "Failed"]
+        terminating = [
+            p
+            for p in pods
+            if _dict(p.get("metadata")).get("deletionTimestamp")
+            and _dict(p.get("status")).get("phase") not in _TERMINAL
+        ]
+        active = [
+            p
+            for p in pods
+            if not _dict(p.get("metadata")).get("deletionTimestamp")
+            and _dict(p.get("status")).get("phase") not in _TERMINAL
+        ]
+        indexed = spec.get("completionMode") == "Indexed"
+        completions = spec.get("completions")
+        parallelism = _int(spec.get("parallelism"), 1)
+        backoff_limit = _int(spec.get("backoffLimit"), 6)
+        succeeded_indexes = {
+            int(str(_dict(_dict(p.get("metadata")).get("annotations")).get(COMPLETION_INDEX, -1)))
+            for p in succeeded_pods
+        }
+        previous_indexes = _parse_indexes(str(old_status.get("completedIndexes", "")))
+        succeeded_indexes |= previous_indexes
+        succeeded_indexes.discard(-1)
+        succeeded = max(
+            _int(old_status.get("succeeded"), 0),
+            len(succeeded_indexes) if indexed else len(succeeded_pods),
+        )
+        if not indexed:
+            succeeded = max(succeeded, len(succeeded_pods))
+        failed = len(failed_pods) + len(self._lost.get(uid, ()))
+        failed = max(failed, _int(old_status.get("failed"), 0))
+        finished = _condition_true(status, "Complete") or _condition_true(status, "Failed")
+        suspended = spec.get("suspend") is True
+        if not finished:
+            if failed > backoff_limit:
+                _set_condition(
+                    status,
+                    "Failed",
+                    "True",
+                    "BackoffLimitExceeded",
+                    "Job has reached the specified backoff limit",
+                )
+                finished = True
+                for pod in active:
+                    self._delete(pod)
+                active = []
+            elif self._complete(indexed, completions, succeeded, succeeded_indexes, active):
+                _set_condition(
+                    status,
+                    "Complete",
+                    "True",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                )
+                status["completionTime"] = rfc3339()
+                finished = True
+        if not finished:
+            if suspended:
+                for pod in active:
+                    self._delete(pod)
+                active = []
+                _set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
+            else:
+                if _condition_true(status, "Suspended"):
+                    _set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
+                    status["startTime"] = rfc3339()
+                status.setdefault("startTime", rfc3339())
+                active += self._create_missing(
+                    job, indexed, completions, parallelism, succeeded, succeeded_indexes, active
+                )
+        status["active"] = len(active)
+        status["ready"] = sum(1 for p in active if is_ready(p))
+        status["succeeded"] = succeeded
+        status["failed"] = failed
+        status["terminating"] = len(terminating)
+        if indexed:
+            status["completedIndexes"] = compress_indexes(succeeded_indexes)
+        status.setdefault("uncountedTerminatedPods", {})
+        for field in ("active", "succeeded", "failed", "ready", "terminating"):
+            if status.get(field) == 0 and field not in old_status:
+                status.pop(field)
+        self.write_status(JOBS, job, status)
+
+    def _complete(
+        self,
+        indexed: bool,
+        completions: object,
+        succeeded: int,
+        succeeded_indexes: set[int],
+        active: list[JsonObject],
+    ) -> bool:
+        if indexed:
+            total = _int(completions, 1)
+            return all(i in succeeded_indexes for i in range(total))
+        if completions is None:
+            return succeeded > 0 and not active
+        return succeeded >= _int(completions, 1)
+
+    def _create_missing(
+        self,
+        job: JsonObject,
+        indexed: bool,
+        completions: object,
+        parallelism: int,
+        succeeded: int,
+        succeeded_indexes: set[int],
+        active: list[JsonObject],
+    ) -> list[JsonObject]:
+        metadata = _dict(job.get("metadata"))
+        name = str(metadata.get("name"))
+        uid = str(metadata.get("uid"))
+        labels = {
+            "batch.kubernetes.io/controller-uid": uid,
+            "batch.kubernetes.io/job-name": name,
+            "controller-uid": uid,
+            "job-name": name,
+        }
+        created: list[JsonObject] = []
+        if indexed:
+            total = _int(completions, 1)
+            running = {
+                int(
+                    str(
+                        _dict(_dict(p.get("metadata")).get("annotations")).get(COMPLETION_INDEX, -1)
+                    )
+                )
+                for p in active
+            }
+            wanted = [i for i in range(total) if i not in succeeded_indexes and i not in running]
+            room = max(parallelism - len(active), 0)
+            for index in wanted[:room]:
+                pod = self.new_pod(
+                    job,
+                    prefix=f"{name}-{index}-",
+                    extra_labels={**labels, COMPLETION_INDEX: str(index)},
+                    extra_annotations={COMPLETION_INDEX: str(index)},
+                )
+                _dict(pod["spec"]).setdefault("hostname", f"{name}-{index}")
+                created.append(self._create(job, pod))
+            return created
+        if completions is None:
+            want = parallelism if succeeded == 0 else 0
+        else:
+            want = min(parallelism, _int(completions, 1) - succeeded)
+        for _ in range(max(want - len(active), 0)):
+            pod = self.new_pod(job, prefix=f"{name}-", extra_labels=labels, extra_annotations={})
+            created.append(self._create(job, pod))
+        return created
+
+    def _create(self, job: JsonObject, pod: JsonObject) -> JsonObject:
+        namespace = str(_dict(job.get("metadata")).get("namespace"))
+        return self.api.create(PODS, namespace, pod)
+
+    def _delete(self, pod: JsonObject) -> None:
+        key = object_key(pod)
+        try:
+            self.api.delete(PODS, key[0], key[1], {})
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+
+
+def _parse_indexes(text: str) -> set[int]:
+    indexes: set[int] = set()
+    for part in text.split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        try:
+            indexes.update(range(int(low), int(high or low) + 1))
+        except ValueError:
+            continue
+    return indexes
+
+
+class ReplicaSetController(_OwnedPods):
+    """apps/v1 ReplicaSet controller."""
+
+    name = "replicaset-controller"
+    owner_type = REPLICASETS
+
+    def reconcile(self, key: Hashable) -> None:
+        """Converge one ReplicaSet to its replica count."""
+        assert isinstance(key, tuple)
+        rs = self.api.store.get(REPLICASETS.key, *key)
+        if rs is None:
+            return
+        metadata = _dict(rs.get("metadata"))
+        if metadata.get("deletionTimestamp"):
+            return
+        spec = _dict(rs.get("spec"))
+        replicas = _int(spec.get("replicas"), 1)
+        pods = self.owned_objects(str(metadata.get("uid")))
+        active = [
+            p
+            for p in pods
+            if not _dict(p.get("metadata")).get("deletionTimestamp")
+            and _dict(p.get("status")).get("phase") not in _TERMINAL
+        ]
+        if len(active) < replicas:
+            name = str(metadata.get("name"))
+            for _ in range(replicas - len(active)):
+                pod = self.new_pod(rs, prefix=f"{name}-", extra_labels={}, extra_annotations={})
+                active.append(self.api.create(PODS, key[0], pod))
+        elif len(active) > replicas:
+            # Like the real controller: unscheduled and not-ready pods go first, newest first.
+            ranked = sorted(
+                active,
+                key=lambda p: (
+                    bool(_dict(p.get("spec")).get("nodeName")),
+                    is_ready(p),
+                    -_creation_order(p),
+                ),
+            )
+            for pod in ranked[: len(active) - replicas]:
+                pod_key = object_key(pod)
+                try:
+                    self.api.delete(PODS, pod_key[0], pod_key[1], {})
+                except ApiError as exc:
+                    if exc.code != 404:
+                        raise
+                active.remove(pod)
+        template_labels = _dict(_dict(_dict(spec.get("template")).get("metadata")).get("labels"))
+        ready = sum(1 for p in active if is_ready(p))
+        status: JsonObject = {
+            "replicas": len(active),
+            "fullyLabeledReplicas": sum(
+                1
+                for p in active
+                if all(
+                    _dict(_dict(p.get("metadata")).get("labels")).get(k) == v
+                    for k, v in template_labels.items()
+                )
+            ),
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "observedGeneration": metadata.get("generation", 1),
+        }
+        self.write_status(REPLICASETS, rs, status)
+
+
+def _creation_order(pod: JsonObject) -> int:
+    return int(str(_dict(pod.get("metadata")).get("resourceVersion", 0)))
+
+
+def template_hash(template: JsonObject) -> str:
+    """A short, stable hash of a pod template (the ``pod-template-hash`` label value)."""
+    digest = hashlib.sha256(msgspec.json.encode(template, order="sorted")).hexdigest()
+    return digest[:10]
+
+
+class DeploymentController(_OwnedPods):
+    """apps/v1 Deployment controller (one ReplicaSet per template, switched at once)."""
+
+    name = "deployment-controller"
+    owner_type = DEPLOYMENTS
+    owned_type = REPLICASETS
+
+    def reconcile(self, key: Hashable) -> None:
+        """Converge one Deployment."""
+        assert isinstance(key, tuple)
+        deployment = self.api.store.get(DEPLOYMENTS.key, *key)
+        if deployment is None:
+            return
+        metadata = _dict(deployment.get("metadata"))
+        if metadata.get("deletionTimestamp"):
+            return
+        spec = _dict(deployment.get("spec"))
+        replicas = _int(spec.get("replicas"), 1)
+        template = _dict(spec.get("template"))
+        digest = template_hash(template)
+        name = str(metadata.get("name"))
+        owned = self.owned_objects(str(metadata.get("uid")))
+        current = next(
+            (
+                rs
+                for rs in owned
+                if _dict(_dict(rs.get("metadata")).get("labels")).get("pod-template-hash") == digest
+            ),
+            None,
+        )
+        if current is None:
+            rs_template = _copy(template)
+            template_meta = _dict(rs_template.setdefault("metadata", {}))
+            template_meta["labels"] = {
+                **_dict(template_meta.get("labels")),
+                "pod-template-hash": digest,
+            }
+            selector = _copy(_dict(spec.get("selector")))
+            selector["matchLabels"] = {
+                **_dict(selector.get("matchLabels")),
+                "pod-template-hash": digest,
+            }
+            body: JsonObject = {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {
+                    "name": f"{name}-{digest}",
+                    "labels": dict(_dict(template_meta.get("labels"))),
+                    "annotations": {"deployment.kubernetes.io/desired-replicas": str(replicas)},
+                    "ownerReferences": [owner_reference(deployment, DEPLOYMENTS)],
+                },
+                "spec": {"replicas": replicas, "selector": selector, "template": rs_template},
+            }
+            current = self.api.create(REPLICASETS, key[0], body)
+            owned.append(current)
+        for rs in owned:
+            want = replicas if rs is current else 0
+            rs_spec = _dict(rs.get("spec"))
+            if _int(rs_spec.get("replicas"), 1) != want:
+                rs_key = object_key(rs)
+                updated = _copy(rs)
+                _dict(updated["spec"])["replicas"] = want
+                self.api.update(REPLICASETS, rs_key[0], rs_key[1], updated)
+        current_status = _dict(current.get("status"))
+        total = sum(_int(_dict(rs.get("status")).get("replicas"), 0) for rs in owned)
+        ready = sum(_int(_dict(rs.get("status")).get("readyReplicas"), 0) for rs in owned)
+        available = ready
+        status: JsonObject = {
+            "observedGeneration": metadata.get("generation", 1),
+            "replicas": total,
+            "updatedReplicas": _int(current_status.get("replicas"), 0),
+            "readyReplicas": ready,
+            "availableReplicas": available,
+        }
+        if replicas - available > 0:
+            status["unavailableReplicas"] = replicas - available
+        old_status = _dict(deployment.get("status"))
+        status["conditions"] = list(_list(old_status.get("conditions")))
+        if available >= replicas:
+            _set_condition(
+                status,
+                "Available",
+                "True",
+                "MinimumReplicasAvailable",
+                "Deployment has minimum availability.",
+            )
+        else:
+            _set_condition(
+                status,
+                "Available",
+                "False",
+                "MinimumReplicasUnavailable",
+                "Deployment does not have minimum availability.",
+            )
+        self.write_status(DEPLOYMENTS, deployment, status)
