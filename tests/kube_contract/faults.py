@@ -9,6 +9,7 @@ attempts the client made. Streaming responses (watches) are piped through chunk 
 """
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -178,12 +179,11 @@ async def fault_proxy(kubeconfig: Path) -> AsyncIterator[FaultProxy]:
     app.router.add_route("*", "/{tail:.*}", handle)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    site = web.SockSite(runner, listener)
     await site.start()
-    server = site._server
-    assert isinstance(server, asyncio.base_events.Server)
-    port = server.sockets[0].getsockname()[1]
-    proxy.url = f"http://127.0.0.1:{port}"
+    proxy.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     try:
         yield proxy
     finally:

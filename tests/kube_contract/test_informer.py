@@ -251,7 +251,7 @@ async def test_custom_resources_and_batch_kinds(env: ContractEnv) -> None:
 
 
 def idle_deployment(name: str) -> dict[str, object]:
-    """A Deployment that runs nothing anywhere: no replicas, paused, gated template."""
+    """A Deployment that runs nothing anywhere: no replicas, paused."""
     labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
@@ -264,7 +264,6 @@ def idle_deployment(name: str) -> dict[str, object]:
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
-                    "schedulingGates": [{"name": "tidegate.io/contract"}],
                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
                 },
             },
