@@ -15,6 +15,7 @@ COMMANDS: Final[dict[str, str]] = {
     # command name -> module under tidegate.cli
     "place": "place",
     "preempt": "preempt",
+    "sim": "sim",
 }
 
 
