@@ -214,10 +214,11 @@ class CapacityView:
         return None if leaf < 0 else self._domain_paths[-1][leaf]
 
     def domains(self, level: str) -> list[tuple[str, ...]]:
-        """Paths of every domain at ``level`` that holds at least one schedulable node."""
+        """Paths of every domain at ``level`` that holds a schedulable node, in path order."""
         m = self._level_index(level)
         counts = self._domain_nodes[m]
-        return [path for d, path in enumerate(self._domain_paths[m]) if counts[d] > 0]
+        paths = [path for d, path in enumerate(self._domain_paths[m]) if counts[d] > 0]
+        return sorted(paths, key=lambda path: tuple(natural_key(value) for value in path))
 
     def domain_free(self, level: str, path: Sequence[str]) -> Resources:
         """Sum of free capacity over the schedulable nodes of one domain (informational:

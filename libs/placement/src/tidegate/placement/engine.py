@@ -270,6 +270,9 @@ class _Placer:
     def place_unit(self, unit: GroupPlan) -> tuple[list[_Placed], None] | tuple[None, Shortfall]:
         """Place one podset or group; on success the working capacity has been taken."""
         members = unit.members
+        if not any(plan.count for plan in members):
+            empty = np.zeros(self.structure.node_count, np.int64)
+            return [_Placed(plan, empty, None) for plan in members], None
         demands = [self.demand(plan) for plan in members]
         for d in demands:
             if d.plan.count and not d.eligible.any():
