@@ -88,9 +88,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "password-and-mtls": {
         "nats": {"userPassword": {"secretName": "nats-auth"}, "tls": {"secretName": "nats-client"}},
-        "config": {"ack_wait_seconds": 30, "batch": {"size": 64}},
+        "config": {"shutdown_grace_seconds": 25, "log_level": "INFO"},
         "services": {
-            "admission": {"config": {"batch": {"size": 8}, "cycle_seconds": 1}, "replicas": 3}
+            "admission": {
+                "config": {"shutdown_grace_seconds": 10, "lease_ttl_seconds": 15},
+                "replicas": 3,
+            }
         },
         "defaults": {
             "priorityClassName": "system-cluster-critical",
@@ -376,8 +379,8 @@ def test_settings_files_merge_service_config_over_shared_config(render: Render) 
     watcher = yaml.safe_load(
         _named(documents, "ConfigMap", "tg-tidegate-watcher")["data"]["config.yaml"]
     )
-    assert admission == {"ack_wait_seconds": 30, "batch": {"size": 8}, "cycle_seconds": 1}
-    assert watcher == {"ack_wait_seconds": 30, "batch": {"size": 64}}
+    assert admission == {"shutdown_grace_seconds": 10, "log_level": "INFO", "lease_ttl_seconds": 15}
+    assert watcher == {"shutdown_grace_seconds": 25, "log_level": "INFO"}
     assert _deployment(documents, "admission")["spec"]["replicas"] == 3
     default = yaml.safe_load(
         _named(render({}), "ConfigMap", "tg-tidegate-watcher")["data"]["config.yaml"]
