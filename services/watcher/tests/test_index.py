@@ -190,3 +190,19 @@ def test_queue_and_node_lifecycle(k8s: Any) -> None:
     index.apply("Queue", "DELETED", queue)
     assert index.desired(StateKey("node", None, "n1")).message is None
     assert index.desired(StateKey("queue", None, "q")).message is None
+
+
+def test_a_podgroup_is_published_once_it_has_min_member_pods_and_then_stays(k8s: Any) -> None:
+    index = ClusterIndex()
+    group = {"scheduling.k8s.io/group-name": "g"}
+    index.apply("PodGroup", "ADDED", k8s.podgroup("g", min_member=2))
+    a = k8s.pod("a", labels=group)
+    index.apply("Pod", "ADDED", a)
+    assert index.desired(wkey("g")).message is None  # 1 of 2: not admissible yet
+    assert pod_workload(index, "a") == "default/g"
+    index.apply("Pod", "ADDED", k8s.pod("b", labels=group))
+    assert isinstance(index.desired(wkey("g")).message, WorkloadState)
+    index.apply("Pod", "DELETED", a)  # a member finished and was removed
+    message = index.desired(wkey("g")).message
+    assert isinstance(message, WorkloadState)
+    assert message.podsets[0].count == 1

@@ -17,7 +17,8 @@ Rules kept here:
   waits: it is published without a workload until the owner arrives, and its workload is not
   created from it, so no spurious workload keyed by the ReplicaSet ever appears.
 - A pod naming a PodGroup that does not exist yet waits the same way (as in the coscheduling
-  KEP, the group's pods are not scheduled before the group exists).
+  KEP, the group's pods are not scheduled before the group exists), and a PodGroup is
+  published only once it has ``minMember`` pods (fewer cannot be admitted anyway).
 
 Two top owners with the same namespace/name (a Job and a Deployment both called "x") share a
 workload key; the one seen last wins. Pure code: no I/O, no clock; the service feeds it events.
@@ -156,6 +157,8 @@ class ClusterIndex:
         self._children: dict[str, set[str]] = {}
         """Owner UID → UIDs of owners it owns (JobSet → Jobs, Deployment → ReplicaSets)."""
         self._versions: dict[StateKey, str] = {}
+        self._quorum: set[tuple[str, str]] = set()
+        """PodGroups that have had their minMember pods (published from then on)."""
         self._context: Context | None = None
 
     # ------------------------------------------------------------------ public API
@@ -200,7 +203,9 @@ class ClusterIndex:
 
     def seed_managed(self, workloads: Iterable[tuple[str, str]]) -> None:
         """Mark workloads as managed because they were published before (restart)."""
-        self.managed.update(workloads)
+        seeded = set(workloads)
+        self.managed.update(seeded)
+        self._quorum.update(seeded)
 
     def forget(self, key: StateKey) -> None:
         """Drop what is kept about ``key`` once its tombstone is published."""
@@ -380,6 +385,7 @@ class ClusterIndex:
         self._members.setdefault(workload, set()).add(key)
         if resolution.owner is not None:
             self._sources[workload] = resolution.owner
+        self._check_quorum(workload)
         applied.affected.add(StateKey("workload", *workload))
         gated = any(gate.name == keys.ADMISSION_GATE for gate in pod.spec.scheduling_gates)
         if gated and workload not in self.managed:
@@ -511,6 +517,7 @@ class ClusterIndex:
         if self._sources.get(workload) == source:
             del self._sources[workload]
             self.managed.discard(workload)
+            self._quorum.discard(workload)
 
     def _apply_podgroup(
         self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
@@ -523,6 +530,17 @@ class ClusterIndex:
             self.podgroups[key] = self._decode_owner("PodGroup", meta, obj)
         applied.affected.add(StateKey("workload", *key))
         self._relink([f"group:{key[0]}/{key[1]}"], applied)
+        self._check_quorum(key)
+
+    def _check_quorum(self, workload: tuple[str, str]) -> None:
+        """Note when a PodGroup has its minMember pods: it is published from then on, whatever
+        its pods do later (members finish and go away)."""
+        group = self.podgroups.get(workload)
+        if group is None or workload in self._quorum:
+            return
+        min_member = group.obj.spec.min_member if isinstance(group.obj, PodGroup) else None
+        if len(self._members.get(workload, ())) >= (min_member or 0):
+            self._quorum.add(workload)
 
     def _owner_of(self, workload: tuple[str, str]) -> Owner | None:
         source = self._sources.get(workload)
@@ -551,6 +569,8 @@ class ClusterIndex:
         members = [
             self.pods[key] for key in sorted(self._members.get(workload, ())) if key in self.pods
         ]
+        if isinstance(owner.obj, PodGroup) and workload not in self._quorum:
+            return Desired(None)
         message = recognize(owner, members, self.context())
         problems = (message.invalid_reason,) if message.invalid_reason else ()
         return Desired(message, message.uid, problems)
