@@ -97,8 +97,11 @@ def test_trace_file_exporter_writes_json_lines(tmp_path: Path) -> None:
     assert span["resource"]["attributes"]["service.name"] == "tidegate-test"
 
 
-def test_sdk_disabled_means_no_provider() -> None:
-    assert build_tracer_provider("x", env={"OTEL_SDK_DISABLED": "true"}) is None
+def test_no_provider_when_disabled_or_nowhere_to_send_spans(tmp_path: Path) -> None:
+    trace_file = str(tmp_path / "spans.jsonl")
+    env = {"OTEL_SDK_DISABLED": "true", "TIDEGATE_TRACE_FILE": trace_file}
+    assert build_tracer_provider("x", env=env) is None
+    assert build_tracer_provider("x", env={}) is None
 
 
 def test_otlp_http_exporter_posts_to_the_configured_endpoint() -> None:

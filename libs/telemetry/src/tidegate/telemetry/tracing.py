@@ -11,8 +11,9 @@ any other instrumented program:
   processes.
 * ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` override the service name we pass in.
 
-With none of these set, spans are still created (so trace context still propagates through
-the bus) but nothing is exported. This module does not create spans; see :mod:`.messaging`.
+With none of these set no provider is installed: no spans are made, but the trace context a
+process receives is passed on to what it publishes (see :mod:`.messaging`), so an untraced
+service does not cut a trace in two. This module does not create spans.
 """
 
 import os
@@ -73,26 +74,30 @@ def build_tracer_provider(
 ) -> TracerProvider | None:
     """A tracer provider configured from ``env`` (default: ``os.environ``), not installed.
 
-    Returns None when ``OTEL_SDK_DISABLED`` is true. Exporters are added for every
-    destination that is configured (an OTLP endpoint and a trace file may both be set).
+    Returns None when ``OTEL_SDK_DISABLED`` is true or no destination is configured.
+    Exporters are added for every destination that is (an OTLP endpoint and a trace file may
+    both be set).
     """
     environ = os.environ if env is None else env
     if _truthy(environ.get("OTEL_SDK_DISABLED")):
         return None
+    otlp = any(environ.get(name) for name in _OTLP_ENDPOINT_ENVS)
+    trace_file = environ.get(TRACE_FILE_ENV)
+    if not otlp and not trace_file:
+        return None
     # Resource.create merges OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME from os.environ.
     resource = Resource.create({SERVICE_NAME: environ.get("OTEL_SERVICE_NAME", service_name)})
     provider = TracerProvider(resource=resource)
-    if any(environ.get(name) for name in _OTLP_ENDPOINT_ENVS):
+    if otlp:
         # Imported here: the OTLP exporter pulls in requests/protobuf, which a process that
         # only writes a trace file (or nothing) should not pay for at start-up.
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None
         if endpoint is None:
             base = environ["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/")
             endpoint = f"{base}/v1/traces"
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
-    trace_file = environ.get(TRACE_FILE_ENV)
     if trace_file:
         provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(Path(trace_file))))
     return provider
