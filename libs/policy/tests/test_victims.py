@@ -467,19 +467,32 @@ def test_several_podsets_use_the_placement_engine_as_oracle() -> None:
 
 
 def test_budget_exhausted_still_answers_minimal() -> None:
-    nodes = [node(f"n{i}", "r1") for i in range(12)]
-    running = [gang(f"g{i}", [(f"n{i}", 8)], seconds=(i * 7) % 5) for i in range(12)]
+    # Six pods of 4 GPUs anywhere. Greedy takes the biggest gang "a" (4 pods) and then "b":
+    # two victims losing 1612 GPU-s; "b" + "c" lose 24. Without search steps the greedy set
+    # stands (minimal, flagged inexact); with them the lighter pair is found.
+    nodes = [node(f"n{i}", "r1") for i in range(7)]
+    running = [
+        gang("a", [("n0", 8), ("n1", 8)], seconds=100),
+        gang("b", [("n2", 8), ("n3", 4)], seconds=1),
+        gang("c", [("n4", 8), ("n5", 4)], seconds=1),
+        gang("d", [("n6", 8)], seconds=1),
+        gang("x", [("n3", 4), ("n5", 4)], preemptable=False),
+    ]
     view = cluster(nodes, running)
-    choice = select_victims(
-        incoming(6, 8),
+    tight = select_victims(
+        incoming(6, 4),
         view=view,
         running=running,
         queues=QUEUES,
-        settings=VictimSettings(step_budget=1),
+        settings=VictimSettings(step_budget=0),
     )
-    assert choice.outcome == "preempts"
-    assert len(choice.victims) == 6
-    assert not choice.exact
+    assert tight.outcome == "preempts"
+    assert tight.victims == ("default/a", "default/b")
+    assert not tight.exact
+    full = select_victims(incoming(6, 4), view=view, running=running, queues=QUEUES)
+    assert full.victims == ("default/b", "default/c")
+    assert full.gpu_seconds == 24
+    assert full.exact
 
 
 def test_gpu_helpers() -> None:

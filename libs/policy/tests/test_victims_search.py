@@ -176,26 +176,26 @@ def test_impossible_reports_the_best_domain() -> None:
 
 
 def test_budget_exhaustion_keeps_a_minimal_set() -> None:
-    # 30 one-node gangs in one domain, any 8 of which free room for 16 pods of 4 GPUs.
+    # Six pods of 4 GPUs. Greedy takes A (4 pods) then B: two victims, weight 101. The lightest
+    # pair is B + C; finding it takes search steps.
     candidates = [
-        Candidate(priority=20, cost=(i * 7) % 11, gpus=8, freed={i: (8,)}) for i in range(30)
+        Candidate(priority=20, cost=100, gpus=0, freed={0: (16,)}),  # A
+        Candidate(priority=20, cost=1, gpus=0, freed={1: (12,)}),  # B
+        Candidate(priority=20, cost=1, gpus=0, freed={2: (12,)}),  # C
+        Candidate(priority=20, cost=1, gpus=0, freed={3: (8,)}),  # D
     ]
     problem = PodFitProblem(
-        free=np.zeros((30, 1), dtype=np.int64),
+        free=np.zeros((4, 1), dtype=np.int64),
         request=(4,),
-        count=16,
-        domain_of=np.zeros(30, dtype=np.int64),
+        count=6,
+        domain_of=np.zeros(4, dtype=np.int64),
         domains=1,
         candidates=candidates,
     )
-    tight = search_pod_fit(problem, step_budget=3)
+    tight = search_pod_fit(problem, step_budget=0)
     assert not tight.exact
-    assert tight.victims is not None
-    assert len(tight.victims) == 8
+    assert tight.victims == (0, 1)
+    assert all(not brute_fits(problem, [v]) for v in tight.victims)  # still minimal
     full = search_pod_fit(problem)
     assert full.exact
-    assert full.victims is not None
-    assert score_of(candidates, full.victims) <= score_of(candidates, tight.victims)
-    assert sum(candidates[i].cost for i in full.victims) == sum(
-        sorted(c.cost for c in candidates)[:8]
-    )
+    assert full.victims == (1, 2)

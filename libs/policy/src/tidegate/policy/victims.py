@@ -289,11 +289,12 @@ def select_victims(
         scope = None
         found = _oracle_search(view, request, eligible, settings.oracle_budget)
     choice = _admit(view, request, eligible, found)
-    if choice is None and fast is not None:
-        # The fast model and the placement engine disagree (a case the model does not cover):
-        # trust the engine.
+    if choice is None and fast is not None and found.victims is not None:
+        # The fast model found victims but the placement engine disagrees (a case the model
+        # does not cover): trust the engine.
         found = _oracle_search(view, request, eligible, settings.oracle_budget)
         choice = _admit(view, request, eligible, found)
+        scope = None
     if choice is None:
         return VictimChoice(
             outcome="no-victims",
