@@ -27,8 +27,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from tidegate.bus import Bus, BusError, Publisher, PublishError, Received, StateFollower, layout
 from tidegate.kube import (
@@ -48,7 +51,10 @@ from tidegate.kube import (
     ResourceType,
     Synced,
 )
+from tidegate.kube import connect as connect_kube
 from tidegate.model import Tombstone, subjects
+from tidegate.placement import PROFILES
+from tidegate.runtime import ServiceContext
 from tidegate.watcher.config import WatcherSettings
 from tidegate.watcher.handlers import fold
 from tidegate.watcher.index import ClusterIndex, ObjectKind, StateKey
@@ -115,9 +121,10 @@ _Item = tuple[ObjectKind, InformerItem | _Unavailable]
 
 @dataclass
 class WatcherStats:
-    """Counters since start (exported as metrics by the service runner)."""
+    """Counters since start (exported as metrics by :class:`WatcherCollector`)."""
 
-    events: int = 0
+    events: dict[str, int] = field(default_factory=dict)
+    """Kubernetes watch events folded in, by kind."""
     snapshots: int = 0
     tombstones: int = 0
     publish_failures: int = 0
@@ -142,7 +149,7 @@ class Watcher:
         self._settings = settings
         self._clock = clock
         self.index = ClusterIndex(
-            owner_kind_service_types=settings.owner_kind_service_types, profiles=profiles
+            owner_kind_service_types=settings.service_type_map, profiles=profiles
         )
         self.mirror = Mirror(settings.cluster, self.index)
         self.resources: Mapping[ObjectKind, ResourceType] = resource_types(settings)
@@ -245,7 +252,7 @@ class Watcher:
             affected: set[StateKey] = set()
             for kind, item in batch:
                 if isinstance(item, KubeEvent):
-                    self.stats.events += 1
+                    self.stats.events[kind] = self.stats.events.get(kind, 0) + 1
                     affected |= fold(self.index, kind, item.type, item.obj)
                 elif isinstance(item, Synced):
                     self._unsynced.discard(kind)
@@ -308,3 +315,71 @@ class Watcher:
             self.stats.snapshots += 1
         for problem in publication.problems:
             log.warning("%s", problem, extra={"subject": publication.subject})
+
+
+class WatcherCollector(Collector):
+    """The watcher's Prometheus metrics, read from its counters at scrape time."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        """Report on ``watcher``."""
+        self._watcher = watcher
+
+    def collect(self) -> Iterable[Metric]:
+        """The metric families (called by the registry on every scrape)."""
+        watcher = self._watcher
+        stats = watcher.stats
+        events = CounterMetricFamily(
+            "tidegate_watcher_events",
+            "Kubernetes watch events folded into the index, by kind.",
+            labels=["kind"],
+        )
+        for kind, count in sorted(stats.events.items()):
+            events.add_metric([kind], count)
+        published = CounterMetricFamily(
+            "tidegate_watcher_published",
+            "State messages stored on the bus, by type (snapshot or tombstone).",
+            labels=["type"],
+        )
+        published.add_metric(["snapshot"], stats.snapshots)
+        published.add_metric(["tombstone"], stats.tombstones)
+        failures = CounterMetricFamily(
+            "tidegate_watcher_publish_failures",
+            "State messages JetStream did not acknowledge (retried).",
+        )
+        failures.add_metric([], stats.publish_failures)
+        objects = GaugeMetricFamily(
+            "tidegate_watcher_objects",
+            "Objects in the watcher's index, by kind.",
+            labels=["kind"],
+        )
+        index = watcher.index
+        for kind, count in (
+            ("node", len(index.nodes)),
+            ("pod", len(index.pods)),
+            ("managed_workload", len(index.managed)),
+        ):
+            objects.add_metric([kind], count)
+        unavailable = GaugeMetricFamily(
+            "tidegate_watcher_resource_unavailable",
+            "1 for each resource type the watcher cannot list now (CRD not installed, RBAC).",
+            labels=["kind"],
+        )
+        for kind in watcher.resources:
+            unavailable.add_metric([kind], 1.0 if kind in watcher.unavailable else 0.0)
+        return [events, published, failures, objects, unavailable]
+
+
+async def setup(ctx: ServiceContext[WatcherSettings]) -> None:
+    """Wire the watcher into the service runner: metrics, readiness, the supervised task."""
+    kube = await connect_kube(ctx.settings.kube_settings())
+    watcher = Watcher(bus=ctx.bus, kube=kube, settings=ctx.settings, profiles=frozenset(PROFILES))
+    ctx.metrics.registry.register(WatcherCollector(watcher))
+    ctx.require("reconciled", watcher.ready.is_set)
+
+    async def run() -> None:
+        try:
+            await watcher.run()
+        finally:
+            await kube.close()
+
+    ctx.spawn("watch", run())
