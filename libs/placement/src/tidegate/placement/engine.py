@@ -182,31 +182,51 @@ class _Placer:
         return needed
 
     def ranked(self, d: Demand, m: int, candidates: IntArray, need: int) -> IntArray:
-        """Candidates at level ``m`` (all with room for ``need`` units), best first."""
+        """Candidates at level ``m`` (all with room for ``need`` units), best first, in the
+        order :meth:`choose` prefers them."""
         if candidates.size <= 1:
             return candidates
-        keys: list[IntArray] = [candidates]
-        caps = d.unit_caps[m][candidates]
-        keys.append(caps if self.best_fit else -caps)
+        sign = 1 if self.best_fit else -1
+        rooms: list[IntArray] = [sign * d.unit_caps[m][candidates]]
+        positions, level = candidates, m
+        while level > 0:
+            positions = self.parent_of(level, positions)
+            level -= 1
+            rooms.append(sign * d.unit_caps[level][positions])
+        # np.lexsort sorts by its last key first: path order is the last resort.
+        keys = [candidates, *reversed(rooms)]
         if m < self.depth:
             child_need = need * d.unit_size(m) // d.unit_size(m + 1)
             keys.append(self.children_needed(d, m, candidates, child_need))
-        order = np.lexsort(keys)
-        ranked: IntArray = candidates[order]
+        ranked: IntArray = candidates[np.lexsort(keys)]
         return ranked
 
     def choose(self, d: Demand, m: int, candidates: IntArray, need: int) -> int:
-        """The best of ``candidates`` at level ``m`` (see the module docstring, step 2)."""
+        """The best of ``candidates`` at level ``m`` (see the module docstring, step 2):
+        fewest children needed, then the profile on the candidate's own room, then on its
+        ancestors' room (nearest first), then path order."""
         if candidates.size == 1:
             return int(candidates[0])
         if m < self.depth:
             child_need = need * d.unit_size(m) // d.unit_size(m + 1)
             needed = self.children_needed(d, m, candidates, child_need)
             candidates = candidates[needed == needed.min()]
-        if candidates.size > 1:
-            caps = d.unit_caps[m][candidates]
-            candidates = candidates[caps == (caps.min() if self.best_fit else caps.max())]
+        level, positions = m, candidates
+        while candidates.size > 1 and level >= 0:
+            caps = d.unit_caps[level][positions]
+            keep = caps == (caps.min() if self.best_fit else caps.max())
+            candidates, positions = candidates[keep], positions[keep]
+            positions = self.parent_of(level, positions)
+            level -= 1
         return int(candidates[0])
+
+    def parent_of(self, level: int, positions: IntArray) -> IntArray:
+        """Positions one level up of the domains (or nodes, at the node level) ``positions``."""
+        s = self.structure
+        if level == self.depth:
+            parents: IntArray = s.leaf_of_node[positions]
+            return parents
+        return s.parent[level][positions]
 
     # ------------------------------------------------------------------ distributing
 

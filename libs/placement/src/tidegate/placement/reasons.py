@@ -161,9 +161,10 @@ def _limit(
             return f"{resource}: no node offers it"
         per_node = np.maximum(free[row][eligible] // amount, 0)
         room[resource] = int(per_node.sum())
-    scarcest = min(room, key=lambda r: (room[r], r == PODS, r))
-    if room[scarcest] >= pods:
+    least = min(room.values())
+    if least >= pods:
         return None
-    if scarcest == PODS:
+    scarcest = sorted(resource for resource, value in room.items() if value == least)
+    if scarcest == [PODS]:
         return "the nodes' pod limit"
-    return scarcest
+    return " and ".join(resource for resource in scarcest if resource != PODS)

@@ -49,6 +49,8 @@ class Structure:
     narrowest level)."""
     child_end: tuple[IntArray, ...]
     """Per level: one past the last child position."""
+    parent: tuple[IntArray, ...]
+    """Per level: position of each domain's parent one level up (zeros at the top level)."""
     paths: tuple[tuple[tuple[str, ...], ...], ...]
     """Per level: the path (values widest first) of each domain."""
     leaf_of_node: IntArray
@@ -138,6 +140,7 @@ def build_structure(
         node_end=tuple(node_end),
         child_start=tuple(child_start),
         child_end=tuple(child_end),
+        parent=tuple(parent_positions),
         paths=tuple(paths),
         leaf_of_node=leaf_of_node,
     )
