@@ -3,7 +3,7 @@
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -27,6 +27,14 @@ def node_event(cluster: str, name: str, event_id: str) -> Envelope:
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
+
+
+async def until(check: Callable[[], bool]) -> None:
+    """Poll ``check`` until it holds (callers bound the wait with a timeout)."""
+    while True:
+        if check():
+            return
+        await asyncio.sleep(0.02)
 
 
 async def get(session: aiohttp.ClientSession, port: int, path: str) -> tuple[int, str]:
@@ -141,3 +149,72 @@ async def test_a_stop_while_nats_is_unreachable_exits_cleanly(cluster_id: str) -
         await asyncio.sleep(0.3)
         service.request_stop()
         assert await running == 0
+
+
+async def test_one_leader_a_ready_standby_and_a_handover_on_graceful_stop(
+    nats_url: str, cluster_id: str, http: aiohttp.ClientSession
+) -> None:
+    epochs: dict[str, int] = {}
+    leading: dict[str, asyncio.Event] = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    def setup_for(name: str) -> Callable[[ServiceContext[ServiceSettings]], Awaitable[None]]:
+        async def setup(ctx: ServiceContext[ServiceSettings]) -> None:
+            lease = await ctx.lead("decider", ttl_seconds=30)
+            epochs[name] = lease.epoch
+            leading[name].set()
+
+        return setup
+
+    settings = ServiceSettings(cluster=cluster_id, nats_url=nats_url, http_port=0)
+    first = Service("a", settings, setup_for("a"))
+    second = Service("b", settings, setup_for("b"))
+    running_first = asyncio.create_task(first.run(handle_signals=False))
+    async with asyncio.timeout(20):
+        await leading["a"].wait()
+        running_second = asyncio.create_task(second.run(handle_signals=False))
+        await second.started.wait()
+        assert second.http_port
+        status, _ = await get(http, second.http_port, "/readyz")
+        while status != 200:  # the standby is ready: its view is complete, it just does not lead
+            await asyncio.sleep(0.02)
+            status, _ = await get(http, second.http_port, "/readyz")
+        _, metrics = await get(http, second.http_port, "/metrics")
+        assert 'tidegate_leader{role="decider"} 0.0' in metrics
+        assert not leading["b"].is_set()
+
+        first.request_stop()  # releases the lease: no need to wait out the 30 s TTL
+        assert await running_first == 0
+        await leading["b"].wait()
+        assert epochs["b"] > epochs["a"]
+        _, metrics = await get(http, second.http_port, "/metrics")
+        assert 'tidegate_leader{role="decider"} 1.0' in metrics
+        second.request_stop()
+        assert await running_second == 0
+
+
+async def test_a_standby_stops_cleanly_while_waiting_for_the_lease(
+    nats_url: str, cluster_id: str
+) -> None:
+    leader_ready = asyncio.Event()
+
+    async def leader_setup(ctx: ServiceContext[ServiceSettings]) -> None:
+        await ctx.lead("decider", ttl_seconds=30)
+        leader_ready.set()
+
+    async def standby_setup(ctx: ServiceContext[ServiceSettings]) -> None:
+        await ctx.lead("decider", ttl_seconds=30)
+        raise AssertionError("the standby must not become leader here")
+
+    settings = ServiceSettings(cluster=cluster_id, nats_url=nats_url, http_port=0)
+    leader = Service("leader", settings, leader_setup)
+    standby = Service("standby", settings, standby_setup)
+    running_leader = asyncio.create_task(leader.run(handle_signals=False))
+    async with asyncio.timeout(20):
+        await leader_ready.wait()
+        running_standby = asyncio.create_task(standby.run(handle_signals=False))
+        await standby.started.wait()
+        await until(lambda: standby.readiness.ready)
+        standby.request_stop()
+        assert await running_standby == 0
+        leader.request_stop()
+        assert await running_leader == 0

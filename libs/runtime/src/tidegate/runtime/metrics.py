@@ -59,6 +59,13 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.leader = Gauge(
+            "tidegate_leader",
+            "1 while this process holds the single-writer lease of the role, 0 on standby.",
+            ["role"],
+            registry=self.registry,
+        )
+
     def message_handled(self, consumer: str, outcome: str, seconds: float) -> None:
         """Count one handled message (called by :class:`tidegate.bus.DurableConsumer`)."""
         self.messages.labels(consumer=consumer, outcome=outcome).inc()

@@ -28,16 +28,19 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Generic, NoReturn
+from typing import Generic, NoReturn, TypeVar
 
 from tidegate.bus import (
     Bus,
     ConsumerSettings,
     DurableConsumer,
     Handler,
+    Lease,
+    LeaseSettings,
     StateFollower,
     StateHandler,
     connect,
+    default_holder_id,
 )
 from tidegate.runtime.http import Readiness, make_app, serve
 from tidegate.runtime.metrics import Metrics
@@ -45,6 +48,8 @@ from tidegate.runtime.settings import S, SettingsError, load_settings
 from tidegate.telemetry import setup_logging, setup_tracing, shutdown_tracing
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class ServiceContext(Generic[S]):
@@ -72,6 +77,9 @@ class ServiceContext(Generic[S]):
         self._tasks = tasks
         self._graceful: list[asyncio.Task[None]] = []
         self._others: list[asyncio.Task[None]] = []
+        self._leases: list[Lease] = []
+        self.standby = False
+        """True while :meth:`lead` waits for the lease (a standby counts as ready)."""
 
     @property
     def cluster(self) -> str:
@@ -118,6 +126,33 @@ class ServiceContext(Generic[S]):
         self.spawn(f"consume:{settings.durable}", consumer.run(self.stopping), graceful=True)
         return consumer
 
+    async def lead(self, role: str, *, ttl_seconds: float = 10.0) -> Lease:
+        """Wait until this process holds the single-writer lease ``role``, and keep it.
+
+        Until then the service is a standby (it stays ready: its view is complete). Put
+        ``lease.epoch`` in everything the leader writes. Losing the lease later (NATS
+        unreachable past the TTL, or taken over) stops the service with exit code 1, so it
+        restarts as a standby; a graceful stop releases it so a standby takes over at once.
+        """
+        lease = Lease(
+            self.bus,
+            cluster=self.cluster,
+            settings=LeaseSettings(name=role, holder=default_holder_id(), ttl_seconds=ttl_seconds),
+        )
+        leading = self.metrics.leader.labels(role=role)
+        leading.set(0)
+        log.info("%s: waiting for the %s lease (standby)", self.name, role)
+        self.standby = True
+        try:
+            epoch = await lease.acquire()
+        finally:
+            self.standby = False
+        leading.set(1)
+        log.info("%s: leading %s with epoch %d", self.name, role, epoch)
+        self._leases.append(lease)
+        self.spawn(f"lease:{role}", lease.keep_alive())
+        return lease
+
     async def _stop_tasks(self, grace_seconds: float) -> None:
         self.stopping.set()
         if self._graceful:
@@ -129,6 +164,9 @@ class ServiceContext(Generic[S]):
                 task.cancel()
         for task in self._others:
             task.cancel()
+        await asyncio.gather(*self._others, return_exceptions=True)
+        for lease in self._leases:
+            await lease.release()
 
 
 Setup = Callable[[ServiceContext[S]], Awaitable[None]]
@@ -149,6 +187,12 @@ class Service(Generic[S]):
         self.started = asyncio.Event()
         """Set once the HTTP endpoints are being served."""
         self._stop = asyncio.Event()
+        self._setup_done = False
+        self._context: ServiceContext[S] | None = None
+
+    def _set_up(self) -> bool:
+        standby = self._context is not None and self._context.standby
+        return self._setup_done or standby
 
     def request_stop(self) -> None:
         """Begin a graceful stop (what SIGTERM does)."""
@@ -160,8 +204,7 @@ class Service(Generic[S]):
         if handle_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_stop)
-        setup_done = False
-        self.readiness.add("setup", lambda: setup_done)
+        self.readiness.add("setup", self._set_up)
         runner, self.http_port = await serve(
             make_app(self.name, self.readiness, self.metrics), self.settings.http_port
         )
@@ -175,7 +218,7 @@ class Service(Generic[S]):
                 return 0
             await bus.ensure_layout(self.settings.cluster)
             async with asyncio.TaskGroup() as tasks:
-                context = ServiceContext(
+                self._context = context = ServiceContext(
                     name=self.name,
                     settings=self.settings,
                     bus=bus,
@@ -183,10 +226,10 @@ class Service(Generic[S]):
                     readiness=self.readiness,
                     tasks=tasks,
                 )
-                await self._setup(context)
-                setup_done = True
-                log.info("%s set up", self.name)
-                await self._stop.wait()
+                self._setup_done, _ = await self._unless_stopped(self._setup(context))
+                if self._setup_done:
+                    log.info("%s set up", self.name)
+                    await self._stop.wait()
                 log.info("%s stopping", self.name)
                 self.readiness.stopping = True
                 await context._stop_tasks(self.settings.shutdown_grace_seconds)
@@ -207,16 +250,25 @@ class Service(Generic[S]):
 
     async def _connect(self) -> Bus | None:
         """Connect, giving up only when asked to stop (then None)."""
-        connecting = asyncio.create_task(connect(self.settings.bus_settings(self.name)))
-        stopping = asyncio.create_task(self._stop.wait())
-        await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if connecting.done():
-            return connecting.result()
-        connecting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await connecting
-        return None
+        _, bus = await self._unless_stopped(connect(self.settings.bus_settings(self.name)))
+        return bus
+
+    async def _unless_stopped(self, work: Awaitable[T]) -> tuple[bool, T | None]:
+        """``(True, result)`` if ``work`` finished first; ``(False, None)`` if a stop was
+        requested first, in which case ``work`` is cancelled."""
+        task = asyncio.ensure_future(work)
+        stop = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if task.cancelled():
+            return False, None
+        return True, task.result()
 
 
 def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> NoReturn:
