@@ -1,0 +1,470 @@
+"""The simulated control plane end to end over HTTP: controllers, scheduler, kubelets."""
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import pytest
+
+from tidegate.sim import SimCluster, SimSettings
+
+PODS = "/api/v1/namespaces/default/pods"
+JOBS = "/apis/batch/v1/namespaces/default/jobs"
+DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
+MERGE = {"Content-Type": "application/merge-patch+json"}
+SMP = {"Content-Type": "application/strategic-merge-patch+json"}
+JSONPATCH = {"Content-Type": "application/json-patch+json"}
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[SimCluster]:
+    """2 racks x 2 nodes x 8 GPUs, everything on, 100x faster than real time."""
+    settings = SimSettings(nodes="1x2x2x8gpu", time_scale=0.01, scheduler_interval_seconds=0.01)
+    async with SimCluster.running(settings) as running:
+        yield running
+
+
+@pytest.fixture
+async def http(cluster: SimCluster) -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(cluster.url) as session:
+        yield session
+
+
+async def eventually(check: Callable[[], object], *, within: float = 5.0) -> object:
+    """Poll until ``check()`` is truthy (the control plane is asynchronous, like a real one)."""
+    deadline = time.monotonic() + within
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within}s")
+        await asyncio.sleep(0.02)
+
+
+def pods_of(cluster: SimCluster, label: str) -> list[dict[str, object]]:
+    key, _, value = label.partition("=")
+    return [
+        p
+        for p in cluster.store.objects(("", "pods"), "default")
+        if p["metadata"].get("labels", {}).get(key) == value  # type: ignore[union-attr]
+    ]
+
+
+def template(
+    *,
+    gpus: int = 8,
+    duration: float | None = None,
+    labels: dict[str, str] | None = None,
+    exit_code: int = 0,
+) -> dict[str, object]:
+    annotations = {}
+    if duration is not None:
+        annotations["tidegate.io/sim-duration-seconds"] = str(duration)
+    if exit_code:
+        annotations["tidegate.io/sim-exit-code"] = str(exit_code)
+    return {
+        "metadata": {"labels": labels or {}, "annotations": annotations},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "trainer",
+                    "resources": {"requests": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+def pod(name: str, *, labels: dict[str, str] | None = None, **kwargs: object) -> dict[str, object]:
+    """A bare pod whose spec and annotations come from :func:`template`."""
+    body = template(labels=labels, **kwargs)  # type: ignore[arg-type]
+    body["metadata"]["name"] = name  # type: ignore[index]
+    return {"apiVersion": "v1", "kind": "Pod", **body}
+
+
+async def ungate(http: aiohttp.ClientSession, name: str, selector: dict[str, str]) -> None:
+    body = {
+        "spec": {
+            "schedulingGates": [{"$patch": "delete", "name": "tidegate.io/admission"}],
+            "nodeSelector": selector,
+        }
+    }
+    async with http.patch(f"{PODS}/{name}", data=json.dumps(body), headers=SMP) as response:
+        assert response.status == 200, await response.text()
+
+
+async def test_indexed_job_gated_then_runs_to_completion(
+    cluster: SimCluster, http: aiohttp.ClientSession
+) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "completionMode": "Indexed",
+            "template": template(
+                duration=20, labels={"tidegate.io/queue": "research", "app": "train"}
+            ),
+        },
+    }
+    async with http.post(JOBS, json=job) as response:
+        assert response.status == 201
+        uid = (await response.json())["metadata"]["uid"]
+    pods = await eventually(
+        lambda: len(pods_of(cluster, "app=train")) == 2 and pods_of(cluster, "app=train")
+    )
+    assert isinstance(pods, list)
+    indexes = set()
+    for pod in pods:
+        meta = pod["metadata"]
+        assert pod["spec"]["schedulingGates"] == [{"name": "tidegate.io/admission"}]
+        assert meta["ownerReferences"][0]["uid"] == uid
+        assert meta["ownerReferences"][0]["controller"] is True
+        index = meta["annotations"]["batch.kubernetes.io/job-completion-index"]
+        assert meta["labels"]["batch.kubernetes.io/job-completion-index"] == index
+        assert meta["name"].startswith(f"train-{index}-")
+        indexes.add(index)
+    assert indexes == {"0", "1"}
+    await asyncio.sleep(0.2)
+    assert all(not p["spec"].get("nodeName") for p in pods_of(cluster, "app=train")), (
+        "gated pods stay unbound"
+    )
+    for pod in pods:
+        await ungate(http, pod["metadata"]["name"], {"tidegate.io/rack": "block0-rack1"})
+    bound = await eventually(
+        lambda: (
+            all(p["spec"].get("nodeName") for p in pods_of(cluster, "app=train"))
+            and pods_of(cluster, "app=train")
+        )
+    )
+    assert isinstance(bound, list)
+    assert {p["spec"]["nodeName"] for p in bound} == {"block0-rack1-node0", "block0-rack1-node1"}
+
+    def job_status() -> dict[str, object]:
+        found = cluster.store.get(("batch", "jobs"), "default", "train")
+        assert found is not None
+        return found.get("status", {})  # type: ignore[return-value]
+
+    await eventually(lambda: job_status().get("active") == 2)
+    await eventually(lambda: job_status().get("succeeded") == 2, within=8)
+    status = job_status()
+    assert status["completedIndexes"] == "0-1"
+    assert any(c["type"] == "Complete" and c["status"] == "True" for c in status["conditions"])  # type: ignore[union-attr]
+    assert all(p["status"]["phase"] == "Succeeded" for p in pods_of(cluster, "app=train"))
+
+
+async def test_scheduler_respects_capacity_and_retries(
+    cluster: SimCluster, http: aiohttp.ClientSession
+) -> None:
+    for i in range(5):
+        body = pod(f"g{i}", labels={"app": "cap"})
+        async with http.post(PODS, json=body) as response:
+            assert response.status == 201
+    await eventually(
+        lambda: sum(1 for p in pods_of(cluster, "app=cap") if p["spec"].get("nodeName")) == 4
+    )
+
+    def unschedulable() -> dict[str, object] | None:
+        for pod in pods_of(cluster, "app=cap"):
+            for condition in pod["status"].get("conditions", []):  # type: ignore[union-attr]
+                if condition.get("reason") == "Unschedulable":
+                    return pod
+        return None
+
+    waiting = await eventually(unschedulable)
+    assert isinstance(waiting, dict)
+    message = next(
+        c["message"] for c in waiting["status"]["conditions"] if c["type"] == "PodScheduled"
+    )
+    assert message == "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    assert len({p["spec"].get("nodeName") for p in pods_of(cluster, "app=cap")} - {None}) == 4
+    victim = next(p for p in pods_of(cluster, "app=cap") if p["spec"].get("nodeName"))
+    async with http.delete(
+        f"{PODS}/{victim['metadata']['name']}", params={"gracePeriodSeconds": "0"}
+    ) as r:
+        assert r.status == 200
+    await eventually(
+        lambda: (
+            (pod := cluster.store.get(("", "pods"), "default", waiting["metadata"]["name"]))
+            and pod["spec"].get("nodeName") == victim["spec"]["nodeName"]
+        )
+    )
+
+
+async def test_taints_tolerations_and_node_selector(
+    cluster: SimCluster, http: aiohttp.ClientSession
+) -> None:
+    taint = {"spec": {"taints": [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]}}
+    for node in ("block0-rack0-node0", "block0-rack0-node1"):
+        async with http.patch(f"/api/v1/nodes/{node}", data=json.dumps(taint), headers=MERGE) as r:
+            assert r.status == 200
+    plain = pod("plain", gpus=1)
+    plain["spec"]["nodeSelector"] = {"tidegate.io/rack": "block0-rack0"}  # type: ignore[index]
+    tolerant = pod("tolerant", gpus=1)
+    tolerant["spec"]["nodeSelector"] = {"tidegate.io/rack": "block0-rack0"}  # type: ignore[index]
+    tolerant["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "infer"}]  # type: ignore[index]
+    for body in (plain, tolerant):
+        async with http.post(PODS, json=body) as response:
+            assert response.status == 201
+    placed = await eventually(
+        lambda: (
+            (pod := cluster.store.get(("", "pods"), "default", "tolerant"))
+            and pod["spec"].get("nodeName")
+        )
+    )
+    assert str(placed).startswith("block0-rack0-")
+
+    def reason() -> str | None:
+        pod = cluster.store.get(("", "pods"), "default", "plain")
+        assert pod is not None
+        for condition in pod["status"].get("conditions", []):  # type: ignore[union-attr]
+            if condition.get("reason") == "Unschedulable":
+                return str(condition["message"])
+        return None
+
+    message = await eventually(reason)
+    assert "2 node(s) had untolerated taint {dedicated: infer}" in str(message)
+    assert "2 node(s) didn't match Pod's node affinity/selector" in str(message)
+
+
+async def test_failed_pods_are_replaced_until_backoff_limit(
+    cluster: SimCluster, http: aiohttp.ClientSession
+) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "flaky"},
+        "spec": {
+            "backoffLimit": 1,
+            "template": template(gpus=1, duration=1, exit_code=3, labels={"app": "flaky"}),
+        },
+    }
+    async with http.post(JOBS, json=job) as response:
+        assert response.status == 201
+
+    def status() -> dict[str, object]:
+        found = cluster.store.get(("batch", "jobs"), "default", "flaky")
+        assert found is not None
+        return found.get("status", {})  # type: ignore[return-value]
+
+    await eventually(
+        lambda: any(
+            c.get("reason") == "BackoffLimitExceeded" for c in status().get("conditions", [])
+        ),  # type: ignore[union-attr]
+        within=8,
+    )
+    assert status()["failed"] == 2
+    failed = [p for p in pods_of(cluster, "app=flaky") if p["status"]["phase"] == "Failed"]  # type: ignore[index]
+    assert len(failed) == 2
+    terminated = failed[0]["status"]["containerStatuses"][0]["state"]["terminated"]  # type: ignore[index]
+    assert terminated["exitCode"] == 3
+
+
+async def test_suspend_deletes_active_pods_and_resume_recreates(
+    cluster: SimCluster, http: aiohttp.ClientSession
+) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "pausable"},
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "template": template(gpus=1, labels={"app": "pause"}),
+        },
+    }
+    async with http.post(JOBS, json=job) as response:
+        assert response.status == 201
+    await eventually(lambda: len(pods_of(cluster, "app=pause")) == 2)
+    async with http.patch(
+        f"{JOBS}/pausable", data=json.dumps({"spec": {"suspend": True}}), headers=MERGE
+    ) as r:
+        assert r.status == 200
+    await eventually(lambda: not pods_of(cluster, "app=pause"), within=8)
+    job_now = cluster.store.get(("batch", "jobs"), "default", "pausable")
+    assert job_now is not None
+    conditions = job_now["status"]["conditions"]  # type: ignore[index]
+    assert any(c["type"] == "Suspended" and c["status"] == "True" for c in conditions)
+    async with http.patch(
+        f"{JOBS}/pausable", data=json.dumps({"spec": {"suspend": False}}), headers=MERGE
+    ) as r:
+        assert r.status == 200
+    await eventually(lambda: len(pods_of(cluster, "app=pause")) == 2)
+
+
+async def test_deployment_scale_and_cascading_delete(
+    cluster: SimCluster, http: aiohttp.ClientSession
+) -> None:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": "nginx", "resources": {"requests": {"cpu": "1"}}}
+                    ]
+                },
+            },
+        },
+    }
+    async with http.post(DEPLOYMENTS, json=deployment) as response:
+        assert response.status == 201
+    await eventually(
+        lambda: (
+            sum(1 for p in pods_of(cluster, "app=web") if p["status"]["phase"] == "Running") == 2
+        )  # type: ignore[index]
+    )
+
+    def ready() -> object:
+        found = cluster.store.get(("apps", "deployments"), "default", "web")
+        return found is not None and found.get("status", {}).get("readyReplicas")  # type: ignore[union-attr]
+
+    assert await eventually(ready) == 2
+    async with http.patch(
+        f"{DEPLOYMENTS}/web/scale", data=json.dumps({"spec": {"replicas": 3}}), headers=MERGE
+    ) as response:
+        assert response.status == 200
+        assert (await response.json())["spec"]["replicas"] == 3
+    await eventually(lambda: len(pods_of(cluster, "app=web")) == 3)
+    replica_sets = list(cluster.store.objects(("apps", "replicasets"), "default"))
+    assert len(replica_sets) == 1
+    assert replica_sets[0]["metadata"]["labels"]["pod-template-hash"]  # type: ignore[index]
+    async with http.delete(f"{DEPLOYMENTS}/web") as response:
+        assert response.status == 200
+    await eventually(lambda: not list(cluster.store.objects(("apps", "replicasets"), "default")))
+    # Running pods are deleted gracefully (30 s scaled to 0.3 s) by their kubelet.
+    await eventually(lambda: not pods_of(cluster, "app=web"), within=8)
+
+
+async def test_job_delete_orphans_by_default_and_cascades_in_background(
+    cluster: SimCluster, http: aiohttp.ClientSession
+) -> None:
+    for name in ("kept", "gone"):
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name},
+            "spec": {"template": template(gpus=1, labels={"app": name})},
+        }
+        async with http.post(JOBS, json=job) as response:
+            assert response.status == 201
+    await eventually(lambda: pods_of(cluster, "app=kept") and pods_of(cluster, "app=gone"))
+    async with http.delete(f"{JOBS}/kept") as response:
+        assert response.status == 200
+        assert "child pods are preserved" in response.headers["Warning"]
+    async with http.delete(f"{JOBS}/gone", json={"propagationPolicy": "Background"}) as response:
+        assert response.status == 200
+    await eventually(lambda: not pods_of(cluster, "app=gone"), within=8)
+    orphan = await eventually(
+        lambda: (
+            (p := pods_of(cluster, "app=kept"))
+            and not p[0]["metadata"].get("ownerReferences")
+            and p
+        )
+    )  # type: ignore[index]
+    assert isinstance(orphan, list)
+
+
+async def test_node_not_ready_taints_and_evicts_and_node_delete_frees_pods(
+    cluster: SimCluster, http: aiohttp.ClientSession
+) -> None:
+    body = pod("on-node", gpus=1)
+    body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "block0-rack0-node0"}  # type: ignore[index]
+    async with http.post(PODS, json=body) as response:
+        assert response.status == 201
+    await eventually(
+        lambda: (
+            (p := cluster.store.get(("", "pods"), "default", "on-node"))
+            and p["status"]["phase"] == "Running"
+        )  # type: ignore[index]
+    )
+    not_ready = {
+        "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletDown"}]}
+    }
+    async with http.patch(
+        "/api/v1/nodes/block0-rack0-node0/status", data=json.dumps(not_ready), headers=SMP
+    ) as response:
+        assert response.status == 200
+
+    def taints() -> list[dict[str, object]]:
+        node = cluster.store.get(("", "nodes"), "", "block0-rack0-node0")
+        assert node is not None
+        return node["spec"].get("taints", [])  # type: ignore[union-attr,no-any-return]
+
+    await eventually(
+        lambda: (
+            {(t["key"], t["effect"]) for t in taints()}
+            == {
+                ("node.kubernetes.io/not-ready", "NoSchedule"),
+                ("node.kubernetes.io/not-ready", "NoExecute"),
+            }
+        )
+    )
+    # The pod tolerates not-ready for 300 s (default toleration), scaled to 3 s; then it is
+    # deleted, but stays Terminating: its kubelet is unreachable.
+    await eventually(
+        lambda: (
+            (p := cluster.store.get(("", "pods"), "default", "on-node"))
+            and p["metadata"].get("deletionTimestamp")
+        ),  # type: ignore[index]
+        within=8,
+    )
+    async with http.delete("/api/v1/nodes/block0-rack0-node0") as response:
+        assert response.status == 200
+    await eventually(lambda: cluster.store.get(("", "pods"), "default", "on-node") is None)
+
+
+async def test_namespace_deletion_empties_it(
+    cluster: SimCluster, http: aiohttp.ClientSession
+) -> None:
+    async with http.post("/api/v1/namespaces", json={"metadata": {"name": "scratch"}}) as response:
+        assert response.status == 201
+    held = pod("p", gpus=0)
+    held["metadata"]["finalizers"] = ["example.com/hold"]  # type: ignore[index]
+    async with http.post("/api/v1/namespaces/scratch/pods", json=held) as response:
+        assert response.status == 201
+    async with http.delete("/api/v1/namespaces/scratch") as response:
+        assert response.status == 200
+        assert (await response.json())["status"]["phase"] == "Terminating"
+    async with http.post("/api/v1/namespaces/scratch/pods", json=pod("q", gpus=0)) as response:
+        assert response.status == 403
+    # The finalizer holds the pod (marked for deletion) and with it the namespace.
+    await eventually(
+        lambda: (
+            (p := cluster.store.get(("", "pods"), "scratch", "p"))
+            and p["metadata"].get("deletionTimestamp")
+        )  # type: ignore[index]
+    )
+    assert cluster.store.get(("", "namespaces"), "", "scratch") is not None
+    release = json.dumps({"metadata": {"finalizers": None}})
+    async with http.patch("/api/v1/namespaces/scratch/pods/p", data=release, headers=MERGE) as r:
+        assert r.status == 200
+    await eventually(
+        lambda: cluster.store.get(("", "namespaces"), "", "scratch") is None, timeout=8
+    )
+    assert cluster.store.count(("", "pods"), "scratch") == 0
+
+
+async def test_bare_cluster_runs_nothing(bare: SimCluster) -> None:
+    async with aiohttp.ClientSession(bare.url) as http:
+        body = pod("idle", labels={"tidegate.io/queue": "q"}, gpus=1)
+        async with http.post(PODS, json=body) as response:
+            created = await response.json()
+    # No webhook emulation, no scheduler: the pod is neither gated nor bound.
+    assert "schedulingGates" not in created["spec"]
+    await asyncio.sleep(0.3)
+    stored = bare.store.get(("", "pods"), "default", "idle")
+    assert stored is not None
+    assert not stored["spec"].get("nodeName")  # type: ignore[union-attr]
