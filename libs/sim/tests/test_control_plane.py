@@ -451,9 +451,7 @@ async def test_namespace_deletion_empties_it(
     release = json.dumps({"metadata": {"finalizers": None}})
     async with http.patch("/api/v1/namespaces/scratch/pods/p", data=release, headers=MERGE) as r:
         assert r.status == 200
-    await eventually(
-        lambda: cluster.store.get(("", "namespaces"), "", "scratch") is None, timeout=8
-    )
+    await eventually(lambda: cluster.store.get(("", "namespaces"), "", "scratch") is None, within=8)
     assert cluster.store.count(("", "pods"), "scratch") == 0
 
 
