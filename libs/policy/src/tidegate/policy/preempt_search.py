@@ -18,9 +18,10 @@ Two searches share that objective:
 - :func:`search_pod_fit` for one podset of identical pods, all inside one domain of a level (or
   anywhere). Whether they fit is then a sum over nodes of ``min_r floor(free_r / request_r)``,
   which changes only on the nodes a victim touches, so the search updates it incrementally in
-  plain Python. Per-domain branch and bound with a valid bound (below) makes it exact; a budget
-  of search steps caps the worst case, after which it returns the best set found (still minimal)
-  and says it is not proven optimal.
+  plain Python. A greedy set (pruned to minimal, then improved by swapping victims for lighter
+  ones) gives an incumbent; per-domain branch and bound with valid bounds makes it exact; a
+  budget of search steps caps the worst case, after which it returns the best set found (still
+  minimal) and says it is not proven optimal.
 - :func:`search_with_oracle` for everything else (several podsets, groups, slices): the caller
   supplies ``fits(victims)`` (the placement engine on a copied view) and the search calls it
   within a budget of calls.

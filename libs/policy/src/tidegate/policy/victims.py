@@ -469,12 +469,13 @@ def _no_victims_reason(
     candidates: int,
 ) -> str:
     room = f"enough {card} cards" if card else "enough room"
+    counted = f"{candidates} candidate" + ("" if candidates == 1 else "s")
     head = f"no reclaimable training workload frees {room}"
     if scope is None:
         pods = sum(p.count for p in podsets)
-        return f"{head} for all {pods} pods ({candidates} candidate victims)"
+        return f"{head} for all {pods} pods ({counted})"
     where = f"in one {scope.level}" if scope.level else "in the cluster"
     return (
         f"{head}: at best {found.best_pods} of {scope.count} pods of {scope.podset} fit "
-        f"{where} after evicting every eligible workload ({candidates} candidates)"
+        f"{where} after evicting every eligible workload ({counted})"
     )
