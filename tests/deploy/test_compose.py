@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tidegate.cli.main import build_parser
+
 from .conftest import REPO
 
 COMPOSE = REPO / "compose.yaml"
@@ -173,3 +175,10 @@ def test_published_ports_do_not_collide(compose: dict[str, Any]) -> None:
         for port in service.get("ports", [])
     ]
     assert len(published) == len(set(published))
+
+
+def test_the_cluster_command_is_one_the_cli_accepts(compose: dict[str, Any]) -> None:
+    command = compose["services"]["cluster"]["command"]
+    assert command[:2] == ["tidegate", "sim"]
+    args = build_parser().parse_args(command[1:])
+    assert (args.host, args.port, args.nodes) == ("0.0.0.0", 8001, "2x4x8x8gpu")
