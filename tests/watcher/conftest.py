@@ -195,7 +195,9 @@ async def harness(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterat
     )
     async with SimCluster.running(settings) as sim:
         kube = await connect_kube(
-            KubeSettings(kubeconfig=sim.write_kubeconfig(tmp_path / "kubeconfig"))
+            KubeSettings(
+                kubeconfig=sim.write_kubeconfig(tmp_path / "kubeconfig"), backoff_max_seconds=0.3
+            )
         )
         bus = await connect(BusSettings(servers=(nats_url,), name="watcher-test"))
         await bus.ensure_layout(cluster_id)

@@ -10,6 +10,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from tidegate.bus import BusSettings, connect
 from tidegate.kube import DEPLOYMENTS, JOBS, JOBSETS, NODES, PODS, REPLICASETS, KubeSettings
 from tidegate.kube import connect as connect_kube
@@ -420,3 +422,30 @@ async def test_missing_crds_do_not_stop_the_watcher(
                 await task
             await bus.drain()
             await kube.close()
+
+
+async def test_a_relist_after_410_publishes_tombstones_for_what_vanished(harness: Harness) -> None:
+    watcher = await harness.start_watcher()
+    job = await harness.create(JOBS, job_body("j", parallelism=2, annotations={}))
+    for i in range(2):
+        await harness.create(PODS, pod_body(f"j-{i}", owner=owner_ref(job)))
+    await harness.until(lambda: isinstance(harness.pod("j-1"), PodState), what="pods")
+
+    # Cut the pods watch and keep it from reconnecting while a pod is deleted and the API
+    # server's history is compacted: on reconnecting, the resourceVersion is gone (410).
+    async with aiohttp.ClientSession() as http:
+        fault = {"code": 500, "count": 1000, "method": "GET", "pathPrefix": "/api/v1/pods"}
+        async with http.post(f"{harness.sim.url}/sim/v1/faults", json=fault) as response:
+            assert response.status == 201
+        harness.sim.api.store.close_watchers()
+        await harness.delete(PODS, "j-0")
+        async with http.post(f"{harness.sim.url}/sim/v1/compact") as response:
+            assert response.status == 200
+        await asyncio.sleep(0.5)
+        assert isinstance(harness.pod("j-0"), PodState)  # not seen yet
+        async with http.delete(f"{harness.sim.url}/sim/v1/faults") as response:
+            assert response.status == 200
+
+    await harness.until(lambda: isinstance(harness.pod("j-0"), Tombstone), what="pod tombstone")
+    assert watcher.stats.relists.get("Pod", 0) >= 1
+    assert isinstance(harness.pod("j-1"), PodState)

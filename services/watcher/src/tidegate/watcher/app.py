@@ -129,6 +129,8 @@ class WatcherStats:
     tombstones: int = 0
     publish_failures: int = 0
     rounds: int = 0
+    relists: dict[str, int] = field(default_factory=dict)
+    """Relists after 410 Gone, by kind (their vanished objects arrive as deletions)."""
 
 
 class Watcher:
@@ -255,6 +257,8 @@ class Watcher:
                     self.stats.events[kind] = self.stats.events.get(kind, 0) + 1
                     affected |= fold(self.index, kind, item.type, item.obj)
                 elif isinstance(item, Synced):
+                    if item.relist:
+                        self.stats.relists[kind] = self.stats.relists.get(kind, 0) + 1
                     self._unsynced.discard(kind)
                     self.unavailable.pop(kind, None)
                     log.info(
@@ -342,6 +346,13 @@ class WatcherCollector(Collector):
         )
         published.add_metric(["snapshot"], stats.snapshots)
         published.add_metric(["tombstone"], stats.tombstones)
+        relists = CounterMetricFamily(
+            "tidegate_watcher_relists",
+            "Relists after the API server answered 410 Gone, by kind.",
+            labels=["kind"],
+        )
+        for kind, count in sorted(stats.relists.items()):
+            relists.add_metric([kind], count)
         failures = CounterMetricFamily(
             "tidegate_watcher_publish_failures",
             "State messages JetStream did not acknowledge (retried).",
@@ -366,7 +377,7 @@ class WatcherCollector(Collector):
         )
         for kind in watcher.resources:
             unavailable.add_metric([kind], 1.0 if kind in watcher.unavailable else 0.0)
-        return [events, published, failures, objects, unavailable]
+        return [events, published, relists, failures, objects, unavailable]
 
 
 async def setup(ctx: ServiceContext[WatcherSettings]) -> None:
