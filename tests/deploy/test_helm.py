@@ -418,11 +418,11 @@ EXPECTED_PERMISSIONS: dict[str, set[tuple[str, str, str]]] = {
         for verb in WATCH
     },
     "ungater": {
+        ("", "pods", "get"),
         ("", "pods", "patch"),
         ("", "events", "create"),
+        ("", "events", "get"),
         ("", "events", "patch"),
-        ("events.k8s.io", "events", "create"),
-        ("events.k8s.io", "events", "patch"),
         ("tidegate.io", "podgroups/status", "patch"),
         ("tidegate.io", "podgroups/status", "update"),
         ("tidegate.io", "queues/status", "patch"),
@@ -435,12 +435,12 @@ EXPECTED_PERMISSIONS: dict[str, set[tuple[str, str, str]]] = {
     "preemption": {
         ("", "pods/eviction", "create"),
         ("", "pods", "delete"),
+        ("", "pods", "patch"),
         ("batch", "jobs", "patch"),
         ("jobset.x-k8s.io", "jobsets", "patch"),
         ("", "events", "create"),
+        ("", "events", "get"),
         ("", "events", "patch"),
-        ("events.k8s.io", "events", "create"),
-        ("events.k8s.io", "events", "patch"),
     },
 }
 
