@@ -26,6 +26,7 @@ import msgspec
 import yaml
 from aiohttp import web
 
+from tidegate.sim import openapi
 from tidegate.sim.apiserver import ApiServer
 from tidegate.sim.errors import (
     ApiError,
@@ -177,6 +178,8 @@ class HttpApi:
         if head == "version":
             return json_response(SERVER_VERSION)
         registry = self.api.registry
+        if head == "openapi":
+            return self._openapi(segments)
         if head == "api":
             if len(segments) == 1:
                 return json_response(registry.api_versions(request.host))
@@ -335,6 +338,21 @@ class HttpApi:
                 "details": {"name": name, "group": rtype.group, "kind": rtype.plural, "uid": uid},
             }
         )
+
+    def _openapi(self, segments: list[str]) -> web.StreamResponse:
+        registry = self.api.registry
+        if segments[1:] == ["v3"]:
+            return json_response(openapi.index(registry))
+        rest = segments[2:]
+        document = None
+        if len(segments) > 2 and segments[1] == "v3":
+            if rest[:1] == ["api"] and len(rest) == 2:
+                document = openapi.group_version(registry, "", rest[1])
+            elif rest[:1] == ["apis"] and len(rest) == 3:
+                document = openapi.group_version(registry, rest[1], rest[2])
+        if document is None:
+            raise resource_not_found()
+        return json_response(document)
 
     async def _legacy_binding(self, request: web.Request, namespace: str) -> web.StreamResponse:
         if request.method != "POST":
