@@ -1,10 +1,11 @@
 """Leases: one holder at a time, takeover after the TTL, stale holders fenced off."""
 
 import asyncio
+import json
 
 import pytest
 
-from tidegate.bus import Bus, Conflict, LeaseLost, layout
+from tidegate.bus import Bus, BusError, Conflict, LeaseLost, layout
 from tidegate.bus.lease import EpochFence, Lease, LeaseRecord, LeaseSettings
 from tidegate.bus.ledger import Ledger
 
@@ -108,3 +109,19 @@ def test_epoch_fence_drops_writes_of_an_older_epoch() -> None:
     assert fence.accept(9)
     assert not fence.accept(5)
     assert fence.newest == 9
+
+
+async def test_a_record_from_a_newer_version_is_read_and_garbage_is_an_error(
+    bus: Bus, cluster_id: str
+) -> None:
+    bucket = layout.leases_bucket(cluster_id)
+    raw = Ledger(await bus.key_value(bucket), bucket)
+    lease = contender(bus, cluster_id, "reader")
+    newer = {"holder": "h", "epoch": 3, "ttl_seconds": 10, "acquired_at": 1, "renewed_at": 2}
+    await raw.put("admission", json.dumps(newer | {"zone": "eu-1"}).encode())
+    record, revision = await lease.current()
+    assert record == LeaseRecord(**newer)
+    assert revision > 0
+    await raw.put("admission", b"not json")
+    with pytest.raises(BusError, match="unreadable record"):
+        await lease.current()

@@ -91,6 +91,9 @@ class LeaseRecord:
         return json.dumps(self.__dict__).encode()
 
 
+_RECORD_FIELDS = tuple(LeaseRecord.__dataclass_fields__)
+
+
 class Lease:
     """A lease on ``settings.name`` in the leases bucket of ``cluster``.
 
@@ -155,8 +158,10 @@ class Lease:
                 deleted_at = exc.entry.revision if exc.entry is not None else 0
                 return None, deleted_at or 0
         try:
-            record = LeaseRecord(**json.loads(entry.value or b"{}"))
-        except (TypeError, ValueError) as exc:
+            fields = json.loads(entry.value or b"{}")
+            # Fields a newer tidegate may add are ignored, like everywhere on the bus.
+            record = LeaseRecord(**{key: fields[key] for key in _RECORD_FIELDS if key in fields})
+        except (TypeError, ValueError, AttributeError) as exc:
             raise BusError(f"lease {self.settings.name} holds an unreadable record: {exc}") from exc
         return record, entry.revision or 0
 

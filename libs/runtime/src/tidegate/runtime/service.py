@@ -209,6 +209,7 @@ class Service(Generic[S]):
             make_app(self.name, self.readiness, self.metrics), self.settings.http_port
         )
         self.started.set()
+        log.info("%s starting with %r", self.name, self.settings)
         log.info("%s serving health on :%d", self.name, self.http_port)
         bus: Bus | None = None
         code = 0
