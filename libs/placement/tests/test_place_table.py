@@ -226,8 +226,10 @@ def test_kai_unconstrained_uses_fewest_zones() -> None:
     per_zone: dict[str, int] = {}
     for values, count in domains(result):
         per_zone[values[0]] = per_zone.get(values[0], 0) + count
-    # 16 + 10 = 26 < 30: three zones are needed; the largest ones are filled.
-    assert per_zone == {"zone-a": 16, "zone-b": 10, "zone-c": 4}
+    # 16 + 10 = 26 < 30: three zones are needed. Their racks are pooled and filled largest
+    # first (8, 6, 6, 6) and then the tightest that holds the last 4 (rack-a2): five racks.
+    assert per_zone == {"zone-a": 16, "zone-b": 8, "zone-c": 6}
+    assert len(racks(result)) == 5
     assert result.placed == {"workers": 30}
 
 

@@ -21,7 +21,9 @@ How one podset is placed (a group of podsets is placed the same way, in one shar
    are spread over as few top-level domains as possible.
 4. *Inside the chosen domain*, pods go down the tree the same way: into one child when one
    fits, else into as few children as possible (largest first, and the last one chosen like in
-   step 2 so the remaining holes stay large under best-fit).
+   step 2 so the remaining holes stay large under best-fit). The children of all the domains
+   chosen at one level are pooled for the next level, so a level below is also kept to as few
+   domains as the choice above allows (except at the slice level, which keeps whole slices).
 
 Podsets are placed one after another on a working copy of free capacity, so what one takes
 the next cannot use; the gang fits only if every podset does. Everything is vectorized over
@@ -53,6 +55,37 @@ BoolArray = NDArray[np.bool_]
 
 MAX_GROUP_ATTEMPTS = 64
 """Candidate domains tried for a group whose podsets each fit but may crowd each other out."""
+
+LOOKAHEAD_BUDGET = 65_536
+"""Most children :meth:`_Placer.choose_last` looks at to pick the last of several domains."""
+
+
+def spans(starts: IntArray, lengths: IntArray) -> IntArray:
+    """The positions ``starts[i] .. starts[i] + lengths[i] - 1`` for every i, concatenated."""
+    offsets = np.cumsum(lengths) - lengths
+    index: IntArray = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(
+        starts - offsets, lengths
+    )
+    return index
+
+
+def fewest_to_hold(caps: IntArray, lengths: IntArray, need: int) -> IntArray:
+    """For consecutive groups of ``caps`` (sizes ``lengths``, each adding up to at least
+    ``need``): how many of the group's largest entries add up to ``need``."""
+    total = int(lengths.sum())
+    offsets = np.cumsum(lengths) - lengths
+    top = int(caps.max()) + 1 if total else 1
+    # One sort orders entries by group, then by room, largest first.
+    key = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths) * top + (top - 1 - caps)
+    key.sort()
+    ordered = top - 1 - key % top
+    running = np.cumsum(ordered)
+    base = running[offsets] - ordered[offsets]
+    within = running - np.repeat(base, lengths)
+    hit = np.where(within >= need, np.arange(total, dtype=np.int64), total)
+    first = np.minimum.reduceat(hit, offsets)
+    needed: IntArray = first - offsets + 1
+    return needed
 
 
 @dataclass(slots=True)
@@ -160,26 +193,45 @@ class _Placer:
         s = self.structure
         starts = s.child_start[m][candidates]
         lengths = s.child_end[m][candidates] - starts
-        total = int(lengths.sum())
-        if total == candidates.size:
+        if int(lengths.sum()) == candidates.size:
             return np.ones(candidates.size, np.int64)
-        offsets = np.cumsum(lengths) - lengths
-        index = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, lengths)
-        caps = d.unit_caps[m + 1][index]
-        top = int(caps.max()) + 1
-        # One sort orders children by candidate, then by room, largest first.
-        key = np.repeat(np.arange(candidates.size, dtype=np.int64), lengths) * top + (
-            top - 1 - caps
+        return fewest_to_hold(d.unit_caps[m + 1][spans(starts, lengths)], lengths, need)
+
+    def choose_last(
+        self, d: Demand, m: int, full: IntArray, candidates: IntArray, need: int
+    ) -> int:
+        """The last domain to add to ``full`` (level ``m``) so that ``need`` units fit: the
+        candidate whose children, pooled with those of ``full``, hold them in the fewest
+        children; then as :meth:`choose`. Falls back to :meth:`choose` when that look-ahead
+        would touch more than :data:`LOOKAHEAD_BUDGET` children."""
+        remaining = need - int(d.unit_caps[m][full].sum())
+        if candidates.size <= 1 or m == self.depth or m == d.plan.slice_level:
+            return self.choose(d, m, candidates, remaining)
+        s = self.structure
+        below = d.unit_caps[m + 1]
+        full_starts = s.child_start[m][full]
+        full_lengths = s.child_end[m][full] - full_starts
+        pooled = below[spans(full_starts, full_lengths)]
+        starts = s.child_start[m][candidates]
+        lengths = s.child_end[m][candidates] - starts
+        total = candidates.size * pooled.size + int(lengths.sum())
+        if total > LOOKAHEAD_BUDGET:
+            return self.choose(d, m, candidates, remaining)
+        own = below[spans(starts, lengths)]
+        group_lengths = lengths + pooled.size
+        # Each group: the pooled children of ``full``, then the candidate's own children.
+        own_offsets = np.cumsum(lengths) - lengths
+        groups = np.empty(total, np.int64)
+        group_offsets = np.cumsum(group_lengths) - group_lengths
+        pooled_index = group_offsets[:, None] + np.arange(pooled.size, dtype=np.int64)[None, :]
+        groups[pooled_index.ravel()] = np.tile(pooled, candidates.size)
+        own_index = np.repeat(group_offsets + pooled.size - own_offsets, lengths) + np.arange(
+            own.size, dtype=np.int64
         )
-        key.sort()
-        ordered = top - 1 - key % top
-        running = np.cumsum(ordered)
-        base = running[offsets] - ordered[offsets]
-        within = running - np.repeat(base, lengths)
-        hit = np.where(within >= need, np.arange(total, dtype=np.int64), total)
-        first = np.minimum.reduceat(hit, offsets)
-        needed: IntArray = first - offsets + 1
-        return needed
+        groups[own_index] = own
+        child_need = need * d.unit_size(m) // d.unit_size(m + 1)
+        needed = fewest_to_hold(groups, group_lengths, child_need)
+        return self.choose(d, m, candidates[needed == needed.min()], remaining)
 
     def ranked(self, d: Demand, m: int, candidates: IntArray, need: int) -> IntArray:
         """Candidates at level ``m`` (all with room for ``need`` units), best first, in the
@@ -243,36 +295,51 @@ class _Placer:
         if m >= 0:
             start, end = int(s.node_start[m][p]), int(s.node_end[m][p])
             room = int(d.pod_caps[m][p])
-            child_start, child_end = int(s.child_start[m][p]), int(s.child_end[m][p])
+            children = np.arange(s.child_start[m][p], s.child_end[m][p], dtype=np.int64)
         else:
             start, end = 0, s.node_count
             room = int(d.fits.sum())
-            child_start, child_end = 0, s.domain_count(0)
+            children = np.arange(s.domain_count(0), dtype=np.int64)
         if pods == room:
             take[start:end] += d.fits[start:end]
             return
-        child = m + 1
-        need = pods // d.unit_size(child)
-        caps = d.unit_caps[child][child_start:child_end]
+        self.fill(d, m + 1, children, pods // d.unit_size(m + 1), take)
+
+    def fill(self, d: Demand, m: int, domains: IntArray, need: int, take: IntArray) -> None:
+        """Put ``need`` units into as few of ``domains`` (level ``m``, in path order, with room
+        for them together) as possible, adding pods per node position to ``take``.
+
+        One domain when one fits; else the largest ones and a last one chosen like a single
+        domain. Below that, the children of every chosen domain are pooled and filled the same
+        way, so the count at each level is as low as the choice above it allows. Pooling stops
+        at the slice level, where each domain keeps whole slices.
+        """
+        caps = d.unit_caps[m][domains]
         fitting = np.flatnonzero(caps >= need)
         if fitting.size:
-            best = self.choose(d, child, fitting + child_start, need)
-            self.distribute(d, child, best, need, take)
+            self.distribute(d, m, self.choose(d, m, domains[fitting], need), need, take)
             return
         order = np.argsort(-caps, kind="stable")
         running = np.cumsum(caps[order])
         whole = int(np.searchsorted(running, need, side="left"))
         remaining = need - (int(running[whole - 1]) if whole else 0)
         rest = order[whole:]
-        last_candidates = np.sort(rest[caps[rest] >= remaining]) + child_start
-        last = self.choose(d, child, last_candidates, remaining)
-        full = order[:whole] + child_start
-        if child == self.depth:
+        full = domains[order[:whole]]
+        last = self.choose_last(d, m, full, domains[np.sort(rest[caps[rest] >= remaining])], need)
+        if m == self.depth:
             take[full] += d.fits[full]
-        else:
+            take[last] += remaining
+            return
+        if m == d.plan.slice_level:
             for c in full.tolist():
-                self.distribute(d, child, c, int(d.unit_caps[child][c]), take)
-        self.distribute(d, child, last, remaining, take)
+                self.distribute(d, m, c, int(d.unit_caps[m][c]), take)
+            self.distribute(d, m, last, remaining, take)
+            return
+        s = self.structure
+        chosen = np.sort(np.append(full, last))
+        starts = s.child_start[m][chosen]
+        children = spans(starts, s.child_end[m][chosen] - starts)
+        self.fill(d, m + 1, children, need * d.unit_size(m) // d.unit_size(m + 1), take)
 
     def consume(self, plan: PodSetPlan, take: IntArray, sign: int = -1) -> None:
         """Take (sign -1) or give back (+1) the capacity ``take`` pods of ``plan`` use."""
