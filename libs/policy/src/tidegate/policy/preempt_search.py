@@ -165,12 +165,30 @@ def _domain_pods(problem: PodFitProblem, free: npt.NDArray[np.int64]) -> npt.NDA
     )
 
 
-def _freed_matrix(problem: PodFitProblem, members: Sequence[int]) -> npt.NDArray[np.int64]:
-    freed = np.zeros_like(problem.free)
-    for i in members:
-        for node, vector in problem.candidates[i].freed.items():
-            freed[node] += vector
-    return freed
+class _FreedTable:
+    """Every (candidate, node, freed room) triple as flat arrays, to sum many at once."""
+
+    def __init__(self, problem: PodFitProblem) -> None:
+        owners: list[int] = []
+        nodes: list[int] = []
+        rows: list[Vector] = []
+        for i, candidate in enumerate(problem.candidates):
+            for node, vector in candidate.freed.items():
+                owners.append(i)
+                nodes.append(node)
+                rows.append(vector)
+        width = len(problem.request)
+        self.shape = problem.free.shape
+        self.owners = np.asarray(owners, dtype=np.int64)
+        self.nodes = np.asarray(nodes, dtype=np.int64)
+        self.rows = np.asarray(rows, dtype=np.int64).reshape(len(rows), width)
+
+    def freed(self, members: Sequence[int]) -> npt.NDArray[np.int64]:
+        """Room freed on every node by evicting all of ``members``."""
+        total = np.zeros(self.shape, dtype=np.int64)
+        chosen = np.isin(self.owners, np.asarray(members, dtype=np.int64))
+        np.add.at(total, self.nodes[chosen], self.rows[chosen])
+        return total
 
 
 class _Domain:
@@ -205,6 +223,26 @@ class _Domain:
                 self.room[n] = tuple(int(x) for x in problem.free[n])
                 self.fit[n] = int(base_per_node[n])
         self.pods = self.base_pods
+        # A second, resource-wise bound. On the nodes that can gain pods at all, the pods that
+        # fit never exceed (free room + freed room) / request, resource by resource, so the
+        # freed volumes of the victims must cover what the gang needs beyond that free room.
+        growing = [n for n in self.room if all_per_node[n] > base_per_node[n]]
+        fixed = self.base_pods - sum(int(base_per_node[n]) for n in growing)
+        free_room = np.maximum(problem.free[growing], 0).sum(axis=0) if growing else None
+        self.shortfall: Vector = tuple(
+            (self.count - fixed) * need - (int(free_room[r]) if free_room is not None else 0)
+            for r, need in enumerate(self.request)
+        )
+        """Per resource: room the victims must free on growing nodes for the gang to fit."""
+        keep = set(growing)
+        self.volume: dict[int, Vector] = {
+            i: tuple(
+                sum(vector[r] for n, vector in touched if n in keep)
+                for r in range(len(self.request))
+            )
+            for i, touched in self.freed.items()
+        }
+        """Candidate → room it frees on growing nodes, per resource."""
 
     def gain(self, i: int) -> tuple[int, float]:
         """Pods (and fractional pods) that evicting ``i`` would add now."""
@@ -341,17 +379,24 @@ def _lighter_swap(
     return None
 
 
-def _lower_bound(state: _Domain) -> int:
-    """Fewest victims that could possibly make the domain fit (from the per-victim bounds)."""
-    missing = state.count - state.pods
-    if missing <= 0:
+def _fewest(values: Sequence[int], target: int) -> int:
+    """The fewest of ``values`` whose sum reaches ``target`` (len + 1 when none do)."""
+    if target <= 0:
         return 0
     total = 0
-    for k, bound in enumerate(sorted(state.upper.values(), reverse=True), start=1):
-        total += bound
-        if total >= missing:
+    for k, value in enumerate(sorted(values, reverse=True), start=1):
+        total += value
+        if total >= target:
             return k
-    return len(state.upper) + 1
+    return len(values) + 1
+
+
+def _lower_bound(state: _Domain) -> int:
+    """Fewest victims that could possibly make the domain fit: by pods, and by each resource."""
+    bounds = [_fewest(list(state.upper.values()), state.count - state.pods)]
+    for r, short in enumerate(state.shortfall):
+        bounds.append(_fewest([volume[r] for volume in state.volume.values()], short))
+    return max(bounds)
 
 
 def _suffix_best(values: Sequence[int], size: int, *, largest: bool) -> list[list[int]]:
@@ -387,6 +432,11 @@ def _exact(
     order = sorted(state.freed, key=lambda i: (-state.upper[i], weights[i], i))
     most = _suffix_best([state.upper[i] for i in order], size, largest=True)
     lightest = _suffix_best([weights[i] for i in order], size, largest=False)
+    scarce = [r for r, short in enumerate(state.shortfall) if short > 0]
+    most_volume = {
+        r: _suffix_best([state.volume[i][r] for i in order], size, largest=True) for r in scarce
+    }
+    still_short = {r: state.shortfall[r] for r in scarce}
     best: list[int] | None = None
     limit = best_weight
     chosen: list[int] = []
@@ -399,17 +449,24 @@ def _exact(
                 best, limit = list(chosen), weight
             return
         for j in range(start, len(order) - slots + 1):
+            # Each cut below holds for every later j too: what is left only shrinks.
             if state.pods + most[j][slots] < state.count:
-                return  # what is left only shrinks further along the order
+                return
+            if any(most_volume[r][j][slots] < short for r, short in still_short.items()):
+                return
             if limit is not None and weight + lightest[j][slots] >= limit:
-                return  # the lightest of what is left only grow further along the order
+                return
             budget.spend()
             i = order[j]
             state.add(i)
             chosen.append(i)
+            for r in still_short:
+                still_short[r] -= state.volume[i][r]
             try:
                 visit(j + 1, weight + weights[i])
             finally:
+                for r in still_short:
+                    still_short[r] += state.volume[i][r]
                 chosen.pop()
                 state.remove(i)
 
@@ -431,9 +488,10 @@ def search_pod_fit(
     Steps: (1) if some domain holds the podset already, no victims. (2) Find the lowest
     priority band — candidates with priority ≤ p — whose complete eviction lets some domain hold
     it (binary search over the distinct priorities, since freeing more never hurts). (3) In each
-    domain that then fits, a greedy set (best pods gain, then pruned to minimal) gives an upper
-    bound; domains are visited by their lower bound and searched exactly by increasing size
-    with branch and bound, until the budget runs out.
+    domain that then fits, a lower bound on the victims it needs; greedy sets (best pods gain,
+    pruned to minimal) in the domains of the lowest bound, improved by lighter swaps, give an
+    incumbent; domains are then visited by their lower bound and searched exactly by increasing
+    size with branch and bound, until the budget runs out.
     """
     candidates = problem.candidates
     base_per_node = _pods_per_node(problem.free, problem.request)
@@ -450,11 +508,13 @@ def search_pod_fit(
         most = int(base.max()) if problem.domains else 0
         return SearchOutcome(victims=None, exact=True, best_pods=most)
 
+    table = _FreedTable(problem)
+
     def members(band: int) -> list[int]:
         return [i for i in useful if candidates[i].priority <= bands[band]]
 
     def domain_pods(band: int) -> npt.NDArray[np.int64]:
-        return _domain_pods(problem, problem.free + _freed_matrix(problem, members(band)))
+        return _domain_pods(problem, problem.free + table.freed(members(band)))
 
     top = domain_pods(len(bands) - 1)
     if int(top.max()) < problem.count:
@@ -467,7 +527,7 @@ def search_pod_fit(
         else:
             low = middle + 1
     allowed = members(low)
-    freed_all = _freed_matrix(problem, allowed)
+    freed_all = table.freed(allowed)
     all_per_node = _pods_per_node(problem.free + freed_all, problem.request)
     with_all = np.bincount(
         problem.domain_of, weights=all_per_node, minlength=problem.domains
@@ -482,15 +542,18 @@ def search_pod_fit(
         for d in (int(d) for d in np.flatnonzero(with_all >= problem.count))
     ]
 
+    plans = sorted(
+        ((_lower_bound(state), d, state) for d, state in states), key=lambda p: (p[0], p[1])
+    )
     best: _Score | None = None
     best_domain: int | None = None
-    plans: list[tuple[int, int, _Domain]] = []
-    for d, state in states:
+    for bound, d, state in plans:
+        if best is not None and bound > plans[0][0]:
+            break  # the exact search below covers the other domains
         chosen = _greedy(state, weights)
         score = _Score(bands[low], len(chosen), sum(weights[i] for i in chosen), tuple(chosen))
         if best is None or score < best:
             best, best_domain = score, d
-        plans.append((_lower_bound(state), d, state))
     assert best is not None
 
     budget = _Budget(step_budget)
@@ -502,7 +565,6 @@ def search_pod_fit(
         best,
         _Score(bands[low], len(chosen), sum(weights[i] for i in chosen), tuple(chosen)),
     )
-    plans.sort(key=lambda plan: (plan[0], plan[1]))
     for bound, d, state in plans:
         if bound > best.count:
             break

@@ -363,19 +363,27 @@ def _admit(
 def _candidate(
     gang: RunningGang, position: Mapping[str, int], resources: Sequence[str]
 ) -> Candidate:
+    """``gang`` as a search candidate: what it frees on each node the gang may use."""
+    slot = resources.index("pods") if "pods" in resources else -1
     freed: dict[int, list[int]] = {}
+    gpus = 0
     for pod in gang.pods:
+        requests = pod.requests
+        gpus += gpus_of(requests)
         at = position.get(pod.node)
         if at is None:
             continue
-        amounts = {**pod.requests, "pods": 1}
-        vector = freed.setdefault(at, [0] * len(resources))
+        vector = freed.get(at)
+        if vector is None:
+            vector = freed[at] = [0] * len(resources)
         for j, name in enumerate(resources):
-            vector[j] += amounts.get(name, 0)
+            vector[j] += requests.get(name, 0)
+        if slot >= 0:
+            vector[slot] += 1
     return Candidate(
         priority=gang.priority,
-        cost=gang.gpu_seconds,
-        gpus=gang.gpus,
+        cost=gpus * max(gang.running_seconds, 0),
+        gpus=gpus,
         freed={n: tuple(v) for n, v in freed.items() if any(v)},
     )
 
