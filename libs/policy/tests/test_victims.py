@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tidegate.model import (
     NodeName,
     PodSetSpec,
+    PodState,
     QueueConfig,
     TopologyRequest,
     WorkloadKey,
@@ -25,6 +26,7 @@ from tidegate.policy.victims import (
     VictimSettings,
     gpus_of,
     queue_usage,
+    running_gang,
     select_victims,
     why_not_victim,
 )
@@ -503,6 +505,39 @@ def test_gpu_helpers() -> None:
     usage = queue_usage([g, gang("b", [("n3", 2)], queue="pinned")], "offline")
     assert usage.resources == {"cpu": 2000, GPU: 8}
     assert usage.cards == {H200: 8}
+
+
+def test_running_gang_from_bus_state() -> None:
+    workload = WorkloadState(
+        namespace="ml",
+        name="train",
+        uid="u",
+        owner_kind="Job",
+        queue="offline",
+        priority=20_000,
+        service_type="training",
+        preemptable=False,
+        on_preemption="abort",
+        podsets=[PodSetSpec(name="w", count=3, requests={GPU: 4}, card_name=H200)],
+    )
+    pods = [
+        PodState(namespace="ml", name="p0", uid="0", node_name="n1", requests={GPU: 4}),
+        PodState(namespace="ml", name="p1", uid="1", node_name=None, requests={GPU: 4}),
+        PodState(
+            namespace="ml", name="p2", uid="2", node_name="n2", requests={GPU: 4}, terminating=True
+        ),
+    ]
+    g = running_gang(workload, pods, running_seconds=60)
+    assert g.key == "ml/train"
+    assert (g.queue, g.service_type, g.priority) == ("offline", "training", 20_000)
+    assert (g.preemptable, g.on_preemption) == (False, "abort")
+    assert g.pods == (RunningPod(node=NodeName("n1"), requests={GPU: 4}),)
+    assert g.cards == {H200: 12}  # what admission charged: the whole gang
+    assert g.gpu_seconds == 240
+    broken = WorkloadState(
+        namespace="ml", name="b", uid="b", owner_kind="Job", card_request={"bad name!": 2}
+    )
+    assert running_gang(broken, []).cards == {}
 
 
 # --------------------------------------------------------------------------- brute force

@@ -36,6 +36,7 @@ import numpy as np
 from tidegate.model import (
     NodeName,
     PodSetSpec,
+    PodState,
     QueueConfig,
     Resources,
     WorkloadKey,
@@ -170,6 +171,36 @@ def gpus_of(requests: Mapping[str, int]) -> int:
         amount
         for name, amount in requests.items()
         if name == WHOLE_GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX)
+    )
+
+
+def running_gang(
+    workload: WorkloadState, pods: Iterable[PodState], *, running_seconds: int = 0
+) -> RunningGang:
+    """A running workload as victim selection sees it, from its bus state.
+
+    Only ``pods`` bound to a node and not terminating count (they hold capacity). Its cards
+    are what admission charged (:func:`tidegate.policy.cards.card_demand`); a card request
+    that cannot be understood counts no cards rather than hiding the gang from preemption.
+    """
+    try:
+        cards = dict(card_demand(workload).cards)
+    except CardError:
+        cards = {}
+    return RunningGang(
+        key=workload_key(workload.namespace, workload.name),
+        queue=workload.queue,
+        service_type=workload.service_type,
+        priority=workload.priority,
+        preemptable=workload.preemptable,
+        on_preemption=workload.on_preemption,
+        pods=tuple(
+            RunningPod(node=NodeName(pod.node_name), requests=dict(pod.requests))
+            for pod in pods
+            if pod.node_name and not pod.terminating
+        ),
+        cards=cards,
+        running_seconds=running_seconds,
     )
 
 
