@@ -18,6 +18,7 @@ cache has long applied. Lingering is conservative (room held too long), never a 
 This module holds no views and does no placement; :mod:`tidegate.policy.capacity` applies it.
 """
 
+import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -41,6 +42,8 @@ class Overlay:
         """Start empty."""
         self._entries: dict[NodeName, list[OverlayEntry]] = {}
         self._reported: dict[NodeName, dict[str, int]] = {}
+        # Every entry ever added, by sequence, so expiry looks only at the oldest ones.
+        self._by_sequence: list[tuple[int, NodeName, OverlayEntry]] = []
 
     def add(self, sequence: int, usage: Mapping[NodeName, Resources], *, at: float = 0.0) -> None:
         """Record that decision ``sequence`` took ``usage`` (node → resources).
@@ -53,9 +56,11 @@ class Overlay:
             if reported and min(reported.values()) >= sequence:
                 continue
             if any(v for v in amount.values()):
+                entry = OverlayEntry(sequence=sequence, amount=dict(amount), added_at=at)
                 entries = self._entries.setdefault(node, [])
-                entries.append(OverlayEntry(sequence=sequence, amount=dict(amount), added_at=at))
-                entries.sort(key=lambda e: e.sequence)
+                entries.insert(bisect.bisect_right(entries, sequence, key=_sequence), entry)
+                item = (sequence, node, entry)
+                bisect.insort_right(self._by_sequence, item, key=lambda i: i[0])
 
     def report(self, topology: str, node: NodeName, applied_sequence: int) -> Resources:
         """Record that ``topology``'s view of ``node`` reflects decisions ≤ ``applied_sequence``.
@@ -85,12 +90,21 @@ class Overlay:
     def expire(self, *, watermark: int, before: float) -> list[NodeName]:
         """Drop entries with sequence ≤ ``watermark`` added before ``before``; return the nodes
         whose pending amounts changed."""
-        changed: list[NodeName] = []
-        for node, entries in list(self._entries.items()):
-            kept = [e for e in entries if e.sequence > watermark or e.added_at >= before]
-            if len(kept) != len(entries):
-                changed.append(node)
-                self._set(node, kept)
+        changed: set[NodeName] = set()
+        kept: list[tuple[int, NodeName, OverlayEntry]] = []
+        index = 0
+        while index < len(self._by_sequence) and self._by_sequence[index][0] <= watermark:
+            sequence, node, entry = self._by_sequence[index]
+            index += 1
+            entries = self._entries.get(node, [])
+            if not any(e is entry for e in entries):
+                continue  # already dropped when its node reported it
+            if entry.added_at >= before:
+                kept.append((sequence, node, entry))
+                continue
+            self._set(node, [e for e in entries if e is not entry])
+            changed.add(node)
+        self._by_sequence[:index] = kept
         return sorted(changed)
 
     def nodes(self) -> list[NodeName]:
@@ -119,3 +133,7 @@ class Overlay:
             self._entries[node] = kept
         else:
             self._entries.pop(node, None)
+
+
+def _sequence(entry: OverlayEntry) -> int:
+    return entry.sequence
