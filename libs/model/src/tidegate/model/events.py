@@ -259,6 +259,9 @@ class Admitted(_Body, frozen=True, kw_only=True, tag="admitted"):
     card_model: str | None = None
     nominated_by: str | None = None
     """The preempt request whose freed capacity this admission used, if any."""
+    requests: dict[str, Resources] = msgspec.field(default_factory=dict)
+    """Podset name → per-pod requests the placement used (a missing ``pods`` counts as 1), so
+    the topology-cache reserves count × requests for pods not bound yet without the workload."""
 
 
 class Pending(_Body, frozen=True, kw_only=True, tag="pending"):

@@ -449,6 +449,7 @@ class Admission:
             charged_cards=request.cards,
             card_model=demand.card_model,
             nominated_by=key if nominated is not None else None,
+            requests={name: dict(amounts) for name, amounts in result.requests.items()},
         )
         self.capacity.take(sequence, usage, at=now)
         self.quota.charge(
