@@ -342,7 +342,7 @@ class ClusterIndex:
         applied.affected.add(StateKey("pod", *key))
         if deleted:
             self.pods.pop(key, None)
-            self._unlink(key, applied)
+            self._unlink(key, applied, deleted=True)
             return
         try:
             pod = decode(obj, Pod)
@@ -352,7 +352,7 @@ class ClusterIndex:
         self.pods[key] = pod
         self._link(key, pod, applied)
 
-    def _unlink(self, key: tuple[str, str], applied: Applied) -> None:
+    def _unlink(self, key: tuple[str, str], applied: Applied, *, deleted: bool = False) -> None:
         for ref in self._pod_refs.pop(key, ()):
             pods = self._by_ref.get(ref)
             if pods is not None:
@@ -366,9 +366,11 @@ class ClusterIndex:
                 members.discard(key)
                 if not members:
                     del self._members[old.workload]
-                    if old.owner is not None and old.owner[0] == "foreign":
+                    if old.owner is not None and old.owner[0] in ("foreign", "Pod"):
                         # Known only through its pods: forget it with the last one.
                         self.foreign.pop(old.owner[1], None)
+                        if deleted:
+                            self._forget_source(old.workload, old.owner)
             applied.affected.add(StateKey("workload", *old.workload))
 
     def _link(self, key: tuple[str, str], pod: Pod, applied: Applied) -> None:
@@ -477,6 +479,12 @@ class ClusterIndex:
         self._relink([meta.uid, *self._children.get(meta.uid, ())], applied)
         if deleted:
             self._children.pop(meta.uid, None)
+            parent = meta.controller_ref()
+            siblings = self._children.get(parent.uid) if parent is not None else None
+            if parent is not None and siblings is not None:
+                siblings.discard(meta.uid)
+                if not siblings:
+                    del self._children[parent.uid]
 
     def _decode_owner(self, kind: ObjectKind, meta: ObjectMeta, obj: Mapping[str, object]) -> Owner:
         api_version = str(obj.get("apiVersion", ""))
