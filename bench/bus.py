@@ -10,13 +10,15 @@ and publishes decision envelopes (~300 bytes of JSON, each with its own Nats-Msg
 * **consume** — a durable consumer reading the async batch back (batches of 256, acked).
 
 Prints messages per second for each. With --json it prints one object (and writes it to --out
-when given): ``{"awaited_msgs_per_s", "async_msgs_per_s", "consume_msgs_per_s", ...}``.
+when given): ``{"awaited_msgs_per_s", "async_msgs_per_s", "consume_msgs_per_s", ...,
+"load_average_1m"}``; the load average says how busy the machine was.
 Figures are measurements on this machine, never assertions. Quick by default (a few seconds).
 """
 
 import argparse
 import asyncio
 import json
+import os
 import platform
 import sys
 import time
@@ -131,7 +133,13 @@ def main() -> int:
     args = parser.parse_args()
     with NatsServerProcess() as server:
         result = asyncio.run(measure(server.url, args.awaited, args.async_messages, args.in_flight))
-    result |= {"python": platform.python_version(), "machine": platform.machine()}
+    result |= {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        # Other work on the machine lowers every figure; the load says how busy it was.
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
     if args.json or args.out:
         text = json.dumps(result, indent=2)
         if args.json:
