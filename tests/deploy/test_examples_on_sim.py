@@ -82,7 +82,7 @@ def _examples(*names: str) -> list[Manifest]:
 async def _pods(api: client.ApiClient, namespace: str, expected: int) -> list[Any]:
     """The namespace's pods once the controllers have made ``expected`` of them."""
     core = client.CoreV1Api(api)
-    for _ in range(200):
+    for _ in range(600):
         pods = (await core.list_namespaced_pod(namespace)).items
         if len(pods) >= expected:
             return list(pods)

@@ -723,3 +723,11 @@ def test_docs_describe_every_value() -> None:
     missing = [path for path in _value_paths(values) if f"`{path}`" not in text]
     missing += [f"services.{key}" for key in values["services"] if f"`{key}`" not in text]
     assert missing == [], f"docs/deploy.md does not describe {missing}"
+
+
+def test_the_chart_version_follows_the_project() -> None:
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"]
+    assert chart["kubeVersion"] == ">=1.27.0-0"
+    assert f"v{KUBE_VERSIONS[0]}".startswith("v1.27")
