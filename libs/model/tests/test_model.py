@@ -75,7 +75,23 @@ def test_parse_quantity(resource: str, value: object, expected: int) -> None:
     assert parse_quantity(resource, value) == expected
 
 
-@pytest.mark.parametrize("value", ["abc", "", "1Q", "-1", True, None, [1]])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "abc",
+        "",
+        "1Q",
+        "-1",
+        True,
+        None,
+        [1],
+        "1e1000000",
+        "1e-999999",
+        "99999999999Ei",
+        float("nan"),
+        float("inf"),
+    ],
+)
 def test_bad_quantities(value: object) -> None:
     with pytest.raises(QuantityError):
         parse_quantity("cpu", value)

@@ -15,6 +15,12 @@ from tidegate.model.resources import Resources
 MILLI_RESOURCES: Final = frozenset({"cpu"})
 """Resources counted in thousandths of their unit (Kubernetes' ``MilliValue``)."""
 
+MAX_AMOUNT: Final = 2**63 - 1
+"""The largest amount tidegate accepts: Kubernetes keeps quantities in an int64 too."""
+
+MAX_EXPONENT: Final = 30
+"""Larger decimal exponents are rejected before any arithmetic (``1e1000000`` is no quantity)."""
+
 _SUFFIXES: Final[dict[str, Decimal]] = {
     "": Decimal(1),
     "n": Decimal("1e-9"),
@@ -49,6 +55,8 @@ def parse_decimal(value: object) -> Decimal:
     if isinstance(value, int):
         return Decimal(value)
     if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise QuantityError(f"{value!r} is not a quantity")
         return Decimal(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity")
@@ -60,7 +68,10 @@ def parse_decimal(value: object) -> Decimal:
     except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
         raise QuantityError(f"{value!r} is not a quantity") from exc
     if match["exp"]:
-        return number * Decimal(10) ** int(match["exp"][1:])
+        exponent = int(match["exp"][1:])
+        if abs(exponent) > MAX_EXPONENT:
+            raise QuantityError(f"{value!r} is out of range")
+        return number * Decimal(10) ** exponent
     return number * _SUFFIXES[match["suffix"] or ""]
 
 
@@ -74,7 +85,10 @@ def parse_quantity(resource: str, value: object) -> int:
         raise QuantityError(f"{value!r} is negative")
     if resource in MILLI_RESOURCES:
         amount *= 1000
-    return int(amount.to_integral_value(rounding=ROUND_CEILING))
+    result = int(amount.to_integral_value(rounding=ROUND_CEILING))
+    if result > MAX_AMOUNT:
+        raise QuantityError(f"{value!r} is out of range")
+    return result
 
 
 def parse_resources(values: dict[str, object] | None) -> Resources:
