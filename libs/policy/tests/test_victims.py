@@ -4,6 +4,7 @@ engine, plus a property test against brute force over every subset of victims.""
 from collections.abc import Sequence
 from itertools import combinations
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from tidegate.policy.victims import (
     RunningPod,
     VictimSettings,
     gpus_of,
+    preempted_decision,
     queue_usage,
     running_gang,
     select_victims,
@@ -507,6 +509,30 @@ def test_gpu_helpers() -> None:
     assert usage.cards == {H200: 8}
 
 
+def test_preempted_decision_names_preemptor_victims_modes_and_nominations() -> None:
+    running = [gang("a", [("n1", 8)], abort=True, seconds=10), gang("b", [("n2", 8)])]
+    preemptor = incoming(2, 8, rack=True)
+    choice = select_victims(
+        preemptor, view=cluster(FOUR_NODES[:2], running), running=running, queues=QUEUES
+    )
+    decision = preempted_decision(preemptor, choice)
+    assert decision.preemptor == "default/serve"
+    assert decision.preemptor_uid == "u-serve"
+    assert decision.victims == ["default/a", "default/b"]
+    assert decision.mode == {"default/a": "abort", "default/b": "restart"}
+    assert decision.nominated == {
+        "n1": {"cpu": 1000, GPU: 8, "pods": 1},
+        "n2": {"cpu": 1000, GPU: 8, "pods": 1},
+    }
+    assert decision.message == (
+        "2 training workloads preempted for default/serve: default/a, default/b "
+        "(top priority 20000, 16 GPUs, 80 GPU-seconds lost)"
+    )
+    fits = select_victims(preemptor, view=cluster(FOUR_NODES, []), running=[], queues=QUEUES)
+    with pytest.raises(ValueError, match="no preemption to announce: outcome fits"):
+        preempted_decision(preemptor, fits)
+
+
 def test_running_gang_from_bus_state() -> None:
     workload = WorkloadState(
         namespace="ml",
@@ -596,6 +622,19 @@ def scenarios(draw: st.DrawFn) -> tuple[list[NodeCapacity], list[RunningGang], W
         rack=draw(st.booleans()),
         card=None,
     )
+    if draw(st.booleans()):
+        # A leader + workers group: the general search, with the placement engine as oracle.
+        (workers,) = preemptor.podsets
+        leader = PodSetSpec(
+            name="leader",
+            count=1,
+            requests={"cpu": 1000, GPU: draw(st.sampled_from([2, 4]))},
+            topology=workers.topology,
+            group="g",
+        )
+        preemptor = msgspec.structs.replace(
+            preemptor, podsets=[leader, msgspec.structs.replace(workers, group="g")]
+        )
     return nodes, running, preemptor
 
 

@@ -37,6 +37,7 @@ from tidegate.model import (
     NodeName,
     PodSetSpec,
     PodState,
+    Preempted,
     QueueConfig,
     Resources,
     WorkloadKey,
@@ -163,6 +164,27 @@ class VictimChoice:
     def admitted(self) -> bool:
         """Whether the gang fits, into free room or after evicting the victims."""
         return self.outcome in ("fits", "preempts")
+
+
+def preempted_decision(preemptor: WorkloadState, choice: VictimChoice) -> Preempted:
+    """The ``preempted`` decision body that names the preemptor, its victims, their modes and
+    the nominated capacity. Raises ValueError unless ``choice`` evicts someone."""
+    if choice.outcome != "preempts" or not choice.victims:
+        raise ValueError(f"no preemption to announce: outcome {choice.outcome}")
+    key = workload_key(preemptor.namespace, preemptor.name)
+    count = len(choice.victims)
+    return Preempted(
+        preemptor=key,
+        preemptor_uid=preemptor.uid,
+        victims=list(choice.victims),
+        mode={str(victim): mode for victim, mode in choice.modes.items()},
+        nominated={node: dict(amount) for node, amount in choice.nominated.items()},
+        message=(
+            f"{count} training workload{'s' if count > 1 else ''} preempted for {key}: "
+            f"{', '.join(choice.victims)} (top priority {choice.top_priority}, "
+            f"{choice.gpus} GPUs, {choice.gpu_seconds} GPU-seconds lost)"
+        ),
+    )
 
 
 def gpus_of(requests: Mapping[str, int]) -> int:
