@@ -254,6 +254,10 @@ def test_queue_must_exist() -> None:
     )
     assert choice.outcome == "queue-not-found"
     assert choice.reason == "queue nowhere does not exist"
+    nameless = msgspec.structs.replace(incoming(1, 8), queue=None)
+    choice = select_victims(nameless, view=cluster(FOUR_NODES, []), running=[], queues=QUEUES)
+    assert choice.outcome == "queue-not-found"
+    assert choice.reason == "default/serve names no queue"
 
 
 def test_queue_capability_bounds_the_preemptor() -> None:

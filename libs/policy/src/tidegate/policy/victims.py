@@ -279,7 +279,9 @@ def select_victims(
     key = workload_key(preemptor.namespace, preemptor.name)
     if preemptor.invalid_reason:
         return VictimChoice(outcome="invalid", reason=f"{key}: {preemptor.invalid_reason}")
-    queue = queues.get(preemptor.queue) if preemptor.queue is not None else None
+    if preemptor.queue is None:
+        return VictimChoice(outcome="queue-not-found", reason=f"{key} names no queue")
+    queue = queues.get(preemptor.queue)
     if queue is None:
         return VictimChoice(
             outcome="queue-not-found", reason=f"queue {preemptor.queue} does not exist"
