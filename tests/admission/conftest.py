@@ -72,7 +72,13 @@ class Harness:
         await self.publish(subjects.topology(self.cluster, name), config)
 
     async def node(
-        self, name: str, rack: str, *, gpus: int = 8, free_gpus: int | None = None
+        self,
+        name: str,
+        rack: str,
+        *,
+        gpus: int = 8,
+        free_gpus: int | None = None,
+        applied: int = 0,
     ) -> None:
         """Publish a node's capacity on the default topology (as the topology-cache would)."""
         allocatable = {"cpu": 64_000, GPU: gpus, "pods": 110}
@@ -83,6 +89,7 @@ class Harness:
             domain=["b1", rack, name],
             allocatable=allocatable,
             free=free,
+            applied_sequence=applied,
         )
         await self.publish(subjects.capacity_node(self.cluster, "default", name), report)
 

@@ -9,6 +9,8 @@ from tidegate.model import (
     Admitted,
     Pending,
     PodSetSpec,
+    Preempted,
+    PreemptRequested,
     QueueConfig,
     Released,
     WorkloadState,
@@ -178,3 +180,77 @@ async def test_leader_failover_mid_stream_admits_nothing_twice(harness: Harness)
     assert max(per_node.values()) <= 8  # one GPU per pod, eight per node: never over-booked
     sequences = [d.sequence for d in admitted]
     assert len(set(sequences)) == len(sequences)
+
+
+async def test_preemption_round_trip_releases_victims_and_holds_room_for_the_preemptor(
+    harness: Harness,
+) -> None:
+    await harness.topology()
+    await harness.node("n1", "r1")
+    await harness.queue(QueueConfig(name="q"))
+    await harness.start_admission()
+    await harness.workload(workload("victim", workers(1, 8)))
+    await harness.until(lambda: harness.of(Admitted, "ns/victim"), what="the victim admitted")
+    (victim,) = harness.of(Admitted, "ns/victim")
+    assert isinstance(victim, Admitted)
+    # The topology-cache applied the admission: n1 is full.
+    await harness.node("n1", "r1", free_gpus=0, applied=victim.sequence)
+    serve = WorkloadState(
+        namespace="ns",
+        name="serve",
+        uid="uid-serve",
+        owner_kind="Deployment",
+        queue="q",
+        service_type="inference",
+        created_at=time.time(),
+        podsets=[workers(1, 8)],
+    )
+    await harness.workload(serve)
+    await harness.until(lambda: harness.of(PreemptRequested, "ns/serve"), what="a request")
+    assert [p.reason for p in harness.of(Pending, "ns/serve") if isinstance(p, Pending)] == [
+        "WaitingForPreemption"
+    ]
+
+    # The preemption service evicts the victim and nominates its room for the preemptor.
+    preempted = Preempted(
+        preemptor="ns/serve",
+        preemptor_uid="uid-serve",
+        victims=["ns/victim"],
+        mode={"ns/victim": "abort"},
+        nominated={"n1": {GPU: 8, "cpu": 1000, "pods": 1}},
+    )
+    await harness.publish(subjects.decision(harness.cluster, "preempted", "ns", "serve"), preempted)
+    await harness.until(lambda: harness.of(Released, "ns/victim"), what="the victim released")
+    (released,) = harness.of(Released, "ns/victim")
+    assert isinstance(released, Released)
+    assert released.reason == "Evicted"
+    # A higher-priority newcomer must not take the nominated room once the victim is gone.
+    await harness.workload(workload("sneaky", workers(1, 8), priority=1000))
+    await harness.node("n1", "r1", free_gpus=8, applied=released.sequence)
+    await harness.until(lambda: harness.of(Admitted, "ns/serve"), what="the preemptor admitted")
+    (admitted,) = harness.of(Admitted, "ns/serve")
+    assert isinstance(admitted, Admitted)
+    assert admitted.nominated_by == "ns/serve"
+    assert harness.of(Admitted, "ns/sneaky") == []
+    assert harness.of(Admitted, "ns/victim") == [victim]  # aborted: not admitted again
+
+
+async def test_a_release_by_another_service_gives_the_quota_back(harness: Harness) -> None:
+    await small_cluster(harness, QueueConfig(name="q", quota={"cpu": 100_000, GPU: 8}))
+    await harness.start_admission()
+    await harness.workload(workload("first", workers(1, 8), created_at=1))
+    await harness.workload(workload("second", workers(1, 8), created_at=2))
+    await harness.until(lambda: harness.of(Pending, "ns/second"), what="the quota to run out")
+    (pending,) = harness.of(Pending, "ns/second")
+    assert isinstance(pending, Pending)
+    assert pending.reason == "ExceedsQuota"
+    done = Released(workload="ns/first", uid="uid-first", queue="q", reason="Completed")
+    await harness.publish(subjects.decision(harness.cluster, "released", "ns", "first"), done)
+    await harness.until(lambda: harness.of(Admitted, "ns/second"), what="the quota given back")
+    # A release for another object under the same name (another uid) changes nothing.
+    stale = Released(workload="ns/second", uid="uid-old", queue="q", reason="Completed")
+    await harness.publish(subjects.decision(harness.cluster, "released", "ns", "second"), stale)
+    await harness.workload(workload("third", workers(1, 8), created_at=3))
+    await harness.until(lambda: harness.of(Pending, "ns/third"), what="third waits on quota")
+    await asyncio.sleep(0.3)
+    assert harness.of(Admitted, "ns/third") == []

@@ -583,3 +583,25 @@ def test_a_waiting_workload_is_retried_only_when_room_may_have_grown() -> None:
     assert admission.cycle(now=2.0) == []
     admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=8))
     assert isinstance(admission.cycle(now=3.0)[0].body, Admitted)
+
+
+def test_release_by_another_service_checks_uid_and_sequence_and_finishes_completed_ones() -> None:
+    admission = cluster(*two_racks())
+    admission.set_workload(workload("a"))
+    (admitted,) = admission.cycle(now=1.0)
+    assert isinstance(admitted.body, Admitted)
+    key = WorkloadKey("ns/a")
+    assert admission.release_if(key, uid="other", before=0, reason="Completed") is None
+    assert admission.release_if(key, uid="uid-a", before=1, reason="Completed") is None
+    released = admission.release_if(key, uid="uid-a", before=0, reason="Completed")
+    assert released is not None
+    assert isinstance(released.body, Released)
+    assert released.body.reason == "Completed"
+    assert admission.cycle(now=2.0) == []  # finished: not admitted again
+    recreated = WorkloadState(
+        namespace="ns", name="a", uid="new", owner_kind="Job", queue="q", podsets=[workers(1, 1)]
+    )
+    admission.set_workload(recreated)
+    (again,) = admission.cycle(now=3.0)
+    assert isinstance(again.body, Admitted)
+    assert again.body.uid == "new"

@@ -134,7 +134,8 @@ class Admission:
         self._queues: dict[str, QueueConfig] = {}
         self._workloads: dict[WorkloadKey, WorkloadState] = {}
         self._admitted: dict[WorkloadKey, Admitted] = {}
-        self._aborted: set[WorkloadKey] = set()
+        self._done: set[WorkloadKey] = set()
+        """Workloads not to be admitted again until re-created: aborted victims, finished."""
         self._nominations: dict[WorkloadKey, Nomination] = {}
         self._awaiting: dict[WorkloadKey, float] = {}
         self._reasons: dict[WorkloadKey, PendingReason] = {}
@@ -165,7 +166,7 @@ class Admission:
             released = self.release(key, "Deleted", "replaced by a new object of the same name")
             out.extend([released] if released is not None else [])
         if before is not None and before.uid != workload.uid:
-            self._aborted.discard(key)
+            self._done.discard(key)
             self._reasons.pop(key, None)
             self._drop_nomination(key)
             self._awaiting.pop(key, None)
@@ -178,7 +179,7 @@ class Admission:
         """A workload was deleted: its quota is released (if admitted) and it is forgotten."""
         released = self.release(key, "Deleted", "the workload was deleted")
         self._workloads.pop(key, None)
-        self._aborted.discard(key)
+        self._done.discard(key)
         self._reasons.pop(key, None)
         self._tried_at.pop(key, None)
         self._awaiting.pop(key, None)
@@ -215,6 +216,8 @@ class Admission:
             return None
         if before and admitted.sequence >= before:
             return None
+        if reason in ("Completed", "Failed"):
+            self._done.add(key)  # finished: not admitted again unless re-created
         return self.release(key, reason, message or "released by another service")
 
     def preempted(self, event: Preempted, *, now: float) -> list[Decision]:
@@ -226,7 +229,7 @@ class Admission:
             released = self.release(key, "Evicted", f"preempted for {event.preemptor}")
             out.extend([released] if released is not None else [])
             if event.mode.get(victim, "restart") == "abort":
-                self._aborted.add(key)
+                self._done.add(key)
             self._tried_at.pop(key, None)
         preemptor = WorkloadKey(event.preemptor)
         self._awaiting.pop(preemptor, None)
@@ -294,7 +297,7 @@ class Admission:
         out: list[Decision] = []
         by_queue: dict[str, list[WorkloadState]] = {}
         for key in sorted(self._workloads):
-            if key in self._admitted or key in self._aborted:
+            if key in self._admitted or key in self._done:
                 continue
             workload = self._workloads[key]
             name = workload.queue or self.settings.default_queue
