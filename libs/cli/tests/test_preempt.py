@@ -325,3 +325,74 @@ def test_not_a_document(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
     assert capsys.readouterr().err.startswith("input: not valid JSON or YAML")
     assert main(["preempt", str(tmp_path / "missing.json")]) == 2
     assert "missing.json" in capsys.readouterr().err
+
+
+def test_real_topology_lingjun(tmp_path: Path) -> None:
+    """The 847-node Lingjun topology (block = PSW, rack = ASW; rack names repeat across PSWs),
+    every node busy with two-node training gangs: a 6-pod rack gang evicts three gangs of one
+    rack, and lands in that rack."""
+    import csv
+
+    with open("/work/shared/data/lingjun-topology.csv", encoding="utf-8") as data:
+        rows = list(csv.DictReader(data))
+    levels = ["example.com/psw", "example.com/asw", "kubernetes.io/hostname"]
+    racks: dict[tuple[str, str], list[str]] = {}
+    nodes = []
+    for row in rows:
+        racks.setdefault((row["PSW"], row["ASW"]), []).append(row["ip"])
+        nodes.append(
+            {
+                "name": row["ip"],
+                "labels": {levels[0]: row["PSW"], levels[1]: row["ASW"], levels[2]: row["ip"]},
+                "allocatable": {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"},
+            }
+        )
+    running = []
+    for (psw, asw), members in sorted(racks.items()):
+        for k in range(0, len(members), 2):
+            pair = members[k : k + 2]
+            running.append(
+                {
+                    "name": f"job-{psw}-{asw}-{k}".lower(),
+                    "queue": "offline",
+                    "owner_kind": "Job",
+                    "priority": 20000,
+                    "running_seconds": 100 + len(running) % 7,
+                    "pods": [{"node": n, "requests": {"nvidia.com/gpu": "8"}} for n in pair],
+                }
+            )
+    doc = {
+        "topology": {"name": "lingjun", "levels": levels},
+        "nodes": nodes,
+        "queues": [
+            {"name": "online", "priority": 80000, "reclaimable": False},
+            {"name": "offline", "priority": 20000, "reclaimable": True},
+        ],
+        "running": running,
+        "incoming": {
+            "name": "llm",
+            "queue": "online",
+            "owner_kind": "Deployment",
+            "priority": 80000,
+            "pods": [{"requests": {"nvidia.com/gpu": "8"}}] * 6,
+            "topology": {"required": levels[1]},
+        },
+    }
+    path = tmp_path / "lingjun.json"
+    path.write_text(json.dumps(doc))
+    done = run_cli(str(path))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["admitted"] is True
+    assert out["exact"] is True
+    assert len(out["victims"]) == 3  # six whole nodes = three two-node gangs, no more
+    domains = out["placement"]["llm"]["domains"]
+    assert sum(d["count"] for d in domains) == 6
+    assert len({tuple(d["values"][:2]) for d in domains}) == 1  # one (PSW, ASW) rack
+    victim_nodes = {
+        pod["node"]
+        for gang in running
+        if f"default/{gang['name']}" in out["victims"]
+        for pod in gang["pods"]
+    }
+    assert victim_nodes == {d["values"][2] for d in domains}
