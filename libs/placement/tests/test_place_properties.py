@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -215,6 +216,27 @@ def test_gangs_never_overbook_and_keep_their_constraints(
     assert place(CapacityView(LEVELS, shuffled), request).node_counts == (
         place(view, request).node_counts
     ), "the answer does not depend on the order nodes were added in"
+
+
+@SETTINGS
+@given(nodes=clusters(), leader=podsets("leader"), workers=podsets("workers"))
+def test_a_group_shares_one_domain_of_its_narrowest_required_level(
+    nodes: list[NodeCapacity], leader: PodSetSpec, workers: PodSetSpec
+) -> None:
+    members = [msgspec.structs.replace(spec, group="g") for spec in (leader, workers)]
+    view = CapacityView(LEVELS, nodes)
+    check_invariants(nodes, members, view)
+    result = place(view, PlacementRequest(podsets=members))
+    required = [
+        0 if spec.topology.required == "auto" else LEVELS.index(spec.topology.required)
+        for spec in members
+        if spec.topology.required is not None
+    ]
+    if not result.fits or not required:
+        return
+    by_name = {n.name: n for n in nodes}
+    used = {name for counts in result.node_counts.values() for name in counts}
+    assert len({path(by_name[name], max(required)) for name in used}) <= 1
 
 
 # --------------------------------------------------------------------------- the optimum
