@@ -236,7 +236,7 @@ def why_not_victim(
     """Why ``gang`` may not be evicted for a ``reclaimer`` of ``priority``; None if it may."""
     if not may_reclaim(reclaimer, gang.service_type):
         if reclaimer != "inference":
-            return f"a {reclaimer} workload never preempts"
+            return f"{_a(reclaimer)} workload never preempts"
         return f"{gang.service_type} workloads are never preempted"
     if not gang.preemptable:
         return "not preemptable"
@@ -299,7 +299,8 @@ def select_victims(
         cards=demand.cards,
         card_resources=demand.card_resources,
     )
-    exceeded = check_quota(queue, usage or queue_usage(running, queue.name), quota_request)
+    held = usage if usage is not None else queue_usage(running, queue.name)
+    exceeded = check_quota(queue, held, quota_request)
     if exceeded is not None:
         outcome: Outcome = (
             "card-quota-exceeded" if exceeded.reason == "CardQuotaExceeded" else "exceeds-quota"
@@ -330,7 +331,7 @@ def select_victims(
         return VictimChoice(
             outcome="not-a-reclaimer",
             reason=(
-                f"{as_is.reason}; {key} is a {preemptor.service_type} workload, "
+                f"{as_is.reason}; {key} is {_a(preemptor.service_type)} workload, "
                 "which never preempts"
             ),
             ineligible=ineligible,
@@ -360,6 +361,11 @@ def select_victims(
 
 
 # --------------------------------------------------------------------------- internals
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article ("a training", "an inference")."""
+    return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
 
 
 @dataclass(frozen=True, slots=True)
