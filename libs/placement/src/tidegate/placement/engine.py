@@ -403,9 +403,11 @@ class _Placer:
         return None, Shortfall(demand=demands[0], level=level, group=unit)
 
     def place_group_in(self, demands: Sequence[Demand], m: int, p: int) -> list[_Placed] | None:
-        """Place every member into domain ``p`` of level ``m``, one after another."""
+        """Place every member into domain ``p`` of level ``m``, one after another, the
+        member with the most pods first (the leader then takes what is left)."""
         placed: list[_Placed] = []
-        for index, d in enumerate(demands):
+        ordered = sorted(demands, key=lambda d: -d.plan.count)
+        for index, d in enumerate(ordered):
             current = d if index == 0 else self.demand(d.plan)
             need = current.plan.count // current.unit_size(m)
             room = current.root_cap if m < 0 else int(current.unit_caps[m][p])
@@ -417,7 +419,8 @@ class _Placer:
             self.distribute(current, m, p, need, take)
             self.consume(current.plan, take)
             placed.append(_Placed(current.plan, take, None if m < 0 else m))
-        return placed
+        order = {d.plan.name: index for index, d in enumerate(demands)}
+        return sorted(placed, key=lambda done: order[done.plan.name])
 
     def place_partial(self, unit: GroupPlan) -> tuple[list[_Placed], None] | tuple[None, Shortfall]:
         """Place a lone podset with ``min_count`` < ``count``: as many pods as fit, at least
