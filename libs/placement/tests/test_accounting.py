@@ -180,11 +180,15 @@ def test_bound_before_admitted_is_the_same_as_admitted_before_bound() -> None:
     second = cluster(node("n1"))
     second.apply(pod("w-0", "n1", gpus=2))
     second.apply(admitted({host("n1"): 2}, gpus=2))
-    assert first.free("n1") == second.free("n1") == {
-        "cpu": 30_000,
-        GPU: 4,
-        "pods": DEFAULT_MAX_PODS - 2,
-    }
+    assert (
+        first.free("n1")
+        == second.free("n1")
+        == {
+            "cpu": 30_000,
+            GPU: 4,
+            "pods": DEFAULT_MAX_PODS - 2,
+        }
+    )
     assert [r for r in first.records()] == [r for r in second.records()]
 
 

@@ -152,7 +152,11 @@ class World:
                 current = self.active.get(workload)
                 uid = current.uid if current and right_uid else "someone-else"
                 released = Released(
-                    workload=workload, uid=uid, queue="q", reason="Completed", sequence=self.sequence
+                    workload=workload,
+                    uid=uid,
+                    queue="q",
+                    reason="Completed",
+                    sequence=self.sequence,
                 )
                 if current is not None and right_uid:
                     del self.active[workload]
@@ -242,10 +246,10 @@ def test_random_churn_matches_brute_force_and_a_fresh_rebuild(
     assert accounting.admitted() == sorted(world.active)
     reserved_by_node: dict[str, dict[str, int]] = {}
     for workload, decision in world.active.items():
-        placed = accounting.reservation(workload)
         single = len(decision.assignments) == 1
-        claimed: set[str] = set()
         for podset, assignment in decision.assignments.items():
+            placed = accounting.reservation(workload, podset)
+            claimed: set[str] = set()
             levels = assignment.levels
             counts: dict[tuple[str, ...], int] = {}
             for domain in assignment.domains:
@@ -269,9 +273,11 @@ def test_random_churn_matches_brute_force_and_a_fresh_rebuild(
                 assert sum(mine.values()) == want, (workload, podset, values)
                 amount = per_pod(decision.requests[podset])
                 for n, pods in mine.items():
-                    reserved_by_node[n] = res.add(reserved_by_node.get(n, {}), res.scale(amount, pods))
+                    reserved_by_node[n] = res.add(
+                        reserved_by_node.get(n, {}), res.scale(amount, pods)
+                    )
                 claimed.update(mine)
-        assert set(placed) <= claimed, (workload, placed)
+            assert set(placed) <= claimed, (workload, podset, placed)
     for name, state in world.nodes.items():
         allocatable = {**state.allocatable}
         allocatable.setdefault("pods", 110)

@@ -643,12 +643,14 @@ class CapacityAccounting:
         """Keys of the workloads whose admission holds reservations, sorted."""
         return sorted(self._admissions)
 
-    def reservation(self, workload: str) -> dict[str, int]:
-        """Node → pods reserved there for ``workload`` (empty when nothing is reserved)."""
+    def reservation(self, workload: str, podset: str | None = None) -> dict[str, int]:
+        """Node → pods reserved there for ``workload`` (only its ``podset`` if given)."""
         self._settle()
         admission = self._admissions.get(workload)
         out: dict[str, int] = {}
         for entry in admission.entries if admission else ():
+            if podset is not None and entry.podset != podset:
+                continue
             for node, pods in entry.share.items():
                 out[node] = out.get(node, 0) + pods
         return dict(sorted(out.items()))
@@ -775,7 +777,7 @@ class CapacityAccounting:
         for entry in self._dirty_entries:
             entry.amount = self._amount(entry)
             members = self._members(entry.domain)
-            entry.remaining = max(0, entry.count - self._bound_in(entry, members))
+            entry.remaining = entry.count
             was_spread = entry.spread
             entry.spread = len(members) > 1 and entry.remaining > 0
             if entry.spread or was_spread:
