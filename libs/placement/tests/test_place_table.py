@@ -642,3 +642,25 @@ def test_unknown_profile_and_duplicate_podsets() -> None:
     with pytest.raises(PlacementError, match="workers: podset name used twice"):
         run(two_racks(8, 8), podset(), podset())
     assert PROFILES == ("best-fit", "spread")
+
+
+def test_narrowest_level_need_not_be_the_hostname() -> None:
+    nodes = [
+        NodeCapacity(name=f"n{i}", labels={BLOCK: "b1", RACK: "r1"}, allocatable={GPU: 3})
+        for i in range(3)
+    ]
+    nodes.append(NodeCapacity(name="m0", labels={BLOCK: "b1", RACK: "r2"}, allocatable={GPU: 8}))
+    view = CapacityView((BLOCK, RACK), nodes)
+    # Rack r1 has 9 free GPUs but on three nodes: it holds four 2-GPU pods, not more.
+    result = run(view, podset(count=4, gpus=2, required=RACK))
+    assert result.assignments["workers"].levels == [BLOCK, RACK]
+    assert domains(result) == [(("b1", "r2"), 4)]
+    result = run(view, podset(count=5, gpus=2, required=RACK), profile="spread")
+    assert result.reason == (
+        "workers: needs 5 pods in one example.com/rack; the best rack fits 4 "
+        "(limited by nvidia.com/gpu)"
+    )
+    view.set_used("m0", {GPU: 4})
+    result = run(view, podset(count=3, gpus=2, required=RACK))
+    assert domains(result) == [(("b1", "r1"), 3)]
+    assert result.node_counts == {"workers": {"n0": 1, "n1": 1, "n2": 1}}
