@@ -94,10 +94,11 @@ def build_structure(
             order = sorted(ids, key=keys.__getitem__)
             parents = np.zeros(len(order), np.int64)
         else:
-            upper = position_of_id[m - 1]
+            upper = position_of_id[m - 1].tolist()
             parent_of = domain_parent[m]
-            order = sorted(ids, key=lambda d: (int(upper[parent_of[d]]), keys[d]))
-            parents = upper[np.asarray([parent_of[d] for d in order], np.int64)]
+            keyed = sorted([(upper[parent_of[d]], keys[d], d) for d in ids])
+            order = [d for _, _, d in keyed]
+            parents = np.asarray([parent for parent, _, _ in keyed], np.int64)
         positions = np.full(len(domain_paths[m]), -1, np.int64)
         positions[np.asarray(order, np.int64)] = np.arange(len(order), dtype=np.int64)
         position_of_id.append(positions)
@@ -135,7 +136,7 @@ def build_structure(
         levels=levels,
         depth=depth,
         row_of_pos=row_of_pos,
-        node_names=tuple(str(names[int(row)]) for row in row_of_pos),
+        node_names=tuple([str(names[row]) for row in row_of_pos.tolist()]),
         node_start=tuple(node_start),
         node_end=tuple(node_end),
         child_start=tuple(child_start),
