@@ -262,6 +262,10 @@ class Admitted(_Body, frozen=True, kw_only=True, tag="admitted"):
     requests: dict[str, Resources] = msgspec.field(default_factory=dict)
     """Podset name → per-pod requests the placement used (a missing ``pods`` counts as 1), so
     the topology-cache reserves count × requests for pods not bound yet without the workload."""
+    replaces: int | None = None
+    """The sequence of the admission of the same workload this one supersedes: set when
+    admission moved slots lost to failed nodes elsewhere (answering a replace-requested);
+    the assignments are then the whole new placement, not only the moved pods."""
 
 
 class Pending(_Body, frozen=True, kw_only=True, tag="pending"):
@@ -311,6 +315,29 @@ class Released(_Body, frozen=True, kw_only=True, tag="released"):
     reason: ReleaseReason
     sequence: int = 0
     message: str = ""
+    evict_pods: bool = False
+    """The workload's remaining pods must be evicted (the ungater does it): admission found no
+    replacement for pods lost to failed nodes, so the gang restarts whole from its queue."""
+
+
+class ReplaceRequested(_Body, frozen=True, kw_only=True, tag="replace-requested"):
+    """Slots of an admitted workload were lost with their nodes (deleted or NotReady); the
+    ungater asks admission for replacement slots inside the workload's required domain.
+    Subject ``tg.<cluster>.decision.replace-requested.<ns>.<name>``. Admission answers with an
+    :class:`Admitted` whose ``replaces`` is ``admitted_sequence``, or, when there is no room,
+    with a :class:`Released` of reason ``Evicted`` and ``evict_pods`` set."""
+
+    workload: str
+    uid: str
+    admitted_sequence: int
+    """The sequence of the admission whose slots were lost (a request about an admission that
+    was superseded meanwhile is ignored)."""
+    lost: dict[str, list[DomainCount]]
+    """Podset name → the lost slots: domains of its assignment (values widest first) and how
+    many of its pods each held."""
+    nodes: list[str] = msgspec.field(default_factory=list)
+    """The failed nodes (deleted or NotReady), which replacements must avoid."""
+    message: str = ""
 
 
 Message = (
@@ -327,6 +354,7 @@ Message = (
     | PreemptRequested
     | Preempted
     | Released
+    | ReplaceRequested
 )
 """Every message body; the ``kind`` field says which."""
 

@@ -12,7 +12,9 @@ _UNSAFE: Final = re.compile(r"[^A-Za-z0-9_\-:]")
 _ESCAPED: Final = re.compile(r"%([0-9A-F]{2})")
 _CLUSTER: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
-DecisionKind = Literal["admitted", "pending", "preempt-requested", "preempted", "released"]
+DecisionKind = Literal[
+    "admitted", "pending", "preempt-requested", "preempted", "released", "replace-requested"
+]
 
 
 def token(text: str) -> str:
