@@ -176,6 +176,10 @@ class WorkloadState(_Body, frozen=True, kw_only=True, tag="workload"):
     """Set when the workload's spec or annotations are malformed: a sentence naming the field."""
     trace_context: dict[str, str] = msgspec.field(default_factory=dict)
     """W3C traceparent/tracestate that later decisions about this workload continue."""
+    finished: Literal["Completed", "Failed"] | None = None
+    """The workload ran to the end; set by the watcher from the owner's status (a Job's
+    Complete/Failed condition, a Pod's phase, …). Admission releases a finished workload's
+    quota and never admits it again; None while it may still run."""
 
 
 class TopologyConfig(_Body, frozen=True, kw_only=True, tag="topology"):
