@@ -57,12 +57,13 @@ def test_exactly_at_quota_fits() -> None:
     )
 
 
-def test_none_is_unlimited_and_a_missing_resource_is_zero() -> None:
+def test_none_is_unlimited_and_a_resource_not_named_is_not_limited() -> None:
     huge = QuotaRequest(resources={"cpu": 10**9, "example.com/fpga": 3})
     assert check_quota(queue(None), QueueUsage(), huge) is None
-    verdict = check_quota(queue({"cpu": 10**9}), QueueUsage(), huge)
+    assert check_quota(queue({"cpu": 10**9}), QueueUsage(), huge) is None
+    verdict = check_quota(queue({"cpu": 10**9, "example.com/fpga": 2}), QueueUsage(), huge)
     assert verdict is not None
-    assert (verdict.name, verdict.quota) == ("example.com/fpga", 0)
+    assert (verdict.name, verdict.quota) == ("example.com/fpga", 2)
 
 
 def test_resources_the_gang_does_not_request_are_not_checked() -> None:
@@ -95,7 +96,7 @@ def test_mig_cards_are_counted_per_mig_model() -> None:
     )
 
 
-def test_card_resources_are_bounded_by_quota_only_where_quota_names_them() -> None:
+def test_gpus_are_bounded_by_quota_only_where_quota_names_them() -> None:
     request = QuotaRequest(
         resources={"cpu": 1000, GPU: 8},
         cards={"NVIDIA-H200": 8},
@@ -107,16 +108,20 @@ def test_card_resources_are_bounded_by_quota_only_where_quota_names_them() -> No
     assert verdict.reason == "ExceedsQuota"
     assert verdict.name == GPU
     without_card = QuotaRequest(resources={"cpu": 1000, GPU: 8})
-    verdict = check_quota(queue({"cpu": 1000}), QueueUsage(), without_card)
+    assert check_quota(queue({"cpu": 1000}), QueueUsage(), without_card) is None
+    verdict = check_quota(queue({"cpu": 1000, GPU: 0}), QueueUsage(), without_card)
     assert verdict is not None
     assert (verdict.name, verdict.quota) == (GPU, 0)
 
 
 def test_resources_are_checked_before_cards_in_name_order() -> None:
     request = QuotaRequest(resources={"memory": 2, "cpu": 2}, cards={"B": 1, "A": 1})
-    verdict = check_quota(queue({}, {}), QueueUsage(), request)
+    verdict = check_quota(queue({"cpu": 1, "memory": 1}, {}), QueueUsage(), request)
     assert verdict is not None
     assert verdict.name == "cpu"
+    verdict = check_quota(queue({}, {}), QueueUsage(), request)
+    assert verdict is not None
+    assert verdict.name == "A"
     verdict = check_quota(queue(None, {}), QueueUsage(), request)
     assert verdict is not None
     assert verdict.name == "A"

@@ -196,7 +196,8 @@ class QueueConfig(_Body, frozen=True, kw_only=True, tag="queue"):
     priority: int = 0
     reclaimable: bool = True
     quota: Resources | None = None
-    """Capability per resource; None means unlimited, a missing resource in a dict is 0."""
+    """Capability per resource; None means unlimited, a resource missing from a dict is not
+    limited (Volcano's capability semantics)."""
     card_quota: dict[str, int] | None = None
     """Cards per card model; None means unlimited, a model missing from a dict has quota 0."""
     profile: str | None = None

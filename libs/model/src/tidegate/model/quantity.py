@@ -16,10 +16,10 @@ MILLI_RESOURCES: Final = frozenset({"cpu"})
 """Resources counted in thousandths of their unit (Kubernetes' ``MilliValue``)."""
 
 MAX_AMOUNT: Final = 2**63 - 1
-"""The largest amount tidegate accepts: Kubernetes keeps quantities in an int64 too."""
+"""Amounts saturate here (int64, like Kubernetes' own scaled values): in practice, unlimited."""
 
 MAX_EXPONENT: Final = 30
-"""Larger decimal exponents are rejected before any arithmetic (``1e1000000`` is no quantity)."""
+"""Decimal exponents beyond this saturate without arithmetic (``1e1000000`` would be slow)."""
 
 _SUFFIXES: Final[dict[str, Decimal]] = {
     "": Decimal(1),
@@ -69,8 +69,12 @@ def parse_decimal(value: object) -> Decimal:
         raise QuantityError(f"{value!r} is not a quantity") from exc
     if match["exp"]:
         exponent = int(match["exp"][1:])
-        if abs(exponent) > MAX_EXPONENT:
-            raise QuantityError(f"{value!r} is out of range")
+        if number == 0:
+            return Decimal(0)
+        if exponent > MAX_EXPONENT:
+            return Decimal(MAX_AMOUNT).copy_sign(number)
+        if exponent < -MAX_EXPONENT:
+            return Decimal("1e-30").copy_sign(number)
         return number * Decimal(10) ** exponent
     return number * _SUFFIXES[match["suffix"] or ""]
 
@@ -85,10 +89,7 @@ def parse_quantity(resource: str, value: object) -> int:
         raise QuantityError(f"{value!r} is negative")
     if resource in MILLI_RESOURCES:
         amount *= 1000
-    result = int(amount.to_integral_value(rounding=ROUND_CEILING))
-    if result > MAX_AMOUNT:
-        raise QuantityError(f"{value!r} is out of range")
-    return result
+    return min(MAX_AMOUNT, int(amount.to_integral_value(rounding=ROUND_CEILING)))
 
 
 def parse_resources(values: dict[str, object] | None) -> Resources:

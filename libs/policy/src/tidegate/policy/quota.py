@@ -4,10 +4,10 @@ A queue (:class:`tidegate.model.QueueConfig`) bounds what its admitted workloads
 once, per resource (``quota``: cpu, memory, ``nvidia.com/gpu``, any extended resource) and per
 GPU card model (``card_quota``). The rules, as users read them in docs/queues.md:
 
-- ``quota`` None: no resource limit. A dict: a resource it does not name has quota 0 — except
-  a resource the workload uses as cards of a card model (``nvidia.com/gpu`` with a card name,
-  ``nvidia.com/mig-…``), which the card quota governs; name it in ``quota`` to bound it there
-  too. Only resources the gang actually requests (amount > 0) are checked.
+- ``quota`` None: no resource limit. A dict: each resource it names is bounded; a resource it
+  does not name is not limited (Volcano's ``capability`` semantics, the field users write).
+  GPUs used as cards of a card model are bounded by the card quota as well. Only resources the
+  gang actually requests (amount > 0) are checked.
 - ``card_quota`` None: no card limit. A dict: a model it does not name has card quota 0.
 - A gang is charged whole at admission and released whole on completion, deletion or
   eviction; a second charge of the same workload replaces the first (idempotent replay).
@@ -105,9 +105,10 @@ def check_quota(
             amount = request.resources[name]
             if amount <= 0:
                 continue
-            if name in request.card_resources and name not in queue.quota:
+            if name not in queue.quota:
+                # Like Volcano's capability: only the resources a queue names are capped.
                 continue
-            limit = queue.quota.get(name, 0)
+            limit = queue.quota[name]
             in_use = usage.resources.get(name, 0)
             if in_use + amount > limit:
                 return QuotaExceeded(
