@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Final
 
 COMMANDS: Final[dict[str, str]] = {
+    "demo": "demo",
     # command name -> module under tidegate.cli
     "place": "place",
     "preempt": "preempt",

@@ -1,0 +1,91 @@
+"""``tidegate demo``: the whole system on a simulated cluster, one command, one report.
+
+Starts the embedded default (:class:`tidegate.cli.stack.LocalStack`: a local nats-server, a
+simulated cluster that speaks the Kubernetes API, and the five services as separate
+processes), sets up priority classes and Queues, replays a workload trace (the built-in one or
+``--trace FILE``) by creating Jobs and Deployments through the Kubernetes API exactly as users
+would, prints every decision as it appears on the bus, and ends with a report of placements,
+waits, preemptions and GPU utilization (also written as JSON to ``<workdir>/report.json``).
+The trace format and what to look for are in docs/demo.md.
+"""
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+HELP = "Run tidegate end to end on a simulated cluster: services, a workload trace, a report."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``tidegate demo``."""
+    parser.add_argument(
+        "--nodes",
+        default="2x4x8x8gpu",
+        help='cluster shape "BxRxNxGgpu" or a YAML/CSV node file (default: %(default)s)',
+    )
+    parser.add_argument("--trace", type=Path, help="workload trace YAML (default: built-in)")
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=0.05,
+        help="wall seconds per simulated second (default: %(default)s, i.e. 20x faster)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("var/demo"),
+        help="logs, traces, kubeconfig and report.json go here (default: %(default)s)",
+    )
+    parser.add_argument("--cluster", default="demo", help="cluster id on the bus")
+    parser.add_argument("--quiet", action="store_true", help="print only the final report")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo; exit 0 when it ran to the end, 1 when a part of the system failed."""
+    from tidegate.cli.demo_report import render_text, to_json
+    from tidegate.cli.demo_run import run_demo
+    from tidegate.cli.demo_trace import TraceError, load_trace
+    from tidegate.cli.stack import StackError
+
+    if args.time_scale <= 0:
+        print("tidegate demo: --time-scale must be positive", file=sys.stderr)
+        return 2
+    try:
+        trace = load_trace(args.trace)
+    except TraceError as exc:
+        print(f"tidegate demo: {exc}", file=sys.stderr)
+        return 2
+    say: Callable[[str], None] = (lambda _line: None) if args.quiet or args.json else print
+    workdir = args.workdir.resolve()
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    try:
+        record, failed = asyncio.run(
+            run_demo(
+                trace,
+                say,
+                workdir=workdir,
+                cluster=args.cluster,
+                nodes=args.nodes,
+                time_scale=args.time_scale,
+            )
+        )
+    except StackError as exc:
+        print(f"tidegate demo: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    report = to_json(record)
+    (workdir / "report.json").write_text(json.dumps(report, indent=2))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(render_text(record))
+        print(f"\nreport: {workdir / 'report.json'}   traces: {workdir / 'traces.jsonl'}")
+    return 1 if failed else 0

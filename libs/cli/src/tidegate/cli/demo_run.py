@@ -1,0 +1,286 @@
+"""The running part of ``tidegate demo`` (see :mod:`tidegate.cli.demo` for what it does).
+
+:func:`run_demo` starts the local stack, and :class:`DemoRunner` sets the simulated cluster up
+(priority classes, Queues), submits the trace's workloads on time through the Kubernetes API,
+prints every decision from the bus as it arrives, samples GPU use and Job completion, and stops
+when every Job has finished or cannot be admitted (or at the trace's ``end_after``).
+"""
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tidegate.bus import BusSettings, ConsumerSettings, DurableConsumer, Received, layout
+from tidegate.bus import connect as bus_connect
+from tidegate.cli.demo_report import DemoRecord, WorkloadRecord
+from tidegate.cli.demo_trace import (
+    Trace,
+    priority_class_object,
+    queue_object,
+    workload_object,
+)
+from tidegate.cli.stack import LocalStack, StackSettings
+from tidegate.kube import (
+    DEPLOYMENTS,
+    JOBS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    AlreadyExists,
+    KubeClient,
+    KubeSettings,
+    ResourceType,
+)
+from tidegate.kube import connect as kube_connect
+from tidegate.model import QuantityError, parse_quantity, subjects
+
+
+async def run_demo(
+    trace: Trace,
+    say: Callable[[str], None],
+    *,
+    workdir: Path,
+    cluster: str,
+    nodes: str,
+    time_scale: float,
+) -> tuple[DemoRecord, bool]:
+    """Run the whole demo in ``workdir`` (an empty directory); returns what it saw, and whether
+    a service died on the way."""
+    settings = StackSettings(workdir=workdir, cluster=cluster, nodes=nodes, time_scale=time_scale)
+    say(f"tidegate demo: starting nats-server, a simulated cluster ({nodes}) and 5 services")
+    say(f"  logs, traces and the report go to {workdir}")
+    record = DemoRecord()
+    async with LocalStack.running(settings) as stack:
+        for name, process in stack.processes.items():
+            pid = process.process.pid if process.process else "?"
+            say(f"  {name:<15} ready (pid {pid}, health http://127.0.0.1:{process.http_port})")
+        runner = DemoRunner(stack, trace, record, say, time_scale=time_scale)
+        failed = await runner.run()
+    return record, failed
+
+
+class DemoRunner:
+    """Sets the cluster up, submits the trace on time, listens to decisions, samples usage."""
+
+    def __init__(
+        self,
+        stack: LocalStack,
+        trace: Trace,
+        record: DemoRecord,
+        say: Callable[[str], None],
+        *,
+        time_scale: float,
+    ) -> None:
+        self.stack = stack
+        self.trace = trace
+        self.record = record
+        self.say = say
+        self.time_scale = time_scale
+        self.started = time.monotonic()
+
+    def now(self) -> float:
+        """Simulated seconds since the trace started."""
+        return (time.monotonic() - self.started) / self.time_scale
+
+    def line(self, text: str) -> None:
+        """Print a line stamped with simulated time."""
+        self.say(f"[{self.now():6.0f}s] {text}")
+
+    async def run(self) -> bool:
+        """Run the trace to its end; returns True when a service died on the way."""
+
+        cluster = self.stack.settings.cluster
+        async with (
+            await kube_connect(
+                KubeSettings(source="kubeconfig", kubeconfig=self.stack.kubeconfig)
+            ) as kube,
+            await bus_connect(
+                BusSettings(
+                    servers=(self.stack.nats_url,), name="tidegate-demo", wait_for_server_seconds=10
+                )
+            ) as bus,
+        ):
+            await self._set_up(kube)
+
+            async def on_decision(received: Received) -> None:
+                text = self.record.decision(self.now(), received.envelope.body)
+                if text is not None:
+                    self.line(text)
+
+            consumer = DurableConsumer(
+                bus,
+                cluster=cluster,
+                settings=ConsumerSettings(
+                    durable="demo-report",
+                    stream=layout.decisions_stream(cluster),
+                    subjects=(subjects.decision_wildcard(cluster),),
+                    fetch_timeout_seconds=0.2,
+                ),
+                handler=on_decision,
+            )
+            stop = asyncio.Event()
+            self.started = time.monotonic()
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(consumer.run(stop))
+                tasks.create_task(self._submit_all(kube))
+                return await self._watch(kube, stop)
+
+    async def _set_up(self, kube: KubeClient) -> None:
+
+        nodes = await kube.list_objects(NODES)
+        self.record.total_gpus = sum(
+            _int(_status(node).get("allocatable", {}), "nvidia.com/gpu") for node in nodes.items
+        )
+        self.say(f"  cluster: {len(nodes.items)} nodes, {self.record.total_gpus} GPUs")
+        priority_classes = ResourceType(
+            group="scheduling.k8s.io",
+            version="v1",
+            plural="priorityclasses",
+            kind="PriorityClass",
+            namespaced=False,
+        )
+        queues = ResourceType(
+            group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
+        )
+        with contextlib.suppress(AlreadyExists):
+            await kube.create(
+                NAMESPACES,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {
+                        "name": self.trace.namespace,
+                        "labels": {"tidegate.io/managed": "true"},
+                    },
+                },
+            )
+        for name, value in self.trace.priority_classes.items():
+            with contextlib.suppress(AlreadyExists):
+                await kube.create(priority_classes, priority_class_object(name, value))
+        for entry in self.trace.queues:
+            await kube.create(queues, queue_object(entry))
+            self.say(f"  queue {entry.name}: {json.dumps(entry.spec)}")
+
+    async def _submit_all(self, kube: KubeClient) -> None:
+
+        for entry in sorted(self.trace.workloads, key=lambda w: w.at):
+            delay = entry.at * self.time_scale - (time.monotonic() - self.started)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            key = f"{self.trace.namespace}/{entry.name}"
+            gpus = entry.requests.get("nvidia.com/gpu", 0)
+            self.record.workloads[key] = WorkloadRecord(
+                key=key,
+                kind=entry.kind,
+                queue=entry.queue,
+                pods=entry.pods,
+                gpus_per_pod=parse_quantity("nvidia.com/gpu", gpus),
+                submitted_at=self.now(),
+            )
+            resource = JOBS if entry.kind == "Job" else DEPLOYMENTS
+            await kube.create(
+                resource,
+                workload_object(entry, self.trace.namespace),
+                namespace=self.trace.namespace,
+            )
+            note = f" - {entry.note}" if entry.note else ""
+            self.line(f"submit    {key:<28} {entry.kind} x{entry.pods}{note}")
+
+    async def _watch(self, kube: KubeClient, stop: asyncio.Event) -> bool:
+        """Sample GPU use and Job completion until the trace is done; True if a service died."""
+
+        interval = max(0.25, 5 * self.time_scale)
+        end_after = self.trace.end_after
+        last_submission = max((w.at for w in self.trace.workloads), default=0.0)
+        failed = False
+        try:
+            while True:
+                await asyncio.sleep(interval)
+                dead = self.stack.dead_services()
+                if dead:
+                    for process in dead:
+                        self.say(
+                            f"!! {process.name} exited with {process.returncode}; "
+                            f"log tail:\n{process.log_tail()}"
+                        )
+                    failed = True
+                    break
+                pods = await kube.list_objects(PODS)
+                in_use = sum(
+                    _pod_gpus(pod)
+                    for pod in pods.items
+                    if _spec(pod).get("nodeName") and _status(pod).get("phase") == "Running"
+                )
+                self.record.sample(self.now(), in_use)
+                jobs = await kube.list_objects(JOBS, namespace=self.trace.namespace)
+                for job in jobs.items:
+                    key = f"{self.trace.namespace}/{_meta(job).get('name')}"
+                    workload = self.record.workloads.get(key)
+                    if workload is not None and workload.finished_at is None and _job_done(job):
+                        workload.finished_at = self.now()
+                        self.line(f"completed {key}")
+                if self.now() > last_submission and self.record.done():
+                    self.line("every Job finished or cannot be admitted: the trace is done")
+                    break
+                if end_after is not None and self.now() > end_after:
+                    self.line(f"end of the trace window ({end_after:.0f}s)")
+                    break
+        finally:
+            # Give the decision consumer a moment to print what is in flight.
+            await asyncio.sleep(0.5)
+            stop.set()
+        return failed
+
+
+def _meta(obj: dict[str, object]) -> dict[str, object]:
+    value = obj.get("metadata")
+    return value if isinstance(value, dict) else {}
+
+
+def _spec(obj: dict[str, object]) -> dict[str, object]:
+    value = obj.get("spec")
+    return value if isinstance(value, dict) else {}
+
+
+def _status(obj: dict[str, object]) -> dict[str, object]:
+    value = obj.get("status")
+    return value if isinstance(value, dict) else {}
+
+
+def _int(mapping: object, key: str) -> int:
+
+    if not isinstance(mapping, dict) or key not in mapping:
+        return 0
+    try:
+        return parse_quantity(key, mapping[key])
+    except QuantityError:
+        return 0
+
+
+def _pod_gpus(pod: dict[str, object]) -> int:
+    containers = _spec(pod).get("containers")
+    total = 0
+    for container in containers if isinstance(containers, list) else []:
+        if isinstance(container, dict):
+            resources = container.get("resources")
+            if isinstance(resources, dict):
+                total += _int(resources.get("requests"), "nvidia.com/gpu")
+    return total
+
+
+def _job_done(job: dict[str, object]) -> bool:
+    status = _status(job)
+    conditions = status.get("conditions")
+    for condition in conditions if isinstance(conditions, list) else []:
+        if (
+            isinstance(condition, dict)
+            and condition.get("type") == "Complete"
+            and condition.get("status") == "True"
+        ):
+            return True
+    completions = _spec(job).get("completions")
+    succeeded = status.get("succeeded")
+    return isinstance(completions, int) and isinstance(succeeded, int) and succeeded >= completions

@@ -1,0 +1,234 @@
+"""The embedded default: nats-server, a simulated cluster and the five services, on one machine.
+
+``tidegate demo`` and the end-to-end tests need the whole system running exactly as it runs in
+production (separate processes talking over NATS and the Kubernetes API), without a cluster.
+:class:`LocalStack` starts a local nats-server with JetStream, a simulated cluster that speaks
+the Kubernetes API (in this process), and every service as its own child process with the
+environment the Helm chart would give it; it waits until each service reports ready on
+/readyz and stops everything in reverse order. It does not replay workloads or report on them:
+that is the demo's job (:mod:`tidegate.cli.demo`).
+"""
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Self, TextIO
+
+import aiohttp
+
+from tidegate.bus.server import NatsServerProcess, free_port
+from tidegate.sim import SimCluster, SimSettings
+
+SERVICES: Final[dict[str, str]] = {
+    "watcher": "tidegate.watcher",
+    "topology-cache": "tidegate.topology_cache",
+    "admission": "tidegate.admission",
+    "preemption": "tidegate.preemption",
+    "ungater": "tidegate.ungater",
+}
+"""Service name → the module that runs it (``python -m``), in start order."""
+
+
+class StackError(RuntimeError):
+    """A part of the local stack did not start; the message says which and where its log is."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackSettings:
+    """What to run: where files go, the cluster's shape, and which services."""
+
+    workdir: Path
+    """Logs, the kubeconfig, the JetStream store and the trace file go here."""
+    cluster: str = "demo"
+    nodes: str | Path = "2x4x8x8gpu"
+    time_scale: float = 1.0
+    """Wall-clock seconds per simulated second in the simulated kubelet (0.05 = 20x faster)."""
+    gpu_product: str = "NVIDIA-H200"
+    services: tuple[str, ...] = tuple(SERVICES)
+    ready_timeout_seconds: float = 90.0
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    """More environment for every service (e.g. TIDEGATE_LOG_LEVEL)."""
+
+
+@dataclass
+class ServiceProcess:
+    """One service running as a child process, with its log file and health port."""
+
+    name: str
+    module: str
+    http_port: int
+    log_path: Path
+    env: dict[str, str]
+    process: asyncio.subprocess.Process | None = None
+    _log: TextIO | None = None
+
+    async def start(self) -> None:
+        """Start the process (its stdout and stderr go to ``log_path``)."""
+        self._log = self.log_path.open("a")
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            self.module,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=asyncio.subprocess.STDOUT,
+            env=self.env,
+        )
+
+    @property
+    def running(self) -> bool:
+        """True while the process has not exited."""
+        return self.process is not None and self.process.returncode is None
+
+    async def wait_ready(self, session: aiohttp.ClientSession, timeout_seconds: float) -> None:
+        """Poll /readyz until it answers 200; raise StackError if the process dies or times out."""
+        deadline = time.monotonic() + timeout_seconds
+        url = f"http://127.0.0.1:{self.http_port}/readyz"
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise StackError(
+                    f"{self.name} exited with status {self.returncode} before it was ready; "
+                    f"see {self.log_path}:\n{self.log_tail()}"
+                )
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
+                    if response.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+        raise StackError(
+            f"{self.name} was not ready within {timeout_seconds:.0f}s; see {self.log_path}:\n"
+            f"{self.log_tail()}"
+        )
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the process has ended."""
+        return None if self.process is None else self.process.returncode
+
+    def log_tail(self, lines: int = 15) -> str:
+        """The last lines of the service's log, for error messages."""
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    async def stop(self, *, kill: bool = False, timeout_seconds: float = 15.0) -> int | None:
+        """SIGTERM (or SIGKILL with ``kill``) and wait; returns the exit status."""
+        if self.process is not None and self.process.returncode is None:
+            if kill:
+                self.process.kill()
+            else:
+                self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), timeout_seconds)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return self.returncode
+
+
+class LocalStack:
+    """A running local tidegate: use :meth:`running` as an async context manager."""
+
+    def __init__(self, settings: StackSettings, nats: NatsServerProcess, sim: SimCluster) -> None:
+        self.settings = settings
+        self.nats = nats
+        self.sim = sim
+        self.kubeconfig = sim.write_kubeconfig(settings.workdir / "kubeconfig.yaml")
+        self.trace_file = settings.workdir / "traces.jsonl"
+        self.processes: dict[str, ServiceProcess] = {}
+
+    @property
+    def nats_url(self) -> str:
+        """The local nats-server's URL."""
+        return self.nats.url
+
+    def service_env(self, name: str, http_port: int) -> dict[str, str]:
+        """The environment a service gets (the same variables the Helm chart sets)."""
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("TIDEGATE_", "OTEL_"))
+        }
+        env.update(
+            {
+                "TIDEGATE_CLUSTER": self.settings.cluster,
+                "TIDEGATE_NATS_URL": self.nats.url,
+                "TIDEGATE_HTTP_PORT": str(http_port),
+                "TIDEGATE_KUBECONFIG": str(self.kubeconfig),
+                "TIDEGATE_TRACE_FILE": str(self.trace_file),
+                "OTEL_SERVICE_NAME": f"tidegate-{name}",
+                "TIDEGATE_KUEUE_TOPOLOGY_VERSION": "v1alpha1",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(self.settings.extra_env)
+        return env
+
+    async def start_service(self, name: str) -> ServiceProcess:
+        """Start (or restart) one service and wait until it is ready."""
+        port = free_port()
+        service = ServiceProcess(
+            name=name,
+            module=SERVICES[name],
+            http_port=port,
+            log_path=self.settings.workdir / "logs" / f"{name}.log",
+            env=self.service_env(name, port),
+        )
+        self.processes[name] = service
+        await service.start()
+        async with aiohttp.ClientSession() as session:
+            await service.wait_ready(session, self.settings.ready_timeout_seconds)
+        return service
+
+    async def stop_service(self, name: str, *, kill: bool = False) -> int | None:
+        """Stop one service (SIGTERM, or SIGKILL to simulate a crash)."""
+        return await self.processes[name].stop(kill=kill)
+
+    async def restart_service(self, name: str, *, kill: bool = False) -> ServiceProcess:
+        """Stop a service (crash it with ``kill``) and start it again."""
+        await self.stop_service(name, kill=kill)
+        return await self.start_service(name)
+
+    def dead_services(self) -> list[ServiceProcess]:
+        """Services whose process has exited although nobody stopped them."""
+        return [p for p in self.processes.values() if p.process is not None and not p.running]
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(cls, settings: StackSettings) -> AsyncIterator[Self]:
+        """Start everything, yield the stack, stop everything (services first, NATS last)."""
+        unknown = sorted(set(settings.services) - set(SERVICES))
+        if unknown:
+            raise StackError(f"unknown services {unknown}; known: {sorted(SERVICES)}")
+        (settings.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        store = settings.workdir / "jetstream"
+        store.mkdir(exist_ok=True)
+        nats = NatsServerProcess(store_dir=store)
+        await asyncio.to_thread(nats.start)
+        try:
+            sim_settings = SimSettings(
+                nodes=settings.nodes,
+                time_scale=settings.time_scale,
+                gpu_product=settings.gpu_product,
+            )
+            async with SimCluster.running(sim_settings) as sim:
+                stack = cls(settings, nats, sim)
+                try:
+                    for name in settings.services:
+                        await stack.start_service(name)
+                    yield stack
+                finally:
+                    await asyncio.gather(
+                        *(p.stop() for p in reversed(stack.processes.values())),
+                        return_exceptions=True,
+                    )
+        finally:
+            await asyncio.to_thread(nats.stop)
