@@ -335,21 +335,32 @@ class KubeClient:
         )
 
     async def evict_pod(
-        self, namespace: str, name: str, *, grace_seconds: int | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        grace_seconds: int | None = None,
+        uid: str | None = None,
     ) -> None:
         """Evict through the Eviction subresource (policy/v1), so PodDisruptionBudgets apply.
 
         A budget that forbids it raises :class:`~tidegate.kube.errors.TooManyRequests` (after the
         configured retries); a pod that is already gone raises
-        :class:`~tidegate.kube.errors.NotFound`.
+        :class:`~tidegate.kube.errors.NotFound`. With ``uid``, a newer pod of the same name is
+        not evicted: the server answers :class:`~tidegate.kube.errors.Conflict` instead.
         """
         eviction: JsonObject = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
+        options: JsonObject = {}
         if grace_seconds is not None:
-            eviction["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
+            options["gracePeriodSeconds"] = grace_seconds
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if options:
+            eviction["deleteOptions"] = options
         path = PODS.path(namespace=namespace, name=name, subresource="eviction")
         await self._transport.request(
             "POST",

@@ -67,6 +67,9 @@ class AdmissionLedger:
         sequence: SequenceRecord | None = None
         self._revisions.clear()
         for entry in await self._ledger.entries():
+            if "." in entry.key.partition("/")[0]:
+                # Another service's key (e.g. "preemption.<ns>/<name>"): namespaces hold no dot.
+                continue
             self._revisions[entry.key] = entry.revision
             try:
                 if entry.key == SEQUENCE_KEY:

@@ -1,0 +1,237 @@
+"""Wiring of the preemption service: followers, the leader lease, the request consumer.
+
+Every instance follows the state stream, the capacity stream and the admitted/released
+decisions (:mod:`.handlers`), so a standby is current. One instance at a time holds the
+``preemption`` lease and acts, because two instances choosing victims at once could both count
+the same freed room for different preemptors:
+
+1. **Take over**: wait until every follower has replayed; read the ledger (this service's
+   preemption records and admission's admitted workloads); finish every unfinished preemption
+   and drop ended nominations (:meth:`~tidegate.preemption.preempter.Preempter.reconcile`).
+2. **Act**: consume ``preempt-requested`` decisions with the durable consumer ``preemption``
+   and answer each (:class:`~tidegate.preemption.preempter.Preempter`); every
+   ``reconcile_interval_seconds``, or sooner when a preemptor was admitted or deleted,
+   reconcile again.
+
+A lost lease or a ledger conflict stops the process (exit 1); it restarts as a standby. The
+Kubernetes client is opened at setup and closed at stop. Decisions are made by the pure view
+and policy; nothing here chooses anything.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+from tidegate.bus import (
+    ConsumerSettings,
+    Lease,
+    LeaseLost,
+    LeaseSettings,
+    Ledger,
+    StateFollower,
+    default_holder_id,
+    layout,
+)
+from tidegate.kube import KubeClient
+from tidegate.kube import connect as connect_kube
+from tidegate.model import Envelope, subjects
+from tidegate.preemption.config import Settings
+from tidegate.preemption.evict import Evictor
+from tidegate.preemption.handlers import Handlers
+from tidegate.preemption.ledger import PreemptionLedger
+from tidegate.preemption.preempter import Preempter, PreemptionMetrics
+from tidegate.preemption.view import PreemptionView
+from tidegate.runtime import ServiceContext
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "preemption"
+"""The lease key of the acting preemption instance."""
+
+CONSUMER_NAME = "preemption"
+"""The durable consumer of preempt requests."""
+
+
+async def setup(ctx: ServiceContext[Settings]) -> None:
+    """Follow the streams, open the Kubernetes client, and start contending for the lease."""
+    settings = ctx.settings
+    cluster = ctx.cluster
+    view = PreemptionView(
+        default_topology=settings.default_topology,
+        overlay_grace_seconds=settings.overlay_grace_seconds,
+        victim_settings=settings.victims(),
+    )
+    handlers = Handlers(view)
+    followers = [
+        await ctx.follow(
+            "state",
+            stream=layout.state_stream(cluster),
+            subjects=subjects.state_wildcards(cluster),
+            handler=handlers.on_state,
+        ),
+        await ctx.follow(
+            "capacity",
+            stream=layout.capacity_stream(cluster),
+            subjects=[subjects.capacity_wildcard(cluster)],
+            handler=handlers.on_capacity,
+        ),
+        await ctx.follow(
+            "admissions",
+            stream=layout.decisions_stream(cluster),
+            subjects=[
+                f"tg.{cluster}.decision.admitted.>",
+                f"tg.{cluster}.decision.released.>",
+            ],
+            handler=handlers.on_decision,
+        ),
+    ]
+    kube = await connect_kube(settings.kube_settings())
+    ctx.spawn("kube", _close_at_stop(kube))
+    leader = Leader(ctx, handlers, kube, followers=followers)
+    ctx.spawn("leader", leader.run(), graceful=True)
+
+
+async def _close_at_stop(kube: KubeClient) -> None:
+    """Hold the Kubernetes client open until the service stops (this task is cancelled)."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await kube.close()
+
+
+class Leader:
+    """Contends for the lease; while holding it, answers requests (module docstring)."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext[Settings],
+        handlers: Handlers,
+        kube: KubeClient,
+        *,
+        followers: Sequence[StateFollower],
+    ) -> None:
+        """Lead with ``handlers``' view once ``followers`` have replayed."""
+        self._ctx = ctx
+        self._handlers = handlers
+        self._kube = kube
+        self._followers = followers
+        settings = ctx.settings
+        self.lease = Lease(
+            ctx.bus,
+            cluster=ctx.cluster,
+            settings=LeaseSettings(
+                name=LEASE_NAME,
+                holder=default_holder_id(),
+                ttl_seconds=settings.lease_ttl_seconds,
+                acquire_poll_seconds=min(1.0, settings.lease_ttl_seconds / 4),
+            ),
+        )
+        self._metrics = PreemptionMetrics(ctx.metrics.registry)
+
+    async def run(self) -> None:
+        """Stand by until the lease is ours, take over, act until asked to stop."""
+        ctx = self._ctx
+        leading = ctx.metrics.leader.labels(role=LEASE_NAME)
+        leading.set(0)
+        if not await self._acquire():
+            return
+        leading.set(1)
+        try:
+            ctx.spawn("lease", self._keep_alive())
+            for follower in self._followers:
+                await follower.replayed.wait()
+            preempter = await self._take_over()
+            await ctx.consume(
+                ConsumerSettings(
+                    durable=CONSUMER_NAME,
+                    stream=layout.decisions_stream(ctx.cluster),
+                    subjects=(f"tg.{ctx.cluster}.decision.preempt-requested.>",),
+                    batch_size=16,
+                    ack_wait_seconds=ctx.settings.ack_wait_seconds,
+                ),
+                self._handlers.on_request,
+            )
+            await self._reconcile_until_stopped(preempter)
+        finally:
+            leading.set(0)
+            self._handlers.preempter = None
+            await self.lease.release()
+
+    async def _acquire(self) -> bool:
+        while not self._ctx.stopping.is_set():
+            if await self.lease.try_acquire():
+                log.info("preemption: leading with epoch %d", self.lease.epoch)
+                return True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._ctx.stopping.wait(), self.lease.settings.acquire_poll_seconds
+                )
+        return False
+
+    async def _keep_alive(self) -> None:
+        try:
+            await self.lease.keep_alive()
+        except LeaseLost:
+            if not self._ctx.stopping.is_set():
+                raise
+
+    async def _take_over(self) -> Preempter:
+        ctx = self._ctx
+        view = self._handlers.view
+        ledger = PreemptionLedger(await Ledger.open(ctx.bus, ctx.cluster))
+        for admitted in await ledger.load():
+            view.admitted(admitted, at=None)
+        metrics = self._metrics
+        evictor = Evictor(
+            self._kube,
+            ctx.settings.eviction(),
+            observe=lambda result: metrics.evictions.labels(result=result).inc(),
+        )
+        preempter = Preempter(
+            cluster=ctx.cluster,
+            view=view,
+            ledger=ledger,
+            evictor=evictor,
+            publish=self._publish,
+            metrics=metrics,
+            nomination_timeout_seconds=ctx.settings.nomination_timeout_seconds,
+        )
+        self._handlers.preempter = preempter
+        await preempter.reconcile()
+        log.info(
+            "preemption: took over epoch %d with %d preemption records",
+            self.lease.epoch,
+            len(ledger.records),
+        )
+        return preempter
+
+    async def _publish(self, subject: str, envelope: Envelope) -> object:
+        return await self._ctx.bus.publish(subject, envelope)
+
+    async def _reconcile_until_stopped(self, preempter: Preempter) -> None:
+        ctx = self._ctx
+        handlers = self._handlers
+        while not ctx.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    _first(handlers.wake, ctx.stopping), ctx.settings.reconcile_interval_seconds
+                )
+            handlers.wake.clear()
+            if handlers.lost is not None:
+                raise handlers.lost
+            if ctx.stopping.is_set():
+                return
+            if not self.lease.held:
+                raise LeaseLost("preemption lease expired")
+            await preempter.reconcile()
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Return as soon as one of ``events`` is set."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

@@ -1,0 +1,191 @@
+"""Evicting a victim gang whole: its pods through the Eviction API, its Job suspended on abort.
+
+Why a module of its own: this is the only place the preemption service writes to Kubernetes,
+and the rules for doing it safely live together:
+
+- every pod goes through the Eviction subresource (so PodDisruptionBudgets apply), with its UID
+  as precondition, so a newer pod of the same name (a replacement) is never evicted;
+- a pod that is already gone (NotFound) or was replaced (Conflict on the UID) counts as
+  evicted: eviction is idempotent, which is what lets a restarted service finish a preemption;
+- transient failures (429 from a budget, 5xx, an unreachable server) are retried for up to
+  ``retry_seconds``; after that :class:`EvictionFailed` is raised and the caller retries later
+  (the preemption record keeps the job);
+- evictions are rate-limited by a token bucket of their own and run a few at a time;
+- abort mode suspends the victim's Job or JobSet first (so its controller does not recreate
+  the pods) and annotates it ``tidegate.io/preempted-by``.
+
+It decides nothing: which pods of which victims is the record's business (:mod:`.record`).
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from tidegate.bus import Retryable
+from tidegate.kube import (
+    JOBS,
+    JOBSETS,
+    TRANSIENT,
+    Conflict,
+    KubeClient,
+    KubeError,
+    NotFound,
+    ResourceType,
+    resource_for_kind,
+)
+from tidegate.kube.ratelimit import TokenBucket
+from tidegate.preemption.record import PodRef, VictimRecord
+
+log = logging.getLogger(__name__)
+
+PREEMPTED_BY_ANNOTATION: Final = "tidegate.io/preempted-by"
+"""Set on an aborted victim's top owner: the key of the workload it was preempted for."""
+
+EvictionResult = Literal["evicted", "gone"]
+"""What became of one pod: evicted now, or already gone / replaced."""
+
+
+class EvictionFailed(Retryable):
+    """A pod could not be evicted within the retry time: try the preemption again later."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvictionSettings:
+    """How fast and how persistently victims are evicted."""
+
+    rate_per_second: float = 20.0
+    """Evictions per second, sustained (0: unlimited)."""
+    burst: int = 50
+    """Evictions allowed at once above the sustained rate."""
+    concurrency: int = 8
+    """Eviction requests in flight at once."""
+    grace_seconds: int | None = None
+    """Termination grace period to ask for; None: each pod's own."""
+    retry_seconds: float = 30.0
+    """How long one pod's transient failures are retried before the preemption is retried."""
+    retry_delay_seconds: float = 1.0
+    """Pause between those retries."""
+
+
+class Evictor:
+    """Evicts victim gangs through a :class:`~tidegate.kube.KubeClient`."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        settings: EvictionSettings,
+        *,
+        observe: Callable[[str], None] | None = None,
+    ) -> None:
+        """``observe`` is called with "evicted", "gone" or "failed" for every pod."""
+        self._kube = kube
+        self._settings = settings
+        self._bucket = TokenBucket(qps=settings.rate_per_second, burst=settings.burst)
+        self._slots = asyncio.Semaphore(settings.concurrency)
+        self._observe = observe or (lambda _outcome: None)
+
+    async def preempt(
+        self, victim: VictimRecord, pods: Sequence[PodRef], *, preemptor: str
+    ) -> dict[str, EvictionResult]:
+        """Evict ``victim`` whole: on abort, suspend and mark its owner first; then evict
+        ``pods``. Returns each pod's result by name; raises :class:`EvictionFailed` if any
+        pod could not be evicted (the others are evicted regardless)."""
+        if victim.mode == "abort":
+            await self.abort(victim, preemptor=preemptor)
+        tasks = [asyncio.ensure_future(self.evict(pod)) for pod in pods]
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        for failure in failures:
+            if not isinstance(failure, Exception):
+                raise failure
+        if failures:
+            raise EvictionFailed(
+                f"{len(failures)} of {len(pods)} pods of {victim.key} not evicted: {failures[0]}"
+            )
+        return {
+            pod.name: result
+            for pod, result in zip(pods, results, strict=True)
+            if isinstance(result, str)
+        }
+
+    async def abort(self, victim: VictimRecord, *, preemptor: str) -> None:
+        """Suspend the victim's Job or JobSet and annotate its owner with the preemptor.
+        An owner that is gone is fine; other kinds are only annotated (their pods are evicted
+        all the same)."""
+        namespace, _, name = victim.key.partition("/")
+        resource = owner_resource(victim.owner_kind, victim.owner_api_version)
+        try:
+            if resource is None:
+                log.warning(
+                    "abort %s: owner kind %s is not known; only its pods are evicted",
+                    victim.key,
+                    victim.owner_kind,
+                )
+                return
+            if victim.owner_kind == "Job":
+                await self._kube.suspend_job(namespace, name)
+            elif victim.owner_kind == "JobSet":
+                await self._kube.suspend_jobset(namespace, name, resource=resource)
+            await self._kube.annotate(
+                resource, namespace, name, {PREEMPTED_BY_ANNOTATION: preemptor}
+            )
+        except NotFound:
+            log.info("abort %s: its %s is gone already", victim.key, victim.owner_kind)
+        except KubeError as exc:
+            raise EvictionFailed(f"cannot abort {victim.key}: {exc}") from exc
+
+    async def evict(self, pod: PodRef) -> EvictionResult:
+        """Evict one pod, retrying transient failures (see the module docstring)."""
+        deadline = time.monotonic() + self._settings.retry_seconds
+        async with self._slots:
+            while True:
+                await self._bucket.acquire()
+                try:
+                    await self._kube.evict_pod(
+                        pod.namespace,
+                        pod.name,
+                        grace_seconds=self._settings.grace_seconds,
+                        uid=pod.uid or None,
+                    )
+                except (NotFound, Conflict):
+                    self._observe("gone")
+                    return "gone"
+                except TRANSIENT as exc:
+                    if time.monotonic() >= deadline:
+                        self._observe("failed")
+                        raise EvictionFailed(
+                            f"evicting pod {pod.namespace}/{pod.name}: {exc}"
+                        ) from exc
+                    log.warning("evicting pod %s/%s: %s; retrying", pod.namespace, pod.name, exc)
+                    await asyncio.sleep(self._settings.retry_delay_seconds)
+                    continue
+                except KubeError as exc:
+                    self._observe("failed")
+                    raise EvictionFailed(f"evicting pod {pod.namespace}/{pod.name}: {exc}") from exc
+                self._observe("evicted")
+                return "evicted"
+
+
+def owner_resource(kind: str, api_version: str) -> ResourceType | None:
+    """The resource type of a victim's top owner: built-in kinds by name, JobSet and custom
+    kinds (e.g. PodGroup) from their apiVersion; None when it cannot be told."""
+    if kind == "Job":
+        return JOBS
+    if kind == "JobSet":
+        group, _, version = api_version.partition("/")
+        if group and version:
+            return ResourceType(
+                group=group, version=version, plural=JOBSETS.plural, kind=JOBSETS.kind
+            )
+        return JOBSETS
+    try:
+        return resource_for_kind(kind)
+    except ValueError:
+        pass
+    group, _, version = api_version.partition("/")
+    if not (group and version and kind):
+        return None
+    return ResourceType(group=group, version=version, plural=kind.lower() + "s", kind=kind)

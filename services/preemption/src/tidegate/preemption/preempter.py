@@ -1,0 +1,298 @@
+"""Answering a preempt request: search, commit to the ledger, evict, publish.
+
+One :class:`Preempter` per leading instance. For a ``preempt-requested`` decision it:
+
+1. checks the request is current: the preemptor exists with that UID and is not admitted, and
+   the request is newer than the last one answered for it (a record in the ledger);
+2. runs the victim search on the view (:meth:`tidegate.preemption.view.PreemptionView.choose`,
+   which calls :func:`tidegate.policy.victims.select_victims`);
+3. if the answer evicts someone: writes the preemption record (victims, their pods, modes and
+   the nominated room) to the ledger, revision-checked, **before** evicting anything;
+4. evicts every recorded pod of every victim (abort mode: suspends its Job/JobSet first);
+5. publishes the ``preempted`` decision (deterministic event id) and marks the record
+   published. The record stays while the nomination holds.
+
+If the search finds no admissible victim set (or the gang fits without one, or the preemptor
+may not preempt), nothing is written and nothing is published: admission keeps the preemptor
+waiting (``WaitingForPreemption``, then ``WaitingForCapacity`` semantics after its timeout) and
+asks again after ``preemption_timeout_seconds``. The outcome is logged and counted.
+
+:meth:`Preempter.reconcile` runs at takeover and periodically: it finishes records whose
+evictions or publication did not complete (a crash, an API server that failed), and drops
+records whose nomination is over (preemptor admitted, deleted, or timed out). Every step is
+idempotent, so a request redelivered or a record finished twice changes nothing: pods gone are
+"gone", the decision's event id is deduplicated by JetStream, a published record is not
+republished.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Final
+
+import msgspec
+from opentelemetry import context as otel_context
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
+from tidegate.policy.victims import preempted_decision
+from tidegate.preemption.evict import EvictionFailed, Evictor
+from tidegate.preemption.ledger import PreemptionLedger
+from tidegate.preemption.record import PodRef, PreemptionRecord, event_id
+from tidegate.preemption.view import PreemptionView, Unanswerable
+from tidegate.telemetry import extract, inject
+
+log = logging.getLogger(__name__)
+
+SOURCE: Final = "preemption"
+"""The ``source`` of every envelope this service publishes."""
+
+Publish = Callable[[str, Envelope], Awaitable[object]]
+"""Publishes one envelope on a subject and waits for JetStream's acknowledgement."""
+
+
+class PreemptionMetrics:
+    """The service's own metrics (Kueue's ``preempted_workloads_total`` has a counterpart)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        """Register on ``registry``."""
+        self.requests = Counter(
+            "tidegate_preemption_requests_total",
+            "Preempt requests handled, by outcome (preempts, fits, no-victims, "
+            "not-a-reclaimer, exceeds-quota, card-quota-exceeded, invalid, queue-not-found, "
+            "unanswerable, stale, duplicate, resumed).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.preempted = Counter(
+            "tidegate_preempted_workloads_total",
+            "Workloads evicted whole as victims, by their queue and mode "
+            "(kueue_preempted_workloads_total).",
+            ["queue", "mode"],
+            registry=registry,
+        )
+        self.evictions = Counter(
+            "tidegate_preemption_pod_evictions_total",
+            "Pod evictions, by result (evicted, gone, failed).",
+            ["result"],
+            registry=registry,
+        )
+        self.search_seconds = Histogram(
+            "tidegate_preemption_search_duration_seconds",
+            "Time of one victim search.",
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 5),
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "tidegate_preemptions_in_flight",
+            "Preemptions recorded whose evictions are not finished yet.",
+            registry=registry,
+        )
+        self.nominations = Gauge(
+            "tidegate_preemption_nominations",
+            "Finished preemptions whose freed room is still held for the preemptor.",
+            registry=registry,
+        )
+
+
+class Preempter:
+    """Answers preempt requests and finishes recorded preemptions (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        cluster: str,
+        view: PreemptionView,
+        ledger: PreemptionLedger,
+        evictor: Evictor,
+        publish: Publish,
+        metrics: PreemptionMetrics,
+        nomination_timeout_seconds: float,
+    ) -> None:
+        """Wire the parts; nothing happens until :meth:`handle` or :meth:`reconcile`."""
+        self._cluster = cluster
+        self._view = view
+        self._ledger = ledger
+        self._evictor = evictor
+        self._publish = publish
+        self._metrics = metrics
+        self._nomination_timeout = nomination_timeout_seconds
+        self.lock = asyncio.Lock()
+        """Held while a request is answered or records are reconciled: one at a time."""
+
+    @property
+    def records(self) -> Mapping[WorkloadKey, PreemptionRecord]:
+        """The preemption records, by preemptor."""
+        return self._ledger.records
+
+    async def handle(self, request: PreemptRequested) -> None:
+        """Answer one preempt request (idempotent; see the module docstring).
+
+        Raises :class:`tidegate.bus.LeaseLost` when another instance wrote the ledger, and
+        bus errors when the ledger cannot be written (the request is retried). Eviction
+        failures after the record is written are left to :meth:`reconcile`.
+        """
+        async with self.lock:
+            outcome = await self._answer(request, now=time.time())
+        self._metrics.requests.labels(outcome=outcome).inc()
+        self._update_gauges()
+
+    async def _answer(self, request: PreemptRequested, *, now: float) -> str:
+        key = WorkloadKey(request.workload)
+        existing = self._ledger.records.get(key)
+        if existing is not None and existing.preemptor_uid != request.uid:
+            log.info(
+                "preemption record of a former %s (uid %s) dropped", key, existing.preemptor_uid
+            )
+            await self._ledger.delete(key)
+            existing = None
+        if existing is not None and not existing.published:
+            await self._finish_or_defer(existing)
+            return "resumed"
+        if existing is not None and request.sequence <= existing.request_sequence:
+            return "duplicate"
+        workload = self._view.workload(key)
+        if workload is None or workload.uid != request.uid:
+            log.info("preempt request for %s ignored: the workload is gone or replaced", key)
+            return "stale"
+        if self._view.is_admitted(key, request.uid):
+            log.info("preempt request for %s ignored: it is admitted already", key)
+            return "stale"
+
+        started = time.perf_counter()
+        in_flight = list(self._ledger.records.values())
+        choice = self._view.choose(workload, in_flight=in_flight, now=now)
+        self._metrics.search_seconds.observe(time.perf_counter() - started)
+        if isinstance(choice, Unanswerable):
+            log.warning("no victim search for %s: %s", key, choice.reason)
+            return "unanswerable"
+        if choice.outcome != "preempts":
+            log.info(
+                "no preemption for %s (%s): %s",
+                key,
+                choice.outcome,
+                choice.reason or "it fits without evicting anyone",
+                extra={"workload": key, "outcome": choice.outcome},
+            )
+            return choice.outcome
+
+        victims = []
+        for victim in choice.victims:
+            chosen = self._view.victim_record(victim, mode=choice.modes.get(victim, "restart"))
+            if chosen is not None:
+                victims.append(chosen)
+        trace: dict[str, str] = {}
+        inject(trace)
+        record = PreemptionRecord(
+            preemptor=key,
+            preemptor_uid=request.uid,
+            request_sequence=request.sequence,
+            decision=preempted_decision(workload, choice),
+            victims=victims,
+            recorded_at=now,
+            event_id=event_id(request.uid, request.sequence),
+            trace_context=trace,
+        )
+        await self._ledger.write(record)
+        log.info(
+            "preempting for %s: %s",
+            key,
+            record.decision.message,
+            extra={"workload": key, "victims": list(choice.victims), "exact": choice.exact},
+        )
+        await self._finish_or_defer(record)
+        return "preempts"
+
+    async def _finish_or_defer(self, record: PreemptionRecord) -> None:
+        try:
+            await self.finish(record)
+        except EvictionFailed as exc:
+            log.warning(
+                "preemption for %s not finished, will be retried: %s", record.preemptor, exc
+            )
+
+    async def finish(self, record: PreemptionRecord) -> None:
+        """Evict every victim of ``record`` whole, publish its decision, mark it published.
+
+        Raises :class:`~tidegate.preemption.evict.EvictionFailed` when a pod could not be
+        evicted (nothing is published then; the record stays unfinished)."""
+        for victim in record.victims:
+            pods = self._pods_to_evict(record, victim.key, victim.uid, victim.pods)
+            results = await self._evictor.preempt(victim, pods, preemptor=record.preemptor)
+            log.info(
+                "evicted %s (%s) for %s: %d pods evicted, %d already gone",
+                victim.key,
+                victim.mode,
+                record.preemptor,
+                sum(1 for r in results.values() if r == "evicted"),
+                sum(1 for r in results.values() if r == "gone"),
+            )
+        namespace, _, name = record.preemptor.partition("/")
+        envelope = Envelope(
+            event_id=record.event_id,
+            cluster=self._cluster,
+            source=SOURCE,
+            time=time.time(),
+            body=record.decision,
+            source_uid=record.preemptor_uid,
+        )
+        subject = subjects.decision(self._cluster, "preempted", namespace, name)
+        await self._publish(subject, envelope)
+        await self._ledger.write(msgspec.structs.replace(record, published_at=time.time()))
+        for victim in record.victims:
+            workload = self._view.workload(WorkloadKey(victim.key))
+            queue = workload.queue if workload is not None and workload.queue else ""
+            self._metrics.preempted.labels(queue=queue, mode=victim.mode).inc()
+
+    def _pods_to_evict(
+        self, record: PreemptionRecord, key: str, uid: str, recorded: list[PodRef]
+    ) -> list[PodRef]:
+        """The recorded pods, plus pods of the same victim that were released by the gate
+        after the record was written but created before it (never its replacements)."""
+        pods = {pod.uid: pod for pod in recorded}
+        workload = self._view.workload(WorkloadKey(key))
+        if workload is not None and workload.uid == uid:
+            for pod in self._view.evictable_pods(
+                WorkloadKey(key), created_before=record.recorded_at
+            ):
+                pods.setdefault(pod.uid, pod)
+        return sorted(pods.values(), key=lambda pod: (pod.namespace, pod.name))
+
+    async def reconcile(self) -> None:
+        """Finish unfinished records and drop those whose nomination is over."""
+        async with self.lock:
+            now = time.time()
+            for key, record in sorted(self._ledger.records.items()):
+                if not record.published:
+                    with _continuing(record.trace_context):
+                        await self._finish_or_defer(record)
+                    continue
+                workload = self._view.workload(key)
+                why = None
+                if workload is None or workload.uid != record.preemptor_uid:
+                    why = "the preemptor is gone: nomination released"
+                elif self._view.is_admitted(key, record.preemptor_uid):
+                    why = "the preemptor is admitted: nomination used"
+                elif now - (record.published_at or now) >= self._nomination_timeout:
+                    why = "the nomination timed out"
+                if why is not None:
+                    log.info("preemption record of %s dropped: %s", key, why)
+                    await self._ledger.delete(key)
+        self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        records = self._ledger.records.values()
+        self._metrics.in_flight.set(sum(1 for r in records if not r.published))
+        self._metrics.nominations.set(sum(1 for r in records if r.published))
+
+
+@contextlib.contextmanager
+def _continuing(trace_context: Mapping[str, str]) -> Iterator[None]:
+    """Make the recorded trace context current (a resumed preemption continues its trace)."""
+    token = otel_context.attach(extract(trace_context))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)

@@ -1,0 +1,403 @@
+"""The preemption service's picture of the cluster, and the victim search run on it.
+
+Why a module of its own: the service is wiring, but turning bus state into the inputs of
+:func:`tidegate.policy.victims.select_victims` has rules of its own, and they are pure, so they
+are tested without NATS or Kubernetes:
+
+- **Running gangs** are the workloads admission has admitted (the newest ``admitted`` decision
+  of the workload's UID not followed by a ``released``; at takeover also the admission ledger)
+  with pods bound to a node and not terminating. Their running time (for the GPU-time lost)
+  counts from the admission decision, else from their oldest bound pod.
+- **Capacity** is the topology-cache's view per Topology (:class:`ClusterCapacity`), with the
+  admissions the cache has not applied yet as overlay (their per-node use is known when the
+  assignment names single nodes, as it does at the hostname level).
+- **Preemptions in flight** (records in the ledger) change that view: their victims' pods are
+  counted as gone (they are being evicted), and the room nominated for other preemptors as
+  taken. A victim of a record in flight is never a candidate again: no gang is evicted twice.
+- **Queue usage** for the preemptor's quota check is what admission charged to its queue.
+
+The Topology of a workload is chosen as admission does: its queue's, else its own, else the
+only one or the configured default.
+
+Nothing here talks to NATS or Kubernetes, and nothing here evicts: see :mod:`.evict`.
+"""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from tidegate.model import (
+    Admitted,
+    CapacityNode,
+    NodeName,
+    NodeState,
+    PodState,
+    QueueConfig,
+    Released,
+    Resources,
+    TopologyConfig,
+    WorkloadKey,
+    WorkloadState,
+    workload_key,
+)
+from tidegate.model import resources as res
+from tidegate.placement import CapacityView
+from tidegate.policy.capacity import ClusterCapacity
+from tidegate.policy.quota import QueueUsage
+from tidegate.policy.victims import (
+    RunningGang,
+    VictimChoice,
+    VictimSettings,
+    running_gang,
+    select_victims,
+)
+from tidegate.preemption.record import PodRef, PreemptionRecord, VictimRecord
+
+ADMISSION_GATE = "tidegate.io/admission"
+"""The scheduling gate that holds a pod until admission admits its gang."""
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+"""Pod phases in which a pod holds nothing any more."""
+
+PodKey = tuple[str, str]
+"""A pod's (namespace, name)."""
+
+
+def holds_capacity(pod: PodState) -> bool:
+    """Whether ``pod`` holds room on a node: bound, not terminating, not finished."""
+    return bool(pod.node_name) and not pod.terminating and pod.phase not in TERMINAL_PHASES
+
+
+@dataclass(frozen=True, slots=True)
+class _Admission:
+    admitted: Admitted
+    at: float | None
+    """When it was decided (the envelope's time), if known."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unanswerable:
+    """The view cannot run a search for this workload (no queue, no topology, …)."""
+
+    reason: str
+
+
+class PreemptionView:
+    """What the preemption service knows, fed by bus messages in stream order."""
+
+    def __init__(
+        self,
+        *,
+        default_topology: str = "default",
+        overlay_grace_seconds: float = 30.0,
+        victim_settings: VictimSettings | None = None,
+    ) -> None:
+        """Start empty."""
+        self.capacity = ClusterCapacity()
+        self.default_topology = default_topology
+        self.overlay_grace_seconds = overlay_grace_seconds
+        self.victim_settings = victim_settings or VictimSettings()
+        self._workloads: dict[WorkloadKey, WorkloadState] = {}
+        self._queues: dict[str, QueueConfig] = {}
+        self._pods: dict[PodKey, PodState] = {}
+        self._pods_of: dict[WorkloadKey, set[PodKey]] = {}
+        self._admitted: dict[WorkloadKey, _Admission] = {}
+        self._released: dict[WorkloadKey, tuple[str, int]] = {}
+        """Last release seen per workload: (uid, sequence)."""
+        self._nodes_at: dict[tuple[str, ...], set[NodeName]] = {}
+        self._domain_of: dict[tuple[str, NodeName], tuple[str, ...]] = {}
+
+    # ------------------------------------------------------------------ state inputs
+
+    def set_workload(self, workload: WorkloadState) -> None:
+        """A workload appeared or changed."""
+        key = workload_key(workload.namespace, workload.name)
+        before = self._workloads.get(key)
+        if before is not None and before.uid != workload.uid:
+            self._admitted.pop(key, None)
+        self._workloads[key] = workload
+
+    def remove_workload(self, key: WorkloadKey) -> None:
+        """A workload was deleted."""
+        self._workloads.pop(key, None)
+        self._admitted.pop(key, None)
+        self._released.pop(key, None)
+
+    def set_pod(self, pod: PodState) -> None:
+        """A pod appeared or changed."""
+        key = (pod.namespace, pod.name)
+        before = self._pods.get(key)
+        if before is not None and before.workload is not None and before.workload != pod.workload:
+            self._unlink(WorkloadKey(before.workload), key)
+        self._pods[key] = pod
+        if pod.workload is not None:
+            self._pods_of.setdefault(WorkloadKey(pod.workload), set()).add(key)
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        """A pod was deleted."""
+        pod = self._pods.pop((namespace, name), None)
+        if pod is not None and pod.workload is not None:
+            self._unlink(WorkloadKey(pod.workload), (namespace, name))
+
+    def set_queue(self, queue: QueueConfig) -> None:
+        """A Queue appeared or changed."""
+        self._queues[queue.name] = queue
+
+    def remove_queue(self, name: str) -> None:
+        """A Queue was deleted."""
+        self._queues.pop(name, None)
+
+    def set_topology(self, topology: TopologyConfig) -> None:
+        """A Topology appeared or changed."""
+        self.capacity.set_topology(topology)
+
+    def remove_topology(self, name: str) -> None:
+        """A Topology was deleted."""
+        self.capacity.remove_topology(name)
+
+    def set_node(self, node: NodeState) -> None:
+        """A node's labels or taints (from the watcher)."""
+        self.capacity.set_node(node)
+
+    def remove_node(self, name: str) -> None:
+        """A node was deleted."""
+        self.capacity.remove_node(name)
+
+    def update_capacity(self, report: CapacityNode) -> None:
+        """A node's free capacity in one Topology (from the topology-cache)."""
+        node = NodeName(report.node)
+        old = self._domain_of.get((report.topology, node))
+        new = tuple(report.domain)
+        if old is not None and old != new:
+            self._nodes_at.get(old, set()).discard(node)
+        self._domain_of[(report.topology, node)] = new
+        self._nodes_at.setdefault(new, set()).add(node)
+        self.capacity.update(report)
+
+    def remove_capacity(self, topology: str, node: str) -> None:
+        """A node left a Topology's capacity view."""
+        old = self._domain_of.pop((topology, NodeName(node)), None)
+        if old is not None:
+            self._nodes_at.get(old, set()).discard(NodeName(node))
+        self.capacity.remove(topology, node)
+
+    # ------------------------------------------------------------------ decision inputs
+
+    def admitted(self, decision: Admitted, *, at: float | None) -> None:
+        """An admission decision (followed from the decision stream, or read from admission's
+        ledger at takeover). Older decisions than the ones already known are ignored."""
+        key = WorkloadKey(decision.workload)
+        known = self._admitted.get(key)
+        if known is not None and known.admitted.sequence >= decision.sequence:
+            return
+        released = self._released.get(key)
+        if (
+            released is not None
+            and released[0] == decision.uid
+            and released[1] >= decision.sequence
+        ):
+            return  # released at or after this admission
+        self._admitted[key] = _Admission(admitted=decision, at=at)
+        if decision.sequence > self.capacity.watermark():
+            usage = self._usage_of(decision)
+            if usage:
+                self.capacity.take(decision.sequence, usage, at=at or 0.0)
+
+    def released(self, decision: Released) -> None:
+        """A release: the workload no longer holds its admission (sequence 0: whatever came
+        before, as released by a service that has no sequences)."""
+        key = WorkloadKey(decision.workload)
+        before = self._released.get(key)
+        if before is None or before[0] != decision.uid or decision.sequence > before[1]:
+            self._released[key] = (decision.uid, decision.sequence)
+        known = self._admitted.get(key)
+        if known is None or known.admitted.uid != decision.uid:
+            return
+        if decision.sequence == 0 or decision.sequence > known.admitted.sequence:
+            del self._admitted[key]
+
+    # ------------------------------------------------------------------ queries
+
+    def workload(self, key: WorkloadKey) -> WorkloadState | None:
+        """The workload known under ``key``."""
+        return self._workloads.get(key)
+
+    def is_admitted(self, key: WorkloadKey, uid: str) -> bool:
+        """Whether the workload ``key`` with ``uid`` holds an admission."""
+        known = self._admitted.get(key)
+        return known is not None and known.admitted.uid == uid
+
+    def pods(self, key: WorkloadKey) -> list[PodState]:
+        """The workload's known pods, by name."""
+        return sorted((self._pods[p] for p in self._pods_of.get(key, ())), key=lambda pod: pod.name)
+
+    def evictable_pods(
+        self, key: WorkloadKey, *, created_before: float | None = None
+    ) -> list[PodRef]:
+        """Pods of ``key`` an eviction must remove: not terminating and not held by the
+        admission gate (a gated pod holds no capacity and never runs without admission).
+        With ``created_before``, pods created later (the controller's replacements) are left."""
+        out = []
+        for pod in self.pods(key):
+            if pod.terminating or pod.phase in TERMINAL_PHASES:
+                continue
+            if ADMISSION_GATE in pod.scheduling_gates:
+                continue
+            if created_before is not None and pod.created_at > created_before:
+                continue
+            out.append(
+                PodRef(namespace=pod.namespace, name=pod.name, uid=pod.uid, node=pod.node_name)
+            )
+        return out
+
+    def running(self, *, now: float, exclude: Iterable[str] = ()) -> list[RunningGang]:
+        """The admitted workloads that hold capacity, as victim candidates (``exclude``: keys
+        that may not be candidates, e.g. victims of preemptions in flight)."""
+        excluded = set(exclude)
+        out = []
+        for key, known in sorted(self._admitted.items()):
+            workload = self._workloads.get(key)
+            if key in excluded or workload is None or workload.uid != known.admitted.uid:
+                continue
+            pods = self.pods(key)
+            bound = [p for p in pods if holds_capacity(p)]
+            if not bound:
+                continue
+            started = known.at if known.at is not None else min(p.created_at for p in bound)
+            gang = running_gang(workload, bound, running_seconds=max(int(now - started), 0))
+            out.append(gang)
+        return out
+
+    def queue_usage(self, queue: str) -> QueueUsage:
+        """What admission charged to ``queue`` for the workloads it admitted."""
+        charged = [k.admitted for k in self._admitted.values() if k.admitted.queue == queue]
+        return QueueUsage(
+            resources=res.non_zero(res.total(a.charged for a in charged)),
+            cards=res.non_zero(res.total(a.charged_cards for a in charged)),
+        )
+
+    def topology_for(self, workload: WorkloadState) -> str | Unanswerable:
+        """The Topology ``workload`` is placed on, as admission chooses it."""
+        queue = self._queues.get(workload.queue) if workload.queue else None
+        if queue is not None and queue.topology and workload.topology not in (None, queue.topology):
+            return Unanswerable(
+                f"the workload asks for topology {workload.topology} but queue "
+                f"{queue.name} places on topology {queue.topology}"
+            )
+        name = (queue.topology if queue is not None else None) or workload.topology
+        if name is None:
+            known = self.capacity.topologies()
+            if len(known) == 1:
+                name = known[0]
+            elif self.default_topology in known:
+                name = self.default_topology
+            else:
+                return Unanswerable(
+                    "no topology chosen: neither the queue nor the workload names one and "
+                    f"there is no single or '{self.default_topology}' topology"
+                )
+        if self.capacity.levels(name) is None:
+            return Unanswerable(f"topology {name} does not exist")
+        return name
+
+    def choose(
+        self,
+        preemptor: WorkloadState,
+        *,
+        in_flight: Sequence[PreemptionRecord],
+        now: float,
+    ) -> VictimChoice | Unanswerable:
+        """Run the victim search for ``preemptor`` on the current view (see the module
+        docstring for how preemptions ``in_flight`` change it)."""
+        topology = self.topology_for(preemptor)
+        if isinstance(topology, Unanswerable):
+            return topology
+        self.capacity.expire_overlay(before=now - self.overlay_grace_seconds)
+        base = self.capacity.view(topology)
+        assert base is not None  # topology_for checked that it is known
+        own = workload_key(preemptor.namespace, preemptor.name)
+        view = self.adjusted(base, in_flight, preemptor=own)
+        busy = {victim.key for record in in_flight for victim in record.victims}
+        running = self.running(now=now, exclude=busy)
+        usage = self.queue_usage(preemptor.queue) if preemptor.queue else None
+        return select_victims(
+            preemptor,
+            view=view,
+            running=running,
+            queues=dict(self._queues),
+            usage=usage,
+            settings=self.victim_settings,
+        )
+
+    def adjusted(
+        self, base: CapacityView, in_flight: Sequence[PreemptionRecord], *, preemptor: str
+    ) -> CapacityView:
+        """A copy of ``base`` with the pods of victims in flight gone and the room nominated
+        for preemptors other than ``preemptor`` (still waiting for admission) taken."""
+        change: dict[str, Resources] = {}
+        for record in in_flight:
+            for victim in record.victims:
+                for pod in self._live_pods(victim):
+                    # Terminating pods count too: their room is not free until they are gone.
+                    if pod.node_name and pod.phase not in TERMINAL_PHASES:
+                        freed = {**pod.requests, "pods": 1}
+                        change[pod.node_name] = res.subtract(change.get(pod.node_name, {}), freed)
+            waiting = not self.is_admitted(WorkloadKey(record.preemptor), record.preemptor_uid)
+            if record.preemptor != preemptor and waiting:
+                for node, amount in record.decision.nominated.items():
+                    change[node] = res.add(change.get(node, {}), amount)
+        view = base.copy()
+        for node, delta in change.items():
+            if node not in view:
+                continue
+            used = res.add(view.used(node), delta)
+            view.set_used(node, {name: max(amount, 0) for name, amount in used.items()})
+        return view
+
+    def victim_record(self, key: WorkloadKey, *, mode: str) -> VictimRecord | None:
+        """What to record for victim ``key`` (its owner and the pods to evict), or None when
+        the workload is no longer known."""
+        workload = self._workloads.get(key)
+        if workload is None:
+            return None
+        return VictimRecord(
+            key=key,
+            uid=workload.uid,
+            mode="abort" if mode == "abort" else "restart",
+            owner_kind=workload.owner_kind,
+            owner_api_version=workload.owner_api_version,
+            pods=self.evictable_pods(key),
+        )
+
+    # ------------------------------------------------------------------ internals
+
+    def _live_pods(self, victim: VictimRecord) -> list[PodState]:
+        """The recorded pods of ``victim`` that still exist (same UID)."""
+        out = []
+        for ref in victim.pods:
+            pod = self._pods.get((ref.namespace, ref.name))
+            if pod is not None and pod.uid == ref.uid:
+                out.append(pod)
+        return out
+
+    def _unlink(self, workload: WorkloadKey, pod: PodKey) -> None:
+        members = self._pods_of.get(workload)
+        if members is not None:
+            members.discard(pod)
+            if not members:
+                del self._pods_of[workload]
+
+    def _usage_of(self, decision: Admitted) -> dict[NodeName, Resources]:
+        """Per-node use of an admission whose domains are single nodes (else unknown: {})."""
+        usage: dict[NodeName, Resources] = {}
+        for podset, assignment in decision.assignments.items():
+            per_pod = decision.requests.get(podset)
+            if per_pod is None:
+                continue
+            per_pod = {"pods": 1, **per_pod}
+            for domain in assignment.domains:
+                nodes = self._nodes_at.get(tuple(domain.values), set())
+                if len(nodes) != 1:
+                    continue
+                (node,) = nodes
+                usage[node] = res.add(usage.get(node, {}), res.scale(per_pod, domain.count))
+        return usage
