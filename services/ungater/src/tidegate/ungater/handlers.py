@@ -1,0 +1,214 @@
+"""Decisions in, Kubernetes Events and the trace annotation out: what users see happen.
+
+A durable consumer (``ungater``) hands every ``admitted``, ``pending``, ``preempted`` and
+``released`` decision to :meth:`Reporter.handle`, which records an Event on the workload's top
+owner (the Job, JobSet, Deployment, PodGroup or bare Pod), like Kueue does on its Workloads:
+
+=============  ========  ==============================================================
+reason         type      when
+=============  ========  ==============================================================
+Admitted       Normal    admitted; the message summarises the placement
+Replaced       Normal    slots lost to failed nodes were moved (``Admitted.replaces``)
+Pending        Normal    waiting; message ``<reason token>: <admission's message>``
+Invalid        Warning   the workload (or its queue) is malformed; admission's message
+Preempted      Warning   evicted for an inference workload (by whom, restart or abort)
+Evicted        Warning   no replacement after a node failure: evicted whole, re-queued
+=============  ========  ==============================================================
+
+Admission publishes a pending decision only when the reason changes; a redelivered decision
+(at-least-once) with the same reason and message is not recorded twice. On an admission the
+workload's trace context is written to its top owner as the annotation
+``tidegate.io/trace-context`` (JSON of the W3C headers), so later steps join the same trace.
+
+Releasing pods is not done here (:mod:`tidegate.ungater.releaser` does it from the view);
+this module only reports.
+"""
+
+import contextlib
+import json
+import logging
+import time
+from typing import Final
+
+from tidegate.bus import Ack, Outcome, Received, Retry
+from tidegate.kube import (
+    DEPLOYMENTS,
+    JOBS,
+    PODS,
+    EventType,
+    KubeClient,
+    KubeError,
+    NotFound,
+    ObjectRef,
+    ResourceType,
+)
+from tidegate.model import Admitted, Pending, Preempted, Released, WorkloadKey, WorkloadState
+from tidegate.telemetry import inject
+from tidegate.ungater.status import placement_summary
+from tidegate.ungater.view import View
+
+log = logging.getLogger(__name__)
+
+TRACE_ANNOTATION: Final = "tidegate.io/trace-context"
+"""Annotation on the top owner holding the workload's W3C trace context as JSON."""
+
+COMPONENT: Final = "tidegate-ungater"
+"""The Event source component."""
+
+UNKNOWN_WORKLOAD_PATIENCE_SECONDS: Final = 30.0
+"""How long a decision about a workload the view does not know yet is retried (the state
+stream may lag the decision stream); older ones are dropped with a log line."""
+
+_DEFAULT_API_VERSIONS: Final = {
+    "Pod": "v1",
+    "Job": "batch/v1",
+    "Deployment": "apps/v1",
+    "ReplicaSet": "apps/v1",
+    "JobSet": "jobset.x-k8s.io/v1alpha2",
+    "PodGroup": "tidegate.io/v1alpha1",
+}
+
+_PLURALS: Final = {
+    "Pod": "pods",
+    "Job": "jobs",
+    "Deployment": "deployments",
+    "JobSet": "jobsets",
+    "PodGroup": "podgroups",
+}
+"""Top-owner kinds the ungater may annotate (its RBAC covers these)."""
+
+
+def owner_ref(workload: WorkloadState) -> ObjectRef:
+    """The workload's top owner as the ``involvedObject`` of an Event."""
+    api_version = workload.owner_api_version or _DEFAULT_API_VERSIONS.get(workload.owner_kind, "v1")
+    return ObjectRef(
+        api_version=api_version,
+        kind=workload.owner_kind,
+        name=workload.name,
+        namespace=workload.namespace,
+        uid=workload.uid,
+    )
+
+
+def owner_resource(workload: WorkloadState) -> ResourceType | None:
+    """The resource type of the top owner, for kinds the ungater may annotate; else None."""
+    plural = _PLURALS.get(workload.owner_kind)
+    if plural is None:
+        return None
+    for known in (PODS, JOBS, DEPLOYMENTS):
+        if known.kind == workload.owner_kind:
+            return known
+    api_version = workload.owner_api_version or _DEFAULT_API_VERSIONS[workload.owner_kind]
+    group, _, version = api_version.rpartition("/")
+    return ResourceType(group=group, version=version, plural=plural, kind=workload.owner_kind)
+
+
+class Reporter:
+    """Records Events and the trace annotation for decisions (module docstring)."""
+
+    def __init__(self, view: View, kube: KubeClient) -> None:
+        """Report about workloads of ``view`` through ``kube``."""
+        self.view = view
+        self.kube = kube
+        self._last_pending: dict[str, tuple[str, str]] = {}
+
+    async def handle(self, received: Received) -> Outcome | None:
+        """The durable consumer's handler."""
+        body = received.envelope.body
+        try:
+            match body:
+                case Admitted():
+                    return await self._admitted(body, received)
+                case Pending():
+                    return await self._pending(body, received)
+                case Preempted():
+                    return await self._preempted(body, received)
+                case Released(evict_pods=True):
+                    return await self._evicted(body, received)
+                case _:
+                    return Ack()
+        except KubeError as exc:
+            if isinstance(exc, NotFound):
+                return Ack()
+            return Retry(f"Kubernetes write failed: {exc}")
+
+    async def _admitted(self, body: Admitted, received: Received) -> Outcome:
+        workload = self._workload(body.workload, body.uid)
+        if workload is None:
+            return self._unknown(body.workload, received)
+        summary = placement_summary(body)
+        if body.replaces is not None:
+            await self._event(
+                workload, "Replaced", f"slots lost to failed nodes moved; now {summary}"
+            )
+        else:
+            await self._event(workload, "Admitted", f"admitted to {summary}")
+        resource = owner_resource(workload)
+        if resource is not None:
+            carrier: dict[str, str] = {}
+            inject(carrier)
+            if carrier:
+                with contextlib.suppress(NotFound):
+                    await self.kube.annotate(
+                        resource,
+                        workload.namespace,
+                        workload.name,
+                        {TRACE_ANNOTATION: json.dumps(carrier, sort_keys=True)},
+                    )
+        return Ack()
+
+    async def _pending(self, body: Pending, received: Received) -> Outcome:
+        workload = self._workload(body.workload, body.uid)
+        if workload is None:
+            return self._unknown(body.workload, received)
+        said = (body.reason, body.message)
+        if self._last_pending.get(body.uid) == said:
+            return Ack()
+        if body.reason == "Invalid":
+            await self._event(workload, "Invalid", body.message, "Warning")
+        else:
+            await self._event(workload, "Pending", f"{body.reason}: {body.message}")
+        self._last_pending[body.uid] = said
+        return Ack()
+
+    async def _preempted(self, body: Preempted, received: Received) -> Outcome:
+        for victim in body.victims:
+            workload = self.view.workloads.get(WorkloadKey(victim))
+            if workload is None:
+                log.info("ungater: preempted workload %s is gone; no Event", victim)
+                continue
+            mode = body.mode.get(victim, "restart")
+            then = "re-queued" if mode == "restart" else "aborted"
+            message = f"preempted by {body.preemptor} and {then}" + (
+                f": {body.message}" if body.message else ""
+            )
+            await self._event(workload, "Preempted", message, "Warning")
+        return Ack()
+
+    async def _evicted(self, body: Released, received: Received) -> Outcome:
+        workload = self._workload(body.workload, body.uid)
+        if workload is None:
+            return self._unknown(body.workload, received)
+        message = body.message or "no replacement for slots lost to failed nodes"
+        await self._event(workload, "Evicted", f"evicted whole and re-queued: {message}", "Warning")
+        return Ack()
+
+    def _workload(self, key: str, uid: str) -> WorkloadState | None:
+        workload = self.view.workloads.get(WorkloadKey(key))
+        if workload is None or workload.uid != uid:
+            return None
+        return workload
+
+    def _unknown(self, key: str, received: Received) -> Outcome:
+        age = time.time() - received.envelope.time
+        if age < UNKNOWN_WORKLOAD_PATIENCE_SECONDS:
+            return Retry(f"workload {key} not known yet", delay_seconds=1.0)
+        log.info("ungater: decision about unknown workload %s (%.0fs old) not reported", key, age)
+        return Ack()
+
+    async def _event(
+        self, workload: WorkloadState, reason: str, message: str, kind: EventType = "Normal"
+    ) -> None:
+        await self.kube.create_event(
+            owner_ref(workload), reason=reason, message=message, type=kind, component=COMPONENT
+        )

@@ -1,0 +1,569 @@
+"""Releasing gated pods into their slots, batched and concurrency-limited, with expectations.
+
+A *round* takes every workload marked dirty since the last one (a pod, node, workload or
+decision changed), and for each:
+
+1. finds the admission in force (:meth:`tidegate.ungater.view.View.admission`);
+2. per podset, plans releases with :func:`tidegate.ungater.slots.plan_podset`: released pods
+   are counted from their nodeSelectors, releases in flight from the *expectations* (uid →
+   domain, recorded before the patch is sent, dropped once the bus shows the pod released, the
+   pod is gone, the patch failed, or ``expectation_timeout_seconds`` passed), pods on
+   NotReady or vanished nodes hold no slot;
+3. sends the releases (``KubeClient.ungate_pod``: the nodeSelector of the domain — every
+   level label down to it, plus ``nvidia.com/gpu.product`` of the admitted card model — and
+   only tidegate's gate removed), at most ``max_concurrent_patches`` Kubernetes writes at a time;
+4. asks admission for replacement slots when whole domains of the assignment lost their nodes
+   (:class:`~tidegate.model.ReplaceRequested`), and evicts the remaining pods when admission
+   answered that there is no room (``Released.evict_pods``);
+5. writes PodGroup status when it changed.
+
+Rounds start ``batch_window_seconds`` after the first change, so pods created together are
+released together (seed 003: the TopologyUngater batches reconciles by one second). Everything
+is level-triggered: a restart rebuilds the view from the bus and the next round continues
+where the last one stopped. Decisions are pure calls; this module only wires them to I/O.
+"""
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+import msgspec
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from tidegate.bus import Bus, BusError
+from tidegate.kube import (
+    Invalid,
+    KubeClient,
+    KubeError,
+    NotFound,
+    ResourceType,
+)
+from tidegate.kube.eventrecord import timestamp
+from tidegate.model import (
+    Admitted,
+    DomainCount,
+    Envelope,
+    PodState,
+    ReplaceRequested,
+    TopologyAssignment,
+    WorkloadKey,
+    WorkloadState,
+    subjects,
+)
+from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, parse_card_name
+from tidegate.telemetry import extract
+from tidegate.ungater import slots, status
+from tidegate.ungater.config import UngaterSettings
+from tidegate.ungater.gate import ADMISSION_GATE
+from tidegate.ungater.view import View
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("tidegate.ungater")
+
+SOURCE = "ungater"
+"""The ``source`` of every envelope this service publishes."""
+
+PODGROUPS = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="podgroups", kind="PodGroup"
+)
+
+TICK_SECONDS = 1.0
+"""How often timeouts (expectations, replacement requests) are looked at without a change."""
+
+
+class ReleaserMetrics:
+    """The ungater's own metrics."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        """Register on ``registry``."""
+        self.released = Counter(
+            "tidegate_ungater_pods_released_total",
+            "Pods released into their slot (gate removed, nodeSelector set).",
+            registry=registry,
+        )
+        self.errors = Counter(
+            "tidegate_ungater_write_errors_total",
+            "Kubernetes writes that failed, by operation (release, evict, status).",
+            ["operation"],
+            registry=registry,
+        )
+        self.evicted = Counter(
+            "tidegate_ungater_pods_evicted_total",
+            "Pods evicted because admission found no replacement after a node failure.",
+            registry=registry,
+        )
+        self.replacements = Counter(
+            "tidegate_ungater_replacements_requested_total",
+            "Replacement requests sent to admission after node failures.",
+            registry=registry,
+        )
+        self.waiting = Gauge(
+            "tidegate_ungater_waiting_pods",
+            "Gated pods of admitted workloads without a free slot after the last round.",
+            registry=registry,
+        )
+        self.expectations = Gauge(
+            "tidegate_ungater_releases_in_flight",
+            "Releases sent and not yet seen on the bus (expectations).",
+            registry=registry,
+        )
+        self.round_seconds = Histogram(
+            "tidegate_ungater_round_duration_seconds",
+            "Time one release round takes (plan and writes).",
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
+            registry=registry,
+        )
+
+
+@dataclass(slots=True)
+class Expectation:
+    """A release sent and not yet seen on the bus."""
+
+    workload: WorkloadKey
+    podset: str
+    domain: slots.Domain
+    at: float
+
+
+@dataclass(slots=True)
+class _Asked:
+    sequence: int
+    signature: str
+    at: float
+    attempt: int
+
+
+@dataclass(slots=True)
+class _Work:
+    """The writes one round decided for one workload."""
+
+    key: WorkloadKey
+    workload: WorkloadState | None
+    writes: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+
+class Releaser:
+    """Reconciles dirty workloads in rounds (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        view: View,
+        kube: KubeClient,
+        bus: Bus,
+        cluster: str,
+        settings: UngaterSettings,
+        metrics: ReleaserMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Wire the releaser; call :meth:`mark` as the view's ``on_change``."""
+        self.view = view
+        self.kube = kube
+        self.bus = bus
+        self.cluster = cluster
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.expectations: dict[str, Expectation] = {}
+        """Pod uid → release in flight."""
+        self._dirty: set[WorkloadKey] = set()
+        self._wake = asyncio.Event()
+        self._writes = asyncio.Semaphore(settings.max_concurrent_patches)
+        self._asked: dict[WorkloadKey, _Asked] = {}
+        self._evicting: set[str] = set()
+        self._status: dict[WorkloadKey, dict[str, object]] = {}
+        self.rounds = 0
+        """Rounds completed (tests wait on it)."""
+        self.finished = asyncio.Event()
+        """Set by the service once the releaser stopped for good."""
+
+    def mark(self, keys: Iterable[WorkloadKey]) -> None:
+        """Reconcile ``keys`` in the next round."""
+        before = len(self._dirty)
+        self._dirty.update(keys)
+        if len(self._dirty) != before:
+            self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run rounds until ``stop`` is set (the round in hand is finished first)."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), TICK_SECONDS)
+            if stop.is_set():
+                return
+            self._mark_timeouts()
+            if not self._dirty:
+                continue
+            if self.settings.batch_window_seconds:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.settings.batch_window_seconds)
+            await self.round()
+
+    async def round(self) -> None:
+        """Reconcile every dirty workload once."""
+        started = time.perf_counter()
+        self._wake.clear()
+        keys, self._dirty = sorted(self._dirty), set()
+        waiting = 0
+        work: list[_Work] = []
+        for key in keys:
+            item, left = self._plan(key)
+            waiting += left
+            if item.writes:
+                work.append(item)
+        self.metrics.waiting.set(waiting)
+        self.metrics.expectations.set(len(self.expectations))
+        async with asyncio.TaskGroup() as tasks:
+            for item in work:
+                tasks.create_task(self._execute(item))
+        self.rounds += 1
+        self.metrics.round_seconds.observe(time.perf_counter() - started)
+
+    # ------------------------------------------------------------------ planning (no awaits)
+
+    def _plan(self, key: WorkloadKey) -> tuple[_Work, int]:
+        view = self.view
+        workload = view.workloads.get(key)
+        verdict = view.verdict(key)
+        members = view.members(key)
+        self._settle_expectations(key, members)
+        item = _Work(key=key, workload=workload)
+        waiting = 0
+        admitted = verdict.admitted
+        if admitted is not None:
+            waiting = self._plan_releases(item, admitted, members)
+            self._plan_replacement(item, admitted)
+        else:
+            self._asked.pop(key, None)
+            released = verdict.released
+            if released is not None and released.evict_pods:
+                self._plan_evictions(item, members)
+        if workload is not None and workload.owner_kind == "PodGroup":
+            self._plan_status(item, workload, members)
+        return item, waiting
+
+    def _settle_expectations(self, key: WorkloadKey, members: list[PodState]) -> None:
+        by_uid = {pod.uid: pod for pod in members}
+        deadline = self.clock() - self.settings.expectation_timeout_seconds
+        for uid, expectation in list(self.expectations.items()):
+            if expectation.workload != key:
+                continue
+            pod = by_uid.get(uid)
+            if pod is None or ADMISSION_GATE not in pod.scheduling_gates:
+                del self.expectations[uid]  # gone, or seen released: its selector counts now
+            elif expectation.at < deadline:
+                log.warning(
+                    "ungater: release of pod %s/%s not seen within %.0fs; judging it by the bus",
+                    pod.namespace,
+                    pod.name,
+                    self.settings.expectation_timeout_seconds,
+                )
+                del self.expectations[uid]
+
+    def _plan_releases(self, item: _Work, admitted: Admitted, members: list[PodState]) -> int:
+        by_podset: dict[str, list[PodState]] = {}
+        for pod in members:
+            by_podset.setdefault(pod.podset or "", []).append(pod)
+        extra = self._card_selector(admitted)
+        waiting = 0
+        for podset, assignment in sorted(admitted.assignments.items()):
+            pods = by_podset.get(podset, [])
+            lost = {tuple(d.values) for d in self._failed(assignment)}
+            expected = {
+                uid: e.domain
+                for uid, e in self.expectations.items()
+                if e.workload == item.key and e.podset == podset
+            }
+            plan = slots.plan_podset(
+                assignment,
+                [self._member(pod) for pod in pods if not (pod.terminating and _gated(pod))],
+                expected=expected,
+                lost=lost,
+            )
+            waiting += plan.waiting
+            by_uid = {pod.uid: pod for pod in pods}
+            for release in plan.releases:
+                pod = by_uid[release.uid]
+                selector = {**slots.selector_for(assignment.levels, release.domain), **extra}
+                self.expectations[pod.uid] = Expectation(
+                    workload=item.key, podset=podset, domain=release.domain, at=self.clock()
+                )
+                item.writes.append(_bind(self._release, pod, selector))
+        return waiting
+
+    def _member(self, pod: PodState) -> slots.Member:
+        return slots.Member(
+            uid=pod.uid,
+            name=pod.name,
+            rank=pod.rank,
+            created_at=pod.created_at,
+            gated=_gated(pod),
+            node_selector=pod.node_selector,
+            holds_slot=(
+                pod.phase not in ("Succeeded", "Failed")
+                and not pod.terminating
+                and self.view.node_ready(pod.node_name)
+            ),
+        )
+
+    def _failed(self, assignment: TopologyAssignment) -> list[DomainCount]:
+        levels = assignment.levels
+
+        def alive(domain: slots.Domain) -> bool:
+            return any(node.ready for node in self.view.nodes_matching(levels, domain))
+
+        return slots.failed_domains(assignment, alive)
+
+    def _card_selector(self, admitted: Admitted) -> dict[str, str]:
+        if not admitted.card_model:
+            return {}
+        try:
+            return {GPU_PRODUCT_LABEL: parse_card_name(admitted.card_model).product}
+        except CardError as exc:
+            log.warning(
+                "ungater: %s: card model not used in the selector: %s", admitted.workload, exc
+            )
+            return {}
+
+    def _plan_replacement(self, item: _Work, admitted: Admitted) -> None:
+        lost: dict[str, list[DomainCount]] = {}
+        for podset, assignment in sorted(admitted.assignments.items()):
+            failed = self._failed(assignment)
+            if failed:
+                lost[podset] = failed
+        if not lost:
+            self._asked.pop(item.key, None)
+            return
+        nodes = sorted(
+            {
+                node.name
+                for podset, domains in lost.items()
+                for domain in domains
+                for node in self.view.nodes_matching(
+                    admitted.assignments[podset].levels, domain.values
+                )
+            }
+            | {
+                pod.node_name
+                for pod in self.view.members(item.key)
+                if pod.node_name is not None and not self.view.node_ready(pod.node_name)
+            }
+        )
+        signature = hashlib.sha256(
+            msgspec.json.encode([lost, nodes], order="deterministic")
+        ).hexdigest()[:16]
+        asked = self._asked.get(item.key)
+        now = self.clock()
+        if (
+            asked is not None
+            and asked.sequence == admitted.sequence
+            and asked.signature == signature
+            and now - asked.at < self.settings.replace_retry_seconds
+        ):
+            return
+        attempt = (
+            asked.attempt + 1 if asked is not None and asked.sequence == admitted.sequence else 1
+        )
+        self._asked[item.key] = _Asked(admitted.sequence, signature, now, attempt)
+        slots_lost = sum(d.count for domains in lost.values() for d in domains)
+        message = (
+            f"{slots_lost} slot{'s' if slots_lost != 1 else ''} of "
+            f"{', '.join(sorted(lost))} lost with node{'s' if len(nodes) != 1 else ''} "
+            f"{', '.join(nodes) or '(gone)'}"
+        )
+        request = ReplaceRequested(
+            workload=admitted.workload,
+            uid=admitted.uid,
+            admitted_sequence=admitted.sequence,
+            lost=lost,
+            nodes=nodes,
+            message=message,
+        )
+        event_id = f"{SOURCE}-replace-{admitted.uid}-{admitted.sequence}-{signature}-{attempt}"
+        item.writes.append(_bind(self._ask_replacement, request, event_id))
+
+    def _plan_evictions(self, item: _Work, members: list[PodState]) -> None:
+        for pod in members:
+            if _gated(pod) or pod.terminating or pod.phase in ("Succeeded", "Failed"):
+                continue
+            if pod.uid in self._evicting:
+                continue
+            self._evicting.add(pod.uid)
+            item.writes.append(_bind(self._evict, pod))
+
+    def _plan_status(self, item: _Work, workload: WorkloadState, members: list[PodState]) -> None:
+        verdict = self.view.verdict(item.key)
+        previous = self._status.get(item.key)
+        conditions = previous.get("conditions") if previous else None
+        desired = status.podgroup_status(
+            workload,
+            members,
+            admitted=verdict.admitted,
+            released=verdict.released,
+            pending=verdict.pending,
+            now=timestamp(),
+            previous=conditions if isinstance(conditions, list) else (),
+        )
+        if previous is not None and status.same_status(previous, desired):
+            return
+        self._status[item.key] = desired
+        item.writes.append(_bind(self._write_status, workload, desired, previous is None))
+
+    def _mark_timeouts(self) -> None:
+        now = self.clock()
+        deadline = now - self.settings.expectation_timeout_seconds
+        self.mark(e.workload for e in self.expectations.values() if e.at < deadline)
+        retry = now - self.settings.replace_retry_seconds
+        self.mark(key for key, asked in self._asked.items() if asked.at < retry)
+
+    # ------------------------------------------------------------------ writes
+
+    async def _execute(self, item: _Work) -> None:
+        context = extract(item.workload.trace_context if item.workload else None)
+        with tracer.start_as_current_span(
+            f"ungate {item.key}", context=context, attributes={"tidegate.workload": item.key}
+        ):
+            async with asyncio.TaskGroup() as tasks:
+                for write in item.writes:
+                    tasks.create_task(self._limited(write))
+
+    async def _limited(self, write: Callable[[], Awaitable[None]]) -> None:
+        async with self._writes:
+            await write()
+
+    async def _release(self, pod: PodState, selector: dict[str, str]) -> None:
+        key = WorkloadKey(pod.workload or "")
+        try:
+            await self.kube.ungate_pod(
+                pod.namespace, pod.name, gate=ADMISSION_GATE, node_selector=selector
+            )
+        except NotFound:
+            self.expectations.pop(pod.uid, None)
+        except Invalid as exc:
+            # The pod was released meanwhile with another selector (by a user, or by an
+            # earlier ungater whose patch we never saw): the bus will show where it went.
+            self.expectations.pop(pod.uid, None)
+            self.metrics.errors.labels(operation="release").inc()
+            log.warning("ungater: pod %s/%s not released: %s", pod.namespace, pod.name, exc)
+        except KubeError as exc:
+            self.expectations.pop(pod.uid, None)
+            self.metrics.errors.labels(operation="release").inc()
+            log.warning(
+                "ungater: releasing pod %s/%s failed, will retry: %s", pod.namespace, pod.name, exc
+            )
+            self.mark([key])
+        else:
+            self.metrics.released.inc()
+            log.info(
+                "ungater: released pod %s/%s into %s",
+                pod.namespace,
+                pod.name,
+                ",".join(f"{k}={v}" for k, v in selector.items()),
+                extra={"workload": key, "pod": pod.name},
+            )
+
+    async def _evict(self, pod: PodState) -> None:
+        try:
+            await self.kube.evict_pod(pod.namespace, pod.name, uid=pod.uid)
+        except NotFound:
+            pass
+        except KubeError as exc:
+            self._evicting.discard(pod.uid)
+            self.metrics.errors.labels(operation="evict").inc()
+            log.warning(
+                "ungater: evicting pod %s/%s failed, will retry: %s", pod.namespace, pod.name, exc
+            )
+            self.mark([WorkloadKey(pod.workload or "")])
+        else:
+            self.metrics.evicted.inc()
+            log.info(
+                "ungater: evicted pod %s/%s (no replacement after node failure)",
+                pod.namespace,
+                pod.name,
+            )
+
+    async def _ask_replacement(self, request: ReplaceRequested, event_id: str) -> None:
+        namespace, _, name = request.workload.partition("/")
+        envelope = Envelope(
+            event_id=event_id,
+            cluster=self.cluster,
+            source=SOURCE,
+            time=time.time(),
+            body=request,
+            source_uid=request.uid,
+        )
+        try:
+            await self.bus.publish(
+                subjects.decision(self.cluster, "replace-requested", namespace, name), envelope
+            )
+        except BusError as exc:
+            self._asked.pop(WorkloadKey(request.workload), None)
+            log.warning(
+                "ungater: replacement request for %s not sent, will retry: %s",
+                request.workload,
+                exc,
+            )
+            self.mark([WorkloadKey(request.workload)])
+            return
+        self.metrics.replacements.inc()
+        log.warning(
+            "ungater: %s: %s; asked admission for replacements", request.workload, request.message
+        )
+
+    async def _write_status(
+        self, workload: WorkloadState, desired: dict[str, object], first: bool
+    ) -> None:
+        key = WorkloadKey(f"{workload.namespace}/{workload.name}")
+        try:
+            if first:
+                desired = await self._carry_over(workload, desired)
+                self._status[key] = desired
+            await self.kube.patch(
+                PODGROUPS,
+                workload.name,
+                {"status": desired},
+                namespace=workload.namespace,
+                subresource="status",
+            )
+        except NotFound:
+            return
+        except KubeError as exc:
+            self._status.pop(key, None)
+            self.metrics.errors.labels(operation="status").inc()
+            log.warning("ungater: status of PodGroup %s not written, will retry: %s", key, exc)
+            self.mark([key])
+
+    async def _carry_over(
+        self, workload: WorkloadState, desired: dict[str, object]
+    ) -> dict[str, object]:
+        """Keep condition times the PodGroup already shows (first write after a start)."""
+        current = await self.kube.get(PODGROUPS, workload.name, namespace=workload.namespace)
+        shown = current.get("status")
+        before = shown.get("conditions") if isinstance(shown, dict) else None
+        if not isinstance(before, list):
+            return desired
+        times = {
+            (c.get("type"), c.get("status")): c.get("lastTransitionTime")
+            for c in before
+            if isinstance(c, dict)
+        }
+        conditions = desired.get("conditions")
+        if isinstance(conditions, list):
+            for condition in conditions:
+                time_ = times.get((condition.get("type"), condition.get("status")))
+                if isinstance(time_, str) and time_:
+                    condition["lastTransitionTime"] = time_
+        return desired
+
+
+def _gated(pod: PodState) -> bool:
+    return ADMISSION_GATE in pod.scheduling_gates
+
+
+def _bind(function: Callable[..., Awaitable[None]], *args: object) -> Callable[[], Awaitable[None]]:
+    return lambda: function(*args)

@@ -1,0 +1,180 @@
+"""Which gated pod goes into which slot of a TopologyAssignment, and which slots are lost.
+
+An admission gives each podset a :class:`~tidegate.model.TopologyAssignment`: domains in rank
+order, each with a number of pods. Those numbers are *slots*. The ungater releases a gated pod
+only into a domain with a free slot, where
+
+    free(domain) = assigned(domain) − released pods holding a slot there − releases in flight
+
+so no more pods are ever released into a domain than it was assigned, whatever order events
+arrive in: a released pod is recognised by its nodeSelector (restarts recount from it), a
+release in flight by its *expectation* (the caller's record of a patch not yet seen on the
+bus). A pod holds its slot while it is neither finished, nor terminating, nor on a failed node;
+so a replacement for a failed or evicted pod takes the slot its predecessor freed.
+
+Rank order (seed 003: the TopologyUngater; consecutive indexes close together): the slots
+are numbered in the assignment's order (domain 0's slots first). A pod with rank ``r`` goes to
+slot ``r mod total`` when that slot's domain has room, else to the domain with room whose slots
+are nearest to ``r``; pods without a rank fill the first domains with room. Ranked pods are
+placed before unranked ones, lowest rank first.
+
+Pure: no I/O and no clock. The caller decides which pods hold slots (it knows the nodes) and
+keeps the expectations; :mod:`tidegate.ungater.releaser` does the patching.
+"""
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tidegate.model import DomainCount, TopologyAssignment
+
+Domain = tuple[str, ...]
+"""A domain's label values, widest level first (as in :class:`~tidegate.model.DomainCount`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One pod of a podset, as slot assignment needs it."""
+
+    uid: str
+    name: str
+    rank: int | None = None
+    """Its index in the podset (completion index, …), None when it has none."""
+    created_at: float = 0.0
+    gated: bool = True
+    """It still carries tidegate's scheduling gate."""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    holds_slot: bool = True
+    """Released pods only: it counts against its domain (not finished, not terminating, not
+    on a failed node). Ignored for gated pods."""
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Release pod ``uid`` (named ``name``) into ``domain``."""
+
+    uid: str
+    name: str
+    domain: Domain
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetPlan:
+    """What to do with one podset now."""
+
+    releases: list[Release]
+    """New releases, in the order they were chosen."""
+    occupied: dict[Domain, int]
+    """Per assigned domain: slots taken (released pods holding one, plus releases in flight
+    and the new ``releases``)."""
+    waiting: int
+    """Gated pods left without a slot."""
+
+
+def selector_for(levels: Sequence[str], domain: Domain) -> dict[str, str]:
+    """The nodeSelector that puts a pod into ``domain``: every level label down to its own."""
+    return dict(zip(levels, domain, strict=False))
+
+
+def domain_of(
+    levels: Sequence[str], node_selector: Mapping[str, str], domains: Collection[Domain]
+) -> Domain | None:
+    """The domain among ``domains`` that ``node_selector`` pins a pod to, if any."""
+    for domain in domains:
+        if all(
+            node_selector.get(level) == value for level, value in zip(levels, domain, strict=False)
+        ):
+            return domain
+    return None
+
+
+def assigned(assignment: TopologyAssignment) -> dict[Domain, int]:
+    """Slots per domain, in the assignment's order (a domain listed twice is summed)."""
+    out: dict[Domain, int] = {}
+    for item in assignment.domains:
+        domain = tuple(item.values)
+        out[domain] = out.get(domain, 0) + max(item.count, 0)
+    return out
+
+
+def plan_podset(
+    assignment: TopologyAssignment,
+    members: Sequence[Member],
+    *,
+    expected: Mapping[str, Domain] | None = None,
+    lost: Collection[Domain] = (),
+) -> PodSetPlan:
+    """Choose a slot for every gated member that can have one (module docstring).
+
+    ``expected`` maps the uid of a pod whose release is in flight to its domain: counted as
+    taken while the pod still looks gated; once the pod shows up released its nodeSelector
+    counts instead. Slots of ``lost`` domains (their nodes failed) are never handed out.
+    """
+    expected = expected or {}
+    capacity = assigned(assignment)
+    levels = assignment.levels
+    occupied = dict.fromkeys(capacity, 0)
+    candidates: list[Member] = []
+    for member in members:
+        if member.gated:
+            domain = expected.get(member.uid)
+            if domain is None:
+                candidates.append(member)
+            elif domain in occupied:
+                occupied[domain] += 1
+            continue
+        if member.holds_slot:
+            domain = domain_of(levels, member.node_selector, capacity)
+            if domain is not None:
+                occupied[domain] += 1
+    free = {d: 0 if d in lost else max(capacity[d] - occupied[d], 0) for d in capacity}
+    order = _slot_order(assignment)
+    releases: list[Release] = []
+    waiting = 0
+    for member in sorted(candidates, key=_candidate_order):
+        domain = _choose(member.rank, order, free)
+        if domain is None:
+            waiting += 1
+            continue
+        free[domain] -= 1
+        occupied[domain] += 1
+        releases.append(Release(uid=member.uid, name=member.name, domain=domain))
+    return PodSetPlan(releases=releases, occupied=occupied, waiting=waiting)
+
+
+def failed_domains(
+    assignment: TopologyAssignment, alive: Callable[[Domain], bool]
+) -> list[DomainCount]:
+    """The assigned domains that no longer have a usable node (``alive`` says), with their
+    slot counts, in the assignment's order."""
+    return [
+        DomainCount(values=list(domain), count=count)
+        for domain, count in assigned(assignment).items()
+        if count > 0 and not alive(domain)
+    ]
+
+
+def _candidate_order(member: Member) -> tuple[bool, int, float, str]:
+    return (member.rank is None, member.rank or 0, member.created_at, member.name)
+
+
+def _slot_order(assignment: TopologyAssignment) -> list[Domain]:
+    """Slot index → domain."""
+    order: list[Domain] = []
+    for item in assignment.domains:
+        order.extend([tuple(item.values)] * max(item.count, 0))
+    return order
+
+
+def _choose(rank: int | None, order: Sequence[Domain], free: Mapping[Domain, int]) -> Domain | None:
+    if not order:
+        return None
+    if rank is None:
+        return next((d for d in free if free[d] > 0), None)
+    target = rank % len(order)
+    if free.get(order[target], 0) > 0:
+        return order[target]
+    for distance in range(1, len(order)):
+        for index in (target - distance, target + distance):
+            if 0 <= index < len(order) and free.get(order[index], 0) > 0:
+                return order[index]
+    return None

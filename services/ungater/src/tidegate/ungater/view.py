@@ -1,0 +1,203 @@
+"""The ungater's picture of the cluster and of admission's decisions, rebuilt from the bus.
+
+Two followers feed it (both replay, then follow):
+
+- the state stream: pods, nodes and workloads as the watcher publishes them, tombstones
+  included;
+- the decision stream's ``admitted``, ``released`` and ``pending`` subjects, newest per
+  workload: what admission currently says about each workload.
+
+From these it answers the one question releasing depends on, :meth:`View.admission`: which
+admission is in force for a workload. The newest ``admitted`` (by epoch, then sequence) is in
+force unless a ``released`` of the same object with a later sequence followed it, or the
+workload is gone or was re-created under another uid. Older or repeated messages never
+replace newer ones, so duplicates and reordering are harmless.
+
+Every change marks the workloads it may affect as *dirty* through ``on_change``; the
+:class:`~tidegate.ungater.releaser.Releaser` reconciles dirty workloads. The view decides
+nothing and does no I/O.
+"""
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from tidegate.bus import Received
+from tidegate.model import (
+    Admitted,
+    NodeState,
+    Pending,
+    PodState,
+    Released,
+    Tombstone,
+    WorkloadKey,
+    WorkloadState,
+    workload_key,
+)
+
+log = logging.getLogger(__name__)
+
+PodKey = tuple[str, str]
+"""(namespace, name) of a pod."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What admission currently says about a workload."""
+
+    admitted: Admitted | None
+    """The admission in force, if any."""
+    released: Released | None
+    """The newest release of the workload's current object, if any."""
+    pending: Pending | None
+    """The newest pending decision about the current object, if any (possibly older than the
+    admission in force: compare sequences)."""
+
+
+class View:
+    """Pods, nodes, workloads and admission's newest decisions (module docstring)."""
+
+    def __init__(self, on_change: Callable[[Iterable[WorkloadKey]], None] | None = None) -> None:
+        """Start empty; ``on_change`` receives the keys of workloads a message may affect."""
+        self._on_change = on_change or (lambda keys: None)
+        self.pods: dict[PodKey, PodState] = {}
+        self.nodes: dict[str, NodeState] = {}
+        self.workloads: dict[WorkloadKey, WorkloadState] = {}
+        self._members: dict[WorkloadKey, set[PodKey]] = {}
+        self._admitted: dict[WorkloadKey, Admitted] = {}
+        self._released: dict[WorkloadKey, Released] = {}
+        self._pending: dict[WorkloadKey, Pending] = {}
+
+    # ------------------------------------------------------------------ queries
+
+    def members(self, key: WorkloadKey) -> list[PodState]:
+        """The workload's pods, by name."""
+        return [self.pods[p] for p in sorted(self._members.get(key, ()))]
+
+    def admission(self, key: WorkloadKey) -> Admitted | None:
+        """The admission in force for ``key`` (module docstring)."""
+        return self.verdict(key).admitted
+
+    def verdict(self, key: WorkloadKey) -> Verdict:
+        """Admission's current word on ``key``."""
+        workload = self.workloads.get(key)
+        if workload is None:
+            return Verdict(admitted=None, released=None, pending=None)
+        uid = workload.uid
+        admitted = self._admitted.get(key)
+        if admitted is not None and admitted.uid != uid:
+            admitted = None
+        released = self._released.get(key)
+        if released is not None and released.uid != uid:
+            released = None
+        pending = self._pending.get(key)
+        if pending is not None and pending.uid != uid:
+            pending = None
+        in_force = admitted
+        if admitted is not None and released is not None and released.sequence > admitted.sequence:
+            in_force = None
+        return Verdict(admitted=in_force, released=released, pending=pending)
+
+    def admitted_keys(self) -> list[WorkloadKey]:
+        """Workloads with an admission on record (in force or not)."""
+        return sorted(self._admitted)
+
+    def node_ready(self, name: str | None) -> bool:
+        """Whether a pod on node ``name`` is on a usable node (unbound pods are)."""
+        if name is None:
+            return True
+        node = self.nodes.get(name)
+        return node is not None and node.ready
+
+    def nodes_matching(self, levels: list[str], values: Iterable[str]) -> Iterator[NodeState]:
+        """Nodes whose labels put them in the domain ``values`` of ``levels``."""
+        wanted = list(zip(levels, values, strict=False))
+        for node in self.nodes.values():
+            if all(node.labels.get(level) == value for level, value in wanted):
+                yield node
+
+    # ------------------------------------------------------------------ inputs
+
+    async def on_state(self, received: Received) -> None:
+        """A pod, node or workload snapshot, or a tombstone (the state follower's handler)."""
+        body = received.envelope.body
+        match body:
+            case PodState():
+                self._set_pod(body)
+            case NodeState():
+                before = self.nodes.get(body.name)
+                self.nodes[body.name] = body
+                if before is None or before.ready != body.ready or before.labels != body.labels:
+                    self._node_changed()
+            case WorkloadState():
+                key = workload_key(body.namespace, body.name)
+                self.workloads[key] = body
+                self._on_change([key])
+            case Tombstone(object_kind="pod", namespace=str(namespace), name=name):
+                self._drop_pod((namespace, name))
+            case Tombstone(object_kind="node", name=name):
+                if self.nodes.pop(name, None) is not None:
+                    self._node_changed()
+            case Tombstone(object_kind="workload", namespace=str(namespace), name=name):
+                key = workload_key(namespace, name)
+                self.workloads.pop(key, None)
+                self._on_change([key])
+            case _:
+                return
+
+    async def on_decision(self, received: Received) -> None:
+        """An admitted, released or pending decision (the decision follower's handler)."""
+        body = received.envelope.body
+        match body:
+            case Admitted():
+                key = WorkloadKey(body.workload)
+                known = self._admitted.get(key)
+                if known is None or (body.epoch, body.sequence) > (known.epoch, known.sequence):
+                    self._admitted[key] = body
+            case Released():
+                key = WorkloadKey(body.workload)
+                known_release = self._released.get(key)
+                if known_release is None or body.sequence >= known_release.sequence:
+                    self._released[key] = body
+            case Pending():
+                key = WorkloadKey(body.workload)
+                known_pending = self._pending.get(key)
+                if known_pending is None or body.sequence >= known_pending.sequence:
+                    self._pending[key] = body
+            case _:
+                return
+        self._on_change([key])
+
+    # ------------------------------------------------------------------ internals
+
+    def _set_pod(self, pod: PodState) -> None:
+        key = (pod.namespace, pod.name)
+        before = self.pods.get(key)
+        if before is not None and before.workload != pod.workload:
+            self._unlink(key, before)
+        self.pods[key] = pod
+        if pod.workload is not None:
+            workload = WorkloadKey(pod.workload)
+            self._members.setdefault(workload, set()).add(key)
+            self._on_change([workload])
+
+    def _drop_pod(self, key: PodKey) -> None:
+        before = self.pods.pop(key, None)
+        if before is not None:
+            self._unlink(key, before)
+
+    def _unlink(self, key: PodKey, pod: PodState) -> None:
+        if pod.workload is None:
+            return
+        workload = WorkloadKey(pod.workload)
+        members = self._members.get(workload)
+        if members is not None:
+            members.discard(key)
+            if not members:
+                del self._members[workload]
+        self._on_change([workload])
+
+    def _node_changed(self) -> None:
+        # Any admitted workload may have a slot on the node (its domain may have died or
+        # come back): let each reconcile; a reconcile with nothing to do is cheap.
+        self._on_change(list(self._admitted))

@@ -1,0 +1,192 @@
+"""Slot assignment: rank order, expectations, never more than assigned, lost domains."""
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidegate.model import DomainCount, TopologyAssignment
+from tidegate.ungater.slots import (
+    Member,
+    assigned,
+    domain_of,
+    failed_domains,
+    plan_podset,
+    selector_for,
+)
+
+LEVELS = ["block", "rack", "host"]
+
+
+def assignment(*counts: tuple[str, int]) -> TopologyAssignment:
+    """Hosts named like "r1/h1" with their counts, all in block b1."""
+    domains = []
+    for name, count in counts:
+        rack, host = name.split("/")
+        domains.append(DomainCount(values=["b1", rack, host], count=count))
+    return TopologyAssignment(levels=LEVELS, domains=domains)
+
+
+def gated(index: int, *, rank: int | None = None) -> Member:
+    """A gated pod named p<index>."""
+    return Member(uid=f"u{index}", name=f"p{index}", rank=rank, created_at=float(index))
+
+
+def released(index: int, host: str, *, holds_slot: bool = True) -> Member:
+    """A released pod in ``host`` (e.g. "r1/h1")."""
+    rack, name = host.split("/")
+    return Member(
+        uid=f"u{index}",
+        name=f"p{index}",
+        gated=False,
+        node_selector={"block": "b1", "rack": rack, "host": name},
+        holds_slot=holds_slot,
+    )
+
+
+def hosts(plan_releases: list[object]) -> dict[str, str]:
+    """Pod name → "rack/host" of each release."""
+    out = {}
+    for release in plan_releases:
+        domain = release.domain  # type: ignore[attr-defined]
+        out[release.name] = f"{domain[1]}/{domain[2]}"  # type: ignore[attr-defined]
+    return out
+
+
+def test_ranks_fill_domains_in_assignment_order() -> None:
+    plan = plan_podset(
+        assignment(("r1/h1", 2), ("r1/h2", 2), ("r2/h3", 2)),
+        [gated(i, rank=r) for i, r in enumerate([5, 0, 3, 1, 4, 2])],
+    )
+    by_rank = {f"p{i}": r for i, r in enumerate([5, 0, 3, 1, 4, 2])}
+    placed = {by_rank[name]: host for name, host in hosts(plan.releases).items()}
+    assert placed == {0: "r1/h1", 1: "r1/h1", 2: "r1/h2", 3: "r1/h2", 4: "r2/h3", 5: "r2/h3"}
+    assert plan.waiting == 0
+    assert plan.occupied == {("b1", "r1", "h1"): 2, ("b1", "r1", "h2"): 2, ("b1", "r2", "h3"): 2}
+
+
+def test_a_rank_whose_domain_is_full_goes_to_the_nearest_domain_with_room() -> None:
+    # h1 is full already (two released pods), so rank 1 goes to h2, the next slots.
+    plan = plan_podset(
+        assignment(("r1/h1", 2), ("r1/h2", 2), ("r2/h3", 2)),
+        [released(10, "r1/h1"), released(11, "r1/h1"), gated(1, rank=1), gated(5, rank=5)],
+    )
+    assert hosts(plan.releases) == {"p1": "r1/h2", "p5": "r2/h3"}
+
+
+def test_unranked_pods_fill_the_first_domains_with_room() -> None:
+    plan = plan_podset(
+        assignment(("r1/h1", 1), ("r1/h2", 2)), [gated(3), gated(1), gated(2), gated(4)]
+    )
+    assert hosts(plan.releases) == {"p1": "r1/h1", "p2": "r1/h2", "p3": "r1/h2"}
+    assert plan.waiting == 1
+
+
+def test_releases_in_flight_count_until_seen_and_are_not_released_twice() -> None:
+    target = assignment(("r1/h1", 1), ("r1/h2", 1))
+    first = plan_podset(target, [gated(1, rank=0), gated(2, rank=1)])
+    expected = {r.uid: r.domain for r in first.releases}
+    # The same events again (nothing seen on the bus yet): nothing new to release.
+    again = plan_podset(
+        target, [gated(1, rank=0), gated(2, rank=1), gated(3, rank=0)], expected=expected
+    )
+    assert again.releases == []
+    assert again.waiting == 1
+
+
+def test_finished_or_failed_node_pods_free_their_slot_for_a_replacement() -> None:
+    target = assignment(("r1/h1", 2))
+    plan = plan_podset(
+        target,
+        [released(1, "r1/h1"), released(2, "r1/h1", holds_slot=False), gated(3, rank=1)],
+    )
+    assert hosts(plan.releases) == {"p3": "r1/h1"}
+
+
+def test_lost_domains_hand_out_nothing() -> None:
+    target = assignment(("r1/h1", 1), ("r1/h2", 1))
+    plan = plan_podset(target, [gated(1, rank=0), gated(2, rank=1)], lost={("b1", "r1", "h1")})
+    assert hosts(plan.releases) == {"p1": "r1/h2"}
+    assert plan.waiting == 1
+
+
+def test_released_pods_outside_the_assignment_do_not_count() -> None:
+    plan = plan_podset(assignment(("r1/h1", 1)), [released(1, "r9/h9"), gated(2)])
+    assert hosts(plan.releases) == {"p2": "r1/h1"}
+
+
+def test_selectors_and_domains() -> None:
+    target = assignment(("r1/h1", 2), ("r1/h1", 1))
+    assert assigned(target) == {("b1", "r1", "h1"): 3}
+    assert selector_for(LEVELS, ("b1", "r2")) == {"block": "b1", "rack": "r2"}
+    domains = [("b1", "r1", "h1"), ("b1", "r1", "h2")]
+    assert domain_of(LEVELS, {"block": "b1", "rack": "r1", "host": "h2", "x": "y"}, domains) == (
+        "b1",
+        "r1",
+        "h2",
+    )
+    assert domain_of(LEVELS, {"block": "b1", "rack": "r1"}, domains) is None
+    lost = failed_domains(assignment(("r1/h1", 2), ("r1/h2", 1)), lambda d: d[2] != "h2")
+    assert lost == [DomainCount(values=["b1", "r1", "h2"], count=1)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    counts=st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=4),
+    pods=st.lists(
+        st.tuples(st.booleans(), st.integers(min_value=-1, max_value=12), st.integers(0, 4)),
+        max_size=16,
+    ),
+    order=st.randoms(use_true_random=False),
+)
+def test_never_more_than_assigned_whatever_the_order(
+    counts: list[int], pods: list[tuple[bool, int, int]], order: object
+) -> None:
+    """Released pods (some outside the assignment), gated pods with and without ranks, in any
+    order, planned repeatedly with expectations: no domain ever exceeds its count, and every
+    gated pod is released while there is room."""
+    target = assignment(*((f"r1/h{i}", c) for i, c in enumerate(counts)))
+    members: list[Member] = []
+    for index, (is_gated, rank, host) in enumerate(pods):
+        if is_gated:
+            members.append(gated(index, rank=rank if rank >= 0 else None))
+        else:
+            members.append(released(index, f"r1/h{host}"))
+    order.shuffle(members)  # type: ignore[attr-defined]
+    expected: dict[str, tuple[str, ...]] = {}
+    for _ in range(2):
+        plan = plan_podset(target, members, expected=expected)
+        expected.update({r.uid: r.domain for r in plan.releases})
+    capacity = assigned(target)
+    taken = dict.fromkeys(capacity, 0)
+    for member in members:
+        domain = (
+            expected.get(member.uid)
+            if member.gated
+            else domain_of(LEVELS, member.node_selector, capacity)
+        )
+        if domain is not None:
+            taken[domain] += 1
+    for domain, count in capacity.items():
+        already = sum(
+            1
+            for m in members
+            if not m.gated and domain_of(LEVELS, m.node_selector, capacity) == domain
+        )
+        assert taken[domain] <= max(count, already)
+    room = sum(max(capacity[d] - taken[d], 0) for d in capacity)
+    unreleased = sum(1 for m in members if m.gated and m.uid not in expected)
+    assert room == 0 or unreleased == 0
+
+
+def test_consecutive_ranks_share_or_neighbour_domains() -> None:
+    target = assignment(("r1/h1", 3), ("r1/h2", 3), ("r2/h3", 2))
+    ranks = list(range(8))
+    plan = plan_podset(
+        target, [gated(i, rank=r) for i, r in zip(itertools.count(), reversed(ranks))]
+    )
+    order = list(assigned(target))
+    index = {f"p{i}": r for i, r in zip(itertools.count(), reversed(ranks))}
+    position = {index[r.name]: order.index(r.domain) for r in plan.releases}
+    for rank in ranks[:-1]:
+        assert position[rank + 1] - position[rank] in (0, 1)
