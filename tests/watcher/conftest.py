@@ -1,8 +1,9 @@
 """A simulated cluster, a real nats-server and a watcher between them, for end-to-end tests.
 
-The simulator runs as a bare API server (no controllers, scheduler or kubelet), so the tests
-create the pods a controller would (with ownerReferences and the admission gate) and nothing
-else changes behind their back. :class:`Harness` follows the state stream like any consumer
+Fixture ``harness`` runs the simulator as a bare API server (no controllers, scheduler or
+kubelet), so the tests create the pods a controller would (with ownerReferences and the
+admission gate) and nothing else changes behind their back; ``live_harness`` runs the full
+simulated control plane, for tests that need pods to run and Jobs to finish. :class:`Harness` follows the state stream like any consumer
 would and waits for conditions on it.
 """
 
@@ -187,40 +188,62 @@ def template(annotations: dict[str, str] | None = None, cpu: str = "1") -> dict[
     }
 
 
+@contextlib.asynccontextmanager
+async def harness_on(
+    sim: SimCluster, tmp_path: Path, nats_url: str, cluster_id: str
+) -> AsyncIterator[Harness]:
+    """A harness on a running simulated cluster: a kube client, a bus connection, the
+    namespace ``team`` and a state-stream follower; no watcher yet."""
+    kube = await connect_kube(
+        KubeSettings(
+            kubeconfig=sim.write_kubeconfig(tmp_path / "kubeconfig"), backoff_max_seconds=0.3
+        )
+    )
+    bus = await connect(BusSettings(servers=(nats_url,), name="watcher-test"))
+    await bus.ensure_layout(cluster_id)
+    harness = Harness(sim=sim, kube=kube, bus=bus, cluster=cluster_id)
+    await harness.create(NAMESPACES, {"metadata": {"name": NAMESPACE}}, namespace=None)
+
+    async def remember(received: Received) -> None:
+        harness.last[received.subject] = received.envelope.body
+        harness.published[received.subject] = harness.published.get(received.subject, 0) + 1
+
+    follower = StateFollower(
+        bus,
+        stream=layout.state_stream(cluster_id),
+        subjects=subjects.state_wildcards(cluster_id),
+        handler=remember,
+    )
+    following = asyncio.create_task(follower.run())
+    try:
+        yield harness
+    finally:
+        await harness.stop_watcher()
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+        await bus.drain()
+        await kube.close()
+
+
 @pytest.fixture
 async def harness(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
     """A bare simulated API server, a bus connection, a state-stream follower; no watcher yet."""
     settings = SimSettings(
         nodes="1x2x2x8gpu", controllers=False, scheduler=False, kubelet=False, admission_gate=False
     )
-    async with SimCluster.running(settings) as sim:
-        kube = await connect_kube(
-            KubeSettings(
-                kubeconfig=sim.write_kubeconfig(tmp_path / "kubeconfig"), backoff_max_seconds=0.3
-            )
-        )
-        bus = await connect(BusSettings(servers=(nats_url,), name="watcher-test"))
-        await bus.ensure_layout(cluster_id)
-        harness = Harness(sim=sim, kube=kube, bus=bus, cluster=cluster_id)
-        await harness.create(NAMESPACES, {"metadata": {"name": NAMESPACE}}, namespace=None)
+    async with (
+        SimCluster.running(settings) as sim,
+        harness_on(sim, tmp_path, nats_url, cluster_id) as harness,
+    ):
+        yield harness
 
-        async def remember(received: Received) -> None:
-            harness.last[received.subject] = received.envelope.body
-            harness.published[received.subject] = harness.published.get(received.subject, 0) + 1
 
-        follower = StateFollower(
-            bus,
-            stream=layout.state_stream(cluster_id),
-            subjects=subjects.state_wildcards(cluster_id),
-            handler=remember,
-        )
-        following = asyncio.create_task(follower.run())
-        try:
-            yield harness
-        finally:
-            await harness.stop_watcher()
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await following
-            await bus.drain()
-            await kube.close()
+@pytest.fixture
+async def live_harness(
+    sim: SimCluster, tmp_path: Path, nats_url: str, cluster_id: str
+) -> AsyncIterator[Harness]:
+    """A harness on the full simulated control plane (controllers, scheduler, kubelets, the
+    webhook's gate): pods run and finish; the test plays the ungater."""
+    async with harness_on(sim, tmp_path, nats_url, cluster_id) as harness:
+        yield harness

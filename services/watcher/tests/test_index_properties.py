@@ -6,6 +6,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidegate.model import WorkloadState
 from tidegate.watcher.index import ClusterIndex, ObjectKind, StateKey
 
 from .conftest import Builders
@@ -43,6 +44,15 @@ def world() -> list[tuple[ObjectKind, dict[str, Any]]]:
         ("Pod", k.pod("g-0", labels=group)),
         ("Pod", k.pod("g-1", labels=group)),
         ("Pod", k.pod("bare")),
+        # Finished ones: what the index keeps about them must go with them too.
+        (
+            "Job",
+            {**k.job("done"), "status": {"conditions": [{"type": "Complete", "status": "True"}]}},
+        ),
+        ("Pod", k.pod("done-0", owner=k.owner_ref("Job", "done"))),
+        ("Pod", k.pod("fin", phase="Succeeded")),
+        ("PodGroup", k.podgroup("h", min_member=1)),
+        ("Pod", k.pod("h-0", labels={"scheduling.k8s.io/group-name": "h"}, phase="Failed")),
         ("Pod", k.pod("ds-x", owner=k.owner_ref("DaemonSet", "ds", "apps/v1"), gated=False)),
         ("PriorityClass", k.priority_class("high", 10, global_default=True)),
         ("Topology", k.topology("t", ["a", "b"])),
@@ -63,7 +73,14 @@ EXPECTED = snapshot(CANONICAL)
 
 def test_the_canonical_world_is_recognised() -> None:
     workloads = sorted(k.name for k, v in EXPECTED.items() if k.kind == "workload" and v)
-    assert workloads == ["bare", "d", "g", "j", "s"]
+    assert workloads == ["bare", "d", "done", "fin", "g", "h", "j", "s"]
+    finished = {k.name: v.finished for k, v in EXPECTED.items() if isinstance(v, WorkloadState)}
+    assert (finished["done"], finished["fin"], finished["h"], finished["j"]) == (
+        "Completed",
+        "Completed",
+        "Failed",
+        None,
+    )
 
 
 @settings(max_examples=60, deadline=None)

@@ -19,6 +19,10 @@ Rules kept here:
 - A pod naming a PodGroup that does not exist yet waits the same way (as in the coscheduling
   KEP, the group's pods are not scheduled before the group exists), and a PodGroup is
   published only once it has ``minMember`` pods (fewer cannot be admitted anyway).
+- A workload seen finished (:mod:`tidegate.watcher.finish`) stays finished while its owner
+  (same uid) exists, even if the evidence goes away (a finished group's pods are deleted), and
+  across a restart (the state stream says so): admission must never see it unfinished again,
+  or it would admit it a second time.
 
 Two top owners with the same namespace/name (a Job and a Deployment both called "x") share a
 workload key; the one seen last wins. Pure code: no I/O, no clock; the service feeds it events.
@@ -28,10 +32,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from tidegate.model.events import Message, ServiceType
+import msgspec
+
+from tidegate.model.events import Message, ServiceType, WorkloadState
 from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
 from tidegate.watcher import keys
 from tidegate.watcher.convert import node_state, pod_state, queue_config, topology_config
+from tidegate.watcher.finish import TERMINAL_PHASES, Finished, workload_finished
 from tidegate.watcher.objects import (
     Job,
     JobSet,
@@ -159,6 +166,8 @@ class ClusterIndex:
         self._versions: dict[StateKey, str] = {}
         self._quorum: set[tuple[str, str]] = set()
         """PodGroups that have had their minMember pods (published from then on)."""
+        self._finished: dict[tuple[str, str], tuple[str, Finished]] = {}
+        """Workload → (owner uid, how it ended), once seen finished (kept: module doc)."""
         self._context: Context | None = None
 
     # ------------------------------------------------------------------ public API
@@ -207,9 +216,17 @@ class ClusterIndex:
         self.managed.update(seeded)
         self._quorum.update(seeded)
 
+    def seed_finished(self, workload: tuple[str, str], *, uid: str, finished: Finished) -> None:
+        """Remember that the workload of owner ``uid`` was published finished before (restart)."""
+        self._finished[workload] = (uid, finished)
+
     def forget(self, key: StateKey) -> None:
         """Drop what is kept about ``key`` once its tombstone is published."""
         self._versions.pop(key, None)
+        if key.kind == "workload":
+            workload = (key.namespace or "", key.name)
+            if self._owner_of(workload) is None:
+                self._finished.pop(workload, None)
 
     def version(self, key: StateKey) -> str | None:
         """The newest resourceVersion of any event that affected ``key``."""
@@ -393,6 +410,9 @@ class ClusterIndex:
         if gated and workload not in self.managed:
             self.managed.add(workload)
             applied.affected.update(StateKey("pod", *m) for m in self._members[workload])
+        if pod.status.phase in TERMINAL_PHASES and workload in self.managed:
+            # Now, not only when the workload is next published: its pods may be gone by then.
+            self._note_finished(workload)
 
     @staticmethod
     def _refs_of(pod: Pod) -> list[str]:
@@ -526,6 +546,7 @@ class ClusterIndex:
             del self._sources[workload]
             self.managed.discard(workload)
             self._quorum.discard(workload)
+            self._finished.pop(workload, None)
 
     def _apply_podgroup(
         self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
@@ -536,6 +557,9 @@ class ClusterIndex:
             self._forget_source(key, ("PodGroup", f"{key[0]}/{key[1]}"))
         else:
             self.podgroups[key] = self._decode_owner("PodGroup", meta, obj)
+            # Its own source even without pods: a restarted watcher must keep publishing a
+            # finished group whose pods were deleted, not tombstone it.
+            self._sources[key] = ("PodGroup", f"{key[0]}/{key[1]}")
         applied.affected.add(StateKey("workload", *key))
         self._relink([f"group:{key[0]}/{key[1]}"], applied)
         self._check_quorum(key)
@@ -568,18 +592,40 @@ class ClusterIndex:
             return self.foreign.get(ident)
         return self.owners.get(ident)
 
+    def _member_pods(self, workload: tuple[str, str]) -> list[Pod]:
+        return [
+            self.pods[key] for key in sorted(self._members.get(workload, ())) if key in self.pods
+        ]
+
+    def _note_finished(self, workload: tuple[str, str]) -> None:
+        owner = self._owner_of(workload)
+        if owner is None:
+            return
+        finished = workload_finished(owner.obj, self._member_pods(workload))
+        if finished is not None:
+            self._finished[workload] = (owner.meta.uid, finished)
+
+    def _keep_finished(self, workload: tuple[str, str], message: WorkloadState) -> WorkloadState:
+        """``message`` with ``finished`` as first seen for this owner (module doc)."""
+        known = self._finished.get(workload)
+        if known is not None and known[0] == message.uid:
+            if message.finished != known[1]:
+                return msgspec.structs.replace(message, finished=known[1])
+            return message
+        if message.finished is not None:
+            self._finished[workload] = (message.uid, message.finished)
+        return message
+
     def _desired_workload(self, workload: tuple[str, str]) -> Desired:
         if workload not in self.managed:
             return Desired(None)
         owner = self._owner_of(workload)
         if owner is None:
             return Desired(None)
-        members = [
-            self.pods[key] for key in sorted(self._members.get(workload, ())) if key in self.pods
-        ]
+        members = self._member_pods(workload)
         if isinstance(owner.obj, PodGroup) and workload not in self._quorum:
             return Desired(None)
-        message = recognize(owner, members, self.context())
+        message = self._keep_finished(workload, recognize(owner, members, self.context()))
         problems = (message.invalid_reason,) if message.invalid_reason else ()
         return Desired(message, message.uid, problems)
 

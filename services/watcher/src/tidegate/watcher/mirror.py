@@ -114,7 +114,7 @@ class Mirror:
         """Record a message replayed from the state stream (the bus's view before we start).
 
         Workloads found there count as managed, so they stay published (or get a tombstone)
-        even if none of their pods is gated any more.
+        even if none of their pods is gated any more; one found finished stays finished.
         """
         key = key_of(envelope.body)
         if key is None:
@@ -125,7 +125,11 @@ class Mirror:
             return
         self._stored[key] = _Stored(envelope.body, envelope.resource_version)
         if key.kind == "workload":
-            self.index.seed_managed([(key.namespace or "", key.name)])
+            workload = (key.namespace or "", key.name)
+            self.index.seed_managed([workload])
+            body = envelope.body
+            if isinstance(body, WorkloadState) and body.finished is not None:
+                self.index.seed_finished(workload, uid=body.uid, finished=body.finished)
 
     def stored_keys(self) -> set[StateKey]:
         """Keys whose subject holds a snapshot (subjects ending in a tombstone are not kept)."""

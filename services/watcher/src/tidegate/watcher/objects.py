@@ -184,6 +184,26 @@ class Node(_K8s, frozen=True, kw_only=True):
 # --------------------------------------------------------------------------- owners
 
 
+class StatusCondition(_K8s, frozen=True, kw_only=True):
+    """status.conditions[] of a Job or JobSet (only what says whether it finished).
+
+    Both fields have defaults: status is written by controllers, and a condition missing one
+    must not make the owner unreadable."""
+
+    type: str = ""
+    status: str = "Unknown"
+
+
+class OwnerStatus(_K8s, frozen=True, kw_only=True):
+    """status of a Job or JobSet: its conditions."""
+
+    conditions: list[StatusCondition] = msgspec.field(default_factory=list)
+
+    def is_true(self, condition: str) -> bool:
+        """Whether ``condition`` is present with status "True"."""
+        return any(c.type == condition and c.status == "True" for c in self.conditions)
+
+
 class JobSpec(_K8s, frozen=True, kw_only=True):
     """spec of a batch/v1 Job (also a JobSet's job template)."""
 
@@ -197,6 +217,7 @@ class Job(_K8s, frozen=True, kw_only=True):
 
     metadata: ObjectMeta
     spec: JobSpec = msgspec.field(default_factory=JobSpec)
+    status: OwnerStatus = msgspec.field(default_factory=OwnerStatus)
 
 
 class JobTemplateSpec(_K8s, frozen=True, kw_only=True):
@@ -225,6 +246,7 @@ class JobSet(_K8s, frozen=True, kw_only=True):
 
     metadata: ObjectMeta
     spec: JobSetSpec = msgspec.field(default_factory=JobSetSpec)
+    status: OwnerStatus = msgspec.field(default_factory=OwnerStatus)
 
 
 class ReplicasSpec(_K8s, frozen=True, kw_only=True):

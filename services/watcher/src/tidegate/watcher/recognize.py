@@ -36,6 +36,7 @@ from tidegate.watcher.annotations import (
     workload_settings,
 )
 from tidegate.watcher.convert import toleration
+from tidegate.watcher.finish import workload_finished
 from tidegate.watcher.objects import (
     Job,
     JobSet,
@@ -382,7 +383,8 @@ def recognize(owner: Owner, members: Sequence[Pod], context: Context) -> Workloa
     """The normalized workload of ``owner`` with pods ``members`` (its pods tidegate has seen).
 
     Podset counts come from the owner's spec for Jobs, JobSets, Deployments and ReplicaSets,
-    and from the pods seen for PodGroups, bare Pods and owners of other kinds. Never raises.
+    and from the pods seen for PodGroups, bare Pods and owners of other kinds; ``finished``
+    from the owner's status (:mod:`tidegate.watcher.finish`). Never raises.
     """
     problems: list[str] = []
     if owner.error is not None:
@@ -456,4 +458,5 @@ def recognize(owner: Owner, members: Sequence[Pod], context: Context) -> Workloa
         created_at=timestamp(meta.creation_timestamp),
         invalid_reason="; ".join(problems) if problems else None,
         trace_context=settings.trace_context or derived_trace_context(meta.uid),
+        finished=workload_finished(owner.obj, members),
     )
