@@ -29,6 +29,11 @@ One cycle, in order (docs/queues.md has the user's view):
 Pending decisions are produced only when a workload's reason changes. A workload that waits
 is not tried again until something may have made room (capacity grew, quota was released, a
 queue changed, a nomination arrived or lapsed) or the workload itself changed.
+
+A workload whose state says it ``finished`` (it ran to the end) gives its quota back at once
+(a ``released`` decision with reason ``Completed`` or ``Failed``) and is never admitted again
+under that uid, whether it was admitted, waiting, or (after a leader takeover) only restored
+from the ledger.
 """
 
 from collections.abc import Mapping, Sequence
@@ -157,7 +162,7 @@ class Admission:
 
     def set_workload(self, workload: WorkloadState) -> list[Decision]:
         """A workload appeared or changed. A new object under an admitted name (another uid)
-        releases the old one's quota first."""
+        releases the old one's quota first; a finished one releases its own (module doc)."""
         key = key_of(workload)
         out: list[Decision] = []
         before = self._workloads.get(key)
@@ -173,6 +178,8 @@ class Admission:
         if before != workload:
             self._tried_at.pop(key, None)
         self._workloads[key] = workload
+        if workload.finished is not None:
+            out.extend(self._finish(key, workload))
         return out
 
     def remove_workload(self, key: WorkloadKey) -> list[Decision]:
@@ -257,14 +264,17 @@ class Admission:
         self._reasons.pop(key, None)
 
     def release_orphans(self) -> list[Decision]:
-        """Release admissions whose workload is gone or was re-created (another uid): what a
-        successor restored from the ledger for workloads deleted while nobody led."""
+        """Release admissions whose workload is gone, was re-created (another uid) or has
+        finished: what a successor restored from the ledger for workloads deleted or finished
+        while nobody led (or whose release the previous leader did not commit)."""
         out: list[Decision] = []
         for key, admitted in sorted(self._admitted.items()):
             workload = self._workloads.get(key)
             if workload is None or workload.uid != admitted.uid:
                 released = self.release(key, "Deleted", "the workload was deleted")
                 out.extend([released] if released is not None else [])
+            elif workload.finished is not None:
+                out.extend(self._finish(key, workload))
         return out
 
     # ------------------------------------------------------------------ queries
@@ -335,6 +345,22 @@ class Admission:
         return out
 
     # ------------------------------------------------------------------ internals
+
+    def _finish(self, key: WorkloadKey, workload: WorkloadState) -> list[Decision]:
+        """``workload`` ran to the end: never admit it again, stop waiting on its behalf, and
+        release its admission if it has one (of this uid)."""
+        assert workload.finished is not None
+        self._done.add(key)
+        self._reasons.pop(key, None)
+        self._awaiting.pop(key, None)
+        self._drop_nomination(key)
+        admitted = self._admitted.get(key)
+        if admitted is None or admitted.uid != workload.uid:
+            return []
+        verb = "completed" if workload.finished == "Completed" else "failed"
+        message = f"{workload.owner_kind} {key} {verb}"
+        released = self.release(key, workload.finished, message)
+        return [released] if released is not None else []
 
     def _try(
         self, out: list[Decision], workload: WorkloadState, queue: QueueConfig, now: float
