@@ -5,9 +5,9 @@ at a time holds the ``admission`` lease and decides:
 
 1. **Take over**: wait until both streams are replayed, load the ledger (admitted workloads and
    the sequence high-water mark), restore them into the policy, release admissions of workloads
-   deleted meanwhile, claim the sequence (which fences off the previous leader's writes), and
-   re-publish admissions the capacity view has not applied yet (same event ids: JetStream
-   drops those already stored).
+   deleted or finished meanwhile, claim the sequence (which fences off the previous leader's
+   writes), and re-publish admissions the capacity view has not applied yet (same event ids:
+   JetStream drops those already stored).
 2. **Decide**: on every wake-up (a handler saw a change) or tick, after a short coalescing
    pause, run one :meth:`~tidegate.policy.admission.Admission.cycle` and commit its decisions
    together with releases queued by handlers.

@@ -8,9 +8,9 @@ Three streams feed :class:`tidegate.policy.admission.Admission`:
 - the decision stream's ``preempted`` and ``released`` decisions (leader only, durable), which
   give quota back.
 
-A handler updates the policy object, queues any decision it produced (a release) in the
-outbox, and wakes the decision loop (:mod:`tidegate.admission.app`), which runs the cycle and
-commits. Malformed messages never reach here (the bus decodes and validates them); a message
+A handler updates the policy object, queues any decision it produced (a release: of a
+workload deleted, re-created, or whose state says it finished) in the outbox, and wakes the
+decision loop (:mod:`tidegate.admission.app`), which runs the cycle and commits. Malformed messages never reach here (the bus decodes and validates them); a message
 of a kind a stream should not carry is logged and ignored.
 """
 
