@@ -10,8 +10,9 @@ Three streams feed :class:`tidegate.policy.admission.Admission`:
 
 A handler updates the policy object, queues any decision it produced (a release: of a
 workload deleted, re-created, or whose state says it finished) in the outbox, and wakes the
-decision loop (:mod:`tidegate.admission.app`), which runs the cycle and commits. Malformed messages never reach here (the bus decodes and validates them); a message
-of a kind a stream should not carry is logged and ignored.
+decision loop (:mod:`tidegate.admission.app`), which runs the cycle and commits. Malformed
+messages never reach here (the bus decodes and validates them); a message of a kind a stream
+should not carry is logged and ignored.
 """
 
 import asyncio
