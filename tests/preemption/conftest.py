@@ -1,0 +1,450 @@
+"""A simulated cluster, a real nats-server, the real watcher and preemption services, and a
+harness that plays the services preemption depends on but that a test must control.
+
+The simulated cluster runs its whole control plane (scheduler, kubelets, Job / ReplicaSet /
+Deployment controllers, the admission gate on managed pods), so evicted Job pods come back
+gated as they would in a real cluster. The watcher (a real :class:`~tidegate.runtime.Service`
+in this process) mirrors it onto the state stream. The harness plays:
+
+- the **topology-cache**: it follows the state stream and publishes every node's free capacity
+  (allocatable minus the requests of the non-finished pods bound to it);
+- **admission**: it publishes ``admitted`` and ``preempt-requested`` decisions when the test
+  says so;
+- the **ungater**: it removes the gate of a workload's pods with a hostname nodeSelector.
+
+Everything it publishes goes through the same bus subjects the real services use, so the
+preemption service cannot tell the difference.
+"""
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidegate.bus import Bus, BusSettings, Ledger, Received, StateFollower, connect, layout
+from tidegate.kube import NAMESPACES, PODS, KubeClient, KubeSettings, ResourceType
+from tidegate.kube import connect as connect_kube
+from tidegate.model import (
+    Admitted,
+    CapacityNode,
+    Envelope,
+    Message,
+    NodeState,
+    PodState,
+    PreemptRequested,
+    Released,
+    Resources,
+    Tombstone,
+    WorkloadState,
+    subjects,
+)
+from tidegate.model import resources as res
+from tidegate.model.events import ReleaseReason
+from tidegate.preemption.app import setup as preemption_setup
+from tidegate.preemption.config import Settings
+from tidegate.preemption.record import PreemptionRecord, decode_record, ledger_key
+from tidegate.runtime import Service
+from tidegate.sim import SimCluster, SimSettings
+from tidegate.watcher.app import setup as watcher_setup
+from tidegate.watcher.config import WatcherSettings
+
+NAMESPACE = "team"
+GATE = "tidegate.io/admission"
+HOSTNAME = "kubernetes.io/hostname"
+GPU = "nvidia.com/gpu"
+QUEUES = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
+)
+PRIORITY_CLASSES = ResourceType(
+    group="scheduling.k8s.io",
+    version="v1",
+    plural="priorityclasses",
+    kind="PriorityClass",
+    namespaced=False,
+)
+JOBS = ResourceType(group="batch", version="v1", plural="jobs", kind="Job")
+DEPLOYMENTS = ResourceType(group="apps", version="v1", plural="deployments", kind="Deployment")
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass
+class Harness:
+    """The cluster, the bus, the services under test, and what the test observes."""
+
+    sim: SimCluster
+    kube: KubeClient
+    bus: Bus
+    cluster: str
+    nats_url: str
+    kubeconfig: Path
+    state: dict[str, Message] = field(default_factory=dict)
+    """Last message per state subject."""
+    decisions: list[tuple[Message, dict[str, str]]] = field(default_factory=list)
+    """Every decision on the stream, in order, with its headers."""
+    services: list[tuple[Service[Any], "asyncio.Task[int]"]] = field(default_factory=list)
+    sequence: int = 0
+    _published_free: dict[str, Resources] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ services
+
+    def preemption_settings(self, **overrides: object) -> Settings:
+        """Preemption settings for this test's cluster and simulated API server."""
+        values: dict[str, object] = {
+            "cluster": self.cluster,
+            "nats_url": self.nats_url,
+            "http_port": 0,
+            "kubeconfig": self.kubeconfig,
+            "lease_ttl_seconds": 2.0,
+            "reconcile_interval_seconds": 0.2,
+            "shutdown_grace_seconds": 2.0,
+        }
+        values.update(overrides)
+        return Settings(**values)  # type: ignore[arg-type]
+
+    async def start(self, service: Service[Any]) -> Service[Any]:
+        """Run ``service`` in this process until the test ends; return once it is ready."""
+        task = asyncio.create_task(service.run(handle_signals=False))
+        self.services.append((service, task))
+        await self.until(lambda: service.readiness.ready, what=f"{service.name} ready")
+        return service
+
+    async def start_watcher(self) -> None:
+        """The real watcher on the simulated cluster."""
+        settings = WatcherSettings(
+            cluster=self.cluster,
+            nats_url=self.nats_url,
+            http_port=0,
+            kubeconfig=self.kubeconfig,
+            kueue_topology_version="v1alpha1",
+            absent_retry_seconds=0.5,
+        )
+        await self.start(Service("watcher", settings, watcher_setup))
+
+    async def start_preemption(self, **overrides: object) -> Service[Settings]:
+        """A preemption instance; returns once it is ready (standby counts as ready)."""
+        service = Service("preemption", self.preemption_settings(**overrides), preemption_setup)
+        await self.start(service)
+        return service
+
+    async def stop(self, service: Service[Any]) -> int:
+        """Stop one service as SIGTERM would; its exit code."""
+        for running, task in self.services:
+            if running is service:
+                service.request_stop()
+                return await asyncio.wait_for(task, 15)
+        raise AssertionError(f"{service.name} is not running")
+
+    # ------------------------------------------------------------------ waiting
+
+    async def until(
+        self, check: Callable[[], object], *, within: float = 20.0, what: str = "condition"
+    ) -> None:
+        """Wait until ``check()`` is truthy; fail at once if a service stopped by itself."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            for service, task in self.services:
+                if task.done() and not service.readiness.stopping:
+                    raise AssertionError(f"{service.name} stopped with exit code {task.result()}")
+            if check():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def until_async(
+        self, check: Callable[[], Any], *, within: float = 20.0, what: str = "condition"
+    ) -> Any:
+        """Like :meth:`until` for a coroutine function; returns its truthy result."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            result = await check()
+            if result:
+                return result
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    # ------------------------------------------------------------------ observing
+
+    def workload(self, name: str) -> WorkloadState | None:
+        """The workload ``team/<name>`` as last published by the watcher."""
+        found = self.state.get(subjects.workload(self.cluster, NAMESPACE, name))
+        return found if isinstance(found, WorkloadState) else None
+
+    def of(self, kind: type) -> list[Any]:
+        """Decisions of one kind, in order."""
+        return [d for d, _ in self.decisions if isinstance(d, kind)]
+
+    async def pods(self, prefix: str) -> list[dict[str, Any]]:
+        """Pods in the namespace whose name starts with ``prefix``, from the API server."""
+        listed = await self.kube.list_objects(PODS, namespace=NAMESPACE)
+        return [p for p in listed.items if str(p["metadata"]["name"]).startswith(prefix)]
+
+    async def record(self, preemptor: str) -> PreemptionRecord | None:
+        """The preemption record of ``team/<preemptor>`` in the ledger."""
+        entry = await (await Ledger.open(self.bus, self.cluster)).get(
+            ledger_key(f"{NAMESPACE}/{preemptor}")
+        )
+        return None if entry is None else decode_record(entry.value)
+
+    # ------------------------------------------------------------------ playing other services
+
+    async def publish(self, subject: str, body: Message) -> None:
+        """Publish one message as the service that owns it would."""
+        envelope = Envelope(
+            event_id=uuid.uuid4().hex,
+            cluster=self.cluster,
+            source="test",
+            time=time.time(),
+            body=body,
+        )
+        await self.bus.publish(subject, envelope)
+
+    async def admit(self, name: str) -> None:
+        """Publish an ``admitted`` decision for ``team/<name>`` (as admission would)."""
+        workload = self.workload(name)
+        assert workload is not None, f"workload {name} not on the bus"
+        self.sequence += 1
+        body = Admitted(
+            workload=f"{NAMESPACE}/{name}",
+            uid=workload.uid,
+            queue=workload.queue or "",
+            sequence=self.sequence,
+            epoch=1,
+            assignments={},
+            charged=res.total(
+                res.scale(podset.requests, podset.count) for podset in workload.podsets
+            ),
+        )
+        await self.publish(subjects.decision(self.cluster, "admitted", NAMESPACE, name), body)
+
+    async def release(self, name: str, reason: ReleaseReason = "Evicted") -> None:
+        """Publish a ``released`` decision for ``team/<name>`` (admission's answer to a
+        ``preempted`` decision naming it)."""
+        workload = self.workload(name)
+        assert workload is not None, f"workload {name} not on the bus"
+        self.sequence += 1
+        body = Released(
+            workload=f"{NAMESPACE}/{name}",
+            uid=workload.uid,
+            queue=workload.queue,
+            reason=reason,
+            sequence=self.sequence,
+        )
+        await self.publish(subjects.decision(self.cluster, "released", NAMESPACE, name), body)
+
+    async def request_preemption(self, name: str) -> None:
+        """Publish a ``preempt-requested`` decision for ``team/<name>`` (as admission would)."""
+        workload = self.workload(name)
+        assert workload is not None, f"workload {name} not on the bus"
+        self.sequence += 1
+        body = PreemptRequested(
+            workload=f"{NAMESPACE}/{name}",
+            uid=workload.uid,
+            queue=workload.queue or "",
+            sequence=self.sequence,
+            message="no room",
+        )
+        subject = subjects.decision(self.cluster, "preempt-requested", NAMESPACE, name)
+        await self.publish(subject, body)
+
+    async def ungate(self, prefix: str, nodes: list[str]) -> None:
+        """Release the gated pods named ``prefix…``, one per node of ``nodes`` (the ungater)."""
+        gated = [
+            p
+            for p in await self.pods(prefix)
+            if any(g.get("name") == GATE for g in p["spec"].get("schedulingGates") or [])
+        ]
+        gated.sort(key=lambda p: str(p["metadata"]["name"]))
+        assert len(gated) >= len(nodes), f"only {len(gated)} gated pods named {prefix}"
+        for pod, node in zip(gated, nodes, strict=False):
+            await self.kube.ungate_pod(
+                NAMESPACE, pod["metadata"]["name"], gate=GATE, node_selector={HOSTNAME: node}
+            )
+
+    async def on_state(self, received: Received) -> None:
+        """Remember the state and republish node capacity that changed (the topology-cache)."""
+        self.state[received.subject] = received.envelope.body
+        body = received.envelope.body
+        if isinstance(body, (NodeState, PodState, Tombstone)):
+            await self._publish_capacity()
+
+    async def _publish_capacity(self) -> None:
+        nodes = [m for m in self.state.values() if isinstance(m, NodeState)]
+        pods = [m for m in self.state.values() if isinstance(m, PodState)]
+        for node in nodes:
+            used = res.total(
+                {**p.requests, "pods": 1}
+                for p in pods
+                if p.node_name == node.name and p.phase not in TERMINAL
+            )
+            free = res.subtract(node.allocatable, used)
+            if self._published_free.get(node.name) == free:
+                continue
+            self._published_free[node.name] = free
+            levels = self.sim.levels
+            report = CapacityNode(
+                topology="default",
+                node=node.name,
+                domain=[node.labels.get(level, "") for level in levels],
+                allocatable=dict(node.allocatable),
+                free=free,
+                applied_sequence=self.sequence,
+            )
+            await self.publish(subjects.capacity_node(self.cluster, "default", node.name), report)
+
+    async def on_decision(self, received: Received) -> None:
+        """Record one decision."""
+        self.decisions.append((received.envelope.body, dict(received.headers)))
+
+    # ------------------------------------------------------------------ writing objects
+
+    async def create(
+        self, resource: ResourceType, body: dict[str, Any], namespace: str | None = NAMESPACE
+    ) -> dict[str, Any]:
+        """Create an object (namespace None for cluster-scoped ones)."""
+        return dict(
+            await self.kube.create(
+                resource, body, namespace=namespace if resource.namespaced else None
+            )
+        )
+
+    async def setup_queues(self) -> None:
+        """Queues ``offline`` (training, reclaimable) and ``online`` (inference), and the
+        priority classes ``low`` (100) and ``high`` (1000)."""
+        for name, value in (("low", 100), ("high", 1000), ("urgent", 5000)):
+            await self.create(
+                PRIORITY_CLASSES,
+                {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": name}, "value": value},
+                namespace=None,
+            )
+        for name, priority in (("offline", 10), ("online", 100)):
+            await self.create(
+                QUEUES,
+                {
+                    "apiVersion": "tidegate.io/v1alpha1",
+                    "kind": "Queue",
+                    "metadata": {"name": name},
+                    "spec": {"priority": priority, "reclaimable": True},
+                },
+                namespace=None,
+            )
+
+
+def pod_template(
+    *, queue: str, priority_class: str, gpus: int, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A pod template of managed pods asking for ``gpus`` GPUs (a short termination grace)."""
+    return {
+        "metadata": {
+            "labels": {"tidegate.io/queue": queue, **(labels or {})},
+        },
+        "spec": {
+            "priorityClassName": priority_class,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "trainer:1",
+                    "resources": {"requests": {"cpu": "1", GPU: str(gpus)}},
+                }
+            ],
+            "restartPolicy": "Never",
+        },
+    }
+
+
+def training_job(
+    name: str, *, pods: int, gpus: int = 8, priority_class: str = "low", abort: bool = False
+) -> dict[str, Any]:
+    """An indexed training Job of ``pods`` pods in queue ``offline``."""
+    annotations = {"tidegate.io/queue": "offline"}
+    if abort:
+        annotations["tidegate.io/on-preemption"] = "abort"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "backoffLimit": 100,
+            "template": pod_template(queue="offline", priority_class=priority_class, gpus=gpus),
+        },
+    }
+
+
+def inference_deployment(
+    name: str, *, replicas: int, gpus: int = 8, priority_class: str = "high"
+) -> dict[str, Any]:
+    """An inference Deployment of ``replicas`` pods in queue ``online``."""
+    template = pod_template(
+        queue="online", priority_class=priority_class, gpus=gpus, labels={"app": name}
+    )
+    template["spec"]["restartPolicy"] = "Always"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "annotations": {"tidegate.io/queue": "online"}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": template,
+        },
+    }
+
+
+@pytest.fixture
+async def harness(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
+    """A running simulated cluster (1 block × 2 racks × 2 nodes × 8 GPUs, grace periods at a
+    tenth of real time), the bus, the watcher, and followers of the state and decisions."""
+    settings = SimSettings(nodes="1x2x2x8gpu", time_scale=0.1)
+    async with SimCluster.running(settings) as sim:
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kube = await connect_kube(KubeSettings(kubeconfig=kubeconfig, backoff_max_seconds=0.3))
+        bus = await connect(BusSettings(servers=(nats_url,), name="preemption-test"))
+        await bus.ensure_layout(cluster_id)
+        h = Harness(
+            sim=sim,
+            kube=kube,
+            bus=bus,
+            cluster=cluster_id,
+            nats_url=nats_url,
+            kubeconfig=kubeconfig,
+        )
+        await h.create(NAMESPACES, {"metadata": {"name": NAMESPACE}}, namespace=None)
+        followers = [
+            StateFollower(
+                bus,
+                stream=layout.state_stream(cluster_id),
+                subjects=subjects.state_wildcards(cluster_id),
+                handler=h.on_state,
+            ),
+            StateFollower(
+                bus,
+                stream=layout.decisions_stream(cluster_id),
+                subjects=[subjects.decision_wildcard(cluster_id)],
+                handler=h.on_decision,
+            ),
+        ]
+        tasks = [asyncio.create_task(f.run()) for f in followers]
+        try:
+            await h.setup_queues()
+            await h.start_watcher()
+            yield h
+        finally:
+            for service, task in reversed(h.services):
+                service.request_stop()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(task, 15)
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await bus.drain()
+            await kube.close()
