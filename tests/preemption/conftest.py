@@ -20,12 +20,13 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import context as otel_context
 
 from tidegate.bus import Bus, BusSettings, Ledger, Received, StateFollower, connect, layout
 from tidegate.kube import NAMESPACES, PODS, KubeClient, KubeSettings, ResourceType
@@ -51,6 +52,7 @@ from tidegate.preemption.config import Settings
 from tidegate.preemption.record import PreemptionRecord, decode_record, ledger_key
 from tidegate.runtime import Service
 from tidegate.sim import SimCluster, SimSettings
+from tidegate.telemetry import extract
 from tidegate.watcher.app import setup as watcher_setup
 from tidegate.watcher.config import WatcherSettings
 
@@ -179,6 +181,11 @@ class Harness:
         """Decisions of one kind, in order."""
         return [d for d, _ in self.decisions if isinstance(d, kind)]
 
+    def trace_id(self, kind: type, index: int = 0) -> str:
+        """The trace id in the ``traceparent`` header of the ``index``-th decision of ``kind``."""
+        headers = [h for d, h in self.decisions if isinstance(d, kind)][index]
+        return headers["traceparent"].split("-")[1]
+
     async def pods(self, prefix: str) -> list[dict[str, Any]]:
         """Pods in the namespace whose name starts with ``prefix``, from the API server."""
         listed = await self.kube.list_objects(PODS, namespace=NAMESPACE)
@@ -193,8 +200,10 @@ class Harness:
 
     # ------------------------------------------------------------------ playing other services
 
-    async def publish(self, subject: str, body: Message) -> None:
-        """Publish one message as the service that owns it would."""
+    async def publish(
+        self, subject: str, body: Message, *, trace: Mapping[str, str] | None = None
+    ) -> None:
+        """Publish one message as the service that owns it would (continuing ``trace``)."""
         envelope = Envelope(
             event_id=uuid.uuid4().hex,
             cluster=self.cluster,
@@ -202,7 +211,11 @@ class Harness:
             time=time.time(),
             body=body,
         )
-        await self.bus.publish(subject, envelope)
+        token = otel_context.attach(extract(trace))
+        try:
+            await self.bus.publish(subject, envelope)
+        finally:
+            otel_context.detach(token)
 
     async def admit(self, name: str) -> None:
         """Publish an ``admitted`` decision for ``team/<name>`` (as admission would)."""
@@ -250,7 +263,7 @@ class Harness:
             message="no room",
         )
         subject = subjects.decision(self.cluster, "preempt-requested", NAMESPACE, name)
-        await self.publish(subject, body)
+        await self.publish(subject, body, trace=workload.trace_context)
 
     async def ungate(self, prefix: str, nodes: list[str]) -> None:
         """Release the gated pods named ``prefix…``, one per node of ``nodes`` (the ungater)."""

@@ -96,6 +96,12 @@ async def test_an_inference_deployment_evicts_a_lower_priority_training_job_whol
     job = await h.kube.get(JOBS, "train", namespace=NAMESPACE)
     assert not job["spec"].get("suspend")
 
+    # The decision continues the trace of the request (the workload's trace).
+    assert h.trace_id(Preempted) == h.trace_id(PreemptRequested)
+    serve = h.workload("serve")
+    assert serve is not None
+    assert h.trace_id(Preempted) == serve.trace_context["traceparent"].split("-")[1]
+
     record = await h.record("serve")
     assert record is not None
     assert record.published
@@ -161,6 +167,7 @@ async def test_a_preemption_recorded_but_not_evicted_is_finished_once_after_a_re
     (decision,) = h.of(Preempted)
     assert decision.victims == [f"{NAMESPACE}/train"]
     assert decision.nominated == recorded.decision.nominated
+    assert h.trace_id(Preempted) == h.trace_id(PreemptRequested)  # resumed, same trace
     await h.until_async(lambda: gone(h, original), what="every original pod gone")
 
     async def recreated_gated() -> list[dict[str, Any]]:
