@@ -7,7 +7,6 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
 
 import aiohttp
 
@@ -95,7 +94,7 @@ async def test_two_processes_one_leads_and_sigterm_hands_over(harness: Harness) 
             await process.stderr.read()
 
 
-async def test_a_bad_setting_exits_2_naming_it(tmp_path: Path) -> None:
+async def test_a_bad_setting_exits_2_naming_it() -> None:
     env = {**os.environ, "TIDEGATE_EVICTION_CONCURRENCY": "0", "TIDEGATE_CONFIG": ""}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tidegate.preemption", env=env, stderr=asyncio.subprocess.PIPE
