@@ -115,6 +115,7 @@ class Reporter:
     async def handle(self, received: Received) -> Outcome | None:
         """The durable consumer's handler."""
         body = received.envelope.body
+        log.debug("ungater: reporting %s on %s", type(body).__name__, received.subject)
         try:
             match body:
                 case Admitted():
@@ -146,7 +147,8 @@ class Reporter:
         resource = owner_resource(workload)
         if resource is not None:
             carrier: dict[str, str] = {}
-            inject(carrier)
+            inject(carrier)  # the decision's context: the workload's trace, continued
+            carrier = carrier or dict(workload.trace_context)
             if carrier:
                 with contextlib.suppress(NotFound):
                     await self.kube.annotate(

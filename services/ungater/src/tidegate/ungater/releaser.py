@@ -177,6 +177,7 @@ class Releaser:
         self._asked: dict[WorkloadKey, _Asked] = {}
         self._evicting: set[str] = set()
         self._status: dict[WorkloadKey, dict[str, object]] = {}
+        self._stop = asyncio.Event()
         self.rounds = 0
         """Rounds completed (tests wait on it)."""
         self.finished = asyncio.Event()
@@ -190,7 +191,9 @@ class Releaser:
             self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run rounds until ``stop`` is set (the round in hand is finished first)."""
+        """Run rounds until ``stop`` is set; writes of the round in hand that have not started
+        yet are dropped then (the next process plans them again)."""
+        self._stop = stop
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), TICK_SECONDS)
@@ -434,7 +437,8 @@ class Releaser:
 
     async def _limited(self, write: Callable[[], Awaitable[None]]) -> None:
         async with self._writes:
-            await write()
+            if not self._stop.is_set():
+                await write()
 
     async def _release(self, pod: PodState, selector: dict[str, str]) -> None:
         key = WorkloadKey(pod.workload or "")

@@ -26,13 +26,12 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from tidegate.model import Admitted, Pending, PodState, Released, WorkloadState
+from tidegate.ungater.gate import ADMISSION_GATE
 
 Phase = Literal["Pending", "Admitted", "Running", "Succeeded", "Failed"]
 """PodGroup ``status.phase`` values (the CRD's enum)."""
 
 PHASES: Final[tuple[Phase, ...]] = ("Pending", "Admitted", "Running", "Succeeded", "Failed")
-
-ADMISSION_GATE: Final = "tidegate.io/admission"
 
 _MAX_DOMAINS_LISTED = 4
 

@@ -11,7 +11,9 @@ From these it answers the one question releasing depends on, :meth:`View.admissi
 admission is in force for a workload. The newest ``admitted`` (by epoch, then sequence) is in
 force unless a ``released`` of the same object with a later sequence followed it, or the
 workload is gone or was re-created under another uid. Older or repeated messages never
-replace newer ones, so duplicates and reordering are harmless.
+replace newer ones, so duplicates and reordering are harmless; likewise a pod snapshot that
+still shows tidegate's gate is ignored once the same pod was seen released (gates are never
+added back).
 
 Every change marks the workloads it may affect as *dirty* through ``on_change``; the
 :class:`~tidegate.ungater.releaser.Releaser` reconciles dirty workloads. The view decides
@@ -34,8 +36,11 @@ from tidegate.model import (
     WorkloadState,
     workload_key,
 )
+from tidegate.ungater.gate import ADMISSION_GATE
 
 log = logging.getLogger(__name__)
+
+GATE = ADMISSION_GATE
 
 PodKey = tuple[str, str]
 """(namespace, name) of a pod."""
@@ -173,6 +178,15 @@ class View:
     def _set_pod(self, pod: PodState) -> None:
         key = (pod.namespace, pod.name)
         before = self.pods.get(key)
+        if (
+            before is not None
+            and before.uid == pod.uid
+            and GATE not in before.scheduling_gates
+            and GATE in pod.scheduling_gates
+        ):
+            # Kubernetes never adds a gate back: a gated snapshot of a pod already seen
+            # released is older than what we hold (a repeat or a reordering), so it is dropped.
+            return
         if before is not None and before.workload != pod.workload:
             self._unlink(key, before)
         self.pods[key] = pod

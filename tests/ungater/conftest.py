@@ -1,0 +1,417 @@
+"""The ungater against a simulated cluster and a real nats-server, with the real watcher.
+
+The simulated cluster runs its whole control plane (Job controller, scheduler, kubelets, node
+lifecycle) and gates managed pods at creation as the webhook would. The watcher and the
+ungater run in this process as services (:class:`tidegate.runtime.Service`); the test plays
+admission by publishing decisions, or runs the real admission service where the contract
+between the two matters (node failures). :class:`SlotMonitor` sees every write the simulated
+API server commits and records the most pods ever released into each domain at once.
+"""
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidegate.bus import Bus, BusSettings, Received, StateFollower, connect, layout
+from tidegate.kube import EVENTS, JOBS, NAMESPACES, PODS, KubeClient, KubeSettings, ResourceType
+from tidegate.kube import connect as connect_kube
+from tidegate.model import (
+    Admitted,
+    DomainCount,
+    Envelope,
+    Message,
+    TopologyAssignment,
+    WorkloadState,
+    subjects,
+)
+from tidegate.runtime import Service, ServiceSettings
+from tidegate.sim import SimCluster, SimSettings
+from tidegate.sim.kinds import PODS as SIM_PODS
+from tidegate.sim.store import DELETED, WatchEvent
+from tidegate.ungater.app import setup as ungater_setup
+from tidegate.ungater.config import UngaterSettings
+from tidegate.watcher.app import setup as watcher_setup
+from tidegate.watcher.config import WatcherSettings
+
+GATE = "tidegate.io/admission"
+NAMESPACE = "team"
+QUEUE_LABEL = "tidegate.io/queue"
+PODGROUPS = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="podgroups", kind="PodGroup"
+)
+QUEUES = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
+)
+
+Domain = tuple[str, ...]
+
+
+class SlotMonitor:
+    """Counts, after every committed pod write, the pods released into each domain that hold
+    a slot (not gated, not finished, not terminating), and keeps the maximum per domain."""
+
+    def __init__(self, sim: SimCluster) -> None:
+        self.levels = sim.levels
+        self._pods: dict[str, Domain | None] = {}
+        self.most: dict[Domain, int] = {}
+        self._unsubscribe = sim.store.subscribe(SIM_PODS.key, self._on_pod)
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+    def _on_pod(self, event: WatchEvent) -> None:
+        pod = event.obj
+        uid = str(pod["metadata"]["uid"])
+        if event.type == DELETED:
+            self._pods.pop(uid, None)
+        else:
+            self._pods[uid] = self._slot(pod)
+        counts: dict[Domain, int] = {}
+        for domain in self._pods.values():
+            if domain is not None:
+                counts[domain] = counts.get(domain, 0) + 1
+        for domain, count in counts.items():
+            self.most[domain] = max(self.most.get(domain, 0), count)
+
+    def _slot(self, pod: dict[str, Any]) -> Domain | None:
+        spec = pod.get("spec", {})
+        gates = [g.get("name") for g in spec.get("schedulingGates") or []]
+        if GATE in gates or pod["metadata"].get("deletionTimestamp"):
+            return None
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return None
+        selector = spec.get("nodeSelector") or {}
+        if not all(level in selector for level in self.levels):
+            return None
+        return tuple(selector[level] for level in self.levels)
+
+
+@dataclass
+class Env:
+    """Everything an ungater test touches."""
+
+    sim: SimCluster
+    kube: KubeClient
+    bus: Bus
+    cluster: str
+    nats_url: str
+    kubeconfig: Path
+    monitor: SlotMonitor
+    decisions: list[Message] = field(default_factory=list)
+    services: dict[str, tuple[Service[Any], "asyncio.Task[int]"]] = field(default_factory=dict)
+    sequence: int = 100
+
+    # ------------------------------------------------------------------ services
+
+    async def start(
+        self, name: str, settings: ServiceSettings, setup: Callable[[Any], Awaitable[None]]
+    ) -> Service[Any]:
+        """Run a service in this process; returns once it is ready."""
+        service: Service[Any] = Service(name, settings, setup)
+        task = asyncio.create_task(service.run(handle_signals=False))
+        self.services[name] = (service, task)
+        # started first: before run() begins, readiness has no conditions yet.
+        await self.until(
+            lambda: service.started.is_set() and service.readiness.ready,
+            what=f"{name} ready",
+            within=30,
+        )
+        return service
+
+    async def start_watcher(self) -> Service[Any]:
+        """The real watcher on the simulated cluster."""
+        settings = WatcherSettings(
+            cluster=self.cluster,
+            nats_url=self.nats_url,
+            http_port=0,
+            kubeconfig=self.kubeconfig,
+            absent_retry_seconds=0.5,
+            kueue_topology_version="v1alpha1",
+            log_level="WARNING",
+        )
+        return await self.start("watcher", settings, watcher_setup)
+
+    def ungater_settings(self, **overrides: Any) -> UngaterSettings:
+        """Ungater settings for this test (fast rounds, no webhook)."""
+        values: dict[str, Any] = {
+            "cluster": self.cluster,
+            "nats_url": self.nats_url,
+            "http_port": 0,
+            "kubeconfig": self.kubeconfig,
+            "batch_window_seconds": 0.05,
+            "webhook": "off",
+            "log_level": "WARNING",
+        }
+        values.update(overrides)
+        return UngaterSettings(**values)
+
+    async def start_ungater(self, **overrides: Any) -> Service[Any]:
+        """The ungater service."""
+        return await self.start("ungater", self.ungater_settings(**overrides), ungater_setup)
+
+    async def stop(self, name: str) -> None:
+        """Stop one service gracefully (as SIGTERM would)."""
+        service, task = self.services.pop(name)
+        service.request_stop()
+        code = await asyncio.wait_for(task, 30)
+        assert code == 0, f"{name} exited with {code}"
+
+    async def stop_all(self) -> None:
+        """Stop every service still running."""
+        for name in list(self.services):
+            with contextlib.suppress(Exception):
+                await self.stop(name)
+
+    # ------------------------------------------------------------------ waiting
+
+    async def until(
+        self, check: Callable[[], object], *, within: float = 20.0, what: str = "condition"
+    ) -> None:
+        """Wait until ``check()`` is truthy; fail at once if a service stopped."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            for name, (_, task) in self.services.items():
+                if task.done():
+                    raise AssertionError(f"{name} stopped with exit code {task.result()}")
+            if check():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def until_async(
+        self,
+        check: Callable[[], Awaitable[object]],
+        *,
+        within: float = 20.0,
+        what: str = "condition",
+    ) -> Any:
+        """Like :meth:`until` with an async check; returns its last truthy result."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            for name, (_, task) in self.services.items():
+                if task.done():
+                    raise AssertionError(f"{name} stopped with exit code {task.result()}")
+            result = await check()
+            if result:
+                return result
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    # ------------------------------------------------------------------ bus
+
+    async def publish(self, subject: str, body: Message, *, event_id: str | None = None) -> None:
+        """Publish a message as the service that owns it would."""
+        envelope = Envelope(
+            event_id=event_id or uuid.uuid4().hex,
+            cluster=self.cluster,
+            source="test",
+            time=time.time(),
+            body=body,
+        )
+        await self.bus.publish(subject, envelope)
+
+    async def admit(
+        self,
+        workload: str,
+        uid: str,
+        assignments: dict[str, list[tuple[Domain, int]]],
+        *,
+        sequence: int | None = None,
+        card_model: str | None = None,
+        replaces: int | None = None,
+    ) -> Admitted:
+        """Publish an admitted decision, as admission would."""
+        if sequence is None:
+            self.sequence += 1
+            sequence = self.sequence
+        body = Admitted(
+            workload=workload,
+            uid=uid,
+            queue="q",
+            sequence=sequence,
+            epoch=1,
+            assignments={
+                name: TopologyAssignment(
+                    levels=self.sim.levels,
+                    domains=[
+                        DomainCount(values=list(domain), count=count) for domain, count in domains
+                    ],
+                )
+                for name, domains in assignments.items()
+            },
+            card_model=card_model,
+            replaces=replaces,
+        )
+        namespace, _, name = workload.partition("/")
+        await self.publish(subjects.decision(self.cluster, "admitted", namespace, name), body)
+        return body
+
+    def of(self, kind: type, workload: str | None = None) -> list[Any]:
+        """Decisions seen of one kind (about one workload, if given)."""
+        return [
+            d
+            for d in self.decisions
+            if isinstance(d, kind)
+            and (workload is None or getattr(d, "workload", None) == workload)
+        ]
+
+    # ------------------------------------------------------------------ cluster
+
+    def host(self, rack: int, node: int, block: int = 0) -> Domain:
+        """A host domain of the simulated topology."""
+        return (f"block{block}", f"block{block}-rack{rack}", f"block{block}-rack{rack}-node{node}")
+
+    async def create(self, resource: ResourceType, body: dict[str, Any]) -> dict[str, Any]:
+        """Create an object in the test namespace (or cluster-wide for cluster-scoped types)."""
+        namespace = NAMESPACE if resource.namespaced else None
+        return dict(await self.kube.create(resource, body, namespace=namespace))
+
+    async def job(
+        self,
+        name: str,
+        pods: int,
+        *,
+        completions: int | None = None,
+        duration: float | None = None,
+        gpus: int = 1,
+        annotations: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """An Indexed Job in queue q (its pods are gated at creation)."""
+        template_annotations = dict(annotations or {})
+        if duration is not None:
+            template_annotations["tidegate.io/sim-duration-seconds"] = str(duration)
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "labels": {QUEUE_LABEL: "q"}},
+            "spec": {
+                "parallelism": pods,
+                "completions": completions or pods,
+                "completionMode": "Indexed",
+                "backoffLimit": 20,
+                "template": {
+                    "metadata": {"labels": {QUEUE_LABEL: "q"}, "annotations": template_annotations},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "busybox",
+                                "resources": {
+                                    "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}
+                                },
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+        return await self.create(JOBS, body)
+
+    async def pods(self, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """Pods of the test namespace, as ``kubectl get pods`` lists them."""
+        listed = await self.kube.list_objects(
+            PODS, namespace=NAMESPACE, label_selector=label_selector
+        )
+        return [dict(p) for p in listed.items]
+
+    async def events(self, name: str) -> dict[str, dict[str, Any]]:
+        """Events about object ``name`` in the test namespace, by reason."""
+        listed = await self.kube.list_objects(EVENTS, namespace=NAMESPACE)
+        return {
+            str(e["reason"]): dict(e)
+            for e in listed.items
+            if e.get("involvedObject", {}).get("name") == name
+        }
+
+    async def workload_state(self, name: str) -> WorkloadState:
+        """Wait until the watcher published the workload ``team/<name>``."""
+        found: dict[str, WorkloadState] = {}
+
+        async def remember(received: Received) -> None:
+            if isinstance(received.envelope.body, WorkloadState):
+                found["w"] = received.envelope.body
+
+        follower = StateFollower(
+            self.bus,
+            stream=layout.state_stream(self.cluster),
+            subjects=[subjects.workload(self.cluster, NAMESPACE, name)],
+            handler=remember,
+        )
+        task = asyncio.create_task(follower.run())
+        try:
+            await self.until(lambda: "w" in found, what=f"workload {name} on the bus")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        return found["w"]
+
+
+def gated(pod: dict[str, Any]) -> bool:
+    """Whether a pod still carries tidegate's gate."""
+    return GATE in [g.get("name") for g in pod["spec"].get("schedulingGates") or []]
+
+
+def index_of(pod: dict[str, Any]) -> int:
+    """A Job pod's completion index."""
+    return int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
+
+
+@contextlib.asynccontextmanager
+async def environment(
+    tmp_path: Path, nats_url: str, cluster_id: str, settings: SimSettings
+) -> AsyncIterator[Env]:
+    """A running simulated cluster with the namespace ``team``, a bus, a kube client, the
+    decision log, and the watcher started."""
+    async with SimCluster.running(settings) as sim:
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kube = await connect_kube(KubeSettings(kubeconfig=kubeconfig, backoff_max_seconds=0.3))
+        bus = await connect(BusSettings(servers=(nats_url,), name="ungater-test"))
+        await bus.ensure_layout(cluster_id)
+        env = Env(
+            sim=sim,
+            kube=kube,
+            bus=bus,
+            cluster=cluster_id,
+            nats_url=nats_url,
+            kubeconfig=kubeconfig,
+            monitor=SlotMonitor(sim),
+        )
+        await env.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
+
+        async def collect(received: Received) -> None:
+            env.decisions.append(received.envelope.body)
+
+        follower = StateFollower(
+            bus,
+            stream=layout.decisions_stream(cluster_id),
+            subjects=[subjects.decision_wildcard(cluster_id)],
+            handler=collect,
+        )
+        following = asyncio.create_task(follower.run())
+        try:
+            await env.start_watcher()
+            yield env
+        finally:
+            await env.stop_all()
+            env.monitor.close()
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
+            await bus.drain()
+            await kube.close()
+
+
+@pytest.fixture
+async def env(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Env]:
+    """1 block × 2 racks × 4 nodes × 8 GPUs with the full control plane."""
+    async with environment(tmp_path, nats_url, cluster_id, SimSettings(nodes="1x2x4x8gpu")) as env:
+        yield env
