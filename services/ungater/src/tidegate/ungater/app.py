@@ -105,7 +105,16 @@ async def start(ctx: ServiceContext[UngaterSettings], kube: KubeClient) -> Relea
     if settings.serves_webhook:
         certificate = Certificate(settings.webhook_cert_dir)
         webhook = Webhook(settings.gate_rules, certificate, ctx.metrics.registry)
-        ctx.spawn("webhook", webhook.serve(settings.webhook_port, stop=ctx.stopping), graceful=True)
+        ctx.require("webhook", lambda: webhook.port is not None)
+        ctx.spawn(
+            "webhook",
+            webhook.serve(
+                settings.webhook_port,
+                stop=ctx.stopping,
+                reload_seconds=settings.webhook_cert_reload_seconds,
+            ),
+            graceful=True,
+        )
     else:
         log.info(
             "ungater: webhook not served (webhook=%s, no certificate in %s)",

@@ -57,6 +57,8 @@ class UngaterSettings(ServiceSettings):
     webhook_cert_dir: Path = Path("/etc/tidegate/webhook-tls")
     """Directory holding tls.crt and tls.key (the chart mounts the Secret here); re-read
     when the files change."""
+    webhook_cert_reload_seconds: float = 10.0
+    """How often the certificate files are checked for changes."""
     webhook_failure_policy: FailurePolicy = "Ignore"
     """For a pod the webhook cannot read: Ignore (admit it ungated, with a warning) or Fail
     (refuse it). Set it like the chart's webhook.failurePolicy."""
@@ -70,6 +72,7 @@ class UngaterSettings(ServiceSettings):
             "batch_window_seconds": self.batch_window_seconds >= 0,
             "expectation_timeout_seconds": self.expectation_timeout_seconds > 0,
             "replace_retry_seconds": self.replace_retry_seconds > 0,
+            "webhook_cert_reload_seconds": self.webhook_cert_reload_seconds > 0,
         }
         for name, ok in positive.items():
             if not ok:
