@@ -148,6 +148,44 @@ def test_a_podgroup_finishes_when_no_member_runs_any_more(
     assert finished(group_index(k8s, min_member, phases), "g") == expected
 
 
+def deleting(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` with a deletionTimestamp (evicted, drained, deleted by its controller)."""
+    return {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-01-01T01:00:00Z"}}
+
+
+@pytest.mark.parametrize("exit_phase", ["Failed", "Succeeded"])
+def test_an_evicted_gang_has_not_finished_and_its_replacements_can_still_run(
+    k8s: Any, exit_phase: str
+) -> None:
+    index = group_index(k8s, 2, ["Running", "Running"])
+    # Eviction: the kubelet moves each deleted pod to a terminal phase (Failed, or Succeeded
+    # when the container exits 0 on SIGTERM) before the pod is removed.
+    for i in range(2):
+        pod = k8s.pod(f"g-{i}", labels=GROUP, gated=False, nodeName="n1", phase="Running")
+        index.apply("Pod", "MODIFIED", deleting(pod))
+        pod = k8s.pod(f"g-{i}", labels=GROUP, gated=False, nodeName="n1", phase=exit_phase)
+        index.apply("Pod", "MODIFIED", deleting(pod))
+        assert finished(index, "g") is None
+    for i in range(2):
+        index.apply("Pod", "DELETED", k8s.pod(f"g-{i}", labels=GROUP))
+    # The operator re-creates the gang, gated again; later it runs to the end.
+    for i in range(2, 4):
+        index.apply("Pod", "ADDED", k8s.pod(f"g-{i}", labels=GROUP))
+    assert finished(index, "g") is None
+    for i in range(2, 4):
+        pod = k8s.pod(f"g-{i}", labels=GROUP, gated=False, nodeName="n1", phase="Succeeded")
+        index.apply("Pod", "MODIFIED", pod)
+    assert finished(index, "g") == "Completed"
+
+
+def test_a_bare_pod_deleted_while_running_has_not_finished(k8s: Any) -> None:
+    index = ClusterIndex()
+    index.apply("Pod", "ADDED", k8s.pod("p"))
+    pod = k8s.pod("p", gated=False, nodeName="n1", phase="Failed")
+    index.apply("Pod", "MODIFIED", deleting(pod))
+    assert finished(index, "p") is None  # its tombstone follows: a deletion, not a failure
+
+
 def test_a_finished_podgroup_stays_finished_when_its_pods_are_deleted(k8s: Any) -> None:
     index = group_index(k8s, 2, ["Succeeded", "Succeeded"])
     for i in range(2):

@@ -8,11 +8,17 @@ differently per owner kind; :func:`workload_finished` reads each one:
   controller's terminal conditions; the interim ``SuccessCriteriaMet``/``FailureTarget`` ones
   are not enough, since pods may still be terminating).
 - **JobSet**: the ``Completed`` or ``Failed`` condition with status ``"True"``.
-- **bare Pod**: phase ``Succeeded`` or ``Failed``.
+- **bare Pod**: phase ``Succeeded`` or ``Failed``, unless it is being deleted.
 - **PodGroup**: from its member pods (the group has no controller that says so): finished once
-  no member is pending, running or unknown — every member is ``Succeeded`` or ``Failed`` — and
-  then ``Completed`` when at least ``minMember`` members (every member, without a minMember)
+  every member is ``Succeeded`` or ``Failed`` and none is being deleted, and then
+  ``Completed`` when at least ``minMember`` members (every member, without a minMember)
   succeeded, ``Failed`` when fewer did although the group had its ``minMember`` pods.
+
+A pod being deleted says nothing about how its work went: since Kubernetes 1.27 the kubelet
+moves a deleted pod to a terminal phase before it is removed, so an evicted gang (tidal
+preemption in restart mode, a drained node) would otherwise read as ``Failed`` — or, if its
+containers exit 0 on SIGTERM, as ``Completed`` — while its controller is about to re-create
+the pods.
 - **Deployment, ReplicaSet** and owners tidegate cannot read (StatefulSets, custom resources):
   never; their quota is given back when they are deleted.
 
@@ -42,8 +48,9 @@ def workload_finished(
     if isinstance(owner, JobSet):
         return _from_conditions(owner.status.is_true("Completed"), owner.status.is_true("Failed"))
     if isinstance(owner, Pod):
-        phase = owner.status.phase
-        return "Completed" if phase == "Succeeded" else "Failed" if phase == "Failed" else None
+        if not settled(owner):
+            return None
+        return "Completed" if owner.status.phase == "Succeeded" else "Failed"
     if isinstance(owner, PodGroup):
         return podgroup_finished(owner.spec.min_member, members)
     return None
@@ -51,7 +58,7 @@ def workload_finished(
 
 def podgroup_finished(min_member: int | None, members: Sequence[Pod]) -> Finished | None:
     """The PodGroup rule (module docstring) for a group of ``min_member`` with ``members``."""
-    if not members or any(p.status.phase not in TERMINAL_PHASES for p in members):
+    if not members or not all(settled(p) for p in members):
         return None
     needed = min_member if min_member is not None and min_member > 0 else len(members)
     succeeded = sum(1 for p in members if p.status.phase == "Succeeded")
@@ -60,6 +67,11 @@ def podgroup_finished(min_member: int | None, members: Sequence[Pod]) -> Finishe
     if len(members) >= needed:
         return "Failed"
     return None
+
+
+def settled(pod: Pod) -> bool:
+    """Whether ``pod`` ended by itself: in a terminal phase and not being deleted."""
+    return pod.status.phase in TERMINAL_PHASES and pod.metadata.deletion_timestamp is None
 
 
 def _from_conditions(complete: bool, failed: bool) -> Finished | None:

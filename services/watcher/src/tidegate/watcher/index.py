@@ -38,7 +38,7 @@ from tidegate.model.events import Message, ServiceType, WorkloadState
 from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
 from tidegate.watcher import keys
 from tidegate.watcher.convert import node_state, pod_state, queue_config, topology_config
-from tidegate.watcher.finish import TERMINAL_PHASES, Finished, workload_finished
+from tidegate.watcher.finish import Finished, settled, workload_finished
 from tidegate.watcher.objects import (
     Job,
     JobSet,
@@ -410,7 +410,7 @@ class ClusterIndex:
         if gated and workload not in self.managed:
             self.managed.add(workload)
             applied.affected.update(StateKey("pod", *m) for m in self._members[workload])
-        if pod.status.phase in TERMINAL_PHASES and workload in self.managed:
+        if settled(pod) and workload in self.managed:
             # Now, not only when the workload is next published: its pods may be gone by then.
             self._note_finished(workload)
 
