@@ -91,6 +91,8 @@ class Harness:
     """Every decision on the stream, in order, with its headers."""
     services: list[tuple[Service[Any], "asyncio.Task[int]"]] = field(default_factory=list)
     sequence: int = 0
+    plays_topology_cache: bool = True
+    """Publish capacity from the state stream (off when the real topology-cache runs)."""
     _published_free: dict[str, Resources] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ services
@@ -283,7 +285,7 @@ class Harness:
         """Remember the state and republish node capacity that changed (the topology-cache)."""
         self.state[received.subject] = received.envelope.body
         body = received.envelope.body
-        if isinstance(body, (NodeState, PodState, Tombstone)):
+        if self.plays_topology_cache and isinstance(body, (NodeState, PodState, Tombstone)):
             await self._publish_capacity()
 
     async def _publish_capacity(self) -> None:
@@ -412,10 +414,11 @@ def inference_deployment(
     }
 
 
-@pytest.fixture
-async def harness(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
+@contextlib.asynccontextmanager
+async def environment(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
     """A running simulated cluster (1 block × 2 racks × 2 nodes × 8 GPUs, grace periods at a
-    tenth of real time), the bus, the watcher, and followers of the state and decisions."""
+    tenth of real time) with queues and priority classes, the bus, and followers of the state
+    and the decisions; no service yet."""
     settings = SimSettings(nodes="1x2x2x8gpu", time_scale=0.1)
     async with SimCluster.running(settings) as sim:
         kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
@@ -448,7 +451,6 @@ async def harness(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterat
         tasks = [asyncio.create_task(f.run()) for f in followers]
         try:
             await h.setup_queues()
-            await h.start_watcher()
             yield h
         finally:
             for service, task in reversed(h.services):
@@ -461,3 +463,11 @@ async def harness(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterat
                     await task
             await bus.drain()
             await kube.close()
+
+
+@pytest.fixture
+async def harness(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
+    """The environment with the real watcher running; the harness publishes capacity."""
+    async with environment(tmp_path, nats_url, cluster_id) as h:
+        await h.start_watcher()
+        yield h
