@@ -189,3 +189,12 @@ def test_settings_name_the_bad_value(tmp_path: Path) -> None:
         "c",
     )
     assert not settings.serves_webhook
+
+
+def test_the_crd_allows_exactly_the_phases_written() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[3]
+    crd = yaml.safe_load((root / "deploy" / "crds" / "tidegate.io_podgroups.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert schema["properties"]["status"]["properties"]["phase"]["enum"] == list(PHASES)
