@@ -1,0 +1,136 @@
+"""The evictor against the simulated API server over HTTP: eviction by UID, idempotence, and
+abort mode's suspension and mark."""
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidegate.kube import JOBS, NAMESPACES, PODS, KubeClient, KubeSettings, NotFound
+from tidegate.kube import connect as connect_kube
+from tidegate.preemption.evict import (
+    PREEMPTED_BY_ANNOTATION,
+    EvictionFailed,
+    EvictionSettings,
+    Evictor,
+)
+from tidegate.preemption.record import PodRef, VictimRecord
+from tidegate.sim import SimCluster, SimSettings
+
+NAMESPACE = "team"
+
+
+@pytest.fixture
+async def kube(tmp_path: Path) -> AsyncIterator[KubeClient]:
+    """A client of a bare simulated API server (no controllers), with namespace ``team``."""
+    settings = SimSettings(nodes="1x1x2x8gpu", scheduler=False, kubelet=False, controllers=False)
+    async with SimCluster.running(settings) as sim:
+        client = await connect_kube(
+            KubeSettings(kubeconfig=sim.write_kubeconfig(tmp_path / "kc"), max_attempts=1)
+        )
+        await client.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+def pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": "block0-rack0-node0",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "trainer:1"}],
+        },
+    }
+
+
+def ref(obj: dict[str, Any]) -> PodRef:
+    meta = obj["metadata"]
+    return PodRef(namespace=NAMESPACE, name=meta["name"], uid=meta["uid"])
+
+
+async def exists(kube: KubeClient, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(await kube.get(PODS, name, namespace=NAMESPACE))
+    except NotFound:
+        return None
+
+
+async def test_a_pod_is_evicted_once_and_a_replacement_of_the_same_name_never(
+    kube: KubeClient,
+) -> None:
+    outcomes: list[str] = []
+    evictor = Evictor(kube, EvictionSettings(), observe=outcomes.append)
+    old = ref(dict(await kube.create(PODS, pod("worker-0"), namespace=NAMESPACE)))
+    assert await evictor.evict(old) == "evicted"
+    assert await exists(kube, "worker-0") is None
+    assert await evictor.evict(old) == "gone"  # evicting again is a no-op
+
+    replacement = dict(await kube.create(PODS, pod("worker-0"), namespace=NAMESPACE))
+    assert await evictor.evict(old) == "gone"  # the old UID: the new pod stays
+    still = await exists(kube, "worker-0")
+    assert still is not None
+    assert still["metadata"]["uid"] == replacement["metadata"]["uid"]
+    assert outcomes == ["evicted", "gone", "gone"]
+
+
+async def test_abort_suspends_and_marks_the_job_then_evicts_its_pods(kube: KubeClient) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {
+            "parallelism": 2,
+            "template": {
+                "spec": {
+                    "containers": [{"name": "main", "image": "trainer:1"}],
+                    "restartPolicy": "Never",
+                }
+            },
+        },
+    }
+    await kube.create(JOBS, job, namespace=NAMESPACE)
+    pods = [
+        ref(dict(await kube.create(PODS, pod(f"train-{i}"), namespace=NAMESPACE))) for i in range(2)
+    ]
+    victim = VictimRecord(
+        key=f"{NAMESPACE}/train", uid="u", mode="abort", owner_kind="Job", pods=pods
+    )
+    results = await Evictor(kube, EvictionSettings()).preempt(
+        victim, pods, preemptor=f"{NAMESPACE}/serve"
+    )
+    assert results == {"train-0": "evicted", "train-1": "evicted"}
+    stored = await kube.get(JOBS, "train", namespace=NAMESPACE)
+    assert stored["spec"]["suspend"] is True
+    assert stored["metadata"]["annotations"][PREEMPTED_BY_ANNOTATION] == f"{NAMESPACE}/serve"
+    assert [await exists(kube, p.name) for p in pods] == [None, None]
+
+    # The Job gone meanwhile (a restarted preemption) is not an error either.
+    await kube.delete(JOBS, "train", namespace=NAMESPACE)
+    again = await Evictor(kube, EvictionSettings()).preempt(
+        victim, pods, preemptor=f"{NAMESPACE}/serve"
+    )
+    assert again == {"train-0": "gone", "train-1": "gone"}
+
+
+async def test_an_unreachable_api_server_fails_the_eviction_for_a_later_retry(
+    tmp_path: Path,
+) -> None:
+    async with SimCluster.running(SimSettings(nodes=None)) as sim:
+        path = sim.write_kubeconfig(tmp_path / "kc")
+    # The server is gone now: every request is refused.
+    kube = await connect_kube(KubeSettings(kubeconfig=path, max_attempts=1))
+    try:
+        evictor = Evictor(kube, EvictionSettings(retry_seconds=0.2, retry_delay_seconds=0.05))
+        victim = VictimRecord(key=f"{NAMESPACE}/train", uid="u", mode="restart", owner_kind="Job")
+        with pytest.raises(EvictionFailed, match="1 of 1 pods of team/train not evicted"):
+            await evictor.preempt(
+                victim, [PodRef(namespace=NAMESPACE, name="p", uid="x")], preemptor="team/s"
+            )
+    finally:
+        await kube.close()
