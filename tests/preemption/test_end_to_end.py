@@ -1,0 +1,201 @@
+"""The whole tide, end to end: every service as a real process on a simulated cluster.
+
+watcher, topology-cache, admission, preemption and ungater run as ``python -m tidegate.…``
+processes against a real nats-server and the simulated cluster (scheduler, kubelets,
+controllers, the admission gate). Nothing is played by the test: it only creates Kubernetes
+objects and watches the bus and the API server.
+
+A training Job fills the cluster; an inference Deployment of higher priority arrives; the
+training Job is evicted whole, the inference pods run, the training Job waits in its queue
+(it never preempts back) and is admitted again, whole, when the inference workload goes away.
+"""
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tidegate.model import (
+    Admitted,
+    Pending,
+    PodState,
+    Preempted,
+    PreemptRequested,
+    Released,
+    WorkloadState,
+)
+
+from .conftest import (
+    DEPLOYMENTS,
+    JOBS,
+    NAMESPACE,
+    Harness,
+    environment,
+    inference_deployment,
+    training_job,
+)
+
+SERVICES = ("watcher", "topology_cache", "admission", "preemption", "ungater")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def every_service(h: Harness, logs: Path) -> AsyncIterator[None]:
+    """Start the five services as processes, wait until all are ready, stop them at the end."""
+    common = {
+        **os.environ,
+        "TIDEGATE_CLUSTER": h.cluster,
+        "TIDEGATE_NATS_URL": h.nats_url,
+        "TIDEGATE_LOG_LEVEL": "INFO",
+        "TIDEGATE_KUBECONFIG": str(h.kubeconfig),
+        "TIDEGATE_KUEUE_TOPOLOGY_VERSION": "v1alpha1",
+        "TIDEGATE_ABSENT_RETRY_SECONDS": "0.5",
+        "TIDEGATE_LEASE_TTL_SECONDS": "2",
+        "TIDEGATE_CYCLE_TICK_SECONDS": "0.2",
+        "TIDEGATE_RECONCILE_INTERVAL_SECONDS": "0.5",
+        "TIDEGATE_BATCH_WINDOW_SECONDS": "0.05",
+        "TIDEGATE_WEBHOOK": "off",
+        "TIDEGATE_SHUTDOWN_GRACE_SECONDS": "2",
+    }
+    processes: dict[str, asyncio.subprocess.Process] = {}
+    ports = {name: free_port() for name in SERVICES}
+    files = {name: (logs / f"{name}.log").open("wb") for name in SERVICES}
+    try:
+        for name in SERVICES:
+            processes[name] = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                f"tidegate.{name}",
+                env={**common, "TIDEGATE_HTTP_PORT": str(ports[name])},
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=files[name],
+            )
+        async with aiohttp.ClientSession() as http:
+            for name in SERVICES:
+                await _ready(http, name, ports[name], processes[name], logs)
+        yield
+    finally:
+        for process in processes.values():
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        for name, process in processes.items():
+            try:
+                await asyncio.wait_for(process.wait(), 20)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+            files[name].close()
+
+
+async def _ready(
+    http: aiohttp.ClientSession,
+    name: str,
+    port: int,
+    process: asyncio.subprocess.Process,
+    logs: Path,
+) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.returncode is not None:
+            tail = (logs / f"{name}.log").read_text()[-2000:]
+            raise AssertionError(f"{name} exited with {process.returncode}:\n{tail}")
+        try:
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{name} never became ready")
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
+    """The simulated cluster and the bus with every service running as a process."""
+    async with environment(tmp_path, nats_url, cluster_id) as h:
+        h.plays_topology_cache = False
+        async with every_service(h, tmp_path):
+            yield h
+
+
+def pods_of(h: Harness, workload: str) -> list[PodState]:
+    return [
+        m
+        for m in h.state.values()
+        if isinstance(m, PodState) and m.workload == f"{NAMESPACE}/{workload}"
+    ]
+
+
+def running(h: Harness, workload: str, count: int) -> list[PodState]:
+    """The workload's pods if exactly ``count`` of them run and none is being deleted."""
+    pods = [p for p in pods_of(h, workload) if not p.terminating]
+    ok = len(pods) == count and all(p.phase == "Running" and p.node_name for p in pods)
+    return pods if ok else []
+
+
+def decisions_about(h: Harness, kind: type, workload: str) -> list[object]:
+    key = f"{NAMESPACE}/{workload}"
+    return [
+        d
+        for d in h.of(kind)
+        if getattr(d, "workload", None) == key or getattr(d, "preemptor", None) == key
+    ]
+
+
+@pytest.mark.slow
+async def test_inference_reclaims_a_training_job_that_comes_back_later(cluster: Harness) -> None:
+    h = cluster
+    await h.create(JOBS, training_job("train", pods=4))
+    await h.until(lambda: running(h, "train", 4), within=30, what="the training Job running")
+    first_run = {p.uid for p in running(h, "train", 4)}
+
+    await h.create(DEPLOYMENTS, inference_deployment("serve", replicas=2))
+    await h.until(lambda: h.of(Preempted), within=30, what="a preemption")
+    (preempted,) = h.of(Preempted)
+    assert preempted.preemptor == f"{NAMESPACE}/serve"
+    assert preempted.victims == [f"{NAMESPACE}/train"]
+    assert decisions_about(h, PreemptRequested, "serve")
+
+    # The inference pods run on the room the whole training gang left.
+    await h.until(lambda: running(h, "serve", 2), within=30, what="the inference pods running")
+    serving = running(h, "serve", 2)
+    assert {p.node_name for p in serving} == set(preempted.nominated)
+    (serve_admitted,) = decisions_about(h, Admitted, "serve")
+    assert isinstance(serve_admitted, Admitted)
+    assert serve_admitted.nominated_by == f"{NAMESPACE}/serve"
+
+    # The training Job is evicted whole, released, and back in its queue with gated pods.
+    assert not first_run & {p.uid for p in pods_of(h, "train")}
+    released = decisions_about(h, Released, "train")
+    assert [r.reason for r in released if isinstance(r, Released)] == ["Evicted"]
+    train_state = h.workload("train")
+    assert isinstance(train_state, WorkloadState)
+
+    def waiting_for_capacity() -> bool:
+        pending = decisions_about(h, Pending, "train")
+        return bool(pending) and getattr(pending[-1], "reason", "") == "WaitingForCapacity"
+
+    await h.until(waiting_for_capacity, within=30, what="the training Job waiting in its queue")
+    # No ping-pong: training never asks to preempt, and nothing is preempted again.
+    assert decisions_about(h, PreemptRequested, "train") == []
+    assert len(h.of(Preempted)) == 1
+
+    # The tide goes out: the inference Deployment is deleted, the training Job comes back whole.
+    await h.kube.delete(DEPLOYMENTS, "serve", namespace=NAMESPACE, propagation="Background")
+    await h.until(lambda: running(h, "train", 4), within=40, what="the training Job re-admitted")
+    assert len(decisions_about(h, Admitted, "train")) == 2
+    assert not first_run & {p.uid for p in running(h, "train", 4)}
+    assert len(h.of(Preempted)) == 1
