@@ -52,6 +52,7 @@ from tidegate.model import (
     PreemptRequested,
     QueueConfig,
     Released,
+    ReplaceRequested,
     Resources,
     WorkloadKey,
     WorkloadState,
@@ -68,6 +69,7 @@ from tidegate.policy.capacity import ClusterCapacity
 from tidegate.policy.cards import CardDemand, CardError, card_demand
 from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
 from tidegate.policy.quota import Charge, QuotaLedger, QuotaRequest, gang_resources
+from tidegate.policy.replacement import ReplacementError, merged_assignments, replacement_podsets
 
 DEFAULT_PROFILE: Final = "best-fit"
 """Placement profile when neither the workload nor its queue names one."""
@@ -248,6 +250,70 @@ class Admission:
                 self.capacity.hold(node, amount)
         self._growth += 1
         return out
+
+    def replace(self, request: ReplaceRequested, *, now: float) -> list[Decision]:
+        """Slots of an admitted workload were lost with their nodes: place them again inside
+        the workload's required domain (a new admission that ``replaces`` the old one), or,
+        when there is no room, release it with ``evict_pods`` so it restarts whole from its
+        queue. A request about an admission that is no longer the current one is ignored
+        (:mod:`tidegate.policy.replacement`)."""
+        key = WorkloadKey(request.workload)
+        admitted = self._admitted.get(key)
+        if (
+            admitted is None
+            or admitted.uid != request.uid
+            or admitted.sequence != request.admitted_sequence
+        ):
+            return []
+        workload = self._workloads.get(key)
+        queue = self._queues.get(admitted.queue)
+        nodes = ", ".join(request.nodes) or "gone"
+        if workload is None or queue is None:
+            return self._evict(key, f"slots lost with nodes {nodes}; queue or workload unknown")
+        topology = self._topology_for(workload, queue)
+        view = self.capacity.view(topology) if isinstance(topology, str) else None
+        if view is None:
+            return self._evict(key, f"slots lost with nodes {nodes}; no topology to place on")
+        try:
+            podsets = replacement_podsets(workload, admitted, request)
+            podsets = card_demand(workload).restrict(podsets)
+        except (ReplacementError, CardError) as exc:
+            return self._evict(key, f"slots lost with nodes {nodes}; {exc}")
+        if not podsets:
+            return []
+        view = view.copy()
+        for node in request.nodes:
+            if node in view:
+                view.remove_node(node)
+        profile = workload.profile or queue.profile or DEFAULT_PROFILE
+        result = _place(view, PlacementRequest(podsets=podsets, profile=profile))
+        if isinstance(result, str) or not result.fits:
+            why = result if isinstance(result, str) else result.reason or "no room"
+            lost = sum(p.count for p in podsets)
+            return self._evict(
+                key, f"no room for {lost} replacement pods after nodes {nodes} failed: {why}"
+            )
+        sequence = self._next_sequence()
+        usage = {NodeName(node): taken for node, taken in result.usage().items()}
+        body = msgspec.structs.replace(
+            admitted,
+            sequence=sequence,
+            epoch=self.epoch,
+            assignments=merged_assignments(admitted, request, result.assignments),
+            replaces=admitted.sequence,
+        )
+        self.capacity.take(sequence, usage, at=now)
+        self._admitted[key] = body
+        return [Decision(key=key, body=body, workload=workload, node_usage=usage)]
+
+    def _evict(self, key: WorkloadKey, message: str) -> list[Decision]:
+        released = self.release(key, "Evicted", message)
+        if released is None:
+            return []
+        assert isinstance(released.body, Released)
+        body = msgspec.structs.replace(released.body, evict_pods=True)
+        self._tried_at.pop(key, None)
+        return [Decision(key=key, body=body, workload=released.workload)]
 
     def restore(
         self, admitted: Admitted, node_usage: Mapping[NodeName, Resources], *, now: float

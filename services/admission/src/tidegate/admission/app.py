@@ -168,6 +168,7 @@ class Leader:
                     subjects=(
                         f"tg.{self._ctx.cluster}.decision.preempted.>",
                         f"tg.{self._ctx.cluster}.decision.released.>",
+                        f"tg.{self._ctx.cluster}.decision.replace-requested.>",
                     ),
                     deliver_new_only=True,
                 ),

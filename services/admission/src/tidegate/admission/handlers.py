@@ -6,7 +6,8 @@ Three streams feed :class:`tidegate.policy.admission.Admission`:
   by leader and standby alike so a standby's picture is current when it takes over;
 - the capacity stream (free capacity per node and topology from the topology-cache);
 - the decision stream's ``preempted`` and ``released`` decisions (leader only, durable), which
-  give quota back.
+  give quota back, and the ungater's ``replace-requested`` (slots lost to failed nodes, placed
+  again or the workload evicted: :meth:`~tidegate.policy.admission.Admission.replace`).
 
 A handler updates the policy object, queues any decision it produced (a release: of a
 workload deleted, re-created, or whose state says it finished) in the outbox, and wakes the
@@ -29,6 +30,7 @@ from tidegate.model import (
     Preempted,
     QueueConfig,
     Released,
+    ReplaceRequested,
     Tombstone,
     TopologyConfig,
     WorkloadKey,
@@ -116,6 +118,8 @@ class Handlers:
                 match body:
                     case Preempted():
                         decisions = self.admission.preempted(body, now=time.time())
+                    case ReplaceRequested():
+                        decisions = self.admission.replace(body, now=time.time())
                     case Released(workload=key, uid=uid, sequence=sequence):
                         found = self.admission.release_if(
                             WorkloadKey(key), uid=uid, before=sequence, reason=body.reason

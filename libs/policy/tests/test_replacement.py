@@ -1,0 +1,142 @@
+"""Replacement slots after node failures: inside the required domain, or the gang is evicted."""
+
+import pytest
+
+from tidegate.model import (
+    Admitted,
+    DomainCount,
+    PodSetSpec,
+    Released,
+    ReplaceRequested,
+    TopologyAssignment,
+    TopologyRequest,
+    WorkloadKey,
+)
+from tidegate.policy.admission import Admission
+from tidegate.policy.replacement import (
+    ReplacementError,
+    merged_assignments,
+    replacement_podsets,
+    required_prefix,
+)
+
+from .test_admission import GPU, cluster, node, only, workers, workload
+
+BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
+LEVELS = [BLOCK, RACK, HOST]
+
+
+def assignment(*hosts: tuple[str, str, int]) -> TopologyAssignment:
+    """(rack, host, count) triples in block b1."""
+    return TopologyAssignment(
+        levels=LEVELS,
+        domains=[DomainCount(values=["b1", r, h], count=c) for r, h, c in hosts],
+    )
+
+
+def admitted_on(admission: Admission) -> Admitted:
+    """Admit ``ns/a`` (four 4-GPU workers, required rack) and return the admission."""
+    admission.set_workload(workload("a", workers(4, 4, rack=True)))
+    (body,) = only(admission.cycle(now=1.0), Admitted)
+    assert isinstance(body, Admitted)
+    return body
+
+
+def lost_in(admitted: Admitted, *hosts: str) -> ReplaceRequested:
+    """The request for the slots of ``hosts``."""
+    domains = [d for d in admitted.assignments["workers"].domains if d.values[-1] in hosts]
+    return ReplaceRequested(
+        workload="ns/a",
+        uid="uid-a",
+        admitted_sequence=admitted.sequence,
+        lost={"workers": domains},
+        nodes=list(hosts),
+    )
+
+
+def three_racks() -> Admission:
+    """Rack r1: three 8-GPU nodes; rack r2: one (too small for the gang)."""
+    return cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r1"), node("n4", "r2"))
+
+
+def test_required_prefix_per_kind_of_request() -> None:
+    target = assignment(("r1", "n1", 2), ("r1", "n2", 1))
+    rack = PodSetSpec(name="w", count=3, topology=TopologyRequest(required=RACK))
+    auto = PodSetSpec(name="w", count=3, topology=TopologyRequest(required="auto"))
+    free = PodSetSpec(name="w", count=3)
+    assert required_prefix(rack, target) == ["b1", "r1"]
+    assert required_prefix(auto, target) == ["b1", "r1"]
+    assert required_prefix(free, target) == []
+    with pytest.raises(ReplacementError, match="not a level"):
+        required_prefix(
+            PodSetSpec(name="w", count=1, topology=TopologyRequest(required="x")), target
+        )
+
+
+def test_lost_slots_are_placed_again_inside_the_rack_avoiding_failed_nodes() -> None:
+    admission = three_racks()
+    admitted = admitted_on(admission)
+    hosts = {d.values[-1] for d in admitted.assignments["workers"].domains}
+    assert {d.values[1] for d in admitted.assignments["workers"].domains} == {"r1"}
+    failed = sorted(hosts)[:1]  # one of its two hosts; the rack's third node has room for 2
+    (decision,) = admission.replace(lost_in(admitted, *failed), now=2.0)
+    body = decision.body
+    assert isinstance(body, Admitted)
+    assert body.replaces == admitted.sequence
+    assert body.sequence > admitted.sequence
+    assert body.charged == admitted.charged
+    domains = body.assignments["workers"].domains
+    assert sum(d.count for d in domains) == 4
+    assert all(d.values[1] == "r1" for d in domains)
+    assert not {d.values[-1] for d in domains} & set(failed)
+    assert admission.admitted()[WorkloadKey("ns/a")] == body
+    # Taken from the view: a second identical request is about an old admission, ignored.
+    assert admission.replace(lost_in(admitted, *failed), now=3.0) == []
+
+
+def test_no_room_in_the_required_domain_evicts_the_gang_and_requeues_it() -> None:
+    admission = cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2"))
+    admitted = admitted_on(admission)
+    rack = admitted.assignments["workers"].domains[0].values[1]
+    failed = sorted({d.values[-1] for d in admitted.assignments["workers"].domains})
+    (decision,) = admission.replace(lost_in(admitted, failed[0]), now=2.0)
+    body = decision.body
+    assert isinstance(body, Released)
+    assert (body.reason, body.evict_pods) == ("Evicted", True)
+    assert "no room for 2 replacement pods" in body.message
+    assert not admission.is_admitted(WorkloadKey("ns/a"))
+    assert admission.quota.usage("q").resources == {}
+    # Back in its queue: admitted again in the other rack once the failed node is gone.
+    admission.capacity.remove("default", failed[0])
+    admission.capacity.update(node(failed[0], rack, free_gpus=0))
+    (again,) = only(admission.cycle(now=3.0), Admitted)
+    assert isinstance(again, Admitted)
+    assert again.replaces is None
+
+
+def test_merge_keeps_the_rest_and_adds_the_new_domains() -> None:
+    admitted = Admitted(
+        workload="ns/a",
+        uid="u",
+        queue="q",
+        sequence=4,
+        epoch=1,
+        assignments={"workers": assignment(("r1", "n1", 2), ("r1", "n2", 2))},
+    )
+    request = ReplaceRequested(
+        workload="ns/a",
+        uid="u",
+        admitted_sequence=4,
+        lost={"workers": [DomainCount(values=["b1", "r1", "n2"], count=2)]},
+    )
+    placed = {"workers": assignment(("r1", "n1", 1), ("r1", "n3", 1))}
+    merged = merged_assignments(admitted, request, placed)
+    assert merged["workers"].domains == [
+        DomainCount(values=["b1", "r1", "n1"], count=3),
+        DomainCount(values=["b1", "r1", "n3"], count=1),
+    ]
+    gang = workload("a", workers(4, 4, rack=True))
+    (podset,) = replacement_podsets(gang, admitted, request)
+    assert (podset.count, podset.node_selector) == (2, {BLOCK: "b1", RACK: "r1"})
+    assert podset.topology.required == RACK
+    assert podset.requests[GPU] == 4
