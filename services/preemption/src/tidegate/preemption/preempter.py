@@ -142,15 +142,18 @@ class Preempter:
     async def _answer(self, request: PreemptRequested, *, now: float) -> str:
         key = WorkloadKey(request.workload)
         existing = self._ledger.records.get(key)
+        if existing is not None and not existing.published:
+            # Victims are never left half evicted, whoever the request is from now.
+            finished = await self._finish_or_defer(existing)
+            if not finished or existing.preemptor_uid == request.uid:
+                return "resumed"
+            existing = self._ledger.records.get(key)
         if existing is not None and existing.preemptor_uid != request.uid:
             log.info(
                 "preemption record of a former %s (uid %s) dropped", key, existing.preemptor_uid
             )
             await self._ledger.delete(key)
             existing = None
-        if existing is not None and not existing.published:
-            await self._finish_or_defer(existing)
-            return "resumed"
         if existing is not None and request.sequence <= existing.request_sequence:
             return "duplicate"
         workload = self._view.workload(key)
@@ -205,13 +208,16 @@ class Preempter:
         await self._finish_or_defer(record)
         return "preempts"
 
-    async def _finish_or_defer(self, record: PreemptionRecord) -> None:
+    async def _finish_or_defer(self, record: PreemptionRecord) -> bool:
+        """Finish ``record``; False (logged) when an eviction failed and it must wait."""
         try:
             await self.finish(record)
         except EvictionFailed as exc:
             log.warning(
                 "preemption for %s not finished, will be retried: %s", record.preemptor, exc
             )
+            return False
+        return True
 
     async def finish(self, record: PreemptionRecord) -> None:
         """Evict every victim of ``record`` whole, publish its decision, mark it published.

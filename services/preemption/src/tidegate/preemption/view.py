@@ -40,6 +40,7 @@ from tidegate.model import (
     workload_key,
 )
 from tidegate.model import resources as res
+from tidegate.model.events import OnPreemption
 from tidegate.placement import CapacityView
 from tidegate.policy.capacity import ClusterCapacity
 from tidegate.policy.quota import QueueUsage
@@ -353,7 +354,7 @@ class PreemptionView:
             view.set_used(node, {name: max(amount, 0) for name, amount in used.items()})
         return view
 
-    def victim_record(self, key: WorkloadKey, *, mode: str) -> VictimRecord | None:
+    def victim_record(self, key: WorkloadKey, *, mode: OnPreemption) -> VictimRecord | None:
         """What to record for victim ``key`` (its owner and the pods to evict), or None when
         the workload is no longer known."""
         workload = self._workloads.get(key)
@@ -362,7 +363,7 @@ class PreemptionView:
         return VictimRecord(
             key=key,
             uid=workload.uid,
-            mode="abort" if mode == "abort" else "restart",
+            mode=mode,
             owner_kind=workload.owner_kind,
             owner_api_version=workload.owner_api_version,
             pods=self.evictable_pods(key),
