@@ -1,0 +1,317 @@
+"""Simulated cluster → watcher → bus → topology-cache → capacity view, under churn.
+
+The simulator runs the Lingjun production topology (847 GPU hosts, racks of 2 to 8 whose names
+repeat under different blocks) with its scheduler, kubelets and node lifecycle. Pods are
+created, finish, are deleted; nodes fail, are cordoned and removed; the watcher's pod watch
+is cut and the API server's history compacted (a relist after 410 Gone); the watcher is
+restarted with changes made while it is down. At the end the capacity view on the bus must
+equal a recomputation from the simulator's own objects: per node, allocatable minus the
+requests of its bound, non-terminal pods, and whether it is schedulable; per domain, the sums
+over its schedulable nodes.
+"""
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tidegate.kube import KubeSettings
+from tidegate.kube import connect as connect_kube
+from tidegate.model import CapacityDomain, CapacityNode, parse_resources
+from tidegate.model import resources as res
+from tidegate.placement import DEFAULT_MAX_PODS
+from tidegate.placement.accounting import (
+    TERMINAL_PHASES,
+    UNSCHEDULABLE_TAINTS,
+    CapacityKey,
+    DomainKey,
+    NodeKey,
+)
+from tidegate.sim import SimCluster, SimSettings
+from tidegate.sim.kinds import NAMESPACES, NODES, PODS
+from tidegate.watcher.app import Watcher
+from tidegate.watcher.config import WatcherSettings
+
+from .conftest import Harness
+
+LINGJUN = Path(__file__).resolve().parents[2] / "libs/sim/tests/data/lingjun-topology.csv"
+MERGE = "application/merge-patch+json"
+NAMESPACE = "churn"
+TOPOLOGY = "default"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimCluster]:
+    """The Lingjun cluster, full control plane, no admission gate (pods schedule at once)."""
+    settings = SimSettings(
+        nodes=LINGJUN,
+        admission_gate=False,
+        time_scale=0.01,
+        scheduler_interval_seconds=0.02,
+    )
+    async with SimCluster.running(settings) as cluster:
+        cluster.api.create(NAMESPACES, None, {"metadata": {"name": NAMESPACE}})
+        yield cluster
+
+
+class WatcherRunner:
+    """Starts and stops the watcher, as its Deployment would."""
+
+    def __init__(self, harness: Harness, sim: SimCluster, kubeconfig: Path) -> None:
+        self._harness = harness
+        self._sim = sim
+        self._kubeconfig = kubeconfig
+        self._task: asyncio.Task[None] | None = None
+        self.relists = 0
+        """Relists after 410 Gone by the watchers stopped so far."""
+        self._watcher: Watcher | None = None
+        self._close: list[Any] = []
+
+    async def start(self) -> None:
+        kube = await connect_kube(
+            KubeSettings(kubeconfig=self._kubeconfig, backoff_max_seconds=0.3)
+        )
+        self._close.append(kube)
+        watcher = Watcher(
+            bus=self._harness.bus,
+            kube=kube,
+            settings=WatcherSettings(
+                cluster=self._harness.cluster,
+                absent_retry_seconds=0.5,
+                kueue_topology_version="v1alpha1",
+            ),
+        )
+        self._watcher = watcher
+        self._task = asyncio.create_task(watcher.run())
+        ready = asyncio.create_task(watcher.ready.wait())
+        done, _ = await asyncio.wait({self._task, ready}, timeout=30, return_when="FIRST_COMPLETED")
+        if self._task in done:
+            ready.cancel()
+            self._task.result()
+        assert ready in done, "the watcher did not become ready"
+
+    def relisted(self) -> int:
+        """Relists after 410 Gone, counting the watchers stopped already."""
+        current = self._watcher.stats.relists if self._watcher else {}
+        return self.relists + sum(current.values())
+
+    async def stop(self) -> None:
+        if self._watcher is not None:
+            self.relists += sum(self._watcher.stats.relists.values())
+            self._watcher = None
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for kube in self._close:
+            await kube.close()
+        self._close.clear()
+
+
+@pytest.fixture
+async def watcher(
+    harness: Harness, sim: SimCluster, tmp_path: Path
+) -> AsyncIterator[WatcherRunner]:
+    """A watcher runner, stopped before the simulator is."""
+    runner = WatcherRunner(harness, sim, sim.write_kubeconfig(tmp_path / "kubeconfig"))
+    try:
+        yield runner
+    finally:
+        await runner.stop()
+
+
+def pod_body(name: str, rng: random.Random) -> dict[str, Any]:
+    requests: dict[str, Any] = {"cpu": f"{rng.choice([100, 500, 2000])}m", "memory": "1Gi"}
+    gpus = rng.choice([0, 0, 1, 2, 4, 8])
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+    annotations = {}
+    if rng.random() < 0.3:  # finishes after 0.5-2 s of wall time
+        annotations["tidegate.io/sim-duration-seconds"] = str(rng.choice([50, 100, 200]))
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": requests}}
+            ],
+        },
+    }
+
+
+def expected_view(sim: SimCluster) -> dict[CapacityKey, tuple[object, ...]]:
+    """What the capacity view must say, from the simulator's objects alone."""
+    levels = sim.levels
+    used: dict[str, dict[str, int]] = {}
+    for pod in sim.store.objects(PODS.key):
+        node = pod.get("spec", {}).get("nodeName")
+        if not node or pod.get("status", {}).get("phase") in TERMINAL_PHASES:
+            continue
+        used[node] = res.add(res.add(used.get(node, {}), _requests(pod)), {"pods": 1})
+    out: dict[CapacityKey, tuple[object, ...]] = {}
+    domains: dict[DomainKey, tuple[int, dict[str, int]]] = {}
+    for node in sim.store.objects(NODES.key):
+        name = node["metadata"]["name"]
+        labels = node["metadata"].get("labels", {})
+        allocatable = parse_resources(node["status"].get("allocatable"))
+        allocatable.setdefault("pods", DEFAULT_MAX_PODS)
+        taken = used.get(name, {})
+        free = {
+            r: allocatable.get(r, 0) - taken.get(r, 0)
+            for r in sorted({*allocatable, *taken})
+            if r in allocatable or taken.get(r, 0)
+        }
+        path = tuple(labels[level] for level in levels if level in labels)
+        schedulable = _schedulable(node) and len(path) == len(levels)
+        out[NodeKey(TOPOLOGY, name)] = (path, free, schedulable)
+        if schedulable:
+            for m in range(len(levels)):
+                key = DomainKey(TOPOLOGY, m, path[: m + 1])
+                count, total = domains.get(key, (0, {}))
+                domains[key] = (count + 1, res.add(total, free))
+    for key, (count, total) in domains.items():
+        out[key] = (count, res.non_zero(total))
+    return out
+
+
+def published_view(harness: Harness) -> dict[CapacityKey, tuple[object, ...]]:
+    out: dict[CapacityKey, tuple[object, ...]] = {}
+    for key, record in harness.view().items():
+        if isinstance(record, CapacityNode) and record.topology == TOPOLOGY:
+            out[key] = (tuple(record.domain), record.free, record.schedulable)
+        elif isinstance(record, CapacityDomain) and record.topology == TOPOLOGY:
+            out[key] = (record.nodes, record.free)
+    return out
+
+
+def differences(sim: SimCluster, harness: Harness) -> list[str]:
+    want, got = expected_view(sim), published_view(harness)
+    problems = [f"missing {k}" for k in want.keys() - got.keys()]
+    problems += [f"extra {k}" for k in got.keys() - want.keys()]
+    problems += [
+        f"{k}: published {got[k]}, simulator says {want[k]}"
+        for k in want.keys() & got.keys()
+        if got[k] != want[k]
+    ]
+    return sorted(problems)
+
+
+async def until_equal(sim: SimCluster, harness: Harness, *, within: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while asyncio.get_running_loop().time() < deadline:
+        if not differences(sim, harness):
+            return
+        await asyncio.sleep(0.1)
+    found = differences(sim, harness)
+    raise AssertionError(f"{len(found)} differences, first: {found[:5]}")
+
+
+def _requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    spec = pod.get("spec", {})
+    total: dict[str, int] = {}
+    for container in spec.get("containers", []):
+        total = res.add(total, parse_resources(container.get("resources", {}).get("requests")))
+    for container in spec.get("initContainers", []):
+        init = parse_resources(container.get("resources", {}).get("requests"))
+        total = {r: max(total.get(r, 0), init.get(r, 0)) for r in {*total, *init}}
+    return res.add(total, parse_resources(spec.get("overhead")))
+
+
+def _schedulable(node: Mapping[str, Any]) -> bool:
+    spec, status = node.get("spec", {}), node.get("status", {})
+    ready = all(
+        c.get("status") == "True" for c in status.get("conditions", []) if c.get("type") == "Ready"
+    )
+    tainted = any(
+        t.get("key") in UNSCHEDULABLE_TAINTS and t.get("effect") in ("NoSchedule", "NoExecute")
+        for t in spec.get("taints", [])
+    )
+    return ready and not spec.get("unschedulable", False) and not tainted
+
+
+def set_ready(sim: SimCluster, node: str, ready: bool) -> None:
+    condition = {"type": "Ready", "status": "True" if ready else "False", "reason": "Test"}
+    sim.api.patch(
+        NODES, None, node, {"status": {"conditions": [condition]}}, MERGE, subresource="status"
+    )
+
+
+def delete_pod(sim: SimCluster, name: str, *, now: bool) -> None:
+    options = {"gracePeriodSeconds": 0} if now else {}
+    with contextlib.suppress(Exception):  # already gone (finished and collected, or evicted)
+        sim.api.delete(PODS, NAMESPACE, name, options)
+
+
+async def test_capacity_view_equals_the_simulators_own_state_after_churn(
+    harness: Harness, sim: SimCluster, watcher: WatcherRunner
+) -> None:
+    rng = random.Random(5)
+    await watcher.start()
+    await harness.start_cache()
+    nodes = sorted(n["metadata"]["name"] for n in sim.store.objects(NODES.key))
+    assert len(nodes) == 847
+
+    for i in range(300):
+        sim.api.create(PODS, NAMESPACE, pod_body(f"p{i}", rng))
+    await until_equal(sim, harness)
+    bound = [p for p in sim.store.objects(PODS.key) if p.get("spec", {}).get("nodeName")]
+    assert len(bound) > 250  # the cluster really is busy
+
+    # Deletions (graceful and immediate), more pods, failing, cordoned and removed nodes.
+    for i in rng.sample(range(300), 60):
+        delete_pod(sim, f"p{i}", now=rng.random() < 0.5)
+    for i in range(300, 340):
+        sim.api.create(PODS, NAMESPACE, pod_body(f"p{i}", rng))
+    busy = sorted({p["spec"]["nodeName"] for p in bound})
+    failed, cordoned, removed = busy[:4], busy[4:6], busy[6:9]
+    for name in failed:
+        set_ready(sim, name, False)
+    for name in cordoned:
+        sim.api.patch(NODES, None, name, {"spec": {"unschedulable": True}}, MERGE)
+    for name in removed:
+        sim.api.delete(NODES, None, name, {})
+    await until_equal(sim, harness)
+
+    # A relist after 410 Gone: the pod watch is cut and kept from reconnecting while pods are
+    # deleted and the API server's history is compacted.
+    async with aiohttp.ClientSession() as http:
+        fault = {"code": 500, "count": 10_000, "method": "GET", "pathPrefix": "/api/v1/pods"}
+        async with http.post(f"{sim.url}/sim/v1/faults", json=fault) as response:
+            assert response.status == 201
+        sim.api.store.close_watchers()
+        for i in range(340, 360):
+            sim.api.create(PODS, NAMESPACE, pod_body(f"p{i}", rng))
+        for i in rng.sample(range(340), 30):
+            delete_pod(sim, f"p{i}", now=True)
+        async with http.post(f"{sim.url}/sim/v1/compact") as response:
+            assert response.status == 200
+        await asyncio.sleep(0.3)
+        async with http.delete(f"{sim.url}/sim/v1/faults") as response:
+            assert response.status == 200
+    await until_equal(sim, harness)
+    assert watcher.relisted() >= 1
+
+    # A watcher restart, with changes while it is down.
+    await watcher.stop()
+    set_ready(sim, failed[0], True)
+    sim.api.delete(NODES, None, busy[9], {})
+    for i in rng.sample(range(360), 30):
+        delete_pod(sim, f"p{i}", now=True)
+    for i in range(360, 380):
+        sim.api.create(PODS, NAMESPACE, pod_body(f"p{i}", rng))
+    await asyncio.sleep(0.3)
+    await watcher.start()
+    await until_equal(sim, harness)
+    record = harness.view()[NodeKey(TOPOLOGY, failed[1])]
+    assert isinstance(record, CapacityNode)
+    assert not record.schedulable
