@@ -535,8 +535,14 @@ class ApiServer:
             else:
                 metadata.pop(field, None)
         metadata.pop("resourceVersion", None)
-        causes = self._metadata_causes(rtype, new)
-        causes.extend(self._validate_update(rtype, old, new))
+        causes: list[tuple[str, str]] = []
+        if subresource != STATUS:
+            # A status write copies metadata and spec from the stored object: nothing to check.
+            if metadata.get("labels") != old_meta.get("labels") or metadata.get(
+                "annotations"
+            ) != old_meta.get("annotations"):
+                causes.extend(self._metadata_causes(rtype, new))
+            causes.extend(self._validate_update(rtype, old, new))
         if causes:
             raise invalid(rtype.kind, name, causes, group=rtype.group)
         if _spec_part(new) != _spec_part(old):

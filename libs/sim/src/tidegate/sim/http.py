@@ -425,9 +425,8 @@ class HttpApi:
                 if watcher.closed:
                     break
             await response.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
-            watcher.close()
-            raise
+        except ConnectionResetError:
+            pass  # the client went away; nothing left to tell it
         finally:
             watcher.close()
         return response

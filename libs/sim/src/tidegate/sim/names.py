@@ -81,10 +81,18 @@ def new_uid() -> str:
     return str(uuid.uuid4())
 
 
+_LAST_STAMP: list[tuple[int, str]] = [(-1, "")]
+
+
 def rfc3339(seconds: float | None = None) -> str:
     """A timestamp in the API's format (second precision, UTC, ``Z``)."""
-    moment = datetime.fromtimestamp(time.time() if seconds is None else seconds, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    whole = int(time.time() if seconds is None else seconds)
+    cached_second, cached_text = _LAST_STAMP[0]
+    if whole == cached_second:
+        return cached_text
+    text = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _LAST_STAMP[0] = (whole, text)
+    return text
 
 
 def rfc3339_micro(seconds: float | None = None) -> str:

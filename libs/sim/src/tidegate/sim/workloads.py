@@ -173,11 +173,15 @@ class _OwnedPods(Reconciler):
         self.mark(object_key(event.obj))
 
     def _on_owned(self, event: WatchEvent) -> None:
-        if event.old is not None:
-            self._index(event.old, add=False)
-        if event.type != DELETED:
-            self._index(event.obj, add=True)
         ref = controller_of(event.obj)
+        old_ref = controller_of(event.old) if event.old is not None else None
+        if old_ref != ref or event.type == DELETED:
+            if event.old is not None:
+                self._index(event.old, add=False)
+            if event.type != DELETED:
+                self._index(event.obj, add=True)
+        elif event.old is None:
+            self._index(event.obj, add=True)
         if ref is None or ref.get("kind") != self.owner_type.kind:
             return
         uid = str(ref.get("uid"))

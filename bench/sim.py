@@ -1,0 +1,202 @@
+"""Benchmark of the simulated cluster at scale: nodes, pods, lists, watches, the control plane.
+
+    python bench/sim.py [--nodes 10x20x50x8gpu] [--jobs 100] [--pods-per-job 1000]
+                        [--watchers 4] [--json] [--out FILE]
+
+Starts a SimCluster with the given topology (default 10,000 nodes), then:
+
+* **populate** — time to create the nodes (and bootstrap objects);
+* **list nodes** — one HTTP list of every node;
+* **pods** — ``--jobs`` Jobs of ``--pods-per-job`` pods each (default 100,000 pods of one
+  cpu each, not gated), created by the Job controller, bound by the scheduler and started by
+  the kubelets, while ``--watchers`` HTTP watches on pods follow every event (resuming from
+  their last resourceVersion when the server cuts them off, like informers); reports the time
+  until every pod exists, is bound, and is Running, and the events each watcher received;
+* **list pods** — one HTTP list of every pod, and one page of 500 with a label selector;
+* **single writes** — latency of pod creates over HTTP on the loaded cluster.
+
+Prints the figures; with --json prints one object (and writes it to --out). Figures are
+measurements on this machine, never assertions.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import msgspec
+
+from tidegate.sim import SimCluster, SimSettings
+
+
+def rss_mib() -> float:
+    """Peak resident memory of this process in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def count_pods(cluster: SimCluster, predicate: str) -> int:
+    """Pods of the bench namespace that exist / are bound / are Running."""
+    pods = cluster.store.objects(("", "pods"), "bench")
+    if predicate == "exists":
+        return cluster.store.count(("", "pods"), "bench")
+    if predicate == "bound":
+        return sum(1 for p in pods if p["spec"].get("nodeName"))  # type: ignore[union-attr]
+    return sum(1 for p in pods if p["status"].get("phase") == "Running")  # type: ignore[union-attr]
+
+
+async def wait_for(cluster: SimCluster, predicate: str, total: int, limit_seconds: float) -> float:
+    """Seconds until ``total`` pods satisfy ``predicate``; NaN past the limit."""
+    started = time.perf_counter()
+    while await count_pods(cluster, predicate) < total:
+        if time.perf_counter() - started > limit_seconds:
+            return float("nan")
+        await asyncio.sleep(0.5)
+    return time.perf_counter() - started
+
+
+async def watch_count(url: str, counter: list[int], stop: asyncio.Event) -> None:
+    """Follow pod events like an informer: resume from the last resourceVersion when cut off.
+
+    ``counter`` is [events, reconnects].
+    """
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+    last = "0"
+    async with aiohttp.ClientSession(url, timeout=timeout) as http:
+        while not stop.is_set():
+            params = {"watch": "1", "resourceVersion": last, "allowWatchBookmarks": "true"}
+            async with http.get("/api/v1/namespaces/bench/pods", params=params) as response:
+                while not stop.is_set():
+                    line = await response.content.readline()
+                    if not line:
+                        break
+                    event = msgspec.json.decode(line)
+                    last = event["object"]["metadata"]["resourceVersion"]
+                    if event["type"] != "BOOKMARK":
+                        counter[0] += 1
+            counter[1] += 1
+
+
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    """Run every measurement; returns the figures."""
+    result: dict[str, object] = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "topology": args.nodes,
+    }
+    started = time.perf_counter()
+    settings = SimSettings(nodes=args.nodes, time_scale=1.0, bookmark_interval_seconds=60)
+    async with SimCluster.running(settings) as cluster:
+        result["populate_s"] = round(time.perf_counter() - started, 3)
+        result["nodes"] = len(cluster.layout.nodes)
+        async with aiohttp.ClientSession(cluster.url) as http:
+            t0 = time.perf_counter()
+            async with http.get("/api/v1/nodes") as response:
+                body = await response.read()
+            result["list_nodes_s"] = round(time.perf_counter() - t0, 3)
+            result["list_nodes_mib"] = round(len(body) / 2**20, 1)
+            async with http.post("/api/v1/namespaces", json={"metadata": {"name": "bench"}}) as r:
+                assert r.status == 201, await r.text()
+            stop = asyncio.Event()
+            counters = [[0, 0] for _ in range(args.watchers)]
+            watchers = [asyncio.create_task(watch_count(cluster.url, c, stop)) for c in counters]
+            total = args.jobs * args.pods_per_job
+            t0 = time.perf_counter()
+            for i in range(args.jobs):
+                job = {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {"name": f"job-{i}"},
+                    "spec": {
+                        "parallelism": args.pods_per_job,
+                        "completions": args.pods_per_job,
+                        "template": {
+                            "metadata": {"labels": {"bench": f"job-{i}"}},
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [
+                                    {
+                                        "name": "c",
+                                        "image": "trainer",
+                                        "resources": {"requests": {"cpu": "1"}},
+                                    }
+                                ],
+                            },
+                        },
+                    },
+                }
+                async with http.post("/apis/batch/v1/namespaces/bench/jobs", json=job) as r:
+                    assert r.status == 201, await r.text()
+            limit = args.limit_seconds
+            result["pods"] = total
+            for stage in ("exists", "bound", "running"):
+                waited = await wait_for(cluster, stage, total, limit)
+                elapsed = time.perf_counter() - t0 if waited == waited else float("nan")
+                result[f"pods_{stage}_after_s"] = round(elapsed, 2)
+            await asyncio.sleep(1.0)
+            result["watch_events_per_watcher"] = [c[0] for c in counters]
+            result["watch_reconnects_per_watcher"] = [c[1] for c in counters]
+            result["resource_version"] = cluster.store.resource_version
+            t0 = time.perf_counter()
+            async with http.get("/api/v1/namespaces/bench/pods") as response:
+                body = await response.read()
+            result["list_pods_s"] = round(time.perf_counter() - t0, 3)
+            result["list_pods_mib"] = round(len(body) / 2**20, 1)
+            t0 = time.perf_counter()
+            params = {"labelSelector": f"bench=job-{args.jobs - 1}", "limit": "500"}
+            async with http.get("/api/v1/pods", params=params) as response:
+                await response.read()
+            result["list_selected_page_s"] = round(time.perf_counter() - t0, 3)
+            latencies = []
+            for i in range(args.single_writes):
+                pod = {
+                    "metadata": {"name": f"single-{i}"},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]},
+                }
+                t1 = time.perf_counter()
+                async with http.post("/api/v1/namespaces/bench/pods", json=pod) as r:
+                    await r.read()
+                latencies.append(time.perf_counter() - t1)
+            latencies.sort()
+            result["create_pod_p50_ms"] = round(latencies[len(latencies) // 2] * 1000, 2)
+            result["create_pod_p99_ms"] = round(latencies[int(len(latencies) * 0.99)] * 1000, 2)
+            stop.set()
+            for task in watchers:
+                task.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+    result["peak_rss_mib"] = round(rss_mib(), 1)
+    return result
+
+
+def main() -> int:
+    """Parse options, run, print."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", default="10x20x50x8gpu", help="topology (default 10,000 nodes)")
+    parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--pods-per-job", type=int, default=1000)
+    parser.add_argument("--watchers", type=int, default=4)
+    parser.add_argument("--single-writes", type=int, default=200)
+    parser.add_argument("--limit-seconds", type=float, default=900.0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", type=Path, help="also write the JSON object here")
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    text = json.dumps(result, indent=2)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    if args.json:
+        print(text)
+    else:
+        for key, value in result.items():
+            print(f"{key:>28}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
