@@ -166,3 +166,70 @@ async def test_custom_objects(api_client: client.ApiClient) -> None:
     assert unsupported.value.status == 415
     listing = await custom.list_cluster_custom_object("tidegate.io", "v1alpha1", "podgroups")
     assert [item["metadata"]["name"] for item in listing["items"]] == ["g1"]
+
+
+async def test_typed_models_accept_what_the_control_plane_writes(
+    sim: SimCluster, tmp_path: Path
+) -> None:
+    """Objects written by the simulated kubelet and controllers deserialize into typed models."""
+    configuration = client.Configuration()
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    async with client.ApiClient(configuration) as api:
+        core, batch, apps = client.CoreV1Api(api), client.BatchV1Api(api), client.AppsV1Api(api)
+        job = client.V1Job(
+            metadata=client.V1ObjectMeta(name="typed"),
+            spec=client.V1JobSpec(
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(
+                        annotations={"tidegate.io/sim-duration-seconds": "0.2"}
+                    ),
+                    spec=client.V1PodSpec(
+                        restart_policy="Never",
+                        containers=[client.V1Container(name="main", image="busybox")],
+                    ),
+                )
+            ),
+        )
+        await batch.create_namespaced_job("default", job)
+        deployment = client.V1Deployment(
+            metadata=client.V1ObjectMeta(name="typed"),
+            spec=client.V1DeploymentSpec(
+                replicas=1,
+                selector=client.V1LabelSelector(match_labels={"app": "typed"}),
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(labels={"app": "typed"}),
+                    spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x")]),
+                ),
+            ),
+        )
+        await apps.create_namespaced_deployment("default", deployment)
+        for _ in range(100):
+            done = await batch.read_namespaced_job_status("typed", "default")
+            ready = await apps.read_namespaced_deployment_status("typed", "default")
+            if done.status.succeeded == 1 and ready.status.ready_replicas == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert done.status.succeeded == 1
+        assert done.status.conditions[-1].type == "Complete"
+        assert ready.status.ready_replicas == 1
+        pods = await core.list_namespaced_pod("default")
+        phases = sorted(p.status.phase for p in pods.items)
+        assert phases == ["Running", "Succeeded"]
+        running = next(p for p in pods.items if p.status.phase == "Running")
+        assert running.status.container_statuses[0].ready is True
+        assert running.spec.node_name.startswith("block0-")
+        replica_sets = await apps.list_namespaced_replica_set("default")
+        assert replica_sets.items[0].status.ready_replicas == 1
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name="typed."),
+            involved_object=client.V1ObjectReference(kind="Job", name="typed", namespace="default"),
+            reason="Admitted",
+            message="admitted by tidegate",
+            type="Normal",
+        )
+        created = await core.create_namespaced_event("default", event)
+        listed = await core.list_namespaced_event(
+            "default", field_selector="involvedObject.name=typed,reason=Admitted"
+        )
+        assert [e.metadata.name for e in listed.items] == [created.metadata.name]
