@@ -318,7 +318,9 @@ def test_victims_in_flight_are_not_candidates_and_count_as_gone() -> None:
     first = view.choose(other, in_flight=[], now=NOW)
     assert not isinstance(first, Unanswerable)
     assert first.victims == ("team/low",)
-    record = make_record(view, other, first.victims, nominated=first.nominated)
+    record = make_record(
+        view, other, first.victims, nominated={str(n): a for n, a in first.nominated.items()}
+    )
 
     # "other" holds the room of "low"'s nodes: "serve" must take "mid", never "low" again.
     second = view.choose(serve, in_flight=[record], now=NOW)
