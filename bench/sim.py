@@ -63,7 +63,7 @@ async def wait_for(cluster: SimCluster, predicate: str, total: int, limit_second
 async def watch_count(url: str, counter: list[int], stop: asyncio.Event) -> None:
     """Follow pod events like an informer: resume from the last resourceVersion when cut off.
 
-    ``counter`` is [events, reconnects].
+    ``counter`` is [events, reconnects, relists after 410].
     """
     timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
     last = "0"
@@ -76,6 +76,12 @@ async def watch_count(url: str, counter: list[int], stop: asyncio.Event) -> None
                     if not line:
                         break
                     event = msgspec.json.decode(line)
+                    if event["type"] == "ERROR":
+                        # 410 Gone: relist, as an informer does, and watch from there.
+                        async with http.get("/api/v1/namespaces/bench/pods") as listing:
+                            last = (await listing.json())["metadata"]["resourceVersion"]
+                        counter[2] += 1
+                        break
                     last = event["object"]["metadata"]["resourceVersion"]
                     if event["type"] != "BOOKMARK":
                         counter[0] += 1
@@ -103,7 +109,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             async with http.post("/api/v1/namespaces", json={"metadata": {"name": "bench"}}) as r:
                 assert r.status == 201, await r.text()
             stop = asyncio.Event()
-            counters = [[0, 0] for _ in range(args.watchers)]
+            counters = [[0, 0, 0] for _ in range(args.watchers)]
             watchers = [asyncio.create_task(watch_count(cluster.url, c, stop)) for c in counters]
             total = args.jobs * args.pods_per_job
             t0 = time.perf_counter()
@@ -141,6 +147,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             await asyncio.sleep(1.0)
             result["watch_events_per_watcher"] = [c[0] for c in counters]
             result["watch_reconnects_per_watcher"] = [c[1] for c in counters]
+            result["watch_relists_per_watcher"] = [c[2] for c in counters]
             result["resource_version"] = cluster.store.resource_version
             t0 = time.perf_counter()
             async with http.get("/api/v1/namespaces/bench/pods") as response:

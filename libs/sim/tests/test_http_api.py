@@ -384,3 +384,33 @@ async def test_injected_faults(http: aiohttp.ClientSession) -> None:
             assert response.headers["Retry-After"] == "1"
     async with http.get(PODS) as response:
         assert response.status == 200
+
+
+async def test_workload_validation(http: aiohttp.ClientSession) -> None:
+    container = {"name": "c", "image": "x"}
+    bad_job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j"},
+        "spec": {"parallelism": -1, "template": {"spec": {"containers": [container]}}},
+    }
+    async with http.post("/apis/batch/v1/namespaces/default/jobs", json=bad_job) as response:
+        assert response.status == 422
+        message = (await response.json())["message"]
+    assert "spec.template.spec.restartPolicy" in message
+    assert "spec.parallelism" in message
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "a"}},
+            "template": {"metadata": {"labels": {"app": "b"}}, "spec": {"containers": [container]}},
+        },
+    }
+    path = "/apis/apps/v1/namespaces/default/deployments"
+    async with http.post(path, json=deployment) as response:
+        assert response.status == 422
+        assert "does not match template" in (await response.json())["message"]
+    async with http.post(path, json={"kind": "Job", "metadata": {"name": "x"}}) as response:
+        assert response.status == 400

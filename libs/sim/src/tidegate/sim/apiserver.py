@@ -61,7 +61,7 @@ from tidegate.sim.patching import (
     merge_patch,
     strategic_merge_patch,
 )
-from tidegate.sim.selectors import Selector
+from tidegate.sim.selectors import Selector, match_label_selector_object
 from tidegate.sim.store import Store
 
 _SYSTEM_METADATA: Final = (
@@ -378,6 +378,10 @@ class ApiServer:
             return []
         if rtype.has_status and rtype is not NODES:
             obj.pop("status", None)
+        if rtype is JOBS:
+            return _job_causes(obj)
+        if rtype.group == "apps" and rtype.kind in ("Deployment", "ReplicaSet"):
+            return _replicated_causes(obj)
         return []
 
     def _prepare_pod(self, pod: JsonObject, namespace: str) -> list[tuple[str, str]]:
@@ -847,6 +851,67 @@ def _canonical_order(obj: JsonObject) -> JsonObject:
     """apiVersion, kind, metadata first, as the real server serialises objects."""
     head: JsonObject = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
     return {**head, **{k: v for k, v in obj.items() if k not in head}}
+
+
+def _template_causes(spec: JsonObject, path: str) -> list[tuple[str, str]]:
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        return [(f"{path}.template", "Required value")]
+    pod_spec = template.get("spec")
+    if not isinstance(pod_spec, dict):
+        return [(f"{path}.template.spec", "Required value")]
+    causes = pods.validate_create({"spec": pod_spec})
+    return [(f"{path}.template.{field}", message) for field, message in causes]
+
+
+def _job_causes(job: JsonObject) -> list[tuple[str, str]]:
+    spec = job.get("spec")
+    if not isinstance(spec, dict):
+        return [("spec", "Required value")]
+    causes = _template_causes(spec, "spec")
+    restart = _dict(_dict(spec.get("template")).get("spec")).get("restartPolicy")
+    if not causes and restart not in ("Never", "OnFailure"):
+        causes.append(
+            (
+                "spec.template.spec.restartPolicy",
+                f'Unsupported value: {restart!r}: supported values: "OnFailure", "Never"',
+            )
+        )
+    for field in ("parallelism", "completions", "backoffLimit"):
+        value = spec.get(field)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 0
+        ):
+            causes.append(
+                (f"spec.{field}", f"Invalid value: {value!r}: must be a non-negative integer")
+            )
+    return causes
+
+
+def _replicated_causes(obj: JsonObject) -> list[tuple[str, str]]:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return [("spec", "Required value")]
+    causes = _template_causes(spec, "spec")
+    selector = spec.get("selector")
+    labels = _dict(_dict(_dict(spec.get("template")).get("metadata")).get("labels"))
+    if not isinstance(selector, dict) or not selector:
+        causes.append(("spec.selector", "Required value"))
+    elif not match_label_selector_object(selector, labels):
+        causes.append(
+            (
+                "spec.template.metadata.labels",
+                f"Invalid value: {labels!r}: `selector` does not match template `labels`",
+            )
+        )
+    replicas = spec.get("replicas")
+    if replicas is not None and (
+        not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0
+    ):
+        causes.append(
+            ("spec.replicas", f"Invalid value: {replicas!r}: must be a non-negative integer")
+        )
+    return causes
 
 
 def _job_update_causes(old: JsonObject, new: JsonObject) -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ parses requests and writes responses.
 """
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from tidegate.sim.selectors import Selector
 from tidegate.sim.store import ADDED, DELETED, MODIFIED, WatchEvent
 
 _ENCODER: Final = msgspec.json.Encoder()
+_LOG: Final = logging.getLogger(__name__)
 _JSON: Final = "application/json"
 _JOB_ORPHAN_WARNING: Final = (
     '299 - "child pods are preserved by default when jobs are deleted; set '
@@ -165,6 +167,12 @@ class HttpApi:
             return await self._serve(request)
         except ApiError as error:
             return error_response(error)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            # Whatever went wrong, the client gets a Status like a real server's 500.
+            _LOG.exception("%s %s failed", request.method, request.path)
+            return error_response(ApiError(500, "InternalError", f"internal error: {exc!r}"))
 
     # --- routing -------------------------------------------------------------------------
 

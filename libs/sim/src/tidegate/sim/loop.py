@@ -5,7 +5,8 @@ only mark keys dirty (or set a timer). :class:`Reconciler.run` then reconciles t
 in batches, yielding to the event loop between keys so the API server stays responsive, and
 wakes for timers (a pod that finishes, a grace period that ends). A reconcile that fails with
 an :class:`~tidegate.sim.errors.ApiError` (a conflict with a concurrent client write, say) is
-retried a little later; it never stops the loop.
+retried a little later; any other exception is logged and retried after a few seconds; neither
+stops the loop.
 """
 
 import asyncio
@@ -20,6 +21,7 @@ from tidegate.sim.errors import ApiError
 
 _LOG: Final = logging.getLogger(__name__)
 _RETRY_SECONDS: Final = 0.2
+_FAILURE_RETRY_SECONDS: Final = 5.0
 _YIELD_EVERY: Final = 200
 
 
@@ -88,6 +90,11 @@ class Reconciler:
                     except ApiError as exc:
                         _LOG.debug("%s: %s: %s, retrying", self.name, key, exc.message)
                         self.at(time.monotonic() + _RETRY_SECONDS, key)
+                    except Exception:
+                        # A bug or an object shape we did not foresee must not stop the
+                        # simulated control plane: log it and try that key again later.
+                        _LOG.exception("%s: reconciling %s failed", self.name, key)
+                        self.at(time.monotonic() + _FAILURE_RETRY_SECONDS, key)
                     if count % _YIELD_EVERY == 0:
                         await asyncio.sleep(0)
                 self.after_batch()
