@@ -466,3 +466,15 @@ async def test_bare_cluster_runs_nothing(bare: SimCluster) -> None:
     stored = bare.store.get(("", "pods"), "default", "idle")
     assert stored is not None
     assert not stored["spec"].get("nodeName")  # type: ignore[union-attr]
+
+
+async def test_set_node_ready_toggles_taints(cluster: SimCluster) -> None:
+    def taint_keys() -> set[str]:
+        node = cluster.store.get(("", "nodes"), "", "block0-rack1-node1")
+        assert node is not None
+        return {str(t["key"]) for t in node["spec"].get("taints", [])}  # type: ignore[union-attr]
+
+    cluster.set_node_ready("block0-rack1-node1", False)
+    await eventually(lambda: taint_keys() == {"node.kubernetes.io/not-ready"})
+    cluster.set_node_ready("block0-rack1-node1", True)
+    await eventually(lambda: not taint_keys())

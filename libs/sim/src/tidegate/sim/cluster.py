@@ -23,10 +23,11 @@ from tidegate.sim.apiserver import ApiServer
 from tidegate.sim.bundled import bundled_crds
 from tidegate.sim.errors import ApiError, JsonObject
 from tidegate.sim.http import HttpApi, WatchSettings
-from tidegate.sim.kinds import CRDS, NODES, Registry
+from tidegate.sim.kinds import CRDS, NODES, STATUS, Registry
 from tidegate.sim.kubelet import Kubelet
 from tidegate.sim.lifecycle import GarbageCollector, NamespaceController, NodeLifecycle
 from tidegate.sim.names import rfc3339
+from tidegate.sim.pods import set_condition
 from tidegate.sim.scheduler import Scheduler
 from tidegate.sim.settings import SettingsError, SimSettings
 from tidegate.sim.store import Store
@@ -166,6 +167,26 @@ class SimCluster:
                     except ApiError as exc:
                         if exc.code != 409:
                             raise
+
+    def set_node_ready(self, name: str, ready: bool) -> None:
+        """Set a node's Ready condition (what a kubelet's heartbeat, or its absence, does).
+
+        The same as patching ``nodes/<name>/status`` over HTTP; the node-lifecycle controller
+        then taints the node and evicts pods that do not tolerate it.
+        """
+        node = self.api.get(NODES, None, name)
+        current = node.get("status")
+        status: JsonObject = dict(current) if isinstance(current, dict) else {}
+        condition: JsonObject = {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "reason": "KubeletReady" if ready else "KubeletNotReady",
+            "message": "set by the simulator",
+            "lastHeartbeatTime": rfc3339(),
+            "lastTransitionTime": rfc3339(),
+        }
+        set_condition(status, condition)
+        self.api.update(NODES, None, name, {**node, "status": status}, subresource=STATUS)
 
     def write_kubeconfig(self, path: Path | str) -> Path:
         """Write a kubeconfig for this cluster (kubernetes-asyncio and kubectl accept it)."""
