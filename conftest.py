@@ -19,7 +19,9 @@ from tidegate.sim import SimCluster, SimSettings
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServerProcess]:
     """A nats-server with JetStream for the whole test session."""
     store: Path = tmp_path_factory.mktemp("jetstream")
-    with NatsServerProcess(store_dir=store) as server:
+    # Each test's cluster reserves a 1 GiB decisions stream (it writes a few KiB): above the
+    # default limit of 75% of the free disk, later tests could not create their streams.
+    with NatsServerProcess(store_dir=store, max_file_store_bytes=1 << 40) as server:
         yield server
 
 

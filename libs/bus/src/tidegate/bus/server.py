@@ -53,6 +53,10 @@ class NatsServerProcess:
     host: str = "127.0.0.1"
     port: int = 0
     startup_timeout_seconds: float = 10.0
+    max_file_store_bytes: int | None = None
+    """JetStream's file storage limit; None: the server's default (75% of the free disk). Every
+    stream with ``max_bytes`` reserves that much up front, so a test session that creates the
+    streams of many clusters (a 1 GiB decisions stream each) needs a limit above the disk."""
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
 
@@ -69,9 +73,17 @@ class NatsServerProcess:
         if self.port == 0:
             self.port = free_port(self.host)
         log_path = self.store_dir / "nats-server.log"
+        config: list[str] = []
+        if self.max_file_store_bytes is not None:
+            config_path = self.store_dir / "nats-server.conf"
+            config_path.write_text(
+                f"jetstream {{\n  max_file_store: {self.max_file_store_bytes}\n}}\n"
+            )
+            config = ["--config", str(config_path)]
         self._process = subprocess.Popen(
             [
                 find_nats_server(),
+                *config,
                 "--jetstream",
                 "--store_dir",
                 str(self.store_dir),
