@@ -12,6 +12,7 @@ The trace format and what to look for are in docs/demo.md.
 import argparse
 import asyncio
 import json
+import logging
 import shutil
 import sys
 from collections.abc import Callable
@@ -61,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"tidegate demo: {exc}", file=sys.stderr)
         return 2
     say: Callable[[str], None] = (lambda _line: None) if args.quiet or args.json else print
+    # The services log to their own files; here only errors would distract from the story.
+    logging.basicConfig(level=logging.ERROR)
     workdir = args.workdir.resolve()
     if workdir.exists():
         shutil.rmtree(workdir)

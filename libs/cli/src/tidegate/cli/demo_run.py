@@ -49,7 +49,13 @@ async def run_demo(
 ) -> tuple[DemoRecord, bool]:
     """Run the whole demo in ``workdir`` (an empty directory); returns what it saw, and whether
     a service died on the way."""
-    settings = StackSettings(workdir=workdir, cluster=cluster, nodes=nodes, time_scale=time_scale)
+    settings = StackSettings(
+        workdir=workdir,
+        cluster=cluster,
+        nodes=nodes,
+        time_scale=time_scale,
+        extra_env=compressed_timeouts(time_scale),
+    )
     say(f"tidegate demo: starting nats-server, a simulated cluster ({nodes}) and 5 services")
     say(f"  logs, traces and the report go to {workdir}")
     record = DemoRecord()
@@ -60,6 +66,14 @@ async def run_demo(
         runner = DemoRunner(stack, trace, record, say, time_scale=time_scale)
         failed = await runner.run()
     return record, failed
+
+
+def compressed_timeouts(time_scale: float) -> dict[str, str]:
+    """Service timeouts measured in simulated time, so that a demo running 20x faster than real
+    time also waits 20x less before, e.g., admission asks preemption again (never under 1 s)."""
+    return {
+        "TIDEGATE_PREEMPTION_TIMEOUT_SECONDS": f"{max(1.0, 30.0 * time_scale):g}",
+    }
 
 
 class DemoRunner:
