@@ -14,13 +14,14 @@ differently per owner kind; :func:`workload_finished` reads each one:
   ``Completed`` when at least ``minMember`` members (every member, without a minMember)
   succeeded, ``Failed`` when fewer did although the group had its ``minMember`` pods.
 
+- **Deployment, ReplicaSet** and owners tidegate cannot read (StatefulSets, custom resources):
+  never; their quota is given back when they are deleted.
+
 A pod being deleted says nothing about how its work went: since Kubernetes 1.27 the kubelet
 moves a deleted pod to a terminal phase before it is removed, so an evicted gang (tidal
 preemption in restart mode, a drained node) would otherwise read as ``Failed`` — or, if its
 containers exit 0 on SIGTERM, as ``Completed`` — while its controller is about to re-create
 the pods.
-- **Deployment, ReplicaSet** and owners tidegate cannot read (StatefulSets, custom resources):
-  never; their quota is given back when they are deleted.
 
 Pure code: no I/O. Keeping the verdict once reached (pods of a finished group may be deleted
 afterwards) is the index's job (:mod:`tidegate.watcher.index`).
