@@ -13,7 +13,6 @@ differently per owner kind; :func:`workload_finished` reads each one:
   every member is ``Succeeded`` or ``Failed`` and none is being deleted, and then
   ``Completed`` when at least ``minMember`` members (every member, without a minMember)
   succeeded, ``Failed`` when fewer did although the group had its ``minMember`` pods.
-
 - **Deployment, ReplicaSet** and owners tidegate cannot read (StatefulSets, custom resources):
   never; their quota is given back when they are deleted.
 
