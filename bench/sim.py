@@ -9,8 +9,8 @@ Starts a SimCluster with the given topology (default 10,000 nodes), then:
 * **list nodes** — one HTTP list of every node;
 * **pods** — ``--jobs`` Jobs of ``--pods-per-job`` pods each (default 100,000 pods of one
   cpu each, not gated), created by the Job controller, bound by the scheduler and started by
-  the kubelets, while ``--watchers`` HTTP watches on pods follow every event (resuming from
-  their last resourceVersion when the server cuts them off, like informers); reports the time
+  the kubelets, while ``--watchers`` watcher processes follow every pod event over HTTP
+  (resuming from their last resourceVersion, relisting on 410, like informers); reports the time
   until every pod exists, is bound, and is Running, and the events each watcher received;
 * **list pods** — one HTTP list of every pod, and one page of 500 with a label selector;
 * **single writes** — latency of pod creates over HTTP on the loaded cluster.
@@ -60,32 +60,44 @@ async def wait_for(cluster: SimCluster, predicate: str, total: int, limit_second
     return time.perf_counter() - started
 
 
-async def watch_count(url: str, counter: list[int], stop: asyncio.Event) -> None:
-    """Follow pod events like an informer: resume from the last resourceVersion when cut off.
+async def follow(url: str) -> dict[str, int]:
+    """Follow pod events like an informer until the server goes away (a watcher process).
 
-    ``counter`` is [events, reconnects, relists after 410].
+    Resumes from the last resourceVersion when the server ends the stream, relists on 410.
     """
+    counts = {"events": 0, "reconnects": 0, "relists": 0}
     timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
     last = "0"
+    attempts = 0
     async with aiohttp.ClientSession(url, timeout=timeout) as http:
-        while not stop.is_set():
+        while True:
             params = {"watch": "1", "resourceVersion": last, "allowWatchBookmarks": "true"}
-            async with http.get("/api/v1/namespaces/bench/pods", params=params) as response:
-                while not stop.is_set():
-                    line = await response.content.readline()
-                    if not line:
-                        break
-                    event = msgspec.json.decode(line)
-                    if event["type"] == "ERROR":
-                        # 410 Gone: relist, as an informer does, and watch from there.
-                        async with http.get("/api/v1/namespaces/bench/pods") as listing:
-                            last = (await listing.json())["metadata"]["resourceVersion"]
-                        counter[2] += 1
-                        break
-                    last = event["object"]["metadata"]["resourceVersion"]
-                    if event["type"] != "BOOKMARK":
-                        counter[0] += 1
-            counter[1] += 1
+            try:
+                async with http.get("/api/v1/namespaces/bench/pods", params=params) as response:
+                    counts["reconnects"] += 1 if attempts else 0
+                    attempts += 1
+                    async for line in response.content:
+                        event = msgspec.json.decode(line)
+                        if event["type"] == "ERROR":
+                            async with http.get("/api/v1/namespaces/bench/pods") as listing:
+                                last = (await listing.json())["metadata"]["resourceVersion"]
+                            counts["relists"] += 1
+                            break
+                        last = event["object"]["metadata"]["resourceVersion"]
+                        if event["type"] != "BOOKMARK":
+                            counts["events"] += 1
+            except aiohttp.ClientError:
+                return counts
+
+
+async def start_watchers(url: str, count: int) -> list[asyncio.subprocess.Process]:
+    """Watcher processes (so their JSON decoding does not slow the server down)."""
+    return [
+        await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--follow", url, stdout=asyncio.subprocess.PIPE
+        )
+        for _ in range(count)
+    ]
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
@@ -108,9 +120,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             result["list_nodes_mib"] = round(len(body) / 2**20, 1)
             async with http.post("/api/v1/namespaces", json={"metadata": {"name": "bench"}}) as r:
                 assert r.status == 201, await r.text()
-            stop = asyncio.Event()
-            counters = [[0, 0, 0] for _ in range(args.watchers)]
-            watchers = [asyncio.create_task(watch_count(cluster.url, c, stop)) for c in counters]
+            watchers = await start_watchers(cluster.url, args.watchers)
+            await asyncio.sleep(1.0)
             total = args.jobs * args.pods_per_job
             t0 = time.perf_counter()
             for i in range(args.jobs):
@@ -145,9 +156,6 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 elapsed = time.perf_counter() - t0 if waited == waited else float("nan")
                 result[f"pods_{stage}_after_s"] = round(elapsed, 2)
             await asyncio.sleep(1.0)
-            result["watch_events_per_watcher"] = [c[0] for c in counters]
-            result["watch_reconnects_per_watcher"] = [c[1] for c in counters]
-            result["watch_relists_per_watcher"] = [c[2] for c in counters]
             result["resource_version"] = cluster.store.resource_version
             t0 = time.perf_counter()
             async with http.get("/api/v1/namespaces/bench/pods") as response:
@@ -172,10 +180,10 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             latencies.sort()
             result["create_pod_p50_ms"] = round(latencies[len(latencies) // 2] * 1000, 2)
             result["create_pod_p99_ms"] = round(latencies[int(len(latencies) * 0.99)] * 1000, 2)
-            stop.set()
-            for task in watchers:
-                task.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+    follower_counts = [json.loads((await w.communicate())[0]) for w in watchers]
+    result["watch_events_per_watcher"] = [c["events"] for c in follower_counts]
+    result["watch_reconnects_per_watcher"] = [c["reconnects"] for c in follower_counts]
+    result["watch_relists_per_watcher"] = [c["relists"] for c in follower_counts]
     result["peak_rss_mib"] = round(rss_mib(), 1)
     return result
 
@@ -191,7 +199,11 @@ def main() -> int:
     parser.add_argument("--limit-seconds", type=float, default=900.0)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON object here")
+    parser.add_argument("--follow", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.follow:
+        print(json.dumps(asyncio.run(follow(args.follow))))
+        return 0
     result = asyncio.run(run(args))
     text = json.dumps(result, indent=2)
     if args.out:
