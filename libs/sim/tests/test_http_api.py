@@ -414,3 +414,30 @@ async def test_workload_validation(http: aiohttp.ClientSession) -> None:
         assert "does not match template" in (await response.json())["message"]
     async with http.post(path, json={"kind": "Job", "metadata": {"name": "x"}}) as response:
         assert response.status == 400
+
+
+async def test_bookmarks_flow_while_other_objects_change(http: aiohttp.ClientSession) -> None:
+    """A watch whose selector matches nothing still advances through bookmarks."""
+    bookmarks: list[int] = []
+
+    async def follow() -> None:
+        params = {
+            "watch": "1",
+            "labelSelector": "app=nothing",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "1",
+        }
+        async with http.get(PODS, params=params) as response:
+            async for line in response.content:
+                event = json.loads(line)
+                assert event["type"] == "BOOKMARK"
+                bookmarks.append(int(event["object"]["metadata"]["resourceVersion"]))
+
+    task = asyncio.create_task(follow())
+    for i in range(20):
+        await create(http, pod(f"busy-{i}"))
+        await asyncio.sleep(0.04)
+    await task
+    assert len(bookmarks) >= 2
+    assert bookmarks == sorted(bookmarks)
+    assert bookmarks[-1] > bookmarks[0]

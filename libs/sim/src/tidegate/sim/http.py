@@ -418,20 +418,24 @@ class HttpApi:
                 await response.write(self._bookmark(rtype, {"k8s.io/initial-events-end": "true"}))
             deadline = time.monotonic() + timeout
             interval = self.watch_settings.bookmark_interval_seconds
+            next_bookmark = time.monotonic() + interval
             while not self._stopping.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                now = time.monotonic()
+                if now >= deadline:
                     break
-                batch = await watcher.next_batch(min(interval, remaining))
-                if batch is None:
-                    if bookmarks:
-                        await response.write(self._bookmark(rtype, None))
-                    continue
-                lines = [line for e in batch if (line := _project(e, selector)) is not None]
-                if lines:
-                    await response.write(b"".join(lines))
+                batch = await watcher.next_batch(min(next_bookmark, deadline) - now)
+                if batch:
+                    lines = [line for e in batch if (line := _project(e, selector)) is not None]
+                    if lines:
+                        await response.write(b"".join(lines))
                 if watcher.closed:
                     break
+                # A bookmark promises every event up to its resourceVersion was sent, so it
+                # is only built when nothing is queued (no await between check and build).
+                if time.monotonic() >= next_bookmark and watcher.backlog == 0:
+                    next_bookmark = time.monotonic() + interval
+                    if bookmarks:
+                        await response.write(self._bookmark(rtype, None))
             await response.write_eof()
         except ConnectionResetError:
             pass  # the client went away; nothing left to tell it

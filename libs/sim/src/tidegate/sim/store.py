@@ -13,6 +13,7 @@ and knows nothing of HTTP; :mod:`tidegate.sim.apiserver` decides what may be wri
 """
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -112,10 +113,10 @@ class Watcher:
         """Every queued event, waiting up to ``wait_seconds``; None if none came."""
         if not self._pending and not self.closed:
             self._ready.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._ready.wait(), wait_seconds)
-            except TimeoutError:
-                return None
+        if not self._pending and not self.closed:
+            return None
         batch = list(self._pending)
         self._pending.clear()
         return batch
