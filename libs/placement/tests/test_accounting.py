@@ -375,6 +375,25 @@ def test_a_spread_avoids_unschedulable_nodes_and_follows_relabelling() -> None:
     assert accounting.reservation("team/train") == {"n1": 2}
 
 
+def test_spreads_that_overlap_through_a_wider_domain_are_recomputed_together() -> None:
+    accounting = cluster(node("n1"), node("n2"), node("n3", rack="r2"), node("n4", rack="r2"))
+    accounting.apply(rack_admission(2, gpus=8, workload="team/a", sequence=1))  # n1, n2
+    block = admitted(
+        {("b1",): 1}, workload="team/b", uid="team/b", sequence=2, gpus=8, levels=[BLOCK]
+    )
+    accounting.apply(block)
+    later = admitted(
+        {("b1", "r2"): 1}, workload="team/c", uid="team/c", sequence=3, gpus=8, levels=[BLOCK, RACK]
+    )
+    accounting.apply(later)
+    assert accounting.reservation("team/b") == {"n3": 1}
+    assert accounting.reservation("team/c") == {"n4": 1}
+    # Rack r1 empties: b moves there, and c, which shares no node with r1, follows through b.
+    accounting.apply(Released(workload="team/a", uid="team/a", queue="q", reason="Completed"))
+    assert accounting.reservation("team/b") == {"n1": 1}
+    assert accounting.reservation("team/c") == {"n3": 1}
+
+
 def test_a_spread_beside_a_host_reservation_of_another_topology() -> None:
     accounting = cluster(node("n1"), node("n2"))
     accounting.apply(admitted({host("n1"): 2}, workload="team/host", uid="h", sequence=5, gpus=4))

@@ -44,7 +44,7 @@ from tidegate.placement.accounting import (
 )
 
 BLOCK, RACK, HOST = "block", "rack", "host"
-TOPOLOGIES = {"hosts": [BLOCK, RACK, HOST], "racks": [BLOCK, RACK]}
+TOPOLOGIES = {"hosts": [BLOCK, RACK, HOST], "racks": [BLOCK, RACK], "blocks": [BLOCK]}
 NODES = [f"n{i}" for i in range(5)]
 RACKS = ["r1", "r2"]
 WORKLOADS = ["team/a", "team/b", "team/c"]
@@ -103,8 +103,10 @@ def admissions(draw: st.DrawFn) -> tuple[str, str, dict[str, list[tuple[tuple[st
             domains = st.tuples(st.sampled_from(RACKS), st.sampled_from(NODES)).map(
                 lambda rn: ("b1", *rn)
             )
-        else:
+        elif topology == "racks":
             domains = st.sampled_from(RACKS).map(lambda rack: ("b1", rack))
+        else:
+            domains = st.just(("b1",))
         assignments[podset] = draw(
             st.lists(st.tuples(domains, st.integers(1, 4)), min_size=1, max_size=3)
         )

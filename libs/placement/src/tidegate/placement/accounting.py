@@ -23,9 +23,10 @@ several nodes (an assignment at rack level, say) is *spread*: reservations are t
 decision-sequence order (then podset, then domain); each fills the domain's schedulable nodes
 in natural name order (``n2`` before ``n10``), each node up to as many pods as fit in what is
 left of it, and pods that fit nowhere are dealt round-robin over the same nodes (so an
-overcommitted domain shows negative free capacity instead of hiding it). Spreads are recomputed
-whenever anything in a spread domain changes; while no reservation spans several nodes, which
-is the usual case, nothing is recomputed beyond the node that changed.
+overcommitted domain shows negative free capacity instead of hiding it). When anything in a
+spread domain changes, the spreads that share nodes with it, directly or through one another,
+are recomputed together in that order (the others cannot have changed); while no reservation
+spans several nodes, which is the usual case, nothing is recomputed beyond the node that changed.
 
 **Order independence.** The view is a function of the current inputs only: the same nodes,
 pods, workloads, topologies and live admissions give the same view whatever order they came in.
@@ -42,7 +43,7 @@ still shows, but it adds nothing to its domains.
 This module neither reads nor publishes; :mod:`tidegate.topology_cache` does that.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
@@ -196,6 +197,8 @@ class _Entry:
     amount: Resources = field(default_factory=dict)
     remaining: int = 0
     spread: bool = False
+    spread_over: frozenset[str] = frozenset()
+    """The nodes it was last spread over (while ``spread``)."""
     share: dict[str, int] = field(default_factory=dict)
     """Node → pods reserved there."""
     applied: dict[str, Resources] = field(default_factory=dict)
@@ -352,10 +355,11 @@ class CapacityAccounting:
         self._entries_at: dict[_Domain, list[_Entry]] = {}
         self._indexes: dict[tuple[str, ...], _LevelIndex] = {}
         self._views: dict[str, _TopologyView] = {}
-        self._spread_nodes: set[str] = set()
+        self._spread_on: dict[str, set[_Entry]] = {}
+        """Node → the spread reservations whose domain holds it."""
         # Pending work, settled lazily (see _settle).
         self._dirty_entries: set[_Entry] = set()
-        self._spread_needed = False
+        self._spread_seeds: set[str] = set()
         self._dirty_nodes: set[str] = set()
         self._rebuild: set[str] = set()
         self._changed: set[CapacityKey] = set()
@@ -710,7 +714,8 @@ class CapacityAccounting:
         for entry in admission.entries:
             self._touched.update(self._members(entry.domain))
             if entry.spread:
-                self._spread_needed = True
+                self._spread_seeds.update(entry.spread_over)
+                self._unspread(entry)
             self._apply_share(entry, {})
             self._dirty_entries.discard(entry)
             for alias in entry.aliases:
@@ -773,25 +778,27 @@ class CapacityAccounting:
         return out
 
     def _resolve_reservations(self) -> None:
-        spread_needed = self._spread_needed
+        seeds = self._spread_seeds
+        self._spread_seeds = set()
+        spreading: list[_Entry] = []
         for entry in self._dirty_entries:
             entry.amount = self._amount(entry)
             members = self._members(entry.domain)
             entry.remaining = max(0, entry.count - self._bound_in(entry, members))
-            was_spread = entry.spread
+            if entry.spread:
+                seeds.update(entry.spread_over)
+                self._unspread(entry)
             entry.spread = len(members) > 1 and entry.remaining > 0
-            if entry.spread or was_spread:
-                spread_needed = True
-            if not entry.spread:
+            if entry.spread:
+                spreading.append(entry)
+            else:
                 only = next(iter(members), None)
                 share = {only: entry.remaining} if only is not None and entry.remaining else {}
                 self._apply_share(entry, share)
         self._dirty_entries.clear()
-        if not spread_needed and not self._dirty_nodes.isdisjoint(self._spread_nodes):
-            spread_needed = True
-        self._spread_needed = False
-        if spread_needed:
-            self._spread()
+        seeds.update(node for node in self._dirty_nodes if node in self._spread_on)
+        if seeds or spreading:
+            self._spread(seeds, spreading)
 
     def _amount(self, entry: _Entry) -> Resources:
         if entry.decided is not None:
@@ -811,13 +818,25 @@ class CapacityAccounting:
                 total += sum(nodes.get(node, 0) for node in members)
         return total
 
-    def _spread(self) -> None:
-        """Recompute every reservation that spans several nodes, in the canonical order."""
-        entries = sorted(
-            (e for admission in self._admissions.values() for e in admission.entries if e.spread),
-            key=_Entry.order,
-        )
-        # Room on a node before any spread reservation: free plus what spreads hold there now.
+    def _spread(self, seeds: Iterable[str], spreading: Iterable[_Entry]) -> None:
+        """Recompute the spread reservations that share nodes, directly or through each other,
+        with ``seeds`` or ``spreading``: the same as recomputing every spread in the canonical
+        order, since the others depend on nothing that changed."""
+        group: set[_Entry] = set(spreading)
+        frontier = [*seeds, *(n for e in group for n in self._members(e.domain))]
+        visited: set[str] = set()
+        while frontier:
+            name = frontier.pop()
+            if name in visited:
+                continue
+            visited.add(name)
+            for entry in self._spread_on.get(name, ()):
+                if entry not in group:
+                    group.add(entry)
+                    frontier.extend(self._members(entry.domain))
+        entries = sorted(group, key=_Entry.order)
+        # Room on a node before any spread reservation: free plus what spreads hold there now
+        # (every spread holding any of these nodes is in the group).
         held: dict[str, dict[str, int]] = {}
         for entry in entries:
             for name, amount in entry.applied.items():
@@ -832,10 +851,8 @@ class CapacityAccounting:
             return space
 
         shares: list[dict[str, int]] = []
-        spread_nodes: set[str] = set()
         for entry in entries:
             members = sorted(self._members(entry.domain), key=natural_key)
-            spread_nodes.update(members)
             candidates = [n for n in members if self._nodes[n].schedulable] or members
             share: dict[str, int] = {}
             left = entry.remaining
@@ -858,7 +875,19 @@ class CapacityAccounting:
             shares.append(share)
         for entry, share in zip(entries, shares, strict=True):
             self._apply_share(entry, share)
-        self._spread_nodes = spread_nodes
+            self._unspread(entry)
+            entry.spread_over = frozenset(self._members(entry.domain))
+            for name in entry.spread_over:
+                self._spread_on.setdefault(name, set()).add(entry)
+
+    def _unspread(self, entry: _Entry) -> None:
+        for name in entry.spread_over:
+            entries = self._spread_on.get(name)
+            if entries is not None:
+                entries.discard(entry)
+                if not entries:
+                    del self._spread_on[name]
+        entry.spread_over = frozenset()
 
     def _apply_share(self, entry: _Entry, share: dict[str, int]) -> None:
         applied = {
