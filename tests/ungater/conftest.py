@@ -282,15 +282,21 @@ class Env:
         duration: float | None = None,
         gpus: int = 1,
         annotations: dict[str, str] | None = None,
+        job_annotations: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """An Indexed Job in queue q (its pods are gated at creation)."""
+        """An Indexed Job in queue q (its pods are gated at creation); ``annotations`` go on
+        its pod template, ``job_annotations`` on the Job."""
         template_annotations = dict(annotations or {})
         if duration is not None:
             template_annotations["tidegate.io/sim-duration-seconds"] = str(duration)
         body = {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {"name": name, "labels": {QUEUE_LABEL: "q"}},
+            "metadata": {
+                "name": name,
+                "labels": {QUEUE_LABEL: "q"},
+                "annotations": job_annotations or {},
+            },
             "spec": {
                 "parallelism": pods,
                 "completions": completions or pods,

@@ -175,7 +175,10 @@ class Releaser:
         self._wake = asyncio.Event()
         self._writes = asyncio.Semaphore(settings.max_concurrent_patches)
         self._asked: dict[WorkloadKey, _Asked] = {}
-        self._evicting: set[str] = set()
+        self._evicting: dict[WorkloadKey, set[str]] = {}
+        """Per workload: uids of pods whose eviction was sent."""
+        self._released_under: dict[WorkloadKey, dict[str, int]] = {}
+        """Per workload: pod uid → sequence of the admission this process released it under."""
         self._status: dict[WorkloadKey, dict[str, object]] = {}
         self._stop = asyncio.Event()
         self.rounds = 0
@@ -235,6 +238,7 @@ class Releaser:
         verdict = view.verdict(key)
         members = view.members(key)
         self._settle_expectations(key, members)
+        self._forget_gone(key, workload, members)
         item = _Work(key=key, workload=workload)
         waiting = 0
         admitted = verdict.admitted
@@ -243,12 +247,31 @@ class Releaser:
             self._plan_replacement(item, admitted)
         else:
             self._asked.pop(key, None)
-            released = verdict.released
-            if released is not None and released.evict_pods:
-                self._plan_evictions(item, members)
+        if verdict.released is not None and verdict.released.evict_pods:
+            # Even when admitted again meanwhile: the pods released before the eviction go.
+            self._plan_evictions(item, members, verdict.released.sequence, admitted)
         if workload is not None and workload.owner_kind == "PodGroup":
             self._plan_status(item, workload, members)
         return item, waiting
+
+    def _forget_gone(
+        self, key: WorkloadKey, workload: WorkloadState | None, members: list[PodState]
+    ) -> None:
+        """Drop what this process remembers about pods (and workloads) that are gone."""
+        present = {pod.uid for pod in members}
+        for memory in (self._released_under, self._evicting):
+            known = memory.get(key)
+            if known is None:
+                continue
+            for uid in [uid for uid in known if uid not in present]:
+                if isinstance(known, dict):
+                    del known[uid]
+                else:
+                    known.discard(uid)
+            if not known:
+                del memory[key]
+        if workload is None:
+            self._status.pop(key, None)
 
     def _settle_expectations(self, key: WorkloadKey, members: list[PodState]) -> None:
         by_uid = {pod.uid: pod for pod in members}
@@ -296,6 +319,7 @@ class Releaser:
                 self.expectations[pod.uid] = Expectation(
                     workload=item.key, podset=podset, domain=release.domain, at=self.clock()
                 )
+                self._released_under.setdefault(item.key, {})[pod.uid] = admitted.sequence
                 item.writes.append(_bind(self._release, pod, selector))
         return waiting
 
@@ -348,7 +372,7 @@ class Releaser:
                 for podset, domains in lost.items()
                 for domain in domains
                 for node in self.view.nodes_matching(
-                    admitted.assignments[podset].levels, domain.values
+                    admitted.assignments[podset].levels, domain.values, departed=True
                 )
             }
             | {
@@ -390,13 +414,36 @@ class Releaser:
         event_id = f"{SOURCE}-replace-{admitted.uid}-{admitted.sequence}-{signature}-{attempt}"
         item.writes.append(_bind(self._ask_replacement, request, event_id))
 
-    def _plan_evictions(self, item: _Work, members: list[PodState]) -> None:
+    def _plan_evictions(
+        self, item: _Work, members: list[PodState], sequence: int, admitted: Admitted | None
+    ) -> None:
+        """Evict the pods released before the eviction decision ``sequence``: those this
+        process released under an older admission; after a restart, when it cannot know,
+        every released pod unless the workload was admitted again and the pod sits in a slot
+        domain of the new admission (a valid place: it keeps it)."""
+        slot_domains: dict[str, set[slots.Domain]] = {}
+        if admitted is not None and admitted.sequence > sequence:
+            slot_domains = {
+                name: set(slots.assigned(assignment))
+                for name, assignment in admitted.assignments.items()
+            }
         for pod in members:
             if _gated(pod) or pod.terminating or pod.phase in ("Succeeded", "Failed"):
                 continue
-            if pod.uid in self._evicting:
+            under = self._released_under.get(item.key, {}).get(pod.uid)
+            if under is not None and under > sequence:
                 continue
-            self._evicting.add(pod.uid)
+            if under is None and admitted is not None and admitted.sequence > sequence:
+                assignment = admitted.assignments.get(pod.podset or "")
+                domains = slot_domains.get(pod.podset or "", set())
+                if assignment is not None and (
+                    slots.domain_of(assignment.levels, pod.node_selector, domains) is not None
+                ):
+                    continue
+            evicting = self._evicting.setdefault(item.key, set())
+            if pod.uid in evicting:
+                continue
+            evicting.add(pod.uid)
             item.writes.append(_bind(self._evict, pod))
 
     def _plan_status(self, item: _Work, workload: WorkloadState, members: list[PodState]) -> None:
@@ -477,7 +524,7 @@ class Releaser:
         except NotFound:
             pass
         except KubeError as exc:
-            self._evicting.discard(pod.uid)
+            self._evicting.get(WorkloadKey(pod.workload or ""), set()).discard(pod.uid)
             self.metrics.errors.labels(operation="evict").inc()
             log.warning(
                 "ungater: evicting pod %s/%s failed, will retry: %s", pod.namespace, pod.name, exc

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 GATE = ADMISSION_GATE
 
+DEPARTED_KEPT = 4096
+
 PodKey = tuple[str, str]
 """(namespace, name) of a pod."""
 
@@ -57,6 +59,8 @@ class Verdict:
     pending: Pending | None
     """The newest pending decision about the current object, if any (possibly older than the
     admission in force: compare sequences)."""
+    released_at: float = 0.0
+    """When that release was decided (its envelope's time, Unix seconds)."""
 
 
 class View:
@@ -68,9 +72,13 @@ class View:
         self.pods: dict[PodKey, PodState] = {}
         self.nodes: dict[str, NodeState] = {}
         self.workloads: dict[WorkloadKey, WorkloadState] = {}
+        self.departed: dict[str, NodeState] = {}
+        """The last state of nodes deleted since start (the newest :data:`DEPARTED_KEPT`), to
+        name them when their slots are lost."""
         self._members: dict[WorkloadKey, set[PodKey]] = {}
         self._admitted: dict[WorkloadKey, Admitted] = {}
         self._released: dict[WorkloadKey, Released] = {}
+        self._released_at: dict[WorkloadKey, float] = {}
         self._pending: dict[WorkloadKey, Pending] = {}
 
     # ------------------------------------------------------------------ queries
@@ -101,7 +109,10 @@ class View:
         in_force = admitted
         if admitted is not None and released is not None and released.sequence > admitted.sequence:
             in_force = None
-        return Verdict(admitted=in_force, released=released, pending=pending)
+        released_at = self._released_at.get(key, 0.0) if released is not None else 0.0
+        return Verdict(
+            admitted=in_force, released=released, pending=pending, released_at=released_at
+        )
 
     def admitted_keys(self) -> list[WorkloadKey]:
         """Workloads with an admission on record (in force or not)."""
@@ -114,10 +125,14 @@ class View:
         node = self.nodes.get(name)
         return node is not None and node.ready
 
-    def nodes_matching(self, levels: list[str], values: Iterable[str]) -> Iterator[NodeState]:
-        """Nodes whose labels put them in the domain ``values`` of ``levels``."""
+    def nodes_matching(
+        self, levels: list[str], values: Iterable[str], *, departed: bool = False
+    ) -> Iterator[NodeState]:
+        """Nodes whose labels put them in the domain ``values`` of ``levels`` (with
+        ``departed``, deleted ones too)."""
         wanted = list(zip(levels, values, strict=False))
-        for node in self.nodes.values():
+        nodes = [*self.nodes.values(), *(self.departed.values() if departed else ())]
+        for node in nodes:
             if all(node.labels.get(level) == value for level, value in wanted):
                 yield node
 
@@ -130,6 +145,7 @@ class View:
             case PodState():
                 self._set_pod(body)
             case NodeState():
+                self.departed.pop(body.name, None)
                 before = self.nodes.get(body.name)
                 self.nodes[body.name] = body
                 if before is None or before.ready != body.ready or before.labels != body.labels:
@@ -141,7 +157,11 @@ class View:
             case Tombstone(object_kind="pod", namespace=str(namespace), name=name):
                 self._drop_pod((namespace, name))
             case Tombstone(object_kind="node", name=name):
-                if self.nodes.pop(name, None) is not None:
+                gone = self.nodes.pop(name, None)
+                if gone is not None:
+                    self.departed[name] = gone
+                    while len(self.departed) > DEPARTED_KEPT:
+                        del self.departed[next(iter(self.departed))]
                     self._node_changed()
             case Tombstone(object_kind="workload", namespace=str(namespace), name=name):
                 key = workload_key(namespace, name)
@@ -164,6 +184,7 @@ class View:
                 known_release = self._released.get(key)
                 if known_release is None or body.sequence >= known_release.sequence:
                     self._released[key] = body
+                    self._released_at[key] = received.envelope.time
             case Pending():
                 key = WorkloadKey(body.workload)
                 known_pending = self._pending.get(key)
