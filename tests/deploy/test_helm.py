@@ -291,7 +291,9 @@ KNOWN_ENV = REQUIRED_ENV | {
     "TIDEGATE_NATS_TLS_CA",
     "TIDEGATE_NATS_TLS_CERT",
     "TIDEGATE_NATS_TLS_KEY",
+    "TIDEGATE_WEBHOOK",
     "TIDEGATE_WEBHOOK_PORT",
+    "TIDEGATE_WEBHOOK_FAILURE_POLICY",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
 }
 
@@ -420,6 +422,8 @@ EXPECTED_PERMISSIONS: dict[str, set[tuple[str, str, str]]] = {
     "ungater": {
         ("", "pods", "get"),
         ("", "pods", "patch"),
+        ("", "pods/eviction", "create"),
+        ("tidegate.io", "podgroups", "get"),
         ("", "events", "create"),
         ("", "events", "get"),
         ("", "events", "patch"),
@@ -531,6 +535,10 @@ def test_the_webhook_reaches_the_ungater_over_tls(render: Render, scenario: str)
     container = _container(ungater)
     (webhook_port,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]
     assert _env(ungater)["TIDEGATE_WEBHOOK_PORT"] == str(webhook_port["containerPort"])
+    # The ungater serves it (a missing certificate then stops it loudly) and answers pods it
+    # cannot read by the same failure policy as the API server applies.
+    assert _env(ungater)["TIDEGATE_WEBHOOK"] == "on"
+    assert _env(ungater)["TIDEGATE_WEBHOOK_FAILURE_POLICY"] == webhook["failurePolicy"]
     assert (
         service["spec"]["selector"].items()
         <= ungater["spec"]["template"]["metadata"]["labels"].items()
@@ -604,6 +612,7 @@ def test_without_the_webhook_the_ungater_serves_none(render: Render) -> None:
     documents = render(SCENARIOS["minimal"])
     ungater = _deployment(documents, "ungater")
     assert "TIDEGATE_WEBHOOK_PORT" not in _env(ungater)
+    assert "TIDEGATE_WEBHOOK" not in _env(ungater)
     assert [p["name"] for p in _container(ungater)["ports"]] == ["http"]
     assert "/etc/tidegate/webhook-tls" not in _mounts(ungater)
     assert _of(documents, "Secret") == []
