@@ -441,3 +441,23 @@ async def test_bookmarks_flow_while_other_objects_change(http: aiohttp.ClientSes
     assert len(bookmarks) >= 2
     assert bookmarks == sorted(bookmarks)
     assert bookmarks[-1] > bookmarks[0]
+
+
+async def test_table_answers_for_kubectl(http: aiohttp.ClientSession) -> None:
+    accept = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"}
+    await create(http, pod("tabled", gates=("tidegate.io/admission",)))
+    async with http.get(PODS, headers=accept) as response:
+        table = await response.json()
+    assert table["kind"] == "Table"
+    names = [c["name"] for c in table["columnDefinitions"]]
+    assert names[:5] == ["Name", "Ready", "Status", "Restarts", "Age"]
+    row = table["rows"][0]
+    assert row["cells"][:4] == ["tabled", "0/1", "SchedulingGated", 0]
+    assert row["object"]["kind"] == "PartialObjectMetadata"
+    async with http.get("/api/v1/nodes/block0-rack0-node0", headers=accept) as response:
+        node_row = (await response.json())["rows"][0]["cells"]
+    assert node_row[:2] == ["block0-rack0-node0", "Ready"]
+    async with http.get(PODS, params={"watch": "1", "timeoutSeconds": "1"}, headers=accept) as r:
+        first = json.loads(await r.content.readline())
+    assert first["object"]["kind"] == "Table"
+    assert first["object"]["rows"][0]["cells"][0] == "tabled"

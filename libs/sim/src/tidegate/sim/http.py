@@ -27,7 +27,7 @@ import msgspec
 import yaml
 from aiohttp import web
 
-from tidegate.sim import openapi
+from tidegate.sim import openapi, tables
 from tidegate.sim.apiserver import ApiServer
 from tidegate.sim.errors import (
     ApiError,
@@ -39,7 +39,7 @@ from tidegate.sim.errors import (
 from tidegate.sim.kinds import BINDING, EVICTION, JOBS, PODS, SCALE, ResourceType
 from tidegate.sim.patching import APPLY_PATCH
 from tidegate.sim.selectors import Selector
-from tidegate.sim.store import ADDED, DELETED, MODIFIED, WatchEvent
+from tidegate.sim.store import ADDED, DELETED, MODIFIED, WatchEvent, with_resource_version
 
 _ENCODER: Final = msgspec.json.Encoder()
 _LOG: Final = logging.getLogger(__name__)
@@ -255,6 +255,12 @@ class HttpApi:
                     limit=limit or 0,
                     continue_token=query.get("continue", ""),
                 )
+                if tables.wants_table(request.headers.get("Accept", "")):
+                    items = listing["items"]
+                    assert isinstance(items, list)
+                    metadata = listing["metadata"]
+                    assert isinstance(metadata, dict)
+                    return json_response(tables.table(rtype, items, metadata))
                 return json_response(listing)
             if method == "POST":
                 if rtype.namespaced and namespace is None:
@@ -295,7 +301,12 @@ class HttpApi:
                 )
             raise method_not_allowed(f"{method} is not supported on scale")
         if method == "GET":
-            return json_response(api.get(rtype, namespace, name))
+            found = api.get(rtype, namespace, name)
+            if sub is None and tables.wants_table(request.headers.get("Accept", "")):
+                metadata = found.get("metadata")
+                rv = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+                return json_response(tables.table(rtype, [found], {"resourceVersion": rv}))
+            return json_response(found)
         if method == "PUT":
             updated = api.update(
                 rtype, namespace, name, await _body(request), subresource=sub, dry_run=dry_run
@@ -409,9 +420,12 @@ class HttpApi:
             )
             await response.write_eof()
             return response
+        project = _project
+        if tables.wants_table(request.headers.get("Accept", "")):
+            project = _TableLines(rtype).line
         try:
             await response.prepare(request)
-            lines = [line for e in replay if (line := _project(e, selector)) is not None]
+            lines = [line for e in replay if (line := project(e, selector)) is not None]
             if lines:
                 await response.write(b"".join(lines))
             if send_initial and bookmarks:
@@ -425,7 +439,7 @@ class HttpApi:
                     break
                 batch = await watcher.next_batch(min(next_bookmark, deadline) - now)
                 if batch:
-                    lines = [line for e in batch if (line := _project(e, selector)) is not None]
+                    lines = [line for e in batch if (line := project(e, selector)) is not None]
                     if lines:
                         await response.write(b"".join(lines))
                 if watcher.closed:
@@ -481,21 +495,48 @@ class HttpApi:
         raise resource_not_found()
 
 
-def _project(event: WatchEvent, selector: Selector) -> bytes | None:
-    """The line a watcher with ``selector`` sees for ``event``, or None."""
+def _visible_as(event: WatchEvent, selector: Selector) -> str | None:
+    """The event type a watcher with ``selector`` sees for ``event``, or None."""
     if selector.everything:
-        return event.line()
+        return event.type
     if event.type != MODIFIED:
-        return event.line() if selector.matches(event.obj) else None
+        return event.type if selector.matches(event.obj) else None
     now = selector.matches(event.obj)
     before = event.old is not None and selector.matches(event.old)
     if now and before:
-        return event.line()
+        return MODIFIED
     if now:
-        return event.line(ADDED)
+        return ADDED
     if before:
-        return event.line(DELETED)
+        return DELETED
     return None
+
+
+def _project(event: WatchEvent, selector: Selector) -> bytes | None:
+    """The line a watcher with ``selector`` sees for ``event``, or None."""
+    seen_as = _visible_as(event, selector)
+    return None if seen_as is None else event.line(seen_as)
+
+
+class _TableLines:
+    """Watch lines as one-row Tables (kubectl get --watch); headers on the first only."""
+
+    def __init__(self, rtype: ResourceType) -> None:
+        self.rtype = rtype
+        self.headers = True
+
+    def line(self, event: WatchEvent, selector: Selector) -> bytes | None:
+        seen_as = _visible_as(event, selector)
+        if seen_as is None:
+            return None
+        obj = event.obj
+        if seen_as == DELETED and event.type == MODIFIED and event.old is not None:
+            obj = with_resource_version(event.old, event.rv)
+        rows = tables.table(
+            self.rtype, [obj], {"resourceVersion": str(event.rv)}, headers=self.headers
+        )
+        self.headers = False
+        return _ENCODER.encode({"type": seen_as, "object": rows}) + b"\n"
 
 
 def _int_param(query: Mapping[str, str], name: str) -> int | None:
