@@ -59,6 +59,9 @@ UNKNOWN_WORKLOAD_PATIENCE_SECONDS: Final = 30.0
 """How long a decision about a workload the view does not know yet is retried (the state
 stream may lag the decision stream); older ones are dropped with a log line."""
 
+PENDING_REMEMBERED: Final = 65536
+"""Workloads whose last reported pending reason is remembered (to skip redeliveries)."""
+
 _DEFAULT_API_VERSIONS: Final = {
     "Pod": "v1",
     "Job": "batch/v1",
@@ -170,7 +173,10 @@ class Reporter:
             await self._event(workload, "Invalid", body.message, "Warning")
         else:
             await self._event(workload, "Pending", f"{body.reason}: {body.message}")
+        self._last_pending.pop(body.uid, None)
         self._last_pending[body.uid] = said
+        while len(self._last_pending) > PENDING_REMEMBERED:
+            del self._last_pending[next(iter(self._last_pending))]
         return Ack()
 
     async def _preempted(self, body: Preempted, received: Received) -> Outcome:

@@ -169,8 +169,8 @@ class Releaser:
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
-        self.expectations: dict[str, Expectation] = {}
-        """Pod uid → release in flight."""
+        self.expectations: dict[WorkloadKey, dict[str, Expectation]] = {}
+        """Per workload: pod uid → release in flight."""
         self._dirty: set[WorkloadKey] = set()
         self._wake = asyncio.Event()
         self._writes = asyncio.Semaphore(settings.max_concurrent_patches)
@@ -223,7 +223,7 @@ class Releaser:
             if item.writes:
                 work.append(item)
         self.metrics.waiting.set(waiting)
-        self.metrics.expectations.set(len(self.expectations))
+        self.metrics.expectations.set(sum(len(e) for e in self.expectations.values()))
         async with asyncio.TaskGroup() as tasks:
             for item in work:
                 tasks.create_task(self._execute(item))
@@ -254,6 +254,13 @@ class Releaser:
             self._plan_status(item, workload, members)
         return item, waiting
 
+    def _forget_expectation(self, key: WorkloadKey, uid: str) -> None:
+        expected = self.expectations.get(key)
+        if expected is not None:
+            expected.pop(uid, None)
+            if not expected:
+                del self.expectations[key]
+
     def _forget_gone(
         self, key: WorkloadKey, workload: WorkloadState | None, members: list[PodState]
     ) -> None:
@@ -276,12 +283,11 @@ class Releaser:
     def _settle_expectations(self, key: WorkloadKey, members: list[PodState]) -> None:
         by_uid = {pod.uid: pod for pod in members}
         deadline = self.clock() - self.settings.expectation_timeout_seconds
-        for uid, expectation in list(self.expectations.items()):
-            if expectation.workload != key:
-                continue
+        expected = self.expectations.get(key, {})
+        for uid, expectation in list(expected.items()):
             pod = by_uid.get(uid)
             if pod is None or ADMISSION_GATE not in pod.scheduling_gates:
-                del self.expectations[uid]  # gone, or seen released: its selector counts now
+                del expected[uid]  # gone, or seen released: its selector counts now
             elif expectation.at < deadline:
                 log.warning(
                     "ungater: release of pod %s/%s not seen within %.0fs; judging it by the bus",
@@ -289,7 +295,9 @@ class Releaser:
                     pod.name,
                     self.settings.expectation_timeout_seconds,
                 )
-                del self.expectations[uid]
+                del expected[uid]
+        if not expected:
+            self.expectations.pop(key, None)
 
     def _plan_releases(self, item: _Work, admitted: Admitted, members: list[PodState]) -> int:
         by_podset: dict[str, list[PodState]] = {}
@@ -302,8 +310,8 @@ class Releaser:
             lost = {tuple(d.values) for d in self._failed(assignment)}
             expected = {
                 uid: e.domain
-                for uid, e in self.expectations.items()
-                if e.workload == item.key and e.podset == podset
+                for uid, e in self.expectations.get(item.key, {}).items()
+                if e.podset == podset
             }
             plan = slots.plan_podset(
                 assignment,
@@ -316,7 +324,7 @@ class Releaser:
             for release in plan.releases:
                 pod = by_uid[release.uid]
                 selector = {**slots.selector_for(assignment.levels, release.domain), **extra}
-                self.expectations[pod.uid] = Expectation(
+                self.expectations.setdefault(item.key, {})[pod.uid] = Expectation(
                     workload=item.key, podset=podset, domain=release.domain, at=self.clock()
                 )
                 self._released_under.setdefault(item.key, {})[pod.uid] = admitted.sequence
@@ -467,7 +475,11 @@ class Releaser:
     def _mark_timeouts(self) -> None:
         now = self.clock()
         deadline = now - self.settings.expectation_timeout_seconds
-        self.mark(e.workload for e in self.expectations.values() if e.at < deadline)
+        self.mark(
+            key
+            for key, expected in self.expectations.items()
+            if any(e.at < deadline for e in expected.values())
+        )
         retry = now - self.settings.replace_retry_seconds
         self.mark(key for key, asked in self._asked.items() if asked.at < retry)
 
@@ -494,15 +506,15 @@ class Releaser:
                 pod.namespace, pod.name, gate=ADMISSION_GATE, node_selector=selector
             )
         except NotFound:
-            self.expectations.pop(pod.uid, None)
+            self._forget_expectation(key, pod.uid)
         except Invalid as exc:
             # The pod was released meanwhile with another selector (by a user, or by an
             # earlier ungater whose patch we never saw): the bus will show where it went.
-            self.expectations.pop(pod.uid, None)
+            self._forget_expectation(key, pod.uid)
             self.metrics.errors.labels(operation="release").inc()
             log.warning("ungater: pod %s/%s not released: %s", pod.namespace, pod.name, exc)
         except KubeError as exc:
-            self.expectations.pop(pod.uid, None)
+            self._forget_expectation(key, pod.uid)
             self.metrics.errors.labels(operation="release").inc()
             log.warning(
                 "ungater: releasing pod %s/%s failed, will retry: %s", pod.namespace, pod.name, exc

@@ -21,7 +21,7 @@ nothing and does no I/O.
 """
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tidegate.bus import Received
@@ -77,6 +77,7 @@ class View:
         name them when their slots are lost."""
         self._members: dict[WorkloadKey, set[PodKey]] = {}
         self._admitted: dict[WorkloadKey, Admitted] = {}
+        self._domains: dict[tuple[str, ...], dict[tuple[str, ...], list[NodeState]]] = {}
         self._released: dict[WorkloadKey, Released] = {}
         self._released_at: dict[WorkloadKey, float] = {}
         self._pending: dict[WorkloadKey, Pending] = {}
@@ -126,15 +127,19 @@ class View:
         return node is not None and node.ready
 
     def nodes_matching(
-        self, levels: list[str], values: Iterable[str], *, departed: bool = False
-    ) -> Iterator[NodeState]:
+        self, levels: Sequence[str], values: Sequence[str], *, departed: bool = False
+    ) -> list[NodeState]:
         """Nodes whose labels put them in the domain ``values`` of ``levels`` (with
-        ``departed``, deleted ones too)."""
-        wanted = list(zip(levels, values, strict=False))
-        nodes = [*self.nodes.values(), *(self.departed.values() if departed else ())]
-        for node in nodes:
-            if all(node.labels.get(level) == value for level, value in wanted):
-                yield node
+        ``departed``, deleted ones too). Indexed per list of levels, so a call costs no scan
+        of the cluster's nodes (rebuilt after a node changes)."""
+        key = tuple(levels)
+        index = self._domains.get(key)
+        if index is None:
+            index = self._domains[key] = _domain_index(key, self.nodes.values())
+        found = list(index.get(tuple(values), ()))
+        if departed:
+            found.extend(_domain_index(key, self.departed.values()).get(tuple(values), ()))
+        return found
 
     # ------------------------------------------------------------------ inputs
 
@@ -233,6 +238,23 @@ class View:
         self._on_change([workload])
 
     def _node_changed(self) -> None:
+        self._domains.clear()
         # Any admitted workload may have a slot on the node (its domain may have died or
         # come back): let each reconcile; a reconcile with nothing to do is cheap.
         self._on_change(list(self._admitted))
+
+
+def _domain_index(
+    levels: tuple[str, ...], nodes: Iterable[NodeState]
+) -> dict[tuple[str, ...], list[NodeState]]:
+    """Domain (values of the first k levels, for every k) → its nodes."""
+    index: dict[tuple[str, ...], list[NodeState]] = {}
+    for node in nodes:
+        path: list[str] = []
+        for level in levels:
+            value = node.labels.get(level)
+            if value is None:
+                break
+            path.append(value)
+            index.setdefault(tuple(path), []).append(node)
+    return index
