@@ -133,6 +133,8 @@ async def test_admitted_pods_move_from_reserved_to_used_without_double_counting(
 
     await harness.decide(admitted("team/train", {"n0": 2, "n1": 2}, sequence=7, gpus=4))
     await harness.until(lambda: harness.node_record("n0").applied_sequence == 7, what="seq 7")
+    await harness.until_consistent()
+    assert harness.node_record("n1").applied_sequence == 7
     assert harness.node_record("n0").free[GPU] == 0
     assert harness.node_record("n1").free[GPU] == 0
     assert harness.node_record("n2").free[GPU] == 8
