@@ -478,3 +478,46 @@ async def test_set_node_ready_toggles_taints(cluster: SimCluster) -> None:
     await eventually(lambda: taint_keys() == {"node.kubernetes.io/not-ready"})
     cluster.set_node_ready("block0-rack1-node1", True)
     await eventually(lambda: not taint_keys())
+
+
+async def test_jobset_creates_jobs_and_completes(
+    cluster: SimCluster, http: aiohttp.ClientSession
+) -> None:
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 2,
+                    "template": {
+                        "spec": {
+                            "parallelism": 1,
+                            "completions": 1,
+                            "template": template(gpus=1, duration=10, labels={"app": "js"}),
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    path = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+    async with http.post(path, json=jobset) as response:
+        assert response.status == 201
+    await eventually(lambda: len(pods_of(cluster, "app=js")) == 2)
+    jobs = sorted(
+        j["metadata"]["name"] for j in cluster.store.objects(("batch", "jobs"), "default")
+    )  # type: ignore[index]
+    assert jobs == ["js-workers-0", "js-workers-1"]
+    pod_labels = pods_of(cluster, "app=js")[0]["metadata"]["labels"]  # type: ignore[index]
+    assert pod_labels["jobset.sigs.k8s.io/jobset-name"] == "js"
+    assert pod_labels["jobset.sigs.k8s.io/replicatedjob-name"] == "workers"
+
+    def conditions() -> list[dict[str, object]]:
+        found = cluster.store.get(("jobset.x-k8s.io", "jobsets"), "default", "js")
+        assert found is not None
+        return found.get("status", {}).get("conditions", [])  # type: ignore[union-attr,no-any-return]
+
+    await eventually(lambda: any(c["type"] == "Completed" for c in conditions()), within=8)

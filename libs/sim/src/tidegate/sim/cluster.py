@@ -32,7 +32,12 @@ from tidegate.sim.scheduler import Scheduler
 from tidegate.sim.settings import SettingsError, SimSettings
 from tidegate.sim.store import Store
 from tidegate.sim.topology import ClusterLayout, layout_for, node_object, topology_object
-from tidegate.sim.workloads import DeploymentController, JobController, ReplicaSetController
+from tidegate.sim.workloads import (
+    DeploymentController,
+    JobController,
+    JobSetController,
+    ReplicaSetController,
+)
 
 CONTEXT_NAME = "tidegate-sim"
 
@@ -115,6 +120,7 @@ class SimCluster:
                     JobController(self.api),
                     ReplicaSetController(self.api),
                     DeploymentController(self.api),
+                    JobSetController(self.api),
                     GarbageCollector(self.api),
                     NamespaceController(self.api),
                     NodeLifecycle(self.api, time_scale=settings.time_scale),

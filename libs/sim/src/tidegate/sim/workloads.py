@@ -19,10 +19,14 @@ ReplicaSet keeps ``replicas`` live pods. Deployment owns one ReplicaSet per pod-
 scales the current one to ``replicas`` and the others to zero at once (no surge/unavailable
 pacing), and reports replicas/updated/ready/available and the Available condition.
 
+JobSet (jobset.x-k8s.io/v1alpha2, when its CRD is served): one Job per replicated job and
+index, suspend propagated, Completed/Failed conditions (see :class:`JobSetController`).
+
 Not simulated: podFailurePolicy, successPolicy, activeDeadlineSeconds, TTL after finished,
-rollout pacing and history limits, minReadySeconds.
+rollout pacing and history limits, minReadySeconds, JobSet restarts.
 """
 
+import contextlib
 import hashlib
 from collections.abc import Callable, Hashable
 from typing import Final
@@ -631,3 +635,156 @@ class DeploymentController(_OwnedPods):
                 "Deployment does not have minimum availability.",
             )
         self.write_status(DEPLOYMENTS, deployment, status)
+
+
+JOBSET_TYPE: Final = ResourceType(
+    group="jobset.x-k8s.io",
+    version="v1alpha2",
+    plural="jobsets",
+    kind="JobSet",
+    namespaced=True,
+    builtin=False,
+)
+"""The JobSet resource as the bundled CRD defines it (the controller acts once it is served)."""
+
+JOBSET_LABELS: Final = (
+    "jobset.sigs.k8s.io/jobset-name",
+    "jobset.sigs.k8s.io/replicatedjob-name",
+    "jobset.sigs.k8s.io/replicatedjob-replicas",
+    "jobset.sigs.k8s.io/job-index",
+)
+
+
+class JobSetController(_OwnedPods):
+    """jobset.x-k8s.io JobSet controller, minimal: child Jobs, suspend, completion, failure.
+
+    For each replicated job and index it creates the Job ``<jobset>-<replicatedJob>-<index>``
+    from the template, with the JobSet labels and annotations (name, replicated job, replicas,
+    index) on the Job and its pod template, and a controller ownerReference. ``spec.suspend``
+    is propagated to the Jobs. The JobSet is Completed when every Job is Complete and Failed
+    when one fails (no restarts: failurePolicy, successPolicy, startupPolicy and network
+    setup are not simulated).
+    """
+
+    name = "jobset-controller"
+    owner_type = JOBSET_TYPE
+    owned_type = JOBS
+
+    def reconcile(self, key: Hashable) -> None:
+        """Converge one JobSet."""
+        assert isinstance(key, tuple)
+        jobset = self.api.store.get(JOBSET_TYPE.key, *key)
+        served = self.api.resolve_kind(JOBSET_TYPE.api_version, JOBSET_TYPE.kind)
+        if jobset is None or served is None:
+            return
+        metadata = _dict(jobset.get("metadata"))
+        if metadata.get("deletionTimestamp"):
+            return
+        spec = _dict(jobset.get("spec"))
+        suspended = spec.get("suspend") is True
+        name = str(metadata.get("name"))
+        jobs = {object_key(j)[1]: j for j in self.owned_objects(str(metadata.get("uid")))}
+        old_status = _dict(jobset.get("status"))
+        finished = any(
+            _dict(c).get("status") == "True" and _dict(c).get("type") in ("Completed", "Failed")
+            for c in _list(old_status.get("conditions"))
+        )
+        replicated: list[JsonObject] = []
+        all_complete = True
+        any_failed = False
+        for entry in (_dict(r) for r in _list(spec.get("replicatedJobs"))):
+            rj_name = str(entry.get("name"))
+            replicas = _int(entry.get("replicas"), 1)
+            counts = {"ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 0}
+            for index in range(replicas):
+                job_name = f"{name}-{rj_name}-{index}"
+                job = jobs.get(job_name)
+                if job is None and not finished:
+                    job = self._create_job(
+                        jobset, entry, rj_name, replicas, index, job_name, suspended
+                    )
+                if job is None:
+                    all_complete = False
+                    continue
+                if not finished and _dict(job.get("spec")).get("suspend", False) != suspended:
+                    updated = _copy(job)
+                    _dict(updated["spec"])["suspend"] = suspended
+                    self.api.update(JOBS, key[0], job_name, updated)
+                job_status = _dict(job.get("status"))
+                complete = _condition_true(job_status, "Complete")
+                failed = _condition_true(job_status, "Failed")
+                all_complete = all_complete and complete
+                any_failed = any_failed or failed
+                if complete:
+                    counts["succeeded"] += 1
+                elif failed:
+                    counts["failed"] += 1
+                elif suspended:
+                    counts["suspended"] += 1
+                else:
+                    counts["active"] += 1
+                    if _int(job_status.get("ready"), 0) >= _int(
+                        _dict(job.get("spec")).get("parallelism"), 1
+                    ):
+                        counts["ready"] += 1
+            replicated.append({"name": rj_name, **counts})
+        status = _copy(old_status)
+        status["replicatedJobsStatus"] = replicated
+        if not finished and any_failed:
+            _set_condition(
+                status, "Failed", "True", "FailedJobs", "jobset failed due to a failed job"
+            )
+            for job in jobs.values():
+                if not _condition_true(_dict(job.get("status")), "Complete"):
+                    with contextlib.suppress(ApiError):
+                        self.api.delete(
+                            JOBS, key[0], object_key(job)[1], {"propagationPolicy": "Background"}
+                        )
+        elif not finished and all_complete and replicated:
+            _set_condition(
+                status, "Completed", "True", "AllJobsCompleted", "jobset completed successfully"
+            )
+        self.write_status(served, jobset, status)
+
+    def _create_job(
+        self,
+        jobset: JsonObject,
+        entry: JsonObject,
+        rj_name: str,
+        replicas: int,
+        index: int,
+        job_name: str,
+        suspended: bool,
+    ) -> JsonObject:
+        metadata = _dict(jobset.get("metadata"))
+        template = _copy(_dict(entry.get("template")))
+        tags = dict(
+            zip(
+                JOBSET_LABELS,
+                (str(metadata.get("name")), rj_name, str(replicas), str(index)),
+                strict=True,
+            )
+        )
+        job_meta = _dict(template.get("metadata"))
+        job_spec = _dict(template.get("spec"))
+        pod_template = _dict(job_spec.get("template"))
+        pod_meta = _dict(pod_template.get("metadata"))
+        pod_meta["labels"] = {**_dict(pod_meta.get("labels")), **tags}
+        pod_meta["annotations"] = {**_dict(pod_meta.get("annotations")), **tags}
+        pod_template["metadata"] = pod_meta
+        job_spec["template"] = pod_template
+        job_spec["suspend"] = suspended
+        labels: JsonObject = {**_dict(job_meta.get("labels")), **tags}
+        annotations: JsonObject = {**_dict(job_meta.get("annotations")), **tags}
+        body: JsonObject = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": job_name,
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": [owner_reference(jobset, JOBSET_TYPE)],
+            },
+            "spec": job_spec,
+        }
+        return self.api.create(JOBS, str(metadata.get("namespace")), body)
