@@ -81,6 +81,7 @@ async def test_health_readiness_and_metrics_over_http(
         ctx.require("warm-up", warmed_up.is_set)
 
     service = Service("probe", settings, setup)
+    assert not service.readiness.ready, "a service that has not started is not ready"
     running = asyncio.create_task(service.run(handle_signals=False))
     async with asyncio.timeout(15):
         await service.started.wait()

@@ -189,6 +189,8 @@ class Service(Generic[S]):
         self._stop = asyncio.Event()
         self._setup_done = False
         self._context: ServiceContext[S] | None = None
+        # Registered here, not in run(), so the service is never "ready" before it has started.
+        self.readiness.add("setup", self._set_up)
 
     def _set_up(self) -> bool:
         standby = self._context is not None and self._context.standby
@@ -204,7 +206,6 @@ class Service(Generic[S]):
         if handle_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_stop)
-        self.readiness.add("setup", self._set_up)
         runner, self.http_port = await serve(
             make_app(self.name, self.readiness, self.metrics), self.settings.http_port
         )
