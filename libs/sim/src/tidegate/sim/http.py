@@ -526,6 +526,7 @@ class _TableLines:
         self.headers = True
 
     def line(self, event: WatchEvent, selector: Selector) -> bytes | None:
+        """The Table line for ``event``, or None when the selector hides it."""
         seen_as = _visible_as(event, selector)
         if seen_as is None:
             return None

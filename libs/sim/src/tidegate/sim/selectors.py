@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from tidegate.sim.errors import ApiError, JsonObject, bad_request
+from tidegate.sim.errors import JsonObject, bad_request
 
 _KEY: Final = re.compile(
     r"^([A-Za-z0-9][-A-Za-z0-9_.]*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -268,7 +268,6 @@ class Selector:
 
 
 __all__ = [
-    "ApiError",
     "FieldRequirement",
     "Requirement",
     "Selector",
