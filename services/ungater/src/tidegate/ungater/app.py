@@ -38,7 +38,10 @@ DURABLE = "ungater"
 
 def decision_subjects(cluster: str) -> list[str]:
     """The decisions the view follows (newest per workload)."""
-    return [f"tg.{cluster}.decision.{kind}.>" for kind in ("admitted", "released", "pending")]
+    return [
+        f"tg.{cluster}.decision.{kind}.>"
+        for kind in ("admitted", "released", "pending", "preempted")
+    ]
 
 
 def state_subjects(cluster: str) -> list[str]:

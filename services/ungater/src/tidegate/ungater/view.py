@@ -4,13 +4,17 @@ Two followers feed it (both replay, then follow):
 
 - the state stream: pods, nodes and workloads as the watcher publishes them, tombstones
   included;
-- the decision stream's ``admitted``, ``released`` and ``pending`` subjects, newest per
-  workload: what admission currently says about each workload.
+- the decision stream's ``admitted``, ``released``, ``pending`` and ``preempted`` subjects,
+  newest per workload (per preemptor for ``preempted``): what admission currently says about
+  each workload, and which workloads preemption evicted.
 
 From these it answers the one question releasing depends on, :meth:`View.admission`: which
 admission is in force for a workload. The newest ``admitted`` (by epoch, then sequence) is in
-force unless a ``released`` of the same object with a later sequence followed it, or the
-workload is gone or was re-created under another uid. Older or repeated messages never
+force unless a ``released`` of the same object with a later sequence followed it, a
+``preempted`` naming it as a victim came later in the decision stream (its gang is being
+evicted: the pods its controller re-creates must wait for a new admission, even while
+admission has not yet answered with its ``released``), or the workload is gone or was
+re-created under another uid. Older or repeated messages never
 replace newer ones, so duplicates and reordering are harmless; likewise a pod snapshot that
 still shows tidegate's gate is ignored once the same pod was seen released (gates are never
 added back).
@@ -30,6 +34,7 @@ from tidegate.model import (
     NodeState,
     Pending,
     PodState,
+    Preempted,
     Released,
     Tombstone,
     WorkloadKey,
@@ -81,6 +86,10 @@ class View:
         self._released: dict[WorkloadKey, Released] = {}
         self._released_at: dict[WorkloadKey, float] = {}
         self._pending: dict[WorkloadKey, Pending] = {}
+        self._admitted_at: dict[WorkloadKey, int] = {}
+        """Decision-stream sequence of the admission on record, per workload."""
+        self._preempted_at: dict[WorkloadKey, int] = {}
+        """Decision-stream sequence of the newest preemption naming the workload a victim."""
 
     # ------------------------------------------------------------------ queries
 
@@ -109,6 +118,8 @@ class View:
             pending = None
         in_force = admitted
         if admitted is not None and released is not None and released.sequence > admitted.sequence:
+            in_force = None
+        if admitted is not None and self._preempted_at.get(key, 0) > self._admitted_at.get(key, 0):
             in_force = None
         released_at = self._released_at.get(key, 0.0) if released is not None else 0.0
         return Verdict(
@@ -176,7 +187,8 @@ class View:
                 return
 
     async def on_decision(self, received: Received) -> None:
-        """An admitted, released or pending decision (the decision follower's handler)."""
+        """An admitted, released, pending or preempted decision (the decision follower's
+        handler)."""
         body = received.envelope.body
         match body:
             case Admitted():
@@ -184,6 +196,7 @@ class View:
                 known = self._admitted.get(key)
                 if known is None or (body.epoch, body.sequence) > (known.epoch, known.sequence):
                     self._admitted[key] = body
+                    self._admitted_at[key] = received.stream_sequence
             case Released():
                 key = WorkloadKey(body.workload)
                 known_release = self._released.get(key)
@@ -195,6 +208,12 @@ class View:
                 known_pending = self._pending.get(key)
                 if known_pending is None or body.sequence >= known_pending.sequence:
                     self._pending[key] = body
+            case Preempted():
+                victims = [WorkloadKey(victim) for victim in body.victims]
+                for victim in victims:
+                    self._preempted_at[victim] = received.stream_sequence
+                self._on_change(victims)
+                return
             case _:
                 return
         self._on_change([key])

@@ -1,0 +1,94 @@
+"""The view ends a workload's admission when preemption names it a victim.
+
+Preemption publishes ``preempted`` once the victim's pods are evicted; admission answers with
+``released`` — but admission may be down (crashed, or a successor waiting for its lease)
+meanwhile. The victim's controller re-creates its pods at once, gated; had the view still
+counted the old admission in force, the releaser would have put them straight back into the
+slots just freed for the preemptor (found by tests/e2e/test_crash_restart.py).
+"""
+
+import time
+
+from tidegate.bus import Received
+from tidegate.model import (
+    Admitted,
+    DomainCount,
+    Envelope,
+    Message,
+    Preempted,
+    Released,
+    TopologyAssignment,
+    WorkloadKey,
+    WorkloadState,
+)
+from tidegate.ungater.view import View
+
+VICTIM = WorkloadKey("team/train")
+
+
+class Stream:
+    """Feeds a view in decision-stream order, numbering messages like JetStream does."""
+
+    def __init__(self, view: View) -> None:
+        self.view = view
+        self.sequence = 0
+
+    def received(self, body: Message) -> Received:
+        self.sequence += 1
+        envelope = Envelope(
+            event_id=f"e{self.sequence}", cluster="c", source="test", time=time.time(), body=body
+        )
+        return Received(subject="tg.c.x", envelope=envelope, stream_sequence=self.sequence)
+
+    async def decide(self, body: Message) -> None:
+        await self.view.on_decision(self.received(body))
+
+
+def admitted(sequence: int) -> Admitted:
+    assignment = TopologyAssignment(
+        levels=["kubernetes.io/hostname"], domains=[DomainCount(values=["n1"], count=2)]
+    )
+    return Admitted(
+        workload=VICTIM,
+        uid="u1",
+        queue="offline",
+        sequence=sequence,
+        epoch=1,
+        assignments={"main": assignment},
+    )
+
+
+async def test_a_preempted_victim_has_no_admission_in_force_until_admitted_again() -> None:
+    view = View()
+    stream = Stream(view)
+    await view.on_state(
+        stream.received(WorkloadState(namespace="team", name="train", uid="u1", owner_kind="Job"))
+    )
+    await stream.decide(admitted(1))
+    assert view.admission(VICTIM) == admitted(1)
+
+    await stream.decide(Preempted(preemptor="team/serve", preemptor_uid="u2", victims=[VICTIM]))
+    assert view.admission(VICTIM) is None
+
+    await stream.decide(
+        Released(workload=VICTIM, uid="u1", queue="offline", reason="Evicted", sequence=2)
+    )
+    assert view.admission(VICTIM) is None
+    await stream.decide(admitted(3))
+    assert view.admission(VICTIM) == admitted(3)
+
+
+async def test_a_preemption_older_than_the_admission_does_not_end_it() -> None:
+    view = View()
+    stream = Stream(view)
+    await view.on_state(
+        stream.received(WorkloadState(namespace="team", name="train", uid="u1", owner_kind="Job"))
+    )
+    await stream.decide(Preempted(preemptor="team/serve", preemptor_uid="u2", victims=[VICTIM]))
+    await stream.decide(admitted(4))
+    assert view.admission(VICTIM) == admitted(4)
+    # A preemption of someone else leaves it alone.
+    await stream.decide(
+        Preempted(preemptor="team/serve", preemptor_uid="u2", victims=["team/other"])
+    )
+    assert view.admission(VICTIM) == admitted(4)
