@@ -339,12 +339,13 @@ def test_each_service_runs_as_the_services_expect(render: Render, scenario: str)
         )
 
 
-def test_admission_runs_with_a_standby(render: Render) -> None:
+def test_single_writers_run_with_a_standby(render: Render) -> None:
     documents = render({})
-    admission = _deployment(documents, "admission")
-    assert admission["spec"]["replicas"] == 2
+    leaders = ("admission", "preemption")
+    for service in leaders:
+        assert _deployment(documents, service)["spec"]["replicas"] == 2
     assert all(
-        _deployment(documents, s)["spec"]["replicas"] == 1 for s in SERVICES if s != "admission"
+        _deployment(documents, s)["spec"]["replicas"] == 1 for s in SERVICES if s not in leaders
     )
     (budget,) = _of(documents, "PodDisruptionBudget")
     assert budget["spec"]["minAvailable"] == 1
