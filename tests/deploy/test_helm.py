@@ -347,6 +347,7 @@ def test_single_writers_run_with_a_standby(render: Render) -> None:
     assert all(
         _deployment(documents, s)["spec"]["replicas"] == 1 for s in SERVICES if s not in leaders
     )
+    admission = _deployment(documents, "admission")
     (budget,) = _of(documents, "PodDisruptionBudget")
     assert budget["spec"]["minAvailable"] == 1
     assert budget["spec"]["selector"]["matchLabels"] == admission["spec"]["selector"]["matchLabels"]
