@@ -219,3 +219,36 @@ async def test_a_standby_stops_cleanly_while_waiting_for_the_lease(
         assert await running_standby == 0
         leader.request_stop()
         assert await running_leader == 0
+
+
+async def test_a_failed_leader_releases_its_lease_so_a_standby_takes_over_at_once(
+    nats_url: str, cluster_id: str
+) -> None:
+    holders: dict[str, str] = {}
+    successor_leads = asyncio.Event()
+
+    async def crash() -> None:
+        raise RuntimeError("the leader's work failed")
+
+    async def failing_setup(ctx: ServiceContext[ServiceSettings]) -> None:
+        lease = await ctx.lead("decider", ttl_seconds=30, holder="first")
+        holders["failed"] = lease.settings.holder
+        ctx.spawn("work", crash())
+
+    async def successor_setup(ctx: ServiceContext[ServiceSettings]) -> None:
+        lease = await ctx.lead("decider", ttl_seconds=30)
+        holders["successor"] = lease.settings.holder
+        successor_leads.set()
+
+    settings = ServiceSettings(cluster=cluster_id, nats_url=nats_url, http_port=0)
+    failing = Service("failing", settings, failing_setup)
+    successor = Service("successor", settings, successor_setup)
+    async with asyncio.timeout(20):
+        assert await failing.run(handle_signals=False) == 1
+        running_successor = asyncio.create_task(successor.run(handle_signals=False))
+        # Well within the 30 s TTL: the failed leader released the lease on its way out.
+        await successor_leads.wait()
+        successor.request_stop()
+        assert await running_successor == 0
+    assert holders["failed"] == "first"
+    assert holders["successor"] != "first"

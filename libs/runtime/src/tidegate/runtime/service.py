@@ -19,7 +19,8 @@ if one fails, the others are cancelled and the service exits 1 (the orchestrator
 restarting is cheap because state is replayed and consumers are durable). On SIGTERM/SIGINT:
 /readyz turns 503, consumers stop fetching and finish the batch in hand (up to
 ``shutdown_grace_seconds``), the remaining tasks are cancelled, the NATS connection is
-drained, and the process exits 0.
+drained, and the process exits 0. Either way, leases taken with :meth:`ServiceContext.lead`
+are released once every task is done.
 """
 
 import asyncio
@@ -32,6 +33,7 @@ from typing import Generic, NoReturn, TypeVar
 
 from tidegate.bus import (
     Bus,
+    BusError,
     ConsumerSettings,
     DurableConsumer,
     Handler,
@@ -126,18 +128,28 @@ class ServiceContext(Generic[S]):
         self.spawn(f"consume:{settings.durable}", consumer.run(self.stopping), graceful=True)
         return consumer
 
-    async def lead(self, role: str, *, ttl_seconds: float = 10.0) -> Lease:
+    async def lead(
+        self, role: str, *, ttl_seconds: float = 10.0, holder: str | None = None
+    ) -> Lease:
         """Wait until this process holds the single-writer lease ``role``, and keep it.
 
-        Until then the service is a standby (it stays ready: its view is complete). Put
-        ``lease.epoch`` in everything the leader writes. Losing the lease later (NATS
+        Until then the service is a standby (it stays ready: its view is complete); a standby
+        tries again every second (every quarter of the TTL when that is shorter). ``holder``
+        names this process in the lease (default: :func:`~tidegate.bus.default_holder_id`).
+        Put ``lease.epoch`` in everything the leader writes. Losing the lease later (NATS
         unreachable past the TTL, or taken over) stops the service with exit code 1, so it
-        restarts as a standby; a graceful stop releases it so a standby takes over at once.
+        restarts as a standby; when the service stops, gracefully or not, it releases the
+        lease so a standby takes over at once.
         """
         lease = Lease(
             self.bus,
             cluster=self.cluster,
-            settings=LeaseSettings(name=role, holder=default_holder_id(), ttl_seconds=ttl_seconds),
+            settings=LeaseSettings(
+                name=role,
+                holder=holder or default_holder_id(),
+                ttl_seconds=ttl_seconds,
+                acquire_poll_seconds=min(1.0, ttl_seconds / 4),
+            ),
         )
         leading = self.metrics.leader.labels(role=role)
         leading.set(0)
@@ -165,8 +177,17 @@ class ServiceContext(Generic[S]):
         for task in self._others:
             task.cancel()
         await asyncio.gather(*self._others, return_exceptions=True)
+
+    async def _release_leases(self) -> None:
+        """Give up every lease held (its tasks are done), so a standby need not wait the TTL."""
         for lease in self._leases:
-            await lease.release()
+            try:
+                await lease.release()
+            except BusError as exc:
+                log.warning(
+                    "%s: could not release the %s lease: %s", self.name, lease.settings.name, exc
+                )
+            self.metrics.leader.labels(role=lease.settings.name).set(0)
 
 
 Setup = Callable[[ServiceContext[S]], Awaitable[None]]
@@ -241,6 +262,8 @@ class Service(Generic[S]):
             code = 1
         finally:
             self.readiness.stopping = True
+            if self._context is not None:
+                await self._context._release_leases()
             if bus is not None:
                 await bus.drain()
             await runner.cleanup()

@@ -1,7 +1,8 @@
 """Wiring of the admission service: followers, the leader lease, the decision loop, commits.
 
 Every instance follows the state and capacity streams (so a standby is current). One instance
-at a time holds the ``admission`` lease and decides:
+at a time holds the ``admission`` lease (taken with
+:meth:`~tidegate.runtime.ServiceContext.lead`, which also renews and releases it) and decides:
 
 1. **Take over**: wait until both streams are replayed, load the ledger (admitted workloads and
    the sequence high-water mark), restore them into the policy, release admissions of workloads
@@ -35,10 +36,8 @@ from tidegate.bus import (
     ConsumerSettings,
     Lease,
     LeaseLost,
-    LeaseSettings,
     Publisher,
     StateFollower,
-    default_holder_id,
     layout,
 )
 from tidegate.model import (
@@ -98,7 +97,7 @@ class AdmissionMetrics:
 
 
 async def setup(ctx: ServiceContext[Settings]) -> None:
-    """Follow the state and capacity streams and start contending for leadership."""
+    """Follow the state and capacity streams, wait for the lease, then start deciding."""
     admission = Admission(ctx.settings.policy())
     handlers = Handlers(admission)
     cluster = ctx.cluster
@@ -114,48 +113,40 @@ async def setup(ctx: ServiceContext[Settings]) -> None:
         subjects=[subjects.capacity_wildcard(cluster)],
         handler=handlers.on_capacity,
     )
-    leader = Leader(ctx, handlers, followers=[state, capacity])
+    settings = ctx.settings
+    lease = await ctx.lead(
+        LEASE_NAME, ttl_seconds=settings.lease_ttl_seconds, holder=settings.lease_holder
+    )
+    leader = Leader(ctx, handlers, lease, followers=[state, capacity])
     ctx.spawn("leader", leader.run(), graceful=True)
 
 
 class Leader:
-    """Contends for the lease; while holding it, runs the decision loop (module docstring)."""
+    """Holds the lease and runs the decision loop (module docstring)."""
 
     def __init__(
         self,
         ctx: ServiceContext[Settings],
         handlers: Handlers,
+        lease: Lease,
         *,
         followers: Sequence[StateFollower],
     ) -> None:
-        """Lead with ``handlers``' policy object once ``followers`` have replayed."""
+        """Lead under ``lease`` with ``handlers``' policy object once ``followers`` replayed."""
         self._ctx = ctx
         self._handlers = handlers
         self._admission = handlers.admission
         self._followers = followers
         self._metrics = AdmissionMetrics(ctx)
-        settings = ctx.settings
-        self.lease = Lease(
-            ctx.bus,
-            cluster=ctx.cluster,
-            settings=LeaseSettings(
-                name=LEASE_NAME,
-                holder=settings.lease_holder or default_holder_id(),
-                ttl_seconds=settings.lease_ttl_seconds,
-                acquire_poll_seconds=min(1.0, settings.lease_ttl_seconds / 4),
-            ),
-        )
+        self.lease = lease
         self._ledger: AdmissionLedger | None = None
         self._publisher = Publisher(ctx.bus)
 
     async def run(self) -> None:
-        """Stand by until the lease is ours, take over, decide until asked to stop."""
-        if not await self._acquire():
-            return
+        """Take over, decide until asked to stop."""
         self._metrics.leader.set(1)
         self._metrics.epoch.set(self.lease.epoch)
         try:
-            self._ctx.spawn("lease", self._keep_alive())
             for follower in self._followers:
                 await follower.replayed.wait()
             self._ledger = await AdmissionLedger.open(self._ctx.bus, self._ctx.cluster)
@@ -179,25 +170,6 @@ class Leader:
             self._metrics.leader.set(0)
             with contextlib.suppress(Exception):
                 await self._publisher.close()
-            await self.lease.release()
-
-    async def _acquire(self) -> bool:
-        while not self._ctx.stopping.is_set():
-            if await self.lease.try_acquire():
-                log.info("admission: leading with epoch %d", self.lease.epoch)
-                return True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._ctx.stopping.wait(), self.lease.settings.acquire_poll_seconds
-                )
-        return False
-
-    async def _keep_alive(self) -> None:
-        try:
-            await self.lease.keep_alive()
-        except LeaseLost:
-            if not self._ctx.stopping.is_set():
-                raise
 
     async def _take_over(self) -> None:
         assert self._ledger is not None

@@ -2,8 +2,9 @@
 
 Every instance follows the state stream, the capacity stream and the admitted/released
 decisions (:mod:`.handlers`), so a standby is current. One instance at a time holds the
-``preemption`` lease and acts, because two instances choosing victims at once could both count
-the same freed room for different preemptors:
+``preemption`` lease (taken with :meth:`~tidegate.runtime.ServiceContext.lead`, which also
+renews and releases it) and acts, because two instances choosing victims at once could both
+count the same freed room for different preemptors:
 
 1. **Take over**: wait until every follower has replayed; read the ledger (this service's
    preemption records and admission's admitted workloads); finish every unfinished preemption
@@ -27,10 +28,8 @@ from tidegate.bus import (
     ConsumerSettings,
     Lease,
     LeaseLost,
-    LeaseSettings,
     Ledger,
     StateFollower,
-    default_holder_id,
     layout,
 )
 from tidegate.kube import KubeClient
@@ -54,7 +53,7 @@ CONSUMER_NAME = "preemption"
 
 
 async def setup(ctx: ServiceContext[Settings]) -> None:
-    """Follow the streams, open the Kubernetes client, and start contending for the lease."""
+    """Follow the streams, open the Kubernetes client, wait for the lease, then start acting."""
     settings = ctx.settings
     cluster = ctx.cluster
     view = PreemptionView(
@@ -88,7 +87,8 @@ async def setup(ctx: ServiceContext[Settings]) -> None:
     ]
     kube = await connect_kube(settings.kube_settings())
     ctx.spawn("kube", _close_at_stop(kube))
-    leader = Leader(ctx, handlers, kube, followers=followers)
+    lease = await ctx.lead(LEASE_NAME, ttl_seconds=settings.lease_ttl_seconds)
+    leader = Leader(ctx, handlers, kube, lease, followers=followers)
     ctx.spawn("leader", leader.run(), graceful=True)
 
 
@@ -101,44 +101,29 @@ async def _close_at_stop(kube: KubeClient) -> None:
 
 
 class Leader:
-    """Contends for the lease; while holding it, answers requests (module docstring)."""
+    """Holds the lease and answers requests (module docstring)."""
 
     def __init__(
         self,
         ctx: ServiceContext[Settings],
         handlers: Handlers,
         kube: KubeClient,
+        lease: Lease,
         *,
         followers: Sequence[StateFollower],
     ) -> None:
-        """Lead with ``handlers``' view once ``followers`` have replayed."""
+        """Lead under ``lease`` with ``handlers``' view once ``followers`` have replayed."""
         self._ctx = ctx
         self._handlers = handlers
         self._kube = kube
         self._followers = followers
-        settings = ctx.settings
-        self.lease = Lease(
-            ctx.bus,
-            cluster=ctx.cluster,
-            settings=LeaseSettings(
-                name=LEASE_NAME,
-                holder=default_holder_id(),
-                ttl_seconds=settings.lease_ttl_seconds,
-                acquire_poll_seconds=min(1.0, settings.lease_ttl_seconds / 4),
-            ),
-        )
+        self.lease = lease
         self._metrics = PreemptionMetrics(ctx.metrics.registry)
 
     async def run(self) -> None:
-        """Stand by until the lease is ours, take over, act until asked to stop."""
+        """Take over, act until asked to stop."""
         ctx = self._ctx
-        leading = ctx.metrics.leader.labels(role=LEASE_NAME)
-        leading.set(0)
-        if not await self._acquire():
-            return
-        leading.set(1)
         try:
-            ctx.spawn("lease", self._keep_alive())
             for follower in self._followers:
                 await follower.replayed.wait()
             preempter = await self._take_over()
@@ -154,27 +139,7 @@ class Leader:
             )
             await self._reconcile_until_stopped(preempter)
         finally:
-            leading.set(0)
             self._handlers.preempter = None
-            await self.lease.release()
-
-    async def _acquire(self) -> bool:
-        while not self._ctx.stopping.is_set():
-            if await self.lease.try_acquire():
-                log.info("preemption: leading with epoch %d", self.lease.epoch)
-                return True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._ctx.stopping.wait(), self.lease.settings.acquire_poll_seconds
-                )
-        return False
-
-    async def _keep_alive(self) -> None:
-        try:
-            await self.lease.keep_alive()
-        except LeaseLost:
-            if not self._ctx.stopping.is_set():
-                raise
 
     async def _take_over(self) -> Preempter:
         ctx = self._ctx
