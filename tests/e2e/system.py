@@ -1,0 +1,455 @@
+"""The whole of tidegate running and observed: what the end-to-end tests share.
+
+Why: the crash/restart and malformed-input tests both need the embedded stack
+(:class:`~tidegate.cli.stack.LocalStack`: a nats-server, the simulated cluster in this process
+and the five services as real child processes), a way to submit workloads as users do (through
+the Kubernetes API, built with the demo's trace machinery), control over the service processes
+(SIGKILL one, start it again) and an observer that follows the bus — the state, capacity and
+decision streams — while sampling the simulated cluster several times a second for the
+:class:`~tests.e2e.invariants.Invariants`, so that an invariant broken for a moment in the
+middle of a run is caught, not only the state at the end.
+
+It does not decide what to run or when to crash what (the tests do), nor what an invariant is
+(:mod:`tests.e2e.invariants`).
+"""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Final, TypeVar, cast
+
+from tidegate.bus import (
+    Bus,
+    BusSettings,
+    ConsumerSettings,
+    DurableConsumer,
+    Received,
+    StateFollower,
+    layout,
+)
+from tidegate.bus import connect as bus_connect
+from tidegate.cli.demo_run import compressed_timeouts
+from tidegate.cli.demo_trace import (
+    QueueEntry,
+    WorkloadEntry,
+    priority_class_object,
+    queue_object,
+    workload_object,
+)
+from tidegate.cli.stack import LocalStack, StackSettings
+from tidegate.kube import (
+    DEPLOYMENTS,
+    EVENTS,
+    JOBS,
+    NAMESPACES,
+    KubeClient,
+    KubeSettings,
+    ResourceType,
+)
+from tidegate.kube import connect as kube_connect
+from tidegate.model import (
+    Admitted,
+    Message,
+    Pending,
+    PodState,
+    Preempted,
+    PreemptRequested,
+    Released,
+    subjects,
+)
+from tidegate.sim import SimCluster
+from tidegate.sim.kinds import PODS
+
+from .invariants import (
+    Invariants,
+    JsonObject,
+    admission_problems,
+    capacity_differences,
+    gated,
+    job_complete,
+    labels_of,
+    mirror_differences,
+    pod_phase,
+    sim_objects,
+    terminating,
+)
+
+CLUSTER: Final = "e2e"
+QUEUES: Final = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
+)
+PRIORITY_CLASSES: Final = ResourceType(
+    group="scheduling.k8s.io",
+    version="v1",
+    plural="priorityclasses",
+    kind="PriorityClass",
+    namespaced=False,
+)
+
+T = TypeVar("T")
+
+
+def fast_env(time_scale: float) -> dict[str, str]:
+    """Service settings that let a crashed service's successor take over within seconds.
+
+    A SIGKILLed leader's lease runs out after ``lease_ttl_seconds`` (10 s by default); admission
+    asks preemption again after ``preemption_timeout_seconds``; the rest shortens batching and
+    reconcile loops so a run of a few simulated minutes takes seconds. Settings a service does
+    not have are ignored by it.
+    """
+    return {
+        **compressed_timeouts(time_scale),
+        "TIDEGATE_LEASE_TTL_SECONDS": "2",
+        "TIDEGATE_CYCLE_TICK_SECONDS": "0.2",
+        "TIDEGATE_RECONCILE_INTERVAL_SECONDS": "0.5",
+        "TIDEGATE_BATCH_WINDOW_SECONDS": "0.05",
+        "TIDEGATE_ABSENT_RETRY_SECONDS": "0.5",
+        "TIDEGATE_ACK_WAIT_SECONDS": "5",
+        "TIDEGATE_SHUTDOWN_GRACE_SECONDS": "2",
+        "TIDEGATE_WEBHOOK": "off",
+    }
+
+
+class System:
+    """A running stack, a Kubernetes client and a bus connection, and what was observed."""
+
+    def __init__(
+        self,
+        stack: LocalStack,
+        kube: KubeClient,
+        bus: Bus,
+        *,
+        namespace: str,
+        grace_seconds: float,
+    ) -> None:
+        self.stack = stack
+        self.sim: SimCluster = stack.sim
+        self.kube = kube
+        self.bus = bus
+        self.namespace = namespace
+        self.state: dict[str, Message] = {}
+        """Last message per state subject."""
+        self.capacity: dict[str, Message] = {}
+        """Last message per capacity subject."""
+        self.decisions: list[Message] = []
+        """Every decision, in stream order."""
+        self.crashes: list[tuple[str, int, int]] = []
+        """(service, pid killed, pid of its successor), in order."""
+        self.timeline: list[str] = []
+        """What happened when (decisions, crashes, violations), for failure messages."""
+        self._started = time.monotonic()
+        self._killed: dict[str, int] = {}
+        self._background: list[asyncio.Task[None]] = []
+        self.checks = Invariants(self.sim, grace_seconds=grace_seconds, note=self.note)
+        """The sampled invariants (sampled while :meth:`observing`)."""
+
+    @property
+    def violations(self) -> list[str]:
+        """Invariants found broken while sampling."""
+        return self.checks.violations
+
+    # ------------------------------------------------------------------ set-up and input
+
+    async def set_up(
+        self, *, priority_classes: Mapping[str, int], queues: Iterable[QueueEntry]
+    ) -> None:
+        """Create the managed namespace, priority classes and Queues."""
+        await self.kube.create(
+            NAMESPACES,
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": self.namespace, "labels": {"tidegate.io/managed": "true"}},
+            },
+        )
+        for name, value in priority_classes.items():
+            await self.kube.create(PRIORITY_CLASSES, priority_class_object(name, value))
+        for entry in queues:
+            await self.kube.create(QUEUES, queue_object(entry))
+
+    async def submit(self, *entries: WorkloadEntry) -> None:
+        """Create the Jobs / Deployments of trace entries, as a user would."""
+        for entry in entries:
+            resource = JOBS if entry.kind == "Job" else DEPLOYMENTS
+            await self.kube.create(
+                resource, workload_object(entry, self.namespace), namespace=self.namespace
+            )
+
+    async def publish_raw(self, subject: str, payload: bytes) -> None:
+        """Put bytes on a subject as a broken or hostile client would (no envelope, no codec)."""
+        await self.bus.jetstream.publish(subject, payload)
+
+    # ------------------------------------------------------------------ processes
+
+    def pids(self) -> dict[str, int]:
+        """Service name → pid of its running process."""
+        return {
+            name: process.process.pid
+            for name, process in self.stack.processes.items()
+            if process.process is not None and process.running
+        }
+
+    async def kill(self, name: str) -> None:
+        """SIGKILL one service (a crash: no drain, no goodbye); :meth:`start` brings it back."""
+        killed = self.pids()[name]
+        held = sum(1 for p in self.sim_pods(self.namespace) if gated(p))
+        self.note(f"SIGKILL {name} (pid {killed}; {held} pods gated)")
+        self.checks.restarting.add(name)
+        self._killed[name] = killed
+        await self.stack.stop_service(name, kill=True)
+
+    async def start(self, name: str) -> None:
+        """Start a killed service again; returns once it reports ready."""
+        try:
+            await self.stack.start_service(name)
+        finally:
+            self.checks.restarting.discard(name)
+            self.checks.settled_at = time.monotonic()
+        pid = self.pids()[name]
+        self.crashes.append((name, self._killed.pop(name), pid))
+        self.note(f"{name} ready again (pid {pid})")
+
+    async def crash(self, name: str) -> None:
+        """SIGKILL one service and start it again; returns once its successor is ready."""
+        await self.kill(name)
+        await self.start(name)
+
+    def dead(self) -> list[str]:
+        """Services that exited although no test stopped them, with their log tail; raises
+        at once if the observer itself failed (a broken check must not go unnoticed)."""
+        for task in self._background:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise AssertionError("the observer failed") from task.exception()
+        return [
+            f"{p.name} exited with {p.returncode}:\n{p.log_tail(30)}"
+            for p in self.stack.dead_services()
+            if p.name not in self.checks.restarting
+        ]
+
+    def note(self, text: str) -> None:
+        """Add a line to the timeline, stamped with seconds since the system started."""
+        self.timeline.append(f"[{time.monotonic() - self._started:6.1f}s] {text}")
+
+    def report(self) -> str:
+        """The timeline, to print with a failed assertion."""
+        return "\n".join(["timeline:", *self.timeline])
+
+    # ------------------------------------------------------------------ waiting
+
+    async def until(self, check: Callable[[], T | None], *, within: float, what: str) -> T:
+        """Wait until ``check()`` is truthy and return it; fail at once if a service died."""
+        deadline = time.monotonic() + within
+        while True:
+            dead = self.dead()
+            assert not dead, f"while waiting for {what}: " + "\n".join(dead)
+            result = check()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {within:.0f}s waiting for {what}")
+            await asyncio.sleep(0.1)
+
+    async def until_async(
+        self, check: Callable[[], Awaitable[T | None]], *, within: float, what: str
+    ) -> T:
+        """Like :meth:`until` for a coroutine function (e.g. one reading the API server)."""
+        deadline = time.monotonic() + within
+        while True:
+            dead = self.dead()
+            assert not dead, f"while waiting for {what}: " + "\n".join(dead)
+            result = await check()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {within:.0f}s waiting for {what}")
+            await asyncio.sleep(0.3)
+
+    # ------------------------------------------------------------------ observations
+
+    def of(self, kind: type[T], workload: str | None = None) -> list[T]:
+        """Decisions of one kind (about ``<namespace>/<workload>`` when given), in order."""
+        key = None if workload is None else f"{self.namespace}/{workload}"
+        found: list[T] = [d for d in self.decisions if isinstance(d, kind)]
+        if key is None:
+            return found
+        return [
+            d
+            for d in found
+            if getattr(d, "workload", None) == key or getattr(d, "preemptor", None) == key
+        ]
+
+    def bus_pods(self) -> dict[str, PodState]:
+        """Pods on the state stream (tombstoned ones left out), by ``namespace/name``."""
+        return {
+            f"{m.namespace}/{m.name}": m for m in self.state.values() if isinstance(m, PodState)
+        }
+
+    def sim_pods(self, namespace: str | None = None) -> list[JsonObject]:
+        """The simulated cluster's pods, read from its store (the source of truth)."""
+        return sim_objects(self.sim, PODS, namespace)
+
+    def pods_of(self, workload: str) -> list[JsonObject]:
+        """Live pods (not being deleted) of a trace workload, from the simulator."""
+        return [
+            p
+            for p in self.sim_pods(self.namespace)
+            if labels_of(p).get("app") == workload and not terminating(p)
+        ]
+
+    def running(self, workload: str, count: int) -> bool:
+        """Exactly ``count`` live pods of ``workload``, all bound and Running."""
+        pods = self.pods_of(workload)
+        return len(pods) == count and all(
+            p.get("spec", {}).get("nodeName") and pod_phase(p) == "Running" for p in pods
+        )
+
+    async def completed_jobs(self) -> set[str]:
+        """Names of the namespace's Jobs that completed (read through the API)."""
+        listed = await self.kube.list_objects(JOBS, namespace=self.namespace)
+        items = cast(list[JsonObject], listed.items)
+        return {j["metadata"]["name"] for j in items if job_complete(j)}
+
+    async def events(self, owner: str) -> list[JsonObject]:
+        """Events about the object named ``owner`` in the namespace, read through the API."""
+        listed = await self.kube.list_objects(EVENTS, namespace=self.namespace)
+        items = cast(list[JsonObject], listed.items)
+        return [e for e in items if e.get("involvedObject", {}).get("name") == owner]
+
+    # ------------------------------------------------------------------ background observers
+
+    @contextlib.asynccontextmanager
+    async def observing(self) -> AsyncIterator["System"]:
+        """Follow the state, capacity and decision streams and sample the cluster meanwhile."""
+        stop = asyncio.Event()
+        state = StateFollower(
+            self.bus,
+            stream=layout.state_stream(CLUSTER),
+            subjects=subjects.state_wildcards(CLUSTER),
+            handler=self._on_state,
+            name="e2e-state",
+        )
+        capacity = StateFollower(
+            self.bus,
+            stream=layout.capacity_stream(CLUSTER),
+            subjects=[subjects.capacity_wildcard(CLUSTER)],
+            handler=self._on_capacity,
+            name="e2e-capacity",
+        )
+        decisions = DurableConsumer(
+            self.bus,
+            cluster=CLUSTER,
+            settings=ConsumerSettings(
+                durable="e2e-observer",
+                stream=layout.decisions_stream(CLUSTER),
+                subjects=(subjects.decision_wildcard(CLUSTER),),
+                fetch_timeout_seconds=0.1,
+            ),
+            handler=self._on_decision,
+        )
+        self._background = tasks = [
+            asyncio.create_task(state.run()),
+            asyncio.create_task(capacity.run()),
+            asyncio.create_task(decisions.run(stop)),
+            asyncio.create_task(self._sampler(stop)),
+        ]
+        try:
+            await self.until(
+                lambda: state.replayed.is_set() and capacity.replayed.is_set(),
+                within=20,
+                what="the observer to replay the bus",
+            )
+            yield self
+        finally:
+            stop.set()
+            for task in tasks[:2]:
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            for result in results:
+                if isinstance(result, Exception):
+                    raise result
+
+    async def _on_state(self, received: Received) -> None:
+        self.state[received.subject] = received.envelope.body
+
+    async def _on_capacity(self, received: Received) -> None:
+        self.capacity[received.subject] = received.envelope.body
+
+    async def _on_decision(self, received: Received) -> None:
+        body = received.envelope.body
+        self.decisions.append(body)
+        self.note(describe(body))
+        self.checks.decided(body)
+
+    async def _sampler(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.checks.sample()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.1)
+
+    # ------------------------------------------------------------------ checks at the end
+
+    def admission_problems(self) -> list[str]:
+        """Double admissions and unreleased victims in the decision log."""
+        return admission_problems(self.decisions)
+
+    def capacity_differences(self) -> list[str]:
+        """Where the capacity view on the bus differs from the simulator's state."""
+        return capacity_differences(self.sim, self.capacity.values())
+
+    def mirror_differences(self) -> list[str]:
+        """Where the pods on the bus differ from the simulator's."""
+        return mirror_differences(self.sim, self.state.values())
+
+
+@contextlib.asynccontextmanager
+async def running_system(
+    workdir: Path,
+    *,
+    nodes: str,
+    time_scale: float,
+    namespace: str,
+    grace_seconds: float = 5.0,
+) -> AsyncIterator[System]:
+    """Start the whole stack in ``workdir``, connect, observe; stop everything at the end."""
+    settings = StackSettings(
+        workdir=workdir,
+        cluster=CLUSTER,
+        nodes=nodes,
+        time_scale=time_scale,
+        ready_timeout_seconds=60,
+        extra_env=fast_env(time_scale),
+    )
+    async with (
+        LocalStack.running(settings) as stack,
+        await kube_connect(KubeSettings(source="kubeconfig", kubeconfig=stack.kubeconfig)) as kube,
+        await bus_connect(
+            BusSettings(servers=(stack.nats_url,), name="tidegate-e2e", wait_for_server_seconds=10)
+        ) as bus,
+    ):
+        system = System(stack, kube, bus, namespace=namespace, grace_seconds=grace_seconds)
+        async with system.observing():
+            yield system
+
+
+def describe(decision: Message) -> str:
+    """One line about a decision, for the timeline."""
+    match decision:
+        case Admitted():
+            extra = f" replacing {decision.replaces}" if decision.replaces is not None else ""
+            return (
+                f"admitted {decision.workload} seq {decision.sequence} epoch {decision.epoch}"
+                f"{extra}: {sum(d.count for a in decision.assignments.values() for d in a.domains)}"
+                " pods"
+            )
+        case Pending():
+            return f"pending {decision.workload} {decision.reason}: {decision.message}"
+        case PreemptRequested():
+            return f"preempt-requested {decision.workload}"
+        case Preempted():
+            return f"preempted for {decision.preemptor}: {decision.victims}"
+        case Released():
+            return f"released {decision.workload} {decision.reason}"
+        case _:
+            return f"{type(decision).__name__}"
