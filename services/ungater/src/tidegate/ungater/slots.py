@@ -114,6 +114,7 @@ def plan_podset(
     levels = assignment.levels
     occupied = dict.fromkeys(capacity, 0)
     candidates: list[Member] = []
+    lengths = sorted({len(d) for d in capacity}, reverse=True)
     for member in members:
         if member.gated:
             domain = expected.get(member.uid)
@@ -123,9 +124,15 @@ def plan_podset(
                 occupied[domain] += 1
             continue
         if member.holds_slot:
-            domain = domain_of(levels, member.node_selector, capacity)
-            if domain is not None:
-                occupied[domain] += 1
+            # The deepest assigned domain its selector names (a dict lookup per depth).
+            selector = member.node_selector
+            for length in lengths:
+                if not all(level in selector for level in levels[:length]):
+                    continue
+                key = tuple(selector[level] for level in levels[:length])
+                if key in occupied:
+                    occupied[key] += 1
+                    break
     free = {d: 0 if d in lost else max(capacity[d] - occupied[d], 0) for d in capacity}
     order = _slot_order(assignment)
     releases: list[Release] = []
