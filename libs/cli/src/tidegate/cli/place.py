@@ -10,9 +10,15 @@ has examples. This module only reads, calls and prints.
 """
 
 import argparse
-import json
-import sys
 from typing import TYPE_CHECKING, Final
+
+from tidegate.cli.whatif import (
+    add_document_argument,
+    answer,
+    assignments_json,
+    malformed,
+    podset_error_detail,
+)
 
 if TYPE_CHECKING:
     from tidegate.cli.snapshot import PlaceSnapshot
@@ -20,19 +26,10 @@ if TYPE_CHECKING:
 
 HELP: Final = "What-if: place a workload on a cluster snapshot and print the assignment as JSON."
 
-EXIT_OK: Final = 0
-EXIT_MALFORMED: Final = 2
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``SNAPSHOT`` (a file, or ``-`` / nothing for standard input)."""
-    parser.add_argument(
-        "snapshot",
-        nargs="?",
-        default="-",
-        metavar="SNAPSHOT",
-        help="JSON or YAML snapshot file (topology, nodes, workload); '-' or absent: stdin",
-    )
+    add_document_argument(parser, "snapshot", what="snapshot file (topology, nodes, workload)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         snapshot = parse_place_snapshot(read_document(args.snapshot))
     except SnapshotError as exc:
-        return _malformed(str(exc))
+        return malformed(str(exc))
     workload = snapshot.workload
     profile = snapshot.profile if snapshot.profile is not None else workload.profile
     request = PlacementRequest(
@@ -61,17 +58,11 @@ def run(args: argparse.Namespace) -> int:
         view = CapacityView(snapshot.topology.levels, snapshot.nodes)
         result = place(view, request)
     except PlacementError as exc:
-        return _malformed(placement_error_path(exc, snapshot))
+        return malformed(placement_error_path(exc, snapshot))
 
     output: dict[str, object] = {
         "fits": result.fits,
-        "assignments": {
-            name: {
-                "levels": list(assignment.levels),
-                "domains": [{"values": d.values, "count": d.count} for d in assignment.domains],
-            }
-            for name, assignment in result.assignments.items()
-        },
+        "assignments": assignments_json(result.assignments),
         "reason": result.reason,
         "levels_chosen": result.levels_chosen,
         "nodes": result.node_counts,
@@ -79,14 +70,7 @@ def run(args: argparse.Namespace) -> int:
         "topology": snapshot.topology.name,
         "timings_ms": {key: round(value, 3) for key, value in result.timings_ms.items()},
     }
-    json.dump(output, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return EXIT_OK
-
-
-def _malformed(message: str) -> int:
-    print(" ".join(message.split()), file=sys.stderr)
-    return EXIT_MALFORMED
+    return answer(output)
 
 
 def placement_error_path(exc: "PlacementError", snapshot: "PlaceSnapshot") -> str:
@@ -99,7 +83,5 @@ def placement_error_path(exc: "PlacementError", snapshot: "PlaceSnapshot") -> st
         return exc.detail
     for index, podset in enumerate(snapshot.workload.podsets):
         if podset.name == exc.podset:
-            prefix = f"{exc.podset}: {exc.field}: "
-            detail = exc.detail[len(prefix) :] if exc.detail.startswith(prefix) else exc.detail
-            return f"workload.podsets[{index}].{exc.field}: {detail}"
+            return f"workload.podsets[{index}].{exc.field}: {podset_error_detail(exc)}"
     return exc.detail

@@ -11,9 +11,15 @@ WHAT-IF.md; docs/preemption.md has examples. This module only reads, calls and p
 """
 
 import argparse
-import json
-import sys
 from typing import TYPE_CHECKING, Final
+
+from tidegate.cli.whatif import (
+    add_document_argument,
+    answer,
+    assignments_json,
+    malformed,
+    podset_error_detail,
+)
 
 if TYPE_CHECKING:
     from tidegate.cli.preempt_scenario import Scenario
@@ -21,18 +27,11 @@ if TYPE_CHECKING:
 
 HELP: Final = "What-if: would a workload be admitted, and which training gangs would it preempt?"
 
-EXIT_OK: Final = 0
-EXIT_MALFORMED: Final = 2
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``SCENARIO`` (a file, or ``-`` / nothing for standard input)."""
-    parser.add_argument(
-        "scenario",
-        nargs="?",
-        default="-",
-        metavar="SCENARIO",
-        help="JSON or YAML scenario (topology, nodes, queues, running, incoming); '-' or absent: stdin",
+    add_document_argument(
+        parser, "scenario", what="scenario (topology, nodes, queues, running, incoming)"
     )
 
 
@@ -50,11 +49,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         scenario = parse_scenario(read_document(args.scenario))
     except SnapshotError as exc:
-        return _malformed(str(exc))
+        return malformed(str(exc))
     try:
         normalize(scenario.topology.levels, PlacementRequest(podsets=scenario.incoming.podsets))
     except PlacementError as exc:
-        return _malformed(_placement_error_path(exc, scenario))
+        return malformed(_placement_error_path(exc, scenario))
     started = time.perf_counter()
     view = scenario.view()
     built = time.perf_counter()
@@ -66,13 +65,7 @@ def run(args: argparse.Namespace) -> int:
     output: dict[str, object] = {
         "admitted": choice.admitted,
         "victims": list(choice.victims),
-        "placement": {
-            name: {
-                "levels": list(assignment.levels),
-                "domains": [{"values": d.values, "count": d.count} for d in assignment.domains],
-            }
-            for name, assignment in (placement.assignments.items() if placement else ())
-        },
+        "placement": assignments_json(placement.assignments if placement else {}),
         "reason": choice.reason,
         "outcome": choice.outcome,
         "service_type": scenario.incoming.service_type,
@@ -92,22 +85,14 @@ def run(args: argparse.Namespace) -> int:
             "select": round((done - built) * 1000, 3),
         },
     }
-    json.dump(output, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return EXIT_OK
-
-
-def _malformed(message: str) -> int:
-    print(" ".join(message.split()), file=sys.stderr)
-    return EXIT_MALFORMED
+    return answer(output)
 
 
 def _placement_error_path(exc: "PlacementError", scenario: "Scenario") -> str:
     """A placement error on the incoming workload, as a path into the scenario."""
     if exc.podset is None or exc.field is None:
         return f"incoming: {exc.detail}"
-    prefix = f"{exc.podset}: {exc.field}: "
-    detail = exc.detail[len(prefix) :] if exc.detail.startswith(prefix) else exc.detail
+    detail = podset_error_detail(exc)
     names = [podset.name for podset in scenario.incoming.podsets]
     if scenario.incoming_from_pods:
         # Podsets built from "pods" share the incoming workload's own topology key.
