@@ -141,42 +141,34 @@ class Invalid(KubeError):
     status = 422
 
 
-class TooManyRequests(KubeError):
+class _RetryLater(KubeError):
+    """A transient status after which the server may say how long to wait (Retry-After)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        reason: str = "",
+        causes: tuple[Cause, ...] = (),
+        operation: str = "",
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        self.retry_after_seconds = retry_after_seconds
+        """Seconds the server asked us to wait (header or Status details), if it said."""
+        super().__init__(message, status=status, reason=reason, causes=causes, operation=operation)
+
+
+class TooManyRequests(_RetryLater):
     """429: throttled by the server (or an eviction blocked by a PodDisruptionBudget)."""
 
     status = 429
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        reason: str = "",
-        causes: tuple[Cause, ...] = (),
-        operation: str = "",
-        retry_after_seconds: float | None = None,
-    ) -> None:
-        self.retry_after_seconds = retry_after_seconds
-        super().__init__(message, status=status, reason=reason, causes=causes, operation=operation)
 
-
-class ServerError(KubeError):
+class ServerError(_RetryLater):
     """5xx: the API server failed (or a webhook / etcd behind it did)."""
 
     status = 500
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        reason: str = "",
-        causes: tuple[Cause, ...] = (),
-        operation: str = "",
-        retry_after_seconds: float | None = None,
-    ) -> None:
-        self.retry_after_seconds = retry_after_seconds
-        super().__init__(message, status=status, reason=reason, causes=causes, operation=operation)
 
 
 class UnexpectedResponse(KubeError):
@@ -250,17 +242,9 @@ def error_for_status(
         causes = tuple(Cause(c.field, c.reason, c.message) for c in parsed.details.causes)
         if retry_after_seconds is None and parsed.details.retryAfterSeconds is not None:
             retry_after_seconds = float(parsed.details.retryAfterSeconds)
-    if status == 429:
-        return TooManyRequests(
-            message,
-            status=status,
-            reason=reason,
-            causes=causes,
-            operation=operation,
-            retry_after_seconds=retry_after_seconds,
-        )
-    if 500 <= status <= 599:
-        return ServerError(
+    if status == 429 or 500 <= status <= 599:
+        transient = TooManyRequests if status == 429 else ServerError
+        return transient(
             message,
             status=status,
             reason=reason,
