@@ -26,7 +26,9 @@ from tidegate.kube import (
     CRDS,
     NAMESPACES,
     NODES,
+    PODGROUPS,
     PODS,
+    QUEUES,
     AlreadyExists,
     KubeClient,
     KubeSettings,
@@ -44,12 +46,6 @@ ENV_KUBECONFIG = "TIDEGATE_TEST_KUBECONFIG"
 GATE = "tidegate.io/admission"
 CONTRACT_LABEL = "tidegate.io/contract"
 
-PODGROUPS = ResourceType(
-    group="tidegate.io", version="v1alpha1", plural="podgroups", kind="PodGroup"
-)
-QUEUES = ResourceType(
-    group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
-)
 SERVICEACCOUNTS = ResourceType(
     group="", version="v1", plural="serviceaccounts", kind="ServiceAccount"
 )

@@ -8,7 +8,9 @@ import pytest
 from tidegate.kube import (
     DEPLOYMENTS,
     JOBS,
+    PODGROUPS,
     PODS,
+    QUEUES,
     Informer,
     InformerState,
     KubeEvent,
@@ -16,7 +18,7 @@ from tidegate.kube import (
     connect,
 )
 
-from .conftest import CONTRACT_LABEL, PODGROUPS, QUEUES, ContractEnv
+from .conftest import CONTRACT_LABEL, ContractEnv
 from .faults import FaultProxy
 from .helpers import eventually, names, recording
 

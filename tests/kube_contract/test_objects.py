@@ -5,14 +5,16 @@ import pytest
 from tidegate.kube import (
     JOBS,
     JOBSETS,
+    PODGROUPS,
     PODS,
+    QUEUES,
     AlreadyExists,
     Conflict,
     NotFound,
     Unsupported,
 )
 
-from .conftest import CONTRACT_LABEL, PODGROUPS, QUEUES, ContractEnv
+from .conftest import CONTRACT_LABEL, ContractEnv
 from .test_informer import suspended_job
 
 pytestmark = pytest.mark.kube_contract

@@ -29,7 +29,15 @@ import pytest
 from opentelemetry import context as otel_context
 
 from tidegate.bus import Bus, BusSettings, Ledger, Received, StateFollower, connect, layout
-from tidegate.kube import NAMESPACES, PODS, KubeClient, KubeSettings, ResourceType
+from tidegate.kube import (
+    NAMESPACES,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+    KubeClient,
+    KubeSettings,
+    ResourceType,
+)
 from tidegate.kube import connect as connect_kube
 from tidegate.model import (
     Admitted,
@@ -60,18 +68,6 @@ NAMESPACE = "team"
 GATE = "tidegate.io/admission"
 HOSTNAME = "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
-QUEUES = ResourceType(
-    group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
-)
-PRIORITY_CLASSES = ResourceType(
-    group="scheduling.k8s.io",
-    version="v1",
-    plural="priorityclasses",
-    kind="PriorityClass",
-    namespaced=False,
-)
-JOBS = ResourceType(group="batch", version="v1", plural="jobs", kind="Job")
-DEPLOYMENTS = ResourceType(group="apps", version="v1", plural="deployments", kind="Deployment")
 TERMINAL = ("Succeeded", "Failed")
 
 

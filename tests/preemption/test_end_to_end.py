@@ -23,6 +23,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tidegate.kube import DEPLOYMENTS, JOBS
 from tidegate.model import (
     Admitted,
     Pending,
@@ -34,8 +35,6 @@ from tidegate.model import (
 )
 
 from .conftest import (
-    DEPLOYMENTS,
-    JOBS,
     NAMESPACE,
     Harness,
     environment,

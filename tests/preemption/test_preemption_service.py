@@ -8,11 +8,10 @@ from typing import Any
 
 import yaml
 
-from tidegate.kube import JOBS, PODS
+from tidegate.kube import DEPLOYMENTS, JOBS, PODS
 from tidegate.model import PodState, Preempted, PreemptRequested, subjects
 
 from .conftest import (
-    DEPLOYMENTS,
     GATE,
     GPU,
     NAMESPACE,

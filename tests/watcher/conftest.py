@@ -27,22 +27,6 @@ from tidegate.watcher.app import Watcher
 from tidegate.watcher.config import WatcherSettings
 
 GATE = "tidegate.io/admission"
-PODGROUPS = ResourceType(
-    group="tidegate.io", version="v1alpha1", plural="podgroups", kind="PodGroup"
-)
-QUEUES = ResourceType(
-    group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
-)
-TOPOLOGIES = ResourceType(
-    group="tidegate.io", version="v1alpha1", plural="topologies", kind="Topology", namespaced=False
-)
-PRIORITYCLASSES = ResourceType(
-    group="scheduling.k8s.io",
-    version="v1",
-    plural="priorityclasses",
-    kind="PriorityClass",
-    namespaced=False,
-)
 NAMESPACE = "team"
 
 

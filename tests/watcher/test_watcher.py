@@ -13,7 +13,19 @@ from typing import Any
 import aiohttp
 
 from tidegate.bus import BusSettings, connect
-from tidegate.kube import DEPLOYMENTS, JOBS, JOBSETS, NODES, PODS, REPLICASETS, KubeSettings
+from tidegate.kube import (
+    DEPLOYMENTS,
+    JOBS,
+    JOBSETS,
+    NODES,
+    PODGROUPS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+    REPLICASETS,
+    TOPOLOGIES,
+    KubeSettings,
+)
 from tidegate.kube import connect as connect_kube
 from tidegate.model import (
     NodeState,
@@ -30,10 +42,6 @@ from tidegate.watcher.config import WatcherSettings
 
 from .conftest import (
     NAMESPACE,
-    PODGROUPS,
-    PRIORITYCLASSES,
-    QUEUES,
-    TOPOLOGIES,
     Harness,
     owner_ref,
     pod_body,
@@ -185,7 +193,7 @@ async def test_jobset_and_kai_end_to_end(harness: Harness) -> None:
 
 async def test_volcano_deployment_end_to_end(harness: Harness) -> None:
     await harness.create(
-        PRIORITYCLASSES, {"metadata": {"name": "pc-high"}, "value": 80000}, namespace=None
+        PRIORITY_CLASSES, {"metadata": {"name": "pc-high"}, "value": 80000}, namespace=None
     )
     await harness.start_watcher()
     deployment = await harness.create(

@@ -8,9 +8,9 @@ from tidegate.kube import (
     JOBS,
     NODES,
     PODS,
+    QUEUES,
     KubeConfigError,
     KubeSettings,
-    ResourceType,
     resource_for_kind,
 )
 
@@ -23,13 +23,10 @@ def test_core_and_group_paths() -> None:
     )
     assert NODES.path(name="n1") == "/api/v1/nodes/n1"
     assert JOBS.path(namespace="a", name="j") == "/apis/batch/v1/namespaces/a/jobs/j"
-    queues = ResourceType(
-        group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
-    )
     assert (
-        queues.path(name="q", subresource="status") == "/apis/tidegate.io/v1alpha1/queues/q/status"
+        QUEUES.path(name="q", subresource="status") == "/apis/tidegate.io/v1alpha1/queues/q/status"
     )
-    assert queues.api_version == "tidegate.io/v1alpha1"
+    assert QUEUES.api_version == "tidegate.io/v1alpha1"
     assert PODS.api_version == "v1"
 
 

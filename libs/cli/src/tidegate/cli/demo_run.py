@@ -29,10 +29,11 @@ from tidegate.kube import (
     NAMESPACES,
     NODES,
     PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
     AlreadyExists,
     KubeClient,
     KubeSettings,
-    ResourceType,
 )
 from tidegate.kube import connect as kube_connect
 from tidegate.model import QuantityError, parse_quantity, subjects
@@ -149,16 +150,6 @@ class DemoRunner:
             _int(_status(node).get("allocatable", {}), "nvidia.com/gpu") for node in nodes.items
         )
         self.say(f"  cluster: {len(nodes.items)} nodes, {self.record.total_gpus} GPUs")
-        priority_classes = ResourceType(
-            group="scheduling.k8s.io",
-            version="v1",
-            plural="priorityclasses",
-            kind="PriorityClass",
-            namespaced=False,
-        )
-        queues = ResourceType(
-            group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
-        )
         with contextlib.suppress(AlreadyExists):
             await kube.create(
                 NAMESPACES,
@@ -173,9 +164,9 @@ class DemoRunner:
             )
         for name, value in self.trace.priority_classes.items():
             with contextlib.suppress(AlreadyExists):
-                await kube.create(priority_classes, priority_class_object(name, value))
+                await kube.create(PRIORITY_CLASSES, priority_class_object(name, value))
         for entry in self.trace.queues:
-            await kube.create(queues, queue_object(entry))
+            await kube.create(QUEUES, queue_object(entry))
             self.say(f"  queue {entry.name}: {json.dumps(entry.spec)}")
 
     async def _submit_all(self, kube: KubeClient) -> None:

@@ -76,6 +76,24 @@ CRDS = ResourceType(
     kind="CustomResourceDefinition",
     namespaced=False,
 )
+PRIORITY_CLASSES = ResourceType(
+    group="scheduling.k8s.io",
+    version="v1",
+    plural="priorityclasses",
+    kind="PriorityClass",
+    namespaced=False,
+)
+
+# tidegate's own custom resources (deploy/crds).
+PODGROUPS = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="podgroups", kind="PodGroup"
+)
+QUEUES = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
+)
+TOPOLOGIES = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="topologies", kind="Topology", namespaced=False
+)
 
 KNOWN: dict[str, ResourceType] = {
     r.kind: r for r in (PODS, NODES, NAMESPACES, EVENTS, JOBS, DEPLOYMENTS, REPLICASETS, JOBSETS)

@@ -39,8 +39,12 @@ from tidegate.kube import (
     JOBS,
     JOBSETS,
     NODES,
+    PODGROUPS,
     PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
     REPLICASETS,
+    TOPOLOGIES,
     Informer,
     InformerItem,
     InformerState,
@@ -69,13 +73,6 @@ RETRY_PUBLISH_SECONDS = 1.0
 def resource_types(settings: WatcherSettings) -> dict[ObjectKind, ResourceType]:
     """Every resource type the watcher lists and watches."""
 
-    def custom(
-        group: str, version: str, plural: str, kind: str, *, namespaced: bool
-    ) -> ResourceType:
-        return ResourceType(
-            group=group, version=version, plural=plural, kind=kind, namespaced=namespaced
-        )
-
     return {
         "Node": NODES,
         "Pod": PODS,
@@ -83,17 +80,15 @@ def resource_types(settings: WatcherSettings) -> dict[ObjectKind, ResourceType]:
         "JobSet": JOBSETS,
         "Deployment": DEPLOYMENTS,
         "ReplicaSet": REPLICASETS,
-        "PriorityClass": custom(
-            "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
-        ),
-        "PodGroup": custom("tidegate.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True),
-        "Topology": custom("tidegate.io", "v1alpha1", "topologies", "Topology", namespaced=False),
-        "Queue": custom("tidegate.io", "v1alpha1", "queues", "Queue", namespaced=False),
-        "KueueTopology": custom(
-            "kueue.x-k8s.io",
-            settings.kueue_topology_version,
-            "topologies",
-            "Topology",
+        "PriorityClass": PRIORITY_CLASSES,
+        "PodGroup": PODGROUPS,
+        "Topology": TOPOLOGIES,
+        "Queue": QUEUES,
+        "KueueTopology": ResourceType(
+            group="kueue.x-k8s.io",
+            version=settings.kueue_topology_version,
+            plural="topologies",
+            kind="Topology",
             namespaced=False,
         ),
     }
