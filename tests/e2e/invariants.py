@@ -12,8 +12,9 @@ observed on the bus. Each check says which invariant broke so a failing test nam
   stays unscheduled, for longer than a grace period counted from the moment every service is
   up again; a preempted gang's re-created pods are not released before a new admission; never
   more pods released than admission assigned;
-- from the decision log (:func:`admission_problems`): no workload admitted twice without a
-  release in between, every victim of a preemption released as ``Evicted``;
+- from the decision log: no workload admitted twice without a release in between
+  (:func:`double_admissions`), every victim of a preemption released as ``Evicted``
+  (:func:`unreleased_victims`);
 - at the end (:func:`capacity_differences`, :func:`mirror_differences`): the capacity view on
   the bus equals a recomputation from the simulator's own objects, and the watcher's pods on
   the bus equal the simulator's pods.
@@ -236,12 +237,12 @@ class Invariants:
             self.note(f"VIOLATION {message}")
 
 
-def admission_problems(decisions: Iterable[Message]) -> list[str]:
-    """What a decision log says was wrong: double admissions, victims never released."""
+def double_admissions(decisions: Iterable[Message]) -> list[str]:
+    """Workloads admitted again while an admission of the same object was in force (no
+    release in between), and replacements of an admission that was not in force."""
     problems: list[str] = []
     in_force: dict[str, int] = {}
     seen: set[tuple[str, int]] = set()
-    evicted_pending: dict[str, str] = {}
     for decision in decisions:
         match decision:
             case Admitted():
@@ -264,18 +265,28 @@ def admission_problems(decisions: Iterable[Message]) -> list[str]:
                 in_force[decision.uid] = decision.sequence
             case Released():
                 in_force.pop(decision.uid, None)
-                if decision.reason == "Evicted":
-                    evicted_pending.pop(decision.workload, None)
-            case Preempted():
-                for victim in decision.victims:
-                    evicted_pending[victim] = decision.preemptor
             case _:
                 pass
-    problems += [
-        f"{victim} was preempted for {preemptor} but never released as Evicted"
-        for victim, preemptor in evicted_pending.items()
-    ]
     return problems
+
+
+def unreleased_victims(decisions: Iterable[Message]) -> list[str]:
+    """Victims of a preemption that admission never released as ``Evicted`` (their quota
+    would leak); only meaningful once the run has settled."""
+    waiting: dict[str, str] = {}
+    for decision in decisions:
+        match decision:
+            case Preempted():
+                for victim in decision.victims:
+                    waiting[victim] = decision.preemptor
+            case Released(reason="Evicted"):
+                waiting.pop(decision.workload, None)
+            case _:
+                pass
+    return [
+        f"{victim} was preempted for {preemptor} but never released as Evicted"
+        for victim, preemptor in waiting.items()
+    ]
 
 
 def capacity_differences(sim: SimCluster, capacity: Iterable[Message]) -> list[str]:

@@ -65,8 +65,8 @@ from tidegate.sim.kinds import PODS
 from .invariants import (
     Invariants,
     JsonObject,
-    admission_problems,
     capacity_differences,
+    double_admissions,
     gated,
     job_complete,
     labels_of,
@@ -74,6 +74,7 @@ from .invariants import (
     pod_phase,
     sim_objects,
     terminating,
+    unreleased_victims,
 )
 
 CLUSTER: Final = "e2e"
@@ -239,32 +240,44 @@ class System:
     # ------------------------------------------------------------------ waiting
 
     async def until(self, check: Callable[[], T | None], *, within: float, what: str) -> T:
-        """Wait until ``check()`` is truthy and return it; fail at once if a service died."""
-        deadline = time.monotonic() + within
-        while True:
-            dead = self.dead()
-            assert not dead, f"while waiting for {what}: " + "\n".join(dead)
-            result = check()
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {within:.0f}s waiting for {what}")
-            await asyncio.sleep(0.1)
+        """Wait until ``check()`` is truthy and return it; fail at once if a service died or
+        an invariant broke meanwhile (that is the reason, not the wait that follows)."""
+
+        async def checked() -> T | None:
+            return check()
+
+        return await self.until_async(checked, within=within, what=what, interval=0.1)
 
     async def until_async(
-        self, check: Callable[[], Awaitable[T | None]], *, within: float, what: str
+        self,
+        check: Callable[[], Awaitable[T | None]],
+        *,
+        within: float,
+        what: str,
+        interval: float = 0.3,
     ) -> T:
         """Like :meth:`until` for a coroutine function (e.g. one reading the API server)."""
         deadline = time.monotonic() + within
         while True:
-            dead = self.dead()
-            assert not dead, f"while waiting for {what}: " + "\n".join(dead)
+            self.assert_healthy(f"while waiting for {what}")
             result = await check()
             if result:
                 return result
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {within:.0f}s waiting for {what}")
-            await asyncio.sleep(0.3)
+                raise AssertionError(
+                    f"timed out after {within:.0f}s waiting for {what}\n{self.report()}"
+                )
+            await asyncio.sleep(interval)
+
+    def assert_healthy(self, context: str) -> None:
+        """Fail if a service died by itself or an invariant was found broken."""
+        dead = self.dead()
+        assert not dead, f"{context}: " + "\n".join(dead)
+        doubled = double_admissions(self.decisions)
+        assert not doubled, f"{context}: " + "\n".join(doubled) + "\n" + self.report()
+        assert not self.violations, (
+            f"{context}: invariants broken:\n" + "\n".join(self.violations) + "\n" + self.report()
+        )
 
     # ------------------------------------------------------------------ observations
 
@@ -344,7 +357,7 @@ class System:
                 durable="e2e-observer",
                 stream=layout.decisions_stream(CLUSTER),
                 subjects=(subjects.decision_wildcard(CLUSTER),),
-                fetch_timeout_seconds=0.1,
+                fetch_timeout_seconds=0.25,
             ),
             handler=self._on_decision,
         )
@@ -392,7 +405,22 @@ class System:
 
     def admission_problems(self) -> list[str]:
         """Double admissions and unreleased victims in the decision log."""
-        return admission_problems(self.decisions)
+        return double_admissions(self.decisions) + unreleased_victims(self.decisions)
+
+    async def until_bus_agrees(self, *, within: float) -> None:
+        """Wait until the capacity view and the pod mirror on the bus equal the simulator's
+        state; the timeout names the differences."""
+        try:
+            await self.until(
+                lambda: not self.capacity_differences() and not self.mirror_differences(),
+                within=within,
+                what="the bus to agree with the simulator",
+            )
+        except AssertionError as exc:
+            differences = self.capacity_differences() + self.mirror_differences()
+            raise AssertionError(
+                f"{len(differences)} differences, first: {differences[:8]}\n{exc}"
+            ) from None
 
     def capacity_differences(self) -> list[str]:
         """Where the capacity view on the bus differs from the simulator's state."""

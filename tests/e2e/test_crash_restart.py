@@ -121,11 +121,7 @@ async def run_to_the_end(system: System) -> None:
         return set(JOBS) <= await system.completed_jobs()
 
     await system.until_async(all_completed, within=90, what=f"the Jobs {JOBS} to complete")
-    await system.until(
-        lambda: not system.capacity_differences() and not system.mirror_differences(),
-        within=20,
-        what="the bus to agree with the simulator",
-    )
+    await system.until_bus_agrees(within=20)
 
 
 def check_invariants(system: System) -> None:

@@ -176,11 +176,7 @@ async def test_malformed_input_is_isolated_and_explained(tmp_path: Path) -> None
             assert system.of(Admitted, entry.name), entry.name
             released = system.of(Released, entry.name)
             assert [r.reason for r in released] == ["Completed"], released
-        await system.until(
-            lambda: not system.capacity_differences() and not system.mirror_differences(),
-            within=20,
-            what="the bus to agree with the simulator",
-        )
+        await system.until_bus_agrees(within=20)
 
         for name in MALFORMED:
             assert system.of(Admitted, name) == [], name
