@@ -67,9 +67,11 @@ class Invariants:
         sim: SimCluster,
         *,
         grace_seconds: float,
+        observer_lag_seconds: float = OBSERVER_LAG_SECONDS,
         note: Callable[[str], None] = lambda text: None,
     ) -> None:
         self.sim = sim
+        self.observer_lag_seconds = observer_lag_seconds
         self.grace_seconds = grace_seconds
         """How long a gang may stay partly released (or a released pod unscheduled) after
         every service is up again."""
@@ -199,7 +201,7 @@ class Invariants:
             name = object_name(pod)
             early.add(name)
             since = self._early_since.setdefault(name, now)
-            if now - since > OBSERVER_LAG_SECONDS:
+            if now - since > self.observer_lag_seconds:
                 self._report(
                     f"early:{name}",
                     f"pod {name} of preempted {victim} released without a new admission",
