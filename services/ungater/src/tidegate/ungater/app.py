@@ -10,7 +10,9 @@ Start-up, in order:
    restart continues exactly where the last process stopped;
 4. consume decisions durably (``ungater``, new decisions only on first creation) for Events
    and the trace annotation (:class:`~tidegate.ungater.handlers.Reporter`);
-5. serve the mutating webhook when configured (:mod:`tidegate.ungater.webhook`).
+5. follow the Queue configs and keep every Queue's status current from the same view
+   (:class:`~tidegate.ungater.queue_status.QueueStatusWriter`, once replayed);
+6. serve the mutating webhook when configured (:mod:`tidegate.ungater.webhook`).
 
 Several replicas may run: the API server's resourceVersion preconditions and the slot
 counting keep them from releasing more than assigned, but each records its own Events, so one
@@ -19,13 +21,16 @@ replica is the norm (the chart's default).
 
 import asyncio
 import logging
+from collections.abc import Iterable
 
 from tidegate.bus import ConsumerSettings, StateFollower, layout
 from tidegate.kube import KubeClient
 from tidegate.kube import connect as connect_kube
+from tidegate.model import WorkloadKey
 from tidegate.runtime import ServiceContext
 from tidegate.ungater.config import UngaterSettings
 from tidegate.ungater.handlers import Reporter
+from tidegate.ungater.queue_status import QueueStatusWriter
 from tidegate.ungater.releaser import Releaser, ReleaserMetrics
 from tidegate.ungater.view import View
 from tidegate.ungater.webhook import Certificate, Webhook
@@ -54,26 +59,43 @@ async def setup(ctx: ServiceContext[UngaterSettings]) -> None:
     settings = ctx.settings
     kube = await connect_kube(settings.kube_settings())
     try:
-        releaser = await start(ctx, kube)
+        writers = await start(ctx, kube)
     except BaseException:
         await kube.close()
         raise
-    ctx.spawn("kube-client", _close_when_done(kube, releaser, ctx.stopping), graceful=True)
+    ctx.spawn("kube-client", _close_when_done(kube, writers, ctx.stopping), graceful=True)
 
 
-async def start(ctx: ServiceContext[UngaterSettings], kube: KubeClient) -> Releaser:
+async def start(
+    ctx: ServiceContext[UngaterSettings], kube: KubeClient
+) -> tuple[Releaser, QueueStatusWriter]:
     """Everything after the Kubernetes connection (tests call it with their own client)."""
     settings = ctx.settings
     cluster = ctx.cluster
     releaser: Releaser | None = None
-    view = View(on_change=lambda keys: releaser.mark(keys) if releaser is not None else None)
+    queues: QueueStatusWriter | None = None
+
+    def changed(keys: Iterable[WorkloadKey]) -> None:
+        if releaser is not None and queues is not None:
+            keys = list(keys)
+            releaser.mark(keys)
+            queues.mark(keys)
+
+    view = View(on_change=changed)
+    metrics = ReleaserMetrics(ctx.metrics.registry)
+    queues = QueueStatusWriter(
+        view=view,
+        kube=kube,
+        interval_seconds=settings.queue_status_interval_seconds,
+        errors=metrics.errors,
+    )
     releaser = Releaser(
         view=view,
         kube=kube,
         bus=ctx.bus,
         cluster=cluster,
         settings=settings,
-        metrics=ReleaserMetrics(ctx.metrics.registry),
+        metrics=metrics,
     )
     followers = [
         await ctx.follow(
@@ -88,8 +110,17 @@ async def start(ctx: ServiceContext[UngaterSettings], kube: KubeClient) -> Relea
             subjects=decision_subjects(cluster),
             handler=view.on_decision,
         ),
+        await ctx.follow(
+            "queues",
+            stream=layout.state_stream(cluster),
+            subjects=[f"tg.{cluster}.config.queue.>"],
+            handler=queues.on_queue,
+        ),
     ]
     ctx.spawn("releaser", _release_after_replay(releaser, followers, ctx.stopping), graceful=True)
+    ctx.spawn(
+        "queue-status", _queue_status_after_replay(queues, followers, ctx.stopping), graceful=True
+    )
     reporter = Reporter(view, kube)
     await ctx.consume(
         ConsumerSettings(
@@ -124,7 +155,18 @@ async def start(ctx: ServiceContext[UngaterSettings], kube: KubeClient) -> Relea
             settings.webhook,
             settings.webhook_cert_dir,
         )
-    return releaser
+    return releaser, queues
+
+
+async def _queue_status_after_replay(
+    queues: QueueStatusWriter, followers: list[StateFollower], stopping: asyncio.Event
+) -> None:
+    try:
+        for follower in followers:
+            await follower.replayed.wait()
+        await queues.run(stopping)
+    finally:
+        queues.finished.set()
 
 
 async def _release_after_replay(
@@ -139,11 +181,15 @@ async def _release_after_replay(
         releaser.finished.set()
 
 
-async def _close_when_done(kube: KubeClient, releaser: Releaser, stopping: asyncio.Event) -> None:
-    """Close the client once the releaser finished its last round (an Event write still in
-    flight then fails and its decision is redelivered: nothing is lost)."""
+async def _close_when_done(
+    kube: KubeClient, writers: tuple[Releaser, QueueStatusWriter], stopping: asyncio.Event
+) -> None:
+    """Close the client once the releaser finished its last round and the Queue status writer
+    stopped (an Event write still in flight then fails and its decision is redelivered:
+    nothing is lost)."""
     try:
         await stopping.wait()
-        await releaser.finished.wait()
+        for writer in writers:
+            await writer.finished.wait()
     finally:
         await kube.close()

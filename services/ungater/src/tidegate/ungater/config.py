@@ -50,6 +50,8 @@ class UngaterSettings(ServiceSettings):
     what the bus shows (a lost watch event must not hold a slot for ever)."""
     replace_retry_seconds: float = 30.0
     """Ask admission again for replacement slots when it has not answered within this long."""
+    queue_status_interval_seconds: float = 1.0
+    """Write a Queue's status at most once per this long (changes in between are coalesced)."""
     webhook: WebhookMode = "auto"
     """Serve the mutating webhook: auto (when its certificate is mounted), on, off."""
     webhook_port: int = 8443
@@ -72,6 +74,7 @@ class UngaterSettings(ServiceSettings):
             "batch_window_seconds": self.batch_window_seconds >= 0,
             "expectation_timeout_seconds": self.expectation_timeout_seconds > 0,
             "replace_retry_seconds": self.replace_retry_seconds > 0,
+            "queue_status_interval_seconds": self.queue_status_interval_seconds > 0,
             "webhook_cert_reload_seconds": self.webhook_cert_reload_seconds > 0,
         }
         for name, ok in positive.items():

@@ -66,6 +66,9 @@ class Verdict:
     admission in force: compare sequences)."""
     released_at: float = 0.0
     """When that release was decided (its envelope's time, Unix seconds)."""
+    latest: Admitted | None = None
+    """The newest admission of the current object, in force or not (a pending decision older
+    than it is no longer current)."""
 
 
 class View:
@@ -123,7 +126,11 @@ class View:
             in_force = None
         released_at = self._released_at.get(key, 0.0) if released is not None else 0.0
         return Verdict(
-            admitted=in_force, released=released, pending=pending, released_at=released_at
+            admitted=in_force,
+            released=released,
+            pending=pending,
+            released_at=released_at,
+            latest=admitted,
         )
 
     def admitted_keys(self) -> list[WorkloadKey]:

@@ -1,0 +1,239 @@
+"""Queue status from the view: who counts as admitted or pending, the sums, the patch."""
+
+import time
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidegate.bus import Received
+from tidegate.model import (
+    Admitted,
+    Envelope,
+    Message,
+    Pending,
+    Preempted,
+    QueueConfig,
+    Released,
+    Tombstone,
+    WorkloadKey,
+    WorkloadState,
+)
+from tidegate.ungater.queue_status import (
+    QueueBook,
+    Share,
+    Tally,
+    active_condition,
+    queue_status,
+    share_of,
+    status_patch,
+)
+from tidegate.ungater.view import View
+
+KEY = WorkloadKey("team/train")
+
+
+class Feed:
+    """Feeds a view in stream order, numbering messages like JetStream does."""
+
+    def __init__(self) -> None:
+        self.view = View()
+        self.sequence = 0
+
+    def received(self, body: Message) -> Received:
+        self.sequence += 1
+        envelope = Envelope(
+            event_id=f"e{self.sequence}", cluster="c", source="test", time=time.time(), body=body
+        )
+        return Received(subject="tg.c.x", envelope=envelope, stream_sequence=self.sequence)
+
+    async def state(self, body: Message) -> None:
+        await self.view.on_state(self.received(body))
+
+    async def decide(self, body: Message) -> None:
+        await self.view.on_decision(self.received(body))
+
+    def share(self) -> Share | None:
+        return share_of(self.view.workloads.get(KEY), self.view.verdict(KEY))
+
+
+def workload(uid: str = "u1", **changes: object) -> WorkloadState:
+    return WorkloadState(namespace="team", name="train", uid=uid, owner_kind="Job", **changes)  # type: ignore[arg-type]
+
+
+def admitted(sequence: int, uid: str = "u1", queue: str = "offline") -> Admitted:
+    return Admitted(
+        workload=KEY,
+        uid=uid,
+        queue=queue,
+        sequence=sequence,
+        epoch=1,
+        assignments={},
+        charged={"cpu": 4000, "nvidia.com/gpu": 2},
+        charged_cards={"NVIDIA-H200": 2},
+    )
+
+
+def pending(sequence: int, uid: str = "u1", queue: str | None = "offline") -> Pending:
+    return Pending(
+        workload=KEY,
+        uid=uid,
+        queue=queue,
+        reason="WaitingForCapacity",
+        message="",
+        sequence=sequence,
+    )
+
+
+ADMITTED = Share(
+    queue="offline",
+    admitted=True,
+    resources={"cpu": 4000, "nvidia.com/gpu": 2},
+    cards={"NVIDIA-H200": 2},
+)
+PENDING = Share(queue="offline", admitted=False)
+
+
+async def test_pending_then_admitted_then_completed() -> None:
+    feed = Feed()
+    await feed.decide(pending(1))
+    assert feed.share() is None  # workload not known (yet, or any more)
+    await feed.state(workload())
+    assert feed.share() == PENDING
+    await feed.decide(admitted(2))
+    assert feed.share() == ADMITTED
+    await feed.decide(
+        Released(workload=KEY, uid="u1", queue="offline", reason="Completed", sequence=3)
+    )
+    assert feed.share() is None  # the pending decision is older than the admission
+
+
+async def test_evicted_counts_again_once_admission_says_why_it_waits() -> None:
+    feed = Feed()
+    await feed.state(workload())
+    await feed.decide(pending(1))
+    await feed.decide(admitted(2))
+    await feed.decide(Preempted(preemptor="team/infer", preemptor_uid="p", victims=[KEY]))
+    assert feed.share() is None  # admission has not answered yet
+    await feed.decide(
+        Released(workload=KEY, uid="u1", queue="offline", reason="Evicted", sequence=3)
+    )
+    assert feed.share() is None
+    await feed.decide(pending(4))
+    assert feed.share() == PENDING
+
+
+async def test_finished_gone_recreated_and_queueless_workloads_are_not_pending() -> None:
+    feed = Feed()
+    await feed.state(workload())
+    await feed.decide(pending(1, queue=None))
+    assert feed.share() is None
+    await feed.decide(pending(2))
+    await feed.state(workload(finished="Failed"))
+    assert feed.share() is None
+    await feed.state(workload(uid="u2"))
+    assert feed.share() is None  # the pending decision was about the old object
+    await feed.decide(pending(3, uid="u2", queue="online"))
+    assert feed.share() == Share(queue="online", admitted=False)
+    await feed.state(Tombstone(object_kind="workload", name="train", namespace="team"))
+    assert feed.share() is None
+
+
+def test_book_sums_shares_and_reports_changed_queues() -> None:
+    book = QueueBook()
+    a, b = WorkloadKey("t/a"), WorkloadKey("t/b")
+    assert book.update(a, ADMITTED) == {"offline"}
+    assert book.update(b, ADMITTED) == {"offline"}
+    assert book.update(b, ADMITTED) == set()
+    assert book.tally("offline") == Tally(
+        admitted=2, usage={"cpu": 8000, "nvidia.com/gpu": 4}, cards={"NVIDIA-H200": 4}
+    )
+    assert book.update(a, Share(queue="online", admitted=False)) == {"offline", "online"}
+    assert book.tally("online") == Tally(pending=1)
+    assert book.update(b, None) == {"offline"}
+    assert book.tally("offline") == Tally()
+    assert book.queues() == ["online"]
+
+
+shares = st.one_of(
+    st.none(),
+    st.builds(
+        Share,
+        queue=st.sampled_from(["q1", "q2"]),
+        admitted=st.booleans(),
+        resources=st.dictionaries(st.sampled_from(["cpu", "memory"]), st.integers(1, 10**6)),
+        cards=st.dictionaries(st.sampled_from(["A", "B"]), st.integers(1, 8)),
+    ),
+)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["t/a", "t/b", "t/c"]), shares), max_size=40))
+def test_book_always_equals_a_recount(updates: list[tuple[str, Share | None]]) -> None:
+    book = QueueBook()
+    latest: dict[str, Share | None] = {}
+    for key, share in updates:
+        book.update(WorkloadKey(key), share)
+        latest[key] = share
+    for queue in ("q1", "q2"):
+        mine = [s for s in latest.values() if s is not None and s.queue == queue]
+        held = [s for s in mine if s.admitted]
+        usage: dict[str, int] = {}
+        cards: dict[str, int] = {}
+        for share in held:
+            for name, amount in share.resources.items():
+                usage[name] = usage.get(name, 0) + amount
+            for model, count in share.cards.items():
+                cards[model] = cards.get(model, 0) + count
+        assert book.tally(queue) == Tally(
+            admitted=len(held), pending=len(mine) - len(held), usage=usage, cards=cards
+        )
+
+
+def test_status_lists_quota_resources_in_kubernetes_notation() -> None:
+    config = QueueConfig(
+        name="offline", quota={"cpu": 64000, "memory": 2**40}, card_quota={"NVIDIA-H200": 8}
+    )
+    tally = Tally(admitted=3, pending=2, usage={"cpu": 4500, "example.com/fpga": 2})
+    status = queue_status(config, tally, now="2025-01-01T00:00:00Z")
+    assert status["admitted"] == 3
+    assert status["pending"] == 2
+    assert status["usage"] == {"cpu": "4500m", "example.com/fpga": "2", "memory": "0"}
+    assert status["cardUsage"] == {"NVIDIA-H200": 0}
+    assert status["conditions"] == [
+        {
+            "type": "Active",
+            "status": "True",
+            "reason": "Ready",
+            "message": "can admit workloads",
+            "lastTransitionTime": "2025-01-01T00:00:00Z",
+        }
+    ]
+
+
+def test_active_is_false_for_an_invalid_queue_and_keeps_its_time_while_unchanged() -> None:
+    bad = QueueConfig(
+        name="q", invalid_reason="Queue q: spec.capability.cpu: 'x' is not a quantity"
+    )
+    negative = QueueConfig(name="q", quota={"cpu": -1})
+    first = active_condition(bad, now="t1")
+    assert (first["status"], first["reason"]) == ("False", "Invalid")
+    assert first["message"] == "Queue q: spec.capability.cpu: 'x' is not a quantity"
+    assert active_condition(negative, now="t2", previous=[first]) == {
+        "type": "Active",
+        "status": "False",
+        "reason": "Invalid",
+        "message": "quota.cpu: -1 is negative",
+        "lastTransitionTime": "t1",
+    }
+    fixed = active_condition(QueueConfig(name="q"), now="t3", previous=[first])
+    assert (fixed["status"], fixed["lastTransitionTime"]) == ("True", "t3")
+
+
+def test_patch_removes_map_keys_that_are_gone() -> None:
+    shown = {"admitted": 1, "usage": {"cpu": "1", "memory": "1Gi"}, "cardUsage": {"A": 1}}
+    desired = {"admitted": 0, "usage": {"cpu": "0"}, "cardUsage": {"A": 0}}
+    assert status_patch(desired, shown) == {
+        "admitted": 0,
+        "usage": {"cpu": "0", "memory": None},
+        "cardUsage": {"A": 0},
+    }
+    assert status_patch(desired, {}) == desired
