@@ -18,11 +18,14 @@ topology-cache  when the inference workload is admitted (its pods are being plac
                 waiting gang takes the room left)
 ==============  ======================================================================
 
-Then the run goes on to its end and the invariants are checked: sampled throughout (no gang
-partly released, no released pod left unscheduled, no node overcommitted, never more pods
-released than assigned), from the decision log (no double admission, victims released), and
-at the end (every Job completed, the inference pods run, the capacity view and the pod mirror on
-the bus equal the simulator's own state). See :mod:`tests.e2e.system` for each check.
+Then the run goes on to its end. The invariants are checked throughout, and the test fails at
+once, naming the one that broke: sampled several times a second (no gang partly released, no
+released pod left unscheduled, no node overcommitted, no pod of a preempted gang released
+before its new admission, never more pods released than assigned) and from the decision log
+(no double admission). At the end: every Job completed and gave its quota back, the inference
+pods run, the victim was admitted a second time, every victim was released, and the capacity
+view and the pod mirror on the bus equal the simulator's own state. See
+:mod:`tests.e2e.invariants` for each check.
 """
 
 from pathlib import Path
