@@ -7,25 +7,17 @@ in order, from the decision stream. Admission runs either in this process
 which a test may kill outright to play a crash.
 """
 
-import asyncio
-import contextlib
-import os
-import signal
-import subprocess
-import sys
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from tidegate.admission.app import setup
 from tidegate.admission.config import Settings
-from tidegate.bus import Bus, BusSettings, Received, StateFollower, connect, layout
+from tidegate.bus import Bus, Received, layout
 from tidegate.model import (
     CapacityNode,
-    Envelope,
     Message,
     QueueConfig,
     Tombstone,
@@ -34,6 +26,14 @@ from tidegate.model import (
     subjects,
 )
 from tidegate.runtime import Service
+from tidegate.testing import (
+    RunningServices,
+    ServiceProcess,
+    connected,
+    envelope,
+    following,
+    until,
+)
 
 LEVELS = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
 GPU = "nvidia.com/gpu"
@@ -46,21 +46,19 @@ class Harness:
     bus: Bus
     cluster: str
     nats_url: str
+    logs: Path
+    """Where admission processes write their standard error."""
     decisions: list[Message] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
-    services: list[tuple[Service[Settings], "asyncio.Task[int]"]] = field(default_factory=list)
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    services: RunningServices = field(
+        default_factory=lambda: RunningServices(ready_within=15, stop_within=10)
+    )
+    """Admission instances running in this process."""
+    processes: list[ServiceProcess] = field(default_factory=list)
 
     async def publish(self, subject: str, body: Message, *, event_id: str | None = None) -> None:
         """Publish one message as the service that owns it would."""
-        envelope = Envelope(
-            event_id=event_id or uuid.uuid4().hex,
-            cluster=self.cluster,
-            source="test",
-            time=time.time(),
-            body=body,
-        )
-        await self.bus.publish(subject, envelope)
+        await self.bus.publish(subject, envelope(self.cluster, body, event_id=event_id))
 
     async def queue(self, queue: QueueConfig) -> None:
         """Publish a Queue."""
@@ -122,15 +120,13 @@ class Harness:
         self, check: Callable[[], object], *, within: float = 15.0, what: str = "condition"
     ) -> None:
         """Wait until ``check()`` is truthy; fail if an in-process admission crashed."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            for _, task in self.services:
-                if task.done():
-                    raise AssertionError(f"admission stopped with exit code {task.result()}")
-            if check():
-                return
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"timed out waiting for {what}; decisions: {self.decisions}")
+        await until(
+            check,
+            within=within,
+            what=what,
+            alive=self.services.check,
+            describe=lambda: f"; decisions: {self.decisions}",
+        )
 
     def settings(self, **overrides: object) -> Settings:
         """Admission settings for this test's cluster."""
@@ -147,70 +143,48 @@ class Harness:
     async def start_admission(self, **overrides: object) -> Service[Settings]:
         """Run an admission instance in this process; returns once it is ready."""
         service = Service("admission", self.settings(**overrides), setup)
-        task = asyncio.create_task(service.run(handle_signals=False))
-        self.services.append((service, task))
-        await self.until(lambda: service.readiness.ready, what="admission ready")
+        await self.services.start(service)
         return service
 
-    def spawn_admission(self, holder: str) -> subprocess.Popen[bytes]:
+    async def spawn_admission(self, holder: str) -> ServiceProcess:
         """Run an admission instance as its own process (``python -m tidegate.admission``)."""
-        env = {
-            **os.environ,
+        logs = self.logs / holder
+        logs.mkdir()
+        settings = {
             "TIDEGATE_CLUSTER": self.cluster,
             "TIDEGATE_NATS_URL": self.nats_url,
-            "TIDEGATE_HTTP_PORT": "0",
             "TIDEGATE_LEASE_TTL_SECONDS": "2",
             "TIDEGATE_LEASE_HOLDER": holder,
             "TIDEGATE_CYCLE_TICK_SECONDS": "0.2",
             "TIDEGATE_LOG_LEVEL": "WARNING",
         }
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tidegate.admission"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        process = await ServiceProcess.start("admission", settings, logs=logs)
         self.processes.append(process)
         return process
 
     async def stop(self) -> None:
         """Stop every admission instance the test started."""
-        for service, task in self.services:
-            service.request_stop()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 10)
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            if process.stderr is not None:
-                process.stderr.close()
+        try:
+            await self.services.stop_all()
+        finally:
+            for process in self.processes:
+                await process.close(within=10)
 
 
 @pytest.fixture
-async def harness(nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
+async def harness(nats_url: str, cluster_id: str, tmp_path: Path) -> AsyncIterator[Harness]:
     """A harness on a fresh cluster id, collecting decisions from the start."""
-    bus = await connect(BusSettings(servers=(nats_url,), wait_for_server_seconds=5))
-    await bus.ensure_layout(cluster_id)
-    h = Harness(bus=bus, cluster=cluster_id, nats_url=nats_url)
-    follower = StateFollower(
-        bus,
-        stream=layout.decisions_stream(cluster_id),
-        subjects=[subjects.decision_wildcard(cluster_id)],
-        handler=h.collect,
-        name="test-decisions",
-    )
-    following = asyncio.create_task(follower.run())
-    await asyncio.wait_for(follower.replayed.wait(), 5)
-    try:
-        yield h
-    finally:
-        await h.stop()
-        following.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await following
-        await bus.drain()
+    async with connected(nats_url, cluster_id, wait_for_server_seconds=5) as bus:
+        h = Harness(bus=bus, cluster=cluster_id, nats_url=nats_url, logs=tmp_path)
+        async with following(
+            bus,
+            stream=layout.decisions_stream(cluster_id),
+            subjects=[subjects.decision_wildcard(cluster_id)],
+            handler=h.collect,
+            name="test-decisions",
+            replayed_within=5,
+        ):
+            try:
+                yield h
+            finally:
+                await h.stop()

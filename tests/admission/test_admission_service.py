@@ -151,17 +151,17 @@ async def test_leader_failover_mid_stream_admits_nothing_twice(harness: Harness)
     for i in range(8):
         await harness.node(f"n{i}", f"r{i // 4}")
     await harness.queue(QueueConfig(name="q"))
-    first = harness.spawn_admission("first")
+    first = await harness.spawn_admission("first")
     await harness.workload(workload("w00"))
     await harness.until(lambda: harness.of(Admitted, "ns/w00"), within=30, what="a leader")
-    harness.spawn_admission("second")
+    await harness.spawn_admission("second")
     await asyncio.sleep(1.0)  # the second instance is up and standing by
     names = [f"w{i:02d}" for i in range(1, 61)]
     for i, name in enumerate(names):
         await harness.workload(workload(name, created_at=time.time()))
         if i == 20:
-            first.send_signal(signal.SIGKILL)
-            first.wait()
+            first.signal(signal.SIGKILL)
+            await first.wait()
         await asyncio.sleep(0.02)
     await harness.until(
         lambda: all(harness.of(Admitted, f"ns/{n}") for n in names), within=30, what="all admitted"

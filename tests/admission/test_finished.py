@@ -55,7 +55,7 @@ async def test_a_successor_releases_a_workload_that_failed_while_nobody_led_exac
     train = workload("train", workers(1, 8), created_at=1)
     await harness.workload(train)
     await harness.until(lambda: harness.of(Admitted, "ns/train"), what="the admission")
-    service, task = harness.services.pop()
+    service, task = harness.services.running.pop()
     assert service is first
     service.request_stop()
     assert await asyncio.wait_for(task, 10) == 0
@@ -73,7 +73,7 @@ async def test_a_successor_releases_a_workload_that_failed_while_nobody_led_exac
     assert released.sequence > admitted.sequence
 
     # A third leader (restarted from the same ledger and streams) releases nothing again.
-    service, task = harness.services.pop()
+    service, task = harness.services.running.pop()
     service.request_stop()
     assert await asyncio.wait_for(task, 10) == 0
     await harness.start_admission(lease_holder="third")

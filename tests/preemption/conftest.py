@@ -16,10 +16,7 @@ Everything it publishes goes through the same bus subjects the real services use
 preemption service cannot tell the difference.
 """
 
-import asyncio
 import contextlib
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +25,7 @@ from typing import Any
 import pytest
 from opentelemetry import context as otel_context
 
-from tidegate.bus import Bus, BusSettings, Ledger, Received, StateFollower, connect, layout
+from tidegate.bus import Bus, Ledger, Received, layout
 from tidegate.kube import (
     NAMESPACES,
     PODS,
@@ -42,7 +39,6 @@ from tidegate.kube import connect as connect_kube
 from tidegate.model import (
     Admitted,
     CapacityNode,
-    Envelope,
     Message,
     NodeState,
     PodState,
@@ -61,6 +57,7 @@ from tidegate.preemption.record import PreemptionRecord, decode_record, ledger_k
 from tidegate.runtime import Service
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.telemetry import extract
+from tidegate.testing import RunningServices, connected, envelope, following, until, until_async
 from tidegate.watcher.app import setup as watcher_setup
 from tidegate.watcher.config import WatcherSettings
 
@@ -85,7 +82,10 @@ class Harness:
     """Last message per state subject."""
     decisions: list[tuple[Message, dict[str, str]]] = field(default_factory=list)
     """Every decision on the stream, in order, with its headers."""
-    services: list[tuple[Service[Any], "asyncio.Task[int]"]] = field(default_factory=list)
+    services: RunningServices = field(
+        default_factory=lambda: RunningServices(ready_within=20, stop_within=15)
+    )
+    """The services under test, running in this process."""
     sequence: int = 0
     plays_topology_cache: bool = True
     """Publish capacity from the state stream (off when the real topology-cache runs)."""
@@ -109,9 +109,7 @@ class Harness:
 
     async def start(self, service: Service[Any]) -> Service[Any]:
         """Run ``service`` in this process until the test ends; return once it is ready."""
-        task = asyncio.create_task(service.run(handle_signals=False))
-        self.services.append((service, task))
-        await self.until(lambda: service.readiness.ready, what=f"{service.name} ready")
+        await self.services.start(service)
         return service
 
     async def start_watcher(self) -> None:
@@ -134,11 +132,7 @@ class Harness:
 
     async def stop(self, service: Service[Any]) -> int:
         """Stop one service as SIGTERM would; its exit code."""
-        for running, task in self.services:
-            if running is service:
-                service.request_stop()
-                return await asyncio.wait_for(task, 15)
-        raise AssertionError(f"{service.name} is not running")
+        return await self.services.stop(service)
 
     # ------------------------------------------------------------------ waiting
 
@@ -146,27 +140,13 @@ class Harness:
         self, check: Callable[[], object], *, within: float = 20.0, what: str = "condition"
     ) -> None:
         """Wait until ``check()`` is truthy; fail at once if a service stopped by itself."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            for service, task in self.services:
-                if task.done() and not service.readiness.stopping:
-                    raise AssertionError(f"{service.name} stopped with exit code {task.result()}")
-            if check():
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}")
+        await until(check, within=within, what=what, interval=0.05, alive=self.services.check)
 
     async def until_async(
         self, check: Callable[[], Any], *, within: float = 20.0, what: str = "condition"
     ) -> Any:
         """Like :meth:`until` for a coroutine function; returns its truthy result."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            result = await check()
-            if result:
-                return result
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}")
+        return await until_async(check, within=within, what=what, interval=0.05)
 
     # ------------------------------------------------------------------ observing
 
@@ -202,16 +182,9 @@ class Harness:
         self, subject: str, body: Message, *, trace: Mapping[str, str] | None = None
     ) -> None:
         """Publish one message as the service that owns it would (continuing ``trace``)."""
-        envelope = Envelope(
-            event_id=uuid.uuid4().hex,
-            cluster=self.cluster,
-            source="test",
-            time=time.time(),
-            body=body,
-        )
         token = otel_context.attach(extract(trace))
         try:
-            await self.bus.publish(subject, envelope)
+            await self.bus.publish(subject, envelope(self.cluster, body))
         finally:
             otel_context.detach(token)
 
@@ -419,45 +392,37 @@ async def environment(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIt
     async with SimCluster.running(settings) as sim:
         kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
         kube = await connect_kube(KubeSettings(kubeconfig=kubeconfig, backoff_max_seconds=0.3))
-        bus = await connect(BusSettings(servers=(nats_url,), name="preemption-test"))
-        await bus.ensure_layout(cluster_id)
-        h = Harness(
-            sim=sim,
-            kube=kube,
-            bus=bus,
-            cluster=cluster_id,
-            nats_url=nats_url,
-            kubeconfig=kubeconfig,
-        )
-        await h.create(NAMESPACES, {"metadata": {"name": NAMESPACE}}, namespace=None)
-        followers = [
-            StateFollower(
-                bus,
-                stream=layout.state_stream(cluster_id),
-                subjects=subjects.state_wildcards(cluster_id),
-                handler=h.on_state,
-            ),
-            StateFollower(
-                bus,
-                stream=layout.decisions_stream(cluster_id),
-                subjects=[subjects.decision_wildcard(cluster_id)],
-                handler=h.on_decision,
-            ),
-        ]
-        tasks = [asyncio.create_task(f.run()) for f in followers]
         try:
-            await h.setup_queues()
-            yield h
+            async with connected(nats_url, cluster_id, name="preemption-test") as bus:
+                h = Harness(
+                    sim=sim,
+                    kube=kube,
+                    bus=bus,
+                    cluster=cluster_id,
+                    nats_url=nats_url,
+                    kubeconfig=kubeconfig,
+                )
+                await h.create(NAMESPACES, {"metadata": {"name": NAMESPACE}}, namespace=None)
+                async with (
+                    following(
+                        bus,
+                        stream=layout.state_stream(cluster_id),
+                        subjects=subjects.state_wildcards(cluster_id),
+                        handler=h.on_state,
+                    ),
+                    following(
+                        bus,
+                        stream=layout.decisions_stream(cluster_id),
+                        subjects=[subjects.decision_wildcard(cluster_id)],
+                        handler=h.on_decision,
+                    ),
+                ):
+                    try:
+                        await h.setup_queues()
+                        yield h
+                    finally:
+                        await h.services.stop_all()
         finally:
-            for service, task in reversed(h.services):
-                service.request_stop()
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(task, 15)
-            for task in tasks:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await bus.drain()
             await kube.close()
 
 

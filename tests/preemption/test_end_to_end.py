@@ -10,13 +10,7 @@ training Job is evicted whole, the inference pods run, the training Job waits in
 (it never preempts back) and is admitted again, whole, when the inference workload goes away.
 """
 
-import asyncio
 import contextlib
-import os
-import signal
-import socket
-import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -33,6 +27,7 @@ from tidegate.model import (
     Released,
     WorkloadState,
 )
+from tidegate.testing import service_process
 
 from .conftest import (
     NAMESPACE,
@@ -45,17 +40,10 @@ from .conftest import (
 SERVICES = ("watcher", "topology_cache", "admission", "preemption", "ungater")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def every_service(h: Harness, logs: Path) -> AsyncIterator[None]:
     """Start the five services as processes, wait until all are ready, stop them at the end."""
     common = {
-        **os.environ,
         "TIDEGATE_CLUSTER": h.cluster,
         "TIDEGATE_NATS_URL": h.nats_url,
         "TIDEGATE_LOG_LEVEL": "INFO",
@@ -69,56 +57,19 @@ async def every_service(h: Harness, logs: Path) -> AsyncIterator[None]:
         "TIDEGATE_WEBHOOK": "off",
         "TIDEGATE_SHUTDOWN_GRACE_SECONDS": "2",
     }
-    processes: dict[str, asyncio.subprocess.Process] = {}
-    ports = {name: free_port() for name in SERVICES}
-    files = {name: (logs / f"{name}.log").open("wb") for name in SERVICES}
-    try:
-        for name in SERVICES:
-            processes[name] = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                f"tidegate.{name}",
-                env={**common, "TIDEGATE_HTTP_PORT": str(ports[name])},
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=files[name],
-            )
+    async with contextlib.AsyncExitStack() as stack:
+        processes = [
+            await stack.enter_async_context(service_process(name, common, logs=logs))
+            for name in SERVICES
+        ]
         async with aiohttp.ClientSession() as http:
-            for name in SERVICES:
-                await _ready(http, name, ports[name], processes[name], logs)
-        yield
-    finally:
-        for process in processes.values():
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-        for name, process in processes.items():
-            try:
-                await asyncio.wait_for(process.wait(), 20)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-            files[name].close()
-
-
-async def _ready(
-    http: aiohttp.ClientSession,
-    name: str,
-    port: int,
-    process: asyncio.subprocess.Process,
-    logs: Path,
-) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.returncode is not None:
-            tail = (logs / f"{name}.log").read_text()[-2000:]
-            raise AssertionError(f"{name} exited with {process.returncode}:\n{tail}")
+            for process in processes:
+                await process.ready(http)
         try:
-            async with http.get(f"http://127.0.0.1:{port}/readyz") as response:
-                if response.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{name} never became ready")
+            yield
+        finally:
+            for process in processes:
+                process.signal()  # all at once; leaving the stack waits for each
 
 
 @pytest.fixture

@@ -180,7 +180,7 @@ async def test_a_preemption_recorded_but_not_evicted_is_finished_once_after_a_re
     (request,) = [d for d, _ in h.decisions if isinstance(d, PreemptRequested)]
     await h.publish(subjects.decision(h.cluster, "preempt-requested", NAMESPACE, "serve"), request)
     await h.until(lambda: len(h.of(PreemptRequested)) == 2, what="the repeated request")
-    service = h.services[-1][0]
+    service = h.services.running[-1][0]
 
     def handled(outcome: str) -> float:
         value = service.metrics.registry.get_sample_value(

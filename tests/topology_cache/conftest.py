@@ -6,21 +6,16 @@ and follows the capacity stream the way admission does. :meth:`Harness.recompute
 accounting fed that final state from scratch: what the cache's published view must equal.
 """
 
-import asyncio
-import contextlib
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import pytest
 
-from tidegate.bus import Bus, BusSettings, Received, StateFollower, connect, layout
+from tidegate.bus import Bus, Received, layout
 from tidegate.model import (
     Admitted,
     CapacityDomain,
     CapacityNode,
-    Envelope,
     Message,
     NodeState,
     PodState,
@@ -39,6 +34,7 @@ from tidegate.placement.accounting import (
     same_content,
 )
 from tidegate.runtime import Service
+from tidegate.testing import RunningServices, connected, envelope, following, until
 from tidegate.topology_cache.app import setup
 from tidegate.topology_cache.config import Settings
 
@@ -61,20 +57,16 @@ class Harness:
     """Last message per capacity subject, as a follower of the capacity stream sees it."""
     capacity_log: list[str] = field(default_factory=list)
     """Subjects of the capacity messages seen since the harness started, in order."""
-    services: list[tuple[Service[Settings], "asyncio.Task[int]"]] = field(default_factory=list)
+    services: RunningServices = field(
+        default_factory=lambda: RunningServices(ready_within=10, stop_within=20)
+    )
+    """Topology-cache instances running in this process."""
 
     # ------------------------------------------------------------------ inputs
 
     async def publish(self, subject: str, body: Message) -> None:
         """Publish one message as the service that owns it would."""
-        envelope = Envelope(
-            event_id=uuid.uuid4().hex,
-            cluster=self.cluster,
-            source="test",
-            time=time.time(),
-            body=body,
-        )
-        await self.bus.publish(subject, envelope)
+        await self.bus.publish(subject, envelope(self.cluster, body))
 
     async def put(self, body: NodeState | PodState | WorkloadState | TopologyConfig) -> None:
         """Publish a state snapshot on its subject."""
@@ -134,28 +126,12 @@ class Harness:
     async def start_cache(self, **overrides: object) -> Service[Settings]:
         """Run a topology-cache in this process; returns once it reports ready."""
         service = Service("topology-cache", self.settings(**overrides), setup)
-        task = asyncio.create_task(service.run(handle_signals=False))
-        self.services.append((service, task))
-        # Before run() has started, the readiness has no condition yet (and looks ready).
-        await self.until(
-            lambda: service.started.is_set() and service.readiness.ready,
-            what="topology-cache ready",
-        )
+        await self.services.start(service)
         return service
 
     async def stop_cache(self, service: Service[Settings]) -> int:
         """Stop one instance gracefully (as SIGTERM would); returns its exit code."""
-        for entry in self.services:
-            if entry[0] is service:
-                self.services.remove(entry)
-                service.request_stop()
-                return await asyncio.wait_for(entry[1], 20)
-        raise AssertionError("not a running instance")
-
-    async def stop(self) -> None:
-        """Stop every instance the test started."""
-        for service, _ in list(self.services):
-            await self.stop_cache(service)
+        return await self.services.stop(service)
 
     # ------------------------------------------------------------------ what to compare
 
@@ -210,46 +186,32 @@ class Harness:
     ) -> None:
         """Wait until ``check()`` is truthy (it may raise AssertionError while not yet); fail
         if an instance stopped on its own."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            for _, task in self.services:
-                if task.done():
-                    raise AssertionError(f"a topology-cache exited with {task.result()}")
-            try:
-                if check():
-                    return
-            except AssertionError:
-                pass
-            await asyncio.sleep(0.02)
-        detail = ""
-        if what == "view = recomputed":
-            detail = ": " + "; ".join(self.differences()[:5])
-        raise AssertionError(f"timed out waiting for {what}{detail}")
+
+        def describe() -> str:
+            if what == "view = recomputed":
+                return ": " + "; ".join(self.differences()[:5])
+            return ""
+
+        await until(check, within=within, what=what, alive=self.services.check, describe=describe)
 
 
 @pytest.fixture
 async def harness(nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
     """A bus connection with the layout created and a follower of the capacity stream."""
-    bus = await connect(BusSettings(servers=(nats_url,), name="topology-cache-test"))
-    await bus.ensure_layout(cluster_id)
-    harness = Harness(bus=bus, cluster=cluster_id, nats_url=nats_url)
+    async with connected(nats_url, cluster_id, name="topology-cache-test") as bus:
+        harness = Harness(bus=bus, cluster=cluster_id, nats_url=nats_url)
 
-    async def remember(received: Received) -> None:
-        harness.capacity[received.subject] = received.envelope.body
-        harness.capacity_log.append(received.subject)
+        async def remember(received: Received) -> None:
+            harness.capacity[received.subject] = received.envelope.body
+            harness.capacity_log.append(received.subject)
 
-    follower = StateFollower(
-        bus,
-        stream=layout.capacity_stream(cluster_id),
-        subjects=[subjects.capacity_wildcard(cluster_id)],
-        handler=remember,
-    )
-    following = asyncio.create_task(follower.run())
-    try:
-        yield harness
-    finally:
-        await harness.stop()
-        following.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await following
-        await bus.drain()
+        async with following(
+            bus,
+            stream=layout.capacity_stream(cluster_id),
+            subjects=[subjects.capacity_wildcard(cluster_id)],
+            handler=remember,
+        ):
+            try:
+                yield harness
+            finally:
+                await harness.services.stop_all()

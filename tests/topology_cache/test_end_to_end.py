@@ -34,6 +34,7 @@ from tidegate.placement.accounting import (
 )
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.kinds import NAMESPACES, NODES, PODS
+from tidegate.testing import start_until, until
 from tidegate.watcher.app import Watcher
 from tidegate.watcher.config import WatcherSettings
 
@@ -89,13 +90,7 @@ class WatcherRunner:
             ),
         )
         self._watcher = watcher
-        self._task = asyncio.create_task(watcher.run())
-        ready = asyncio.create_task(watcher.ready.wait())
-        done, _ = await asyncio.wait({self._task, ready}, timeout=30, return_when="FIRST_COMPLETED")
-        if self._task in done:
-            ready.cancel()
-            self._task.result()
-        assert ready in done, "the watcher did not become ready"
+        self._task = await start_until(watcher.run(), watcher.ready, within=30, what="the watcher")
 
     def relisted(self) -> int:
         """Relists after 410 Gone, counting the watchers stopped already."""
@@ -207,24 +202,27 @@ def differences(sim: SimCluster, harness: Harness) -> list[str]:
 
 
 async def until_equal(sim: SimCluster, harness: Harness, *, within: float = 30) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while asyncio.get_running_loop().time() < deadline:
-        if not differences(sim, harness):
-            return
-        await asyncio.sleep(0.1)
-    found = differences(sim, harness)
-    raise AssertionError(f"{len(found)} differences, first: {found[:5]}")
+    def describe() -> str:
+        found = differences(sim, harness)
+        return f": {len(found)} differences, first: {found[:5]}"
+
+    await until(
+        lambda: not differences(sim, harness),
+        within=within,
+        interval=0.1,
+        what="the view to equal the simulator's",
+        describe=describe,
+    )
 
 
 async def until_scheduled(sim: SimCluster, *, within: float = 20) -> None:
     """Wait until the simulator's scheduler has bound every pod."""
-    deadline = asyncio.get_running_loop().time() + within
-    while asyncio.get_running_loop().time() < deadline:
-        pods = list(sim.store.objects(PODS.key))
-        if all(p.get("spec", {}).get("nodeName") for p in pods):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the simulator's scheduler did not bind every pod")
+    await until(
+        lambda: all(p.get("spec", {}).get("nodeName") for p in sim.store.objects(PODS.key)),
+        within=within,
+        interval=0.05,
+        what="the simulator's scheduler to bind every pod",
+    )
 
 
 def _requests(pod: Mapping[str, Any]) -> dict[str, int]:

@@ -9,7 +9,6 @@ would and waits for conditions on it.
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,12 +16,13 @@ from typing import Any
 
 import pytest
 
-from tidegate.bus import Bus, BusSettings, Received, StateFollower, connect, layout
+from tidegate.bus import Bus, Received, layout
 from tidegate.kube import NAMESPACES, KubeClient, KubeSettings, ResourceType
 from tidegate.kube import connect as connect_kube
 from tidegate.model import Message, subjects
 from tidegate.placement import PROFILES
 from tidegate.sim import SimCluster, SimSettings
+from tidegate.testing import connected, following, start_until, until
 from tidegate.watcher.app import Watcher
 from tidegate.watcher.config import WatcherSettings
 
@@ -56,13 +56,7 @@ class Harness:
             profiles=frozenset(PROFILES),
         )
         self.watcher = watcher
-        self._task = asyncio.create_task(watcher.run())
-        ready = asyncio.create_task(watcher.ready.wait())
-        done, _ = await asyncio.wait({self._task, ready}, timeout=20, return_when="FIRST_COMPLETED")
-        if self._task in done:
-            ready.cancel()
-            self._task.result()
-        assert ready in done, "the watcher did not become ready"
+        self._task = await start_until(watcher.run(), watcher.ready, within=20, what="the watcher")
         return watcher
 
     async def stop_watcher(self) -> None:
@@ -77,18 +71,11 @@ class Harness:
         self, check: Callable[[], object], *, within: float = 10.0, what: str = "condition"
     ) -> None:
         """Wait until ``check()`` is truthy (it may also raise AssertionError while not yet)."""
-        deadline = time.monotonic() + within
-        last_error: AssertionError | None = None
-        while time.monotonic() < deadline:
-            if self._task is not None and self._task.done():
-                self._task.result()
-            try:
-                if check():
-                    return
-            except AssertionError as exc:
-                last_error = exc
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}") from last_error
+        await until(check, within=within, what=what, interval=0.05, alive=self._watcher_alive)
+
+    def _watcher_alive(self) -> None:
+        if self._task is not None and self._task.done():
+            self._task.result()
 
     def workload(self, name: str, namespace: str = NAMESPACE) -> Message | None:
         """Last message on a workload's subject."""
@@ -183,30 +170,27 @@ async def harness_on(
             kubeconfig=sim.write_kubeconfig(tmp_path / "kubeconfig"), backoff_max_seconds=0.3
         )
     )
-    bus = await connect(BusSettings(servers=(nats_url,), name="watcher-test"))
-    await bus.ensure_layout(cluster_id)
-    harness = Harness(sim=sim, kube=kube, bus=bus, cluster=cluster_id)
-    await harness.create(NAMESPACES, {"metadata": {"name": NAMESPACE}}, namespace=None)
-
-    async def remember(received: Received) -> None:
-        harness.last[received.subject] = received.envelope.body
-        harness.published[received.subject] = harness.published.get(received.subject, 0) + 1
-
-    follower = StateFollower(
-        bus,
-        stream=layout.state_stream(cluster_id),
-        subjects=subjects.state_wildcards(cluster_id),
-        handler=remember,
-    )
-    following = asyncio.create_task(follower.run())
     try:
-        yield harness
+        async with connected(nats_url, cluster_id, name="watcher-test") as bus:
+            harness = Harness(sim=sim, kube=kube, bus=bus, cluster=cluster_id)
+            await harness.create(NAMESPACES, {"metadata": {"name": NAMESPACE}}, namespace=None)
+
+            async def remember(received: Received) -> None:
+                harness.last[received.subject] = received.envelope.body
+                count = harness.published.get(received.subject, 0)
+                harness.published[received.subject] = count + 1
+
+            async with following(
+                bus,
+                stream=layout.state_stream(cluster_id),
+                subjects=subjects.state_wildcards(cluster_id),
+                handler=remember,
+            ):
+                try:
+                    yield harness
+                finally:
+                    await harness.stop_watcher()
     finally:
-        await harness.stop_watcher()
-        following.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await following
-        await bus.drain()
         await kube.close()
 
 
