@@ -34,6 +34,13 @@ import msgspec
 
 from tidegate.sim import SimCluster, SimSettings
 
+# Created last; the watcher processes stop when they see it. Without it they would be cut off
+# at shutdown while still reading the tail of the stream, and under-count their events.
+END_MARKER = "watch-end"
+# A watcher process prints this once its watch is open; the pods are created only then (a
+# watch opened later would see the pods that exist by then as one ADDED each, not every event).
+WATCHING = "watching"
+
 
 def rss_mib() -> float:
     """Peak resident memory of this process in MiB."""
@@ -64,6 +71,8 @@ async def follow(url: str) -> dict[str, int]:
     """Follow pod events like an informer until the server goes away (a watcher process).
 
     Resumes from the last resourceVersion when the server ends the stream, relists on 410.
+    Returns once it has seen the ``END_MARKER`` pod created (the benchmark creates it after
+    every other write), so the count covers every event, not what was read before shutdown.
     """
     counts = {"events": 0, "reconnects": 0, "relists": 0}
     timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
@@ -74,6 +83,8 @@ async def follow(url: str) -> dict[str, int]:
             params = {"watch": "1", "resourceVersion": last, "allowWatchBookmarks": "true"}
             try:
                 async with http.get("/api/v1/namespaces/bench/pods", params=params) as response:
+                    if not attempts:
+                        print(WATCHING, flush=True)
                     counts["reconnects"] += 1 if attempts else 0
                     attempts += 1
                     async for line in response.content:
@@ -83,7 +94,10 @@ async def follow(url: str) -> dict[str, int]:
                                 last = (await listing.json())["metadata"]["resourceVersion"]
                             counts["relists"] += 1
                             break
-                        last = event["object"]["metadata"]["resourceVersion"]
+                        metadata = event["object"]["metadata"]
+                        last = metadata["resourceVersion"]
+                        if event["type"] == "ADDED" and metadata.get("name") == END_MARKER:
+                            return counts
                         if event["type"] != "BOOKMARK":
                             counts["events"] += 1
             except aiohttp.ClientError:
@@ -91,13 +105,18 @@ async def follow(url: str) -> dict[str, int]:
 
 
 async def start_watchers(url: str, count: int) -> list[asyncio.subprocess.Process]:
-    """Watcher processes (so their JSON decoding does not slow the server down)."""
-    return [
+    """Watcher processes (so their JSON decoding does not slow the server down), watching."""
+    watchers = [
         await asyncio.create_subprocess_exec(
             sys.executable, __file__, "--follow", url, stdout=asyncio.subprocess.PIPE
         )
         for _ in range(count)
     ]
+    for watcher in watchers:
+        assert watcher.stdout is not None
+        line = await asyncio.wait_for(watcher.stdout.readline(), timeout=60)
+        assert line.decode().strip() == WATCHING, line
+    return watchers
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
@@ -180,7 +199,18 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             latencies.sort()
             result["create_pod_p50_ms"] = round(latencies[len(latencies) // 2] * 1000, 2)
             result["create_pod_p99_ms"] = round(latencies[int(len(latencies) * 0.99)] * 1000, 2)
-    follower_counts = [json.loads((await w.communicate())[0]) for w in watchers]
+            await wait_for(cluster, "running", total + args.single_writes, limit)
+            marker = {
+                "metadata": {"name": END_MARKER},
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+            }
+            async with http.post("/api/v1/namespaces/bench/pods", json=marker) as r:
+                assert r.status == 201, await r.text()
+            t0 = time.perf_counter()
+            reading = [asyncio.ensure_future(w.communicate()) for w in watchers]
+            await asyncio.wait(reading, timeout=limit)
+            result["watch_drain_s"] = round(time.perf_counter() - t0, 2)
+    follower_counts = [json.loads((await r)[0]) for r in reading]
     result["watch_events_per_watcher"] = [c["events"] for c in follower_counts]
     result["watch_reconnects_per_watcher"] = [c["reconnects"] for c in follower_counts]
     result["watch_relists_per_watcher"] = [c["relists"] for c in follower_counts]
