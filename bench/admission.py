@@ -25,7 +25,6 @@ harness and the service share this machine's cores, so the load average is repor
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import random
@@ -38,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidegate.bus import BusSettings, Publisher, Received, StateFollower, connect, layout
+from tidegate.bus import Publisher, Received, layout
 from tidegate.bus.server import NatsServerProcess
 from tidegate.model import (
     CapacityNode,
@@ -51,6 +50,7 @@ from tidegate.model import (
     WorkloadState,
     subjects,
 )
+from tidegate.testing import connected, following
 
 CLUSTER = "bench"
 LEVELS = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
@@ -146,94 +146,90 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     """Run both phases against a fresh nats-server and admission process."""
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as store, NatsServerProcess(store_dir=Path(store)) as nats:
-        bus = await connect(BusSettings(servers=(nats.url,), wait_for_server_seconds=10))
-        await bus.ensure_layout(CLUSTER)
         decisions = Decisions()
-        follower = StateFollower(
-            bus,
-            stream=layout.decisions_stream(CLUSTER),
-            subjects=[subjects.decision_wildcard(CLUSTER)],
-            handler=decisions.on_decision,
-            name="bench",
-        )
-        following = asyncio.create_task(follower.run())
-        await follower.replayed.wait()
+        async with (
+            connected(nats.url, CLUSTER, wait_for_server_seconds=10) as bus,
+            following(
+                bus,
+                stream=layout.decisions_stream(CLUSTER),
+                subjects=[subjects.decision_wildcard(CLUSTER)],
+                handler=decisions.on_decision,
+                name="bench",
+            ) as follower,
+        ):
+            await follower.replayed.wait()
 
-        setup_started = time.perf_counter()
-        async with Publisher(bus) as publisher:
-            topology = TopologyConfig(name="default", levels=LEVELS)
-            await publisher.submit(
-                subjects.topology(CLUSTER, "default"), envelope(topology, "topology")
-            )
-            queue = QueueConfig(name="bench")
-            await publisher.submit(subjects.queue(CLUSTER, "bench"), envelope(queue, "queue"))
-            for report in nodes(args.nodes):
-                subject = subjects.capacity_node(CLUSTER, "default", report.node)
-                await publisher.submit(subject, envelope(report, f"cap-{report.node}"))
-        setup_s = time.perf_counter() - setup_started
-
-        env = {
-            **os.environ,
-            "TIDEGATE_CLUSTER": CLUSTER,
-            "TIDEGATE_NATS_URL": nats.url,
-            "TIDEGATE_HTTP_PORT": "0",
-            "TIDEGATE_LOG_LEVEL": "WARNING",
-        }
-        command = [
-            sys.executable,
-            *os.environ.get("BENCH_PYTHON_ARGS", "").split(),
-            "-m",
-            "tidegate.admission",
-        ]
-        service = subprocess.Popen([c for c in command if c], env=env)  # noqa: ASYNC220
-        try:
-            started = time.perf_counter()
-            warm = synthetic_workload("warm-up", rng)
-            await bus.publish(
-                subjects.workload(CLUSTER, "bench", warm.name), envelope(warm, "warm-up")
-            )
-            await wait_for(decisions, ["bench/warm-up"], 120)
-            startup_s = time.perf_counter() - started
-
-            # Phase 1: offered load, latency per workload.
-            published: dict[str, float] = {}
-            interval = 1.0 / args.rate
-            count = round(args.rate * args.seconds)
-            phase_start = time.monotonic()
-            for index in range(count):
-                delay = phase_start + index * interval - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                workload = synthetic_workload(f"lat-{index}", rng)
-                subject = subjects.workload(CLUSTER, "bench", workload.name)
-                published[f"bench/{workload.name}"] = time.time()
-                await bus.publish(subject, envelope(workload, workload.name))
-            offered = count / (time.monotonic() - phase_start)
-            await wait_for(decisions, list(published), 120)
-            latencies = [(decisions.first[k][0] - t) * 1e3 for k, t in published.items()]
-
-            # Phase 2: a burst, as fast as the bus takes it.
-            burst = [synthetic_workload(f"burst-{i}", rng) for i in range(args.burst)]
-            keys = [f"bench/{w.name}" for w in burst]
-            burst_start = time.time()
+            setup_started = time.perf_counter()
             async with Publisher(bus) as publisher:
-                for workload in burst:
-                    subject = subjects.workload(CLUSTER, "bench", workload.name)
-                    await publisher.submit(subject, envelope(workload, workload.name))
-            await wait_for(decisions, keys, 300)
-            burst_end = max(decisions.first[k][0] for k in keys)
-            kinds = [decisions.first[k][1] for k in [*published, *keys]]
-        finally:
-            service.send_signal(signal.SIGTERM)
+                topology = TopologyConfig(name="default", levels=LEVELS)
+                await publisher.submit(
+                    subjects.topology(CLUSTER, "default"), envelope(topology, "topology")
+                )
+                queue = QueueConfig(name="bench")
+                await publisher.submit(subjects.queue(CLUSTER, "bench"), envelope(queue, "queue"))
+                for report in nodes(args.nodes):
+                    subject = subjects.capacity_node(CLUSTER, "default", report.node)
+                    await publisher.submit(subject, envelope(report, f"cap-{report.node}"))
+            setup_s = time.perf_counter() - setup_started
+
+            env = {
+                **os.environ,
+                "TIDEGATE_CLUSTER": CLUSTER,
+                "TIDEGATE_NATS_URL": nats.url,
+                "TIDEGATE_HTTP_PORT": "0",
+                "TIDEGATE_LOG_LEVEL": "WARNING",
+            }
+            command = [
+                sys.executable,
+                *os.environ.get("BENCH_PYTHON_ARGS", "").split(),
+                "-m",
+                "tidegate.admission",
+            ]
+            service = subprocess.Popen([c for c in command if c], env=env)  # noqa: ASYNC220
             try:
-                service.wait(20)
-            except subprocess.TimeoutExpired:
-                service.kill()
-                service.wait()
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await following
-            await bus.drain()
+                started = time.perf_counter()
+                warm = synthetic_workload("warm-up", rng)
+                await bus.publish(
+                    subjects.workload(CLUSTER, "bench", warm.name), envelope(warm, "warm-up")
+                )
+                await wait_for(decisions, ["bench/warm-up"], 120)
+                startup_s = time.perf_counter() - started
+
+                # Phase 1: offered load, latency per workload.
+                published: dict[str, float] = {}
+                interval = 1.0 / args.rate
+                count = round(args.rate * args.seconds)
+                phase_start = time.monotonic()
+                for index in range(count):
+                    delay = phase_start + index * interval - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    workload = synthetic_workload(f"lat-{index}", rng)
+                    subject = subjects.workload(CLUSTER, "bench", workload.name)
+                    published[f"bench/{workload.name}"] = time.time()
+                    await bus.publish(subject, envelope(workload, workload.name))
+                offered = count / (time.monotonic() - phase_start)
+                await wait_for(decisions, list(published), 120)
+                latencies = [(decisions.first[k][0] - t) * 1e3 for k, t in published.items()]
+
+                # Phase 2: a burst, as fast as the bus takes it.
+                burst = [synthetic_workload(f"burst-{i}", rng) for i in range(args.burst)]
+                keys = [f"bench/{w.name}" for w in burst]
+                burst_start = time.time()
+                async with Publisher(bus) as publisher:
+                    for workload in burst:
+                        subject = subjects.workload(CLUSTER, "bench", workload.name)
+                        await publisher.submit(subject, envelope(workload, workload.name))
+                await wait_for(decisions, keys, 300)
+                burst_end = max(decisions.first[k][0] for k in keys)
+                kinds = [decisions.first[k][1] for k in [*published, *keys]]
+            finally:
+                service.send_signal(signal.SIGTERM)
+                try:
+                    service.wait(20)
+                except subprocess.TimeoutExpired:
+                    service.kill()
+                    service.wait()
 
     return {
         "decisions_per_s": round(args.burst / (burst_end - burst_start), 1),
