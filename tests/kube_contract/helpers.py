@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from tidegate.kube import Informer, InformerItem, KubeEvent, Synced
+from tidegate.testing import until_async
 
 
 @dataclass
@@ -73,12 +74,7 @@ async def eventually(
     check: Callable[[], Awaitable[bool]], *, within: float, interval: float = 0.05
 ) -> None:
     """Poll ``check`` until it is true; fail the test after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {within} s")
-        await asyncio.sleep(interval)
+    await until_async(check, within=within, interval=interval)
 
 
 def names(events: list[KubeEvent], kind: str | None = None) -> list[str]:

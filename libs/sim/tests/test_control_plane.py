@@ -2,13 +2,13 @@
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 import pytest
 
 from tidegate.sim import SimCluster, SimSettings
+from tidegate.testing import until
 
 PODS = "/api/v1/namespaces/default/pods"
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
@@ -34,14 +34,7 @@ async def http(cluster: SimCluster) -> AsyncIterator[aiohttp.ClientSession]:
 
 async def eventually(check: Callable[[], object], *, within: float = 5.0) -> object:
     """Poll until ``check()`` is truthy (the control plane is asynchronous, like a real one)."""
-    deadline = time.monotonic() + within
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {within}s")
-        await asyncio.sleep(0.02)
+    return await until(check, within=within)
 
 
 def pods_of(cluster: SimCluster, label: str) -> list[dict[str, object]]:

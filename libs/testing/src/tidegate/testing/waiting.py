@@ -17,25 +17,25 @@ T = TypeVar("T")
 
 
 async def until(
-    check: Callable[[], object],
+    check: Callable[[], T],
     *,
     within: float,
     what: str = "condition",
     interval: float = 0.02,
     alive: Callable[[], None] | None = None,
     describe: Callable[[], str] | None = None,
-) -> None:
-    """Wait until ``check()`` is truthy, at most ``within`` seconds.
+) -> T:
+    """Wait until ``check()`` is truthy, at most ``within`` seconds; its first truthy result.
 
     ``alive()`` runs before every poll and raises to fail at once. On timeout an
     ``AssertionError("timed out waiting for <what><describe()>")`` is raised, caused by the
     last ``AssertionError`` the check raised, if any.
     """
 
-    async def checked() -> object:
+    async def checked() -> T:
         return check()
 
-    await until_async(
+    return await until_async(
         checked, within=within, what=what, interval=interval, alive=alive, describe=describe
     )
 
