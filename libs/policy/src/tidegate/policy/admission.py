@@ -365,6 +365,15 @@ class Admission:
         """The reason last published for a waiting workload."""
         return self._reasons.get(key)
 
+    def waiting(self) -> dict[WorkloadKey, PendingReason]:
+        """Every waiting workload and the reason last published for it (what admission
+        reports as pending: admitted, finished and forgotten workloads are not in it)."""
+        return dict(self._reasons)
+
+    def queues(self) -> dict[str, QueueConfig]:
+        """The queues known, by name."""
+        return dict(self._queues)
+
     # ------------------------------------------------------------------ the cycle
 
     def cycle(self, *, now: float) -> list[Decision]:

@@ -32,6 +32,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from tidegate.admission.config import Settings
 from tidegate.admission.handlers import SOURCE, Handlers
 from tidegate.admission.ledger import AdmissionLedger, LedgerRecord
+from tidegate.admission.metrics import QueueMetrics
 from tidegate.bus import (
     ConsumerSettings,
     Lease,
@@ -114,10 +115,11 @@ async def setup(ctx: ServiceContext[Settings]) -> None:
         handler=handlers.on_capacity,
     )
     settings = ctx.settings
+    queue_metrics = QueueMetrics(ctx.metrics.registry, admission)  # a standby's stay empty
     lease = await ctx.lead(
         LEASE_NAME, ttl_seconds=settings.lease_ttl_seconds, holder=settings.lease_holder
     )
-    leader = Leader(ctx, handlers, lease, followers=[state, capacity])
+    leader = Leader(ctx, handlers, lease, followers=[state, capacity], queue_metrics=queue_metrics)
     ctx.spawn("leader", leader.run(), graceful=True)
 
 
@@ -131,6 +133,7 @@ class Leader:
         lease: Lease,
         *,
         followers: Sequence[StateFollower],
+        queue_metrics: QueueMetrics,
     ) -> None:
         """Lead under ``lease`` with ``handlers``' policy object once ``followers`` replayed."""
         self._ctx = ctx
@@ -138,6 +141,7 @@ class Leader:
         self._admission = handlers.admission
         self._followers = followers
         self._metrics = AdmissionMetrics(ctx)
+        self._queue_metrics = queue_metrics
         self.lease = lease
         self._ledger: AdmissionLedger | None = None
         self._publisher = Publisher(ctx.bus)
@@ -152,6 +156,7 @@ class Leader:
             self._ledger = await AdmissionLedger.open(self._ctx.bus, self._ctx.cluster)
             async with self._handlers.lock:
                 await self._take_over()
+            self._queue_metrics.leading = True
             await self._ctx.consume(
                 ConsumerSettings(
                     durable="admission",
@@ -168,6 +173,7 @@ class Leader:
             await self._decide_until_stopped()
         finally:
             self._metrics.leader.set(0)
+            self._queue_metrics.leading = False
             with contextlib.suppress(Exception):
                 await self._publisher.close()
 
@@ -180,6 +186,7 @@ class Leader:
         for record in records:
             usage = {NodeName(n): dict(u) for n, u in record.node_usage.items()}
             admission.restore(record.admitted, usage, now=now)
+        self._queue_metrics.restored(r.admitted for r in records)
         admission.sequence = max(
             admission.sequence, high.sequence if high else 0, admission.capacity.watermark()
         )
@@ -243,6 +250,7 @@ class Leader:
         for decision in decisions:
             await self._publish(decision.body, admission.epoch, decision.workload)
         await self._publisher.flush()
+        self._queue_metrics.committed(decisions, now=time.time())
 
     async def _publish(
         self,
