@@ -45,6 +45,7 @@ from tidegate.watcher.objects import (
     Pod,
     PodGroup,
     PodSpec,
+    PodTemplateSpec,
     ReplicaOwner,
     timestamp,
 )
@@ -204,6 +205,21 @@ def _owner_layer(owner: Owner) -> Layer:
     return Layer(owner.describe(), owner.meta.labels, owner.meta.annotations)
 
 
+def _one_template(
+    template: PodTemplateSpec, count: int, *, where: str, top: Layer
+) -> list[_PodSetSource]:
+    """The single podset of an owner with one pod template at ``spec.template`` (a Job, a
+    Deployment or a ReplicaSet); a negative ``count`` (reported by the caller) counts as 0."""
+    layer = Layer(
+        f"the pod template of {where}", template.metadata.labels, template.metadata.annotations
+    )
+    return [
+        _PodSetSource(
+            MAIN_PODSET, max(count, 0), template.spec, f"{where} spec.template.spec", (layer, top)
+        )
+    ]
+
+
 def _sources(owner: Owner, members: Sequence[Pod], problems: list[str]) -> list[_PodSetSource]:
     obj = owner.obj
     top = _owner_layer(owner)
@@ -212,19 +228,7 @@ def _sources(owner: Owner, members: Sequence[Pod], problems: list[str]) -> list[
         count = job_pod_count(obj.spec)
         if count < 0:
             problems.append(f"{where}: spec.parallelism/completions give {count} pods")
-        template = obj.spec.template
-        layer = Layer(
-            f"the pod template of {where}", template.metadata.labels, template.metadata.annotations
-        )
-        return [
-            _PodSetSource(
-                MAIN_PODSET,
-                max(count, 0),
-                template.spec,
-                f"{where} spec.template.spec",
-                (layer, top),
-            )
-        ]
+        return _one_template(obj.spec.template, count, where=where, top=top)
     if isinstance(obj, JobSet):
         sources = []
         if not obj.spec.replicated_jobs:
@@ -261,19 +265,7 @@ def _sources(owner: Owner, members: Sequence[Pod], problems: list[str]) -> list[
         replicas = 1 if obj.spec.replicas is None else obj.spec.replicas
         if replicas < 0:
             problems.append(f"{where}: spec.replicas {replicas} is negative")
-        template = obj.spec.template
-        layer = Layer(
-            f"the pod template of {where}", template.metadata.labels, template.metadata.annotations
-        )
-        return [
-            _PodSetSource(
-                MAIN_PODSET,
-                max(replicas, 0),
-                template.spec,
-                f"{where} spec.template.spec",
-                (layer, top),
-            )
-        ]
+        return _one_template(obj.spec.template, replicas, where=where, top=top)
     # PodGroup, bare Pod, or an owner tidegate cannot read: podsets from the pods themselves.
     roles: dict[str, list[Pod]] = {}
     for pod in sorted(members, key=lambda p: p.metadata.name):
