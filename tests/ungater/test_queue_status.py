@@ -5,6 +5,9 @@ Queues of the simulated cluster (tidegate's real CRDs installed) into bus state,
 ungater writes each Queue's status, read back here through the Kubernetes API.
 """
 
+import asyncio
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +64,10 @@ async def test_queue_status_follows_admissions_pendings_and_releases(crd_env: En
         QUEUES,
         queue(
             "q",
+            priority=10,
+            reclaimable=False,
+            queueingStrategy="StrictFIFO",
+            topology="default",
             capability={"cpu": "16", "nvidia.com/gpu": "8"},
             cardQuota={H200: 8, f"{H200}/mig-1g.18gb-mixed": 4},
         ),
@@ -117,6 +124,20 @@ async def test_queue_status_follows_admissions_pendings_and_releases(crd_env: En
     assert status["pending"] == 1
     assert status["usage"] == {"cpu": "3500m", "memory": "3Gi", "nvidia.com/gpu": "2"}
     assert status["cardUsage"] == {H200: 2, f"{H200}/mig-1g.18gb-mixed": 0}
+    header, row = (await kubectl(env, "get", "tq", "q")).splitlines()
+    assert header.split() == [
+        "NAME",
+        "PRIORITY",
+        "RECLAIMABLE",
+        "STRATEGY",
+        "TOPOLOGY",
+        "ADMITTED",
+        "PENDING",
+        "AGE",
+    ]
+    assert row.split()[:-1] == ["q", "10", "false", "StrictFIFO", "default", "2", "1"]
+    described = await kubectl(env, "describe", "tq", "q")
+    assert "Reason:                Ready" in described
 
     # b completes: its memory (a resource the quota does not name) leaves usage altogether.
     await decide(
@@ -189,6 +210,22 @@ async def test_an_invalid_queue_is_not_active(crd_env: Env) -> None:
         what="the fixed Queue's status",
     )
     assert status["cardUsage"] == {"A": 0}
+
+
+async def kubectl(env: Env, *args: str) -> str:
+    """``kubectl <args>`` against the simulated cluster, as a user types it."""
+    binary = shutil.which("kubectl")
+    assert binary is not None, "kubectl is needed (dev/bootstrap installs it)"
+    process = await asyncio.create_subprocess_exec(
+        binary,
+        *args,
+        env={**os.environ, "KUBECONFIG": str(env.kubeconfig)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    return out.decode()
 
 
 async def _status_when(env: Env, name: str, check: Any) -> dict[str, Any] | None:
