@@ -8,6 +8,8 @@ objects against the CRDs' schemas.
 """
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,20 @@ def render() -> Iterator[Render]:
         yield _render
     finally:
         chart.close()
+
+
+def tool_findings(tool: str, *arguments: str, missing: str = "run dev/bootstrap") -> str:
+    """Run the venv's ``tool`` with ``arguments``: "" when it exits 0, else what it printed.
+
+    A tool that is not installed fails the test (``missing`` says how to get it).
+    """
+    found = shutil.which(tool, path=str(Path(sys.executable).parent))
+    if found is None:
+        pytest.fail(f"{tool} is not installed: {missing}")
+    result = subprocess.run(
+        [found, *arguments], capture_output=True, text=True, check=False, timeout=60
+    )
+    return "" if result.returncode == 0 else result.stdout + result.stderr
 
 
 @pytest.fixture(scope="session")

