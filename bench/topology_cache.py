@@ -219,11 +219,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     result = run(args)
+    text = json.dumps(result, indent=2)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
     if args.json:
-        text = json.dumps(result, indent=2)
         print(text)
-        if args.out is not None:
-            args.out.write_text(text + "\n")
     else:
         for key, value in result.items():
             print(f"{key:28} {value}")
