@@ -253,7 +253,7 @@ class QueueStatusWriter:
         """Per queue: the status the Queue shows, as last read or written."""
         self._wake = asyncio.Event()
         self.writes = 0
-        """Status patches sent and accepted (tests wait on it)."""
+        """Status patches accepted since start."""
         self.finished = asyncio.Event()
         """Set once :meth:`run` returned."""
 
@@ -311,6 +311,9 @@ class QueueStatusWriter:
             await self._write(name)
 
     async def _write(self, name: str) -> None:
+        config = self.configs.get(name)
+        if config is None:
+            return
         try:
             shown = self._shown.get(name)
             if shown is None:
@@ -322,7 +325,7 @@ class QueueStatusWriter:
                 self._shown[name] = shown
             before = shown.get("conditions")
             desired = queue_status(
-                self.configs[name],
+                config,  # as of the round: a Queue deleted meanwhile answers 404
                 self.book.tally(name),
                 now=timestamp(),
                 previous=[c for c in before if isinstance(c, Mapping)]
