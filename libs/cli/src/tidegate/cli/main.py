@@ -7,6 +7,7 @@ imports inside ``run`` so that building the parser stays cheap.
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Final
@@ -39,7 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the tidegate command line; returns the process exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    status: int = args._module.run(args)
+    try:
+        status: int = args._module.run(args)
+    except BrokenPipeError:
+        # The reader went away (`tidegate preempt x.yaml | head`): no traceback for that.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return status
 
 
