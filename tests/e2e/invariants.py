@@ -53,7 +53,7 @@ from tidegate.sim.kinds import ResourceType as SimResource
 GATE: Final = "tidegate.io/admission"
 TOPOLOGY: Final = "default"
 """The Topology the simulator creates for its node levels (and the capacity view's name)."""
-OBSERVER_LAG_SECONDS: Final = 2.0
+OBSERVER_LAG_SECONDS: Final = 3.0
 """How much later than the services the observer may learn of a decision."""
 
 JsonObject = dict[str, Any]

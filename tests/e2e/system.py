@@ -438,7 +438,7 @@ async def running_system(
     nodes: str,
     time_scale: float,
     namespace: str,
-    grace_seconds: float = 5.0,
+    grace_seconds: float = 10.0,
 ) -> AsyncIterator[System]:
     """Start the whole stack in ``workdir``, connect, observe; stop everything at the end."""
     settings = StackSettings(

@@ -124,6 +124,15 @@ async def run_to_the_end(system: System) -> None:
         return set(JOBS) <= await system.completed_jobs()
 
     await system.until_async(all_completed, within=90, what=f"the Jobs {JOBS} to complete")
+    # Admission gives the quota back once the watcher saw the Job finish: a moment later.
+    await system.until(
+        lambda: all(
+            (released := system.of(Released, name)) and released[-1].reason == "Completed"
+            for name in JOBS
+        ),
+        within=20,
+        what="every Job's quota released as Completed",
+    )
     await system.until_bus_agrees(within=20)
 
 
