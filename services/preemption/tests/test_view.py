@@ -19,6 +19,7 @@ from tidegate.model import (
     WorkloadState,
     workload_key,
 )
+from tidegate.model.names import ADMISSION_GATE
 from tidegate.preemption.record import (
     LEDGER_PREFIX,
     PodRef,
@@ -29,7 +30,7 @@ from tidegate.preemption.record import (
     ledger_key,
     preemptor_of,
 )
-from tidegate.preemption.view import ADMISSION_GATE, PreemptionView, Unanswerable
+from tidegate.preemption.view import PreemptionView, Unanswerable
 
 LEVELS = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
 GPU = "nvidia.com/gpu"

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from tidegate.ungater.gate import ADMISSION_GATE, GateRules, review
+from tidegate.model.names import ADMISSION_GATE
+from tidegate.ungater.gate import GateRules, review
 
 
 def pod(

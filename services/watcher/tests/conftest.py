@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tidegate.watcher.keys import ADMISSION_GATE
+from tidegate.model.names import ADMISSION_GATE
 
 Obj = dict[str, Any]
 

@@ -16,12 +16,10 @@ return lists of (field path, message) causes; the caller turns them into a 422.
 from collections.abc import Mapping
 from typing import Final
 
+from tidegate.model.names import ADMISSION_GATE
 from tidegate.model.quantity import QuantityError, parse_quantity
 from tidegate.sim.errors import JsonObject
 from tidegate.sim.names import label_name_problem, qualified_name_problem, rfc3339
-
-ADMISSION_GATE: Final = "tidegate.io/admission"
-"""The scheduling gate tidegate's webhook puts on managed pods."""
 
 QUEUE_KEYS: Final = (
     "tidegate.io/queue",

@@ -41,6 +41,7 @@ from tidegate.model import (
 )
 from tidegate.model import resources as res
 from tidegate.model.events import OnPreemption
+from tidegate.model.names import ADMISSION_GATE
 from tidegate.placement import CapacityView
 from tidegate.policy.capacity import ClusterCapacity
 from tidegate.policy.quota import QueueUsage
@@ -52,9 +53,6 @@ from tidegate.policy.victims import (
     select_victims,
 )
 from tidegate.preemption.record import PodRef, PreemptionRecord, VictimRecord
-
-ADMISSION_GATE = "tidegate.io/admission"
-"""The scheduling gate that holds a pod until admission admits its gang."""
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 """Pod phases in which a pod holds nothing any more."""

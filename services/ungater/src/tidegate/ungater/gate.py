@@ -29,8 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-ADMISSION_GATE: Final = "tidegate.io/admission"
-"""The scheduling gate that holds a pod until tidegate releases it."""
+from tidegate.model.names import ADMISSION_GATE
 
 QUEUE_KEYS: Final = (
     "tidegate.io/queue",

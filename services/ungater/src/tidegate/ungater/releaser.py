@@ -55,11 +55,11 @@ from tidegate.model import (
     WorkloadState,
     subjects,
 )
+from tidegate.model.names import ADMISSION_GATE
 from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, parse_card_name
 from tidegate.telemetry import extract
 from tidegate.ungater import slots, status
 from tidegate.ungater.config import UngaterSettings
-from tidegate.ungater.gate import ADMISSION_GATE
 from tidegate.ungater.view import View
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from tidegate.model import Admitted, Pending, PodState, Released, WorkloadState
-from tidegate.ungater.gate import ADMISSION_GATE
+from tidegate.model.names import ADMISSION_GATE
 
 Phase = Literal["Pending", "Admitted", "Running", "Succeeded", "Failed"]
 """PodGroup ``status.phase`` values (the CRD's enum)."""

@@ -41,7 +41,7 @@ from tidegate.model import (
     WorkloadState,
     workload_key,
 )
-from tidegate.ungater.gate import ADMISSION_GATE
+from tidegate.model.names import ADMISSION_GATE
 
 log = logging.getLogger(__name__)
 

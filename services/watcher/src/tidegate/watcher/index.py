@@ -35,6 +35,7 @@ from typing import Literal, NamedTuple
 import msgspec
 
 from tidegate.model.events import Message, ServiceType, WorkloadState
+from tidegate.model.names import ADMISSION_GATE
 from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
 from tidegate.watcher import keys
 from tidegate.watcher.convert import node_state, pod_state, queue_config, topology_config
@@ -406,7 +407,7 @@ class ClusterIndex:
             self._sources[workload] = resolution.owner
         self._check_quorum(workload)
         applied.affected.add(StateKey("workload", *workload))
-        gated = any(gate.name == keys.ADMISSION_GATE for gate in pod.spec.scheduling_gates)
+        gated = any(gate.name == ADMISSION_GATE for gate in pod.spec.scheduling_gates)
         if gated and workload not in self.managed:
             self.managed.add(workload)
             applied.affected.update(StateKey("pod", *m) for m in self._members[workload])

@@ -10,9 +10,6 @@ This module holds names only; parsing is in :mod:`tidegate.watcher.annotations`.
 
 from typing import Final
 
-ADMISSION_GATE: Final = "tidegate.io/admission"
-"""The scheduling gate that holds a pod until admission releases it."""
-
 # --------------------------------------------------------------------------- tidegate's own
 TG_QUEUE: Final = "tidegate.io/queue"
 TG_TOPOLOGY: Final = "tidegate.io/topology"
