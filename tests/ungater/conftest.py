@@ -8,24 +8,20 @@ between the two matters (node failures). :class:`SlotMonitor` sees every write t
 API server commits and records the most pods ever released into each domain at once.
 """
 
-import asyncio
 import contextlib
-import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from tidegate.bus import Bus, BusSettings, Received, StateFollower, connect, layout
+from tidegate.bus import Bus, Received, layout
 from tidegate.kube import EVENTS, JOBS, NAMESPACES, PODS, KubeClient, KubeSettings, ResourceType
 from tidegate.kube import connect as connect_kube
 from tidegate.model import (
     Admitted,
     DomainCount,
-    Envelope,
     Message,
     TopologyAssignment,
     WorkloadState,
@@ -35,6 +31,7 @@ from tidegate.runtime import Service, ServiceSettings
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.kinds import PODS as SIM_PODS
 from tidegate.sim.store import DELETED, WatchEvent
+from tidegate.testing import RunningServices, connected, envelope, following, until, until_async
 from tidegate.ungater.app import setup as ungater_setup
 from tidegate.ungater.config import UngaterSettings
 from tidegate.watcher.app import setup as watcher_setup
@@ -51,6 +48,7 @@ QUEUES = ResourceType(
 )
 
 Domain = tuple[str, ...]
+T = TypeVar("T")
 
 
 class SlotMonitor:
@@ -105,7 +103,12 @@ class Env:
     kubeconfig: Path
     monitor: SlotMonitor
     decisions: list[Message] = field(default_factory=list)
-    services: dict[str, tuple[Service[Any], "asyncio.Task[int]"]] = field(default_factory=dict)
+    services: RunningServices = field(
+        default_factory=lambda: RunningServices(ready_within=30, stop_within=30)
+    )
+    """The services running in this process."""
+    by_name: dict[str, Service[Any]] = field(default_factory=dict)
+    """Each running service under the name it was started with."""
     sequence: int = 100
 
     # ------------------------------------------------------------------ services
@@ -115,14 +118,8 @@ class Env:
     ) -> Service[Any]:
         """Run a service in this process; returns once it is ready."""
         service: Service[Any] = Service(name, settings, setup)
-        task = asyncio.create_task(service.run(handle_signals=False))
-        self.services[name] = (service, task)
-        # started first: before run() begins, readiness has no conditions yet.
-        await self.until(
-            lambda: service.started.is_set() and service.readiness.ready,
-            what=f"{name} ready",
-            within=30,
-        )
+        self.by_name[name] = service
+        await self.services.start(service)
         return service
 
     async def start_watcher(self) -> Service[Any]:
@@ -158,16 +155,8 @@ class Env:
 
     async def stop(self, name: str) -> None:
         """Stop one service gracefully (as SIGTERM would)."""
-        service, task = self.services.pop(name)
-        service.request_stop()
-        code = await asyncio.wait_for(task, 30)
+        code = await self.services.stop(self.by_name.pop(name))
         assert code == 0, f"{name} exited with {code}"
-
-    async def stop_all(self) -> None:
-        """Stop every service still running."""
-        for name in list(self.services):
-            with contextlib.suppress(Exception):
-                await self.stop(name)
 
     # ------------------------------------------------------------------ waiting
 
@@ -175,47 +164,27 @@ class Env:
         self, check: Callable[[], object], *, within: float = 20.0, what: str = "condition"
     ) -> None:
         """Wait until ``check()`` is truthy; fail at once if a service stopped."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            for name, (_, task) in self.services.items():
-                if task.done():
-                    raise AssertionError(f"{name} stopped with exit code {task.result()}")
-            if check():
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}")
+        await until(check, within=within, what=what, interval=0.05, alive=self.services.check)
 
     async def until_async(
         self,
-        check: Callable[[], Awaitable[object]],
+        check: Callable[[], Awaitable[T | None]],
         *,
         within: float = 20.0,
         what: str = "condition",
-    ) -> Any:
-        """Like :meth:`until` with an async check; returns its last truthy result."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            for name, (_, task) in self.services.items():
-                if task.done():
-                    raise AssertionError(f"{name} stopped with exit code {task.result()}")
-            result = await check()
-            if result:
-                return result
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}")
+    ) -> T:
+        """Like :meth:`until` with an async check; returns its first truthy result."""
+        found = await until_async(
+            check, within=within, what=what, interval=0.1, alive=self.services.check
+        )
+        assert found is not None  # until_async returns only a truthy result
+        return found
 
     # ------------------------------------------------------------------ bus
 
     async def publish(self, subject: str, body: Message, *, event_id: str | None = None) -> None:
         """Publish a message as the service that owns it would."""
-        envelope = Envelope(
-            event_id=event_id or uuid.uuid4().hex,
-            cluster=self.cluster,
-            source="test",
-            time=time.time(),
-            body=body,
-        )
-        await self.bus.publish(subject, envelope)
+        await self.bus.publish(subject, envelope(self.cluster, body, event_id=event_id))
 
     async def admit(
         self,
@@ -345,19 +314,13 @@ class Env:
             if isinstance(received.envelope.body, WorkloadState):
                 found["w"] = received.envelope.body
 
-        follower = StateFollower(
+        async with following(
             self.bus,
             stream=layout.state_stream(self.cluster),
             subjects=[subjects.workload(self.cluster, NAMESPACE, name)],
             handler=remember,
-        )
-        task = asyncio.create_task(follower.run())
-        try:
+        ):
             await self.until(lambda: "w" in found, what=f"workload {name} on the bus")
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         return found["w"]
 
 
@@ -380,39 +343,35 @@ async def environment(
     async with SimCluster.running(settings) as sim:
         kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
         kube = await connect_kube(KubeSettings(kubeconfig=kubeconfig, backoff_max_seconds=0.3))
-        bus = await connect(BusSettings(servers=(nats_url,), name="ungater-test"))
-        await bus.ensure_layout(cluster_id)
-        env = Env(
-            sim=sim,
-            kube=kube,
-            bus=bus,
-            cluster=cluster_id,
-            nats_url=nats_url,
-            kubeconfig=kubeconfig,
-            monitor=SlotMonitor(sim),
-        )
-        await env.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
-
-        async def collect(received: Received) -> None:
-            env.decisions.append(received.envelope.body)
-
-        follower = StateFollower(
-            bus,
-            stream=layout.decisions_stream(cluster_id),
-            subjects=[subjects.decision_wildcard(cluster_id)],
-            handler=collect,
-        )
-        following = asyncio.create_task(follower.run())
         try:
-            await env.start_watcher()
-            yield env
+            async with connected(nats_url, cluster_id, name="ungater-test") as bus:
+                env = Env(
+                    sim=sim,
+                    kube=kube,
+                    bus=bus,
+                    cluster=cluster_id,
+                    nats_url=nats_url,
+                    kubeconfig=kubeconfig,
+                    monitor=SlotMonitor(sim),
+                )
+                await env.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
+
+                async def collect(received: Received) -> None:
+                    env.decisions.append(received.envelope.body)
+
+                async with following(
+                    bus,
+                    stream=layout.decisions_stream(cluster_id),
+                    subjects=[subjects.decision_wildcard(cluster_id)],
+                    handler=collect,
+                ):
+                    try:
+                        await env.start_watcher()
+                        yield env
+                    finally:
+                        await env.services.stop_all()
+                        env.monitor.close()
         finally:
-            await env.stop_all()
-            env.monitor.close()
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await following
-            await bus.drain()
             await kube.close()
 
 
