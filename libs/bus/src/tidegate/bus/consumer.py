@@ -220,9 +220,11 @@ class DurableConsumer:
             return await self._subscription.fetch(
                 self.settings.batch_size, timeout=self.settings.fetch_timeout_seconds
             )
-        except nats.errors.TimeoutError:
+        except (nats.errors.TimeoutError, TimeoutError):
+            # Both mean "nothing arrived in time": nats-py raises the bare asyncio one when the
+            # event loop was too busy to see the server's answer before the deadline.
             return []
-        except (TimeoutError, nats.errors.Error) as exc:
+        except nats.errors.Error as exc:
             raise translate(exc, f"fetching for {self.name}") from exc
 
     async def handle_batch(self, batch: Sequence[Msg]) -> None:
