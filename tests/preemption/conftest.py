@@ -10,13 +10,15 @@ in this process) mirrors it onto the state stream. The harness plays:
   (allocatable minus the requests of the non-finished pods bound to it);
 - **admission**: it publishes ``admitted`` and ``preempt-requested`` decisions when the test
   says so;
-- the **ungater**: it removes the gate of a workload's pods with a hostname nodeSelector.
+- the **ungater**: it removes the gate of a workload's pods with a hostname nodeSelector
+  (a test that needs the ungater's own judgement runs the real one instead).
 
 Everything it publishes goes through the same bus subjects the real services use, so the
 preemption service cannot tell the difference.
 """
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,7 @@ from tidegate.model import (
     Released,
     Resources,
     Tombstone,
+    TopologyAssignment,
     WorkloadState,
     subjects,
 )
@@ -58,6 +61,8 @@ from tidegate.runtime import Service
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.telemetry import extract
 from tidegate.testing import RunningServices, connected, envelope, following, until, until_async
+from tidegate.ungater.app import setup as ungater_setup
+from tidegate.ungater.config import UngaterSettings
 from tidegate.watcher.app import setup as watcher_setup
 from tidegate.watcher.config import WatcherSettings
 
@@ -82,6 +87,15 @@ class Harness:
     """Last message per state subject."""
     decisions: list[tuple[Message, dict[str, str]]] = field(default_factory=list)
     """Every decision on the stream, in order, with its headers."""
+    decided_at: list[float] = field(default_factory=list)
+    """When each of :attr:`decisions` arrived (``time.monotonic()``)."""
+    seen_at: dict[str, float] = field(default_factory=dict)
+    """Pod UID → when the state stream first showed the pod (monotonic)."""
+    leaving_at: dict[str, float] = field(default_factory=dict)
+    """Pod UID → when the state stream first showed the pod terminating or deleted
+    (monotonic)."""
+    released_uids: set[str] = field(default_factory=set)
+    """UIDs of every pod the state stream ever showed without tidegate's gate."""
     services: RunningServices = field(
         default_factory=lambda: RunningServices(ready_within=20, stop_within=15)
     )
@@ -129,6 +143,18 @@ class Harness:
         service = Service("preemption", self.preemption_settings(**overrides), preemption_setup)
         await self.start(service)
         return service
+
+    async def start_ungater(self) -> None:
+        """The real ungater (fast rounds, no webhook)."""
+        settings = UngaterSettings(
+            cluster=self.cluster,
+            nats_url=self.nats_url,
+            http_port=0,
+            kubeconfig=self.kubeconfig,
+            batch_window_seconds=0.05,
+            webhook="off",
+        )
+        await self.start(Service("ungater", settings, ungater_setup))
 
     async def stop(self, service: Service[Any]) -> int:
         """Stop one service as SIGTERM would; its exit code."""
@@ -188,8 +214,11 @@ class Harness:
         finally:
             otel_context.detach(token)
 
-    async def admit(self, name: str) -> None:
-        """Publish an ``admitted`` decision for ``team/<name>`` (as admission would)."""
+    async def admit(
+        self, name: str, *, assignments: Mapping[str, TopologyAssignment] | None = None
+    ) -> None:
+        """Publish an ``admitted`` decision for ``team/<name>`` (as admission would); without
+        ``assignments`` it names no slots (the real ungater then releases nothing)."""
         workload = self.workload(name)
         assert workload is not None, f"workload {name} not on the bus"
         self.sequence += 1
@@ -199,7 +228,7 @@ class Harness:
             queue=workload.queue or "",
             sequence=self.sequence,
             epoch=1,
-            assignments={},
+            assignments=dict(assignments or {}),
             charged=res.total(
                 res.scale(podset.requests, podset.count) for podset in workload.podsets
             ),
@@ -252,8 +281,18 @@ class Harness:
 
     async def on_state(self, received: Received) -> None:
         """Remember the state and republish node capacity that changed (the topology-cache)."""
-        self.state[received.subject] = received.envelope.body
         body = received.envelope.body
+        before = self.state.get(received.subject)
+        self.state[received.subject] = body
+        now = time.monotonic()
+        if isinstance(body, PodState):
+            self.seen_at.setdefault(body.uid, now)
+            if body.terminating:
+                self.leaving_at.setdefault(body.uid, now)
+            if GATE not in body.scheduling_gates:
+                self.released_uids.add(body.uid)
+        elif isinstance(body, Tombstone) and isinstance(before, PodState):
+            self.leaving_at.setdefault(before.uid, now)
         if self.plays_topology_cache and isinstance(body, (NodeState, PodState, Tombstone)):
             await self._publish_capacity()
 
@@ -284,6 +323,7 @@ class Harness:
     async def on_decision(self, received: Received) -> None:
         """Record one decision."""
         self.decisions.append((received.envelope.body, dict(received.headers)))
+        self.decided_at.append(time.monotonic())
 
     # ------------------------------------------------------------------ writing objects
 

@@ -1,6 +1,6 @@
 """The preemption service against a real nats-server, the real watcher and a simulated cluster
 with its whole control plane: whole-gang eviction, restart and abort modes, a crash between
-the ledger write and the evictions, and no ping-pong."""
+the publication of the decision and the evictions, and no ping-pong."""
 
 import socket
 from pathlib import Path
@@ -10,6 +10,7 @@ import yaml
 
 from tidegate.kube import DEPLOYMENTS, JOBS, PODS
 from tidegate.model import PodState, Preempted, PreemptRequested, subjects
+from tidegate.preemption.record import PreemptionRecord
 
 from .conftest import (
     GATE,
@@ -65,6 +66,12 @@ async def gone(h: Harness, uids: set[str]) -> bool:
     return not uids & {p["metadata"]["uid"] for p in await h.pods("train-")}
 
 
+async def evicted_record(h: Harness, preemptor: str = "serve") -> PreemptionRecord | None:
+    """The record of ``team/<preemptor>`` once it says its victims were evicted whole."""
+    record = await h.record(preemptor)
+    return record if record is not None and record.evicted else None
+
+
 async def test_an_inference_deployment_evicts_a_lower_priority_training_job_whole(
     harness: Harness,
 ) -> None:
@@ -101,9 +108,11 @@ async def test_an_inference_deployment_evicts_a_lower_priority_training_job_whol
     assert serve is not None
     assert h.trace_id(Preempted) == serve.trace_context["traceparent"].split("-")[1]
 
-    record = await h.record("serve")
-    assert record is not None
+    record = await h.until_async(lambda: evicted_record(h), what="the record marked evicted")
     assert record.published
+    assert record.published_at is not None
+    assert record.evicted_at is not None
+    assert record.published_at <= record.evicted_at
     assert {pod.uid for victim in record.victims for pod in victim.pods} == original
 
 
@@ -141,33 +150,53 @@ def dead_kubeconfig(path: Path) -> Path:
     return path
 
 
-async def test_a_preemption_recorded_but_not_evicted_is_finished_once_after_a_restart(
+async def test_a_preemption_published_but_not_evicted_is_finished_once_after_a_restart(
     harness: Harness, tmp_path: Path
 ) -> None:
     h = harness
     original = await running_training_job(h)
-    # The first instance records the preemption but cannot reach the API server, then stops.
+    # The first instance records the preemption and publishes its decision (before any
+    # eviction), but cannot reach the API server to evict, then stops.
     first = await h.start_preemption(
         kubeconfig=dead_kubeconfig(tmp_path / "dead"),
         kube_max_attempts=1,
         eviction_retry_seconds=0.1,
     )
     await inference_arrives(h)
-    recorded = await h.until_async(lambda: h.record("serve"), what="the preemption record")
-    assert not recorded.published
-    assert [v.key for v in recorded.victims] == [f"{NAMESPACE}/train"]
-    assert await h.stop(first) == 0
-    assert h.of(Preempted) == []
-    assert len(live(await h.pods("train-"))) == 4  # nothing was evicted
 
-    # A new instance takes over and finishes exactly that preemption.
-    await h.start_preemption()
-    await h.until(lambda: h.of(Preempted), what="a preempted decision")
+    async def published_record() -> PreemptionRecord | None:
+        record = await h.record("serve")
+        return record if record is not None and record.published else None
+
+    recorded = await h.until_async(published_record, what="the published preemption record")
+    assert not recorded.evicted
+    assert [v.key for v in recorded.victims] == [f"{NAMESPACE}/train"]
+
+    def failed_evictions() -> float:
+        value = first.metrics.registry.get_sample_value(
+            "tidegate_preemption_pod_evictions_total", {"result": "failed"}
+        )
+        return value or 0.0
+
+    await h.until(lambda: failed_evictions() >= 4, what="the evictions tried and failed")
+    assert await h.stop(first) == 0
+    await h.until(lambda: h.of(Preempted), what="the preempted decision")
     (decision,) = h.of(Preempted)
     assert decision.victims == [f"{NAMESPACE}/train"]
     assert decision.nominated == recorded.decision.nominated
-    assert h.trace_id(Preempted) == h.trace_id(PreemptRequested)  # resumed, same trace
+    assert h.trace_id(Preempted) == h.trace_id(PreemptRequested)
+    assert len(live(await h.pods("train-"))) == 4  # nothing was evicted
+    unfinished = await h.record("serve")
+    assert unfinished is not None
+    assert not unfinished.evicted
+
+    # A new instance takes over and finishes exactly those evictions, without a new search
+    # and without publishing again.
+    await h.start_preemption()
     await h.until_async(lambda: gone(h, original), what="every original pod gone")
+    finished = await h.until_async(lambda: evicted_record(h), what="the record marked evicted")
+    assert finished.published_at == recorded.published_at
+    assert finished.victims == recorded.victims
 
     async def recreated_gated() -> list[dict[str, Any]]:
         pods = live(await h.pods("train-"))
@@ -190,6 +219,7 @@ async def test_a_preemption_recorded_but_not_evicted_is_finished_once_after_a_re
 
     await h.until(lambda: handled("duplicate") == 1, what="the repeat handled")
     assert len(h.of(Preempted)) == 1
+    assert handled("resumed") == 0  # finished at takeover, not by the repeated request
     still = live(await h.pods("train-"))
     assert {p["metadata"]["uid"] for p in still} == replacements
 

@@ -1,4 +1,4 @@
-"""Answering a preempt request: search, commit to the ledger, evict, publish.
+"""Answering a preempt request: search, commit to the ledger, publish, evict.
 
 One :class:`Preempter` per leading instance. For a ``preempt-requested`` decision it:
 
@@ -7,10 +7,15 @@ One :class:`Preempter` per leading instance. For a ``preempt-requested`` decisio
 2. runs the victim search on the view (:meth:`tidegate.preemption.view.PreemptionView.choose`,
    which calls :func:`tidegate.policy.victims.select_victims`);
 3. if the answer evicts someone: writes the preemption record (victims, their pods, modes and
-   the nominated room) to the ledger, revision-checked, **before** evicting anything;
-4. evicts every recorded pod of every victim (abort mode: suspends its Job/JobSet first);
-5. publishes the ``preempted`` decision (deterministic event id) and marks the record
-   published. The record stays while the nomination holds.
+   the nominated room) to the ledger, revision-checked, **before** publishing or evicting;
+4. publishes the ``preempted`` decision (deterministic event id) and marks the record
+   published, **before** the first eviction: the decision ends the victims' admissions for
+   the ungater and admission, so the replacement pods a victim's controller creates while its
+   old pods are evicted (a Job's, as soon as they are terminating) wait gated for a new
+   admission instead of being released into the victim's old slots;
+5. evicts every recorded pod of every victim (abort mode: suspends its Job/JobSet first) and
+   marks the record evicted. The record stays while the nomination holds; the nomination
+   timeout counts from the end of the evictions.
 
 If the search finds no admissible victim set (or the gang fits without one, or the preemptor
 may not preempt), nothing is written and nothing is published: admission keeps the preemptor
@@ -18,10 +23,11 @@ waiting (``WaitingForPreemption``, then ``WaitingForCapacity`` semantics after i
 asks again after ``preemption_timeout_seconds``. The outcome is logged and counted.
 
 :meth:`Preempter.reconcile` runs at takeover and periodically: it finishes records whose
-evictions or publication did not complete (a crash, an API server that failed), and drops
-records whose nomination is over (preemptor admitted, deleted, or timed out). Every step is
-idempotent, so a request redelivered or a record finished twice changes nothing: pods gone are
-"gone", the decision's event id is deduplicated by JetStream, a published record is not
+publication or evictions did not complete (a crash, an API server that failed) — a record
+whose decision is out is always evicted to the end, whatever became of its preemptor — and
+drops records whose nomination is over (preemptor admitted, deleted, or timed out). Every step
+is idempotent, so a request redelivered or a record finished twice changes nothing: pods gone
+are "gone", the decision's event id is deduplicated by JetStream, a published record is not
 republished.
 """
 
@@ -142,7 +148,7 @@ class Preempter:
     async def _answer(self, request: PreemptRequested, *, now: float) -> str:
         key = WorkloadKey(request.workload)
         existing = self._ledger.records.get(key)
-        if existing is not None and not existing.published:
+        if existing is not None and not existing.evicted:
             # Victims are never left half evicted, whoever the request is from now.
             finished = await self._finish_or_defer(existing)
             if not finished or existing.preemptor_uid == request.uid:
@@ -220,10 +226,15 @@ class Preempter:
         return True
 
     async def finish(self, record: PreemptionRecord) -> None:
-        """Evict every victim of ``record`` whole, publish its decision, mark it published.
+        """Publish the decision of ``record`` (unless it is out already) and mark it
+        published, then evict every victim whole and mark it evicted.
 
         Raises :class:`~tidegate.preemption.evict.EvictionFailed` when a pod could not be
-        evicted (nothing is published then; the record stays unfinished)."""
+        evicted (the record stays published but not evicted, and is finished later)."""
+        if not record.published:
+            await self._publish_decision(record)
+            record = msgspec.structs.replace(record, published_at=time.time())
+            await self._ledger.write(record)
         for victim in record.victims:
             pods = self._pods_to_evict(record, victim.key, victim.uid, victim.pods)
             results = await self._evictor.preempt(victim, pods, preemptor=record.preemptor)
@@ -235,6 +246,14 @@ class Preempter:
                 sum(1 for r in results.values() if r == "evicted"),
                 sum(1 for r in results.values() if r == "gone"),
             )
+        await self._ledger.write(msgspec.structs.replace(record, evicted_at=time.time()))
+        for victim in record.victims:
+            workload = self._view.workload(WorkloadKey(victim.key))
+            queue = workload.queue if workload is not None and workload.queue else ""
+            self._metrics.preempted.labels(queue=queue, mode=victim.mode).inc()
+
+    async def _publish_decision(self, record: PreemptionRecord) -> None:
+        """Publish the ``preempted`` decision of ``record`` under its deterministic event id."""
         namespace, _, name = record.preemptor.partition("/")
         envelope = Envelope(
             event_id=record.event_id,
@@ -246,11 +265,6 @@ class Preempter:
         )
         subject = subjects.decision(self._cluster, "preempted", namespace, name)
         await self._publish(subject, envelope)
-        await self._ledger.write(msgspec.structs.replace(record, published_at=time.time()))
-        for victim in record.victims:
-            workload = self._view.workload(WorkloadKey(victim.key))
-            queue = workload.queue if workload is not None and workload.queue else ""
-            self._metrics.preempted.labels(queue=queue, mode=victim.mode).inc()
 
     def _pods_to_evict(
         self, record: PreemptionRecord, key: str, uid: str, recorded: list[PodRef]
@@ -271,7 +285,7 @@ class Preempter:
         async with self.lock:
             now = time.time()
             for key, record in sorted(self._ledger.records.items()):
-                if not record.published:
+                if not record.evicted:
                     with _continuing(record.trace_context):
                         await self._finish_or_defer(record)
                     continue
@@ -281,7 +295,7 @@ class Preempter:
                     why = "the preemptor is gone: nomination released"
                 elif self._view.is_admitted(key, record.preemptor_uid):
                     why = "the preemptor is admitted: nomination used"
-                elif now - (record.published_at or now) >= self._nomination_timeout:
+                elif now - (record.evicted_at or now) >= self._nomination_timeout:
                     why = "the nomination timed out"
                 if why is not None:
                     log.info("preemption record of %s dropped: %s", key, why)
@@ -290,8 +304,8 @@ class Preempter:
 
     def _update_gauges(self) -> None:
         records = self._ledger.records.values()
-        self._metrics.in_flight.set(sum(1 for r in records if not r.published))
-        self._metrics.nominations.set(sum(1 for r in records if r.published))
+        self._metrics.in_flight.set(sum(1 for r in records if not r.evicted))
+        self._metrics.nominations.set(sum(1 for r in records if r.evicted))
 
 
 @contextlib.contextmanager
