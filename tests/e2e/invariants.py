@@ -28,8 +28,6 @@ from typing import Any, Final, cast
 
 from tidegate.model import (
     Admitted,
-    CapacityDomain,
-    CapacityNode,
     Message,
     PodState,
     Preempted,
@@ -38,21 +36,14 @@ from tidegate.model import (
 )
 from tidegate.model import resources as res
 from tidegate.placement import DEFAULT_MAX_PODS
-from tidegate.placement.accounting import (
-    TERMINAL_PHASES,
-    UNSCHEDULABLE_TAINTS,
-    CapacityKey,
-    DomainKey,
-    NodeKey,
-    key_of,
-)
+from tidegate.placement.accounting import TERMINAL_PHASES
 from tidegate.sim import SimCluster
 from tidegate.sim.kinds import NODES, PODS
 from tidegate.sim.kinds import ResourceType as SimResource
+from tidegate.testing import capacity_differences as compare_capacity
+from tidegate.testing import pod_requests, published_capacity, recompute_capacity
 
 GATE: Final = "tidegate.io/admission"
-TOPOLOGY: Final = "default"
-"""The Topology the simulator creates for its node levels (and the capacity view's name)."""
 OBSERVER_LAG_SECONDS: Final = 3.0
 """How much later than the services the observer may learn of a decision."""
 
@@ -293,23 +284,10 @@ def unreleased_victims(decisions: Iterable[Message]) -> list[str]:
 
 def capacity_differences(sim: SimCluster, capacity: Iterable[Message]) -> list[str]:
     """Where the capacity view (the last message of every capacity subject) differs from a
-    recomputation from the simulator's objects (the method of
-    tests/topology_cache/test_end_to_end.py)."""
-    want = expected_view(sim)
-    got: dict[CapacityKey, tuple[object, ...]] = {}
-    for body in capacity:
-        if isinstance(body, CapacityNode) and body.topology == TOPOLOGY:
-            got[key_of(body)] = (tuple(body.domain), body.free, body.schedulable)
-        elif isinstance(body, CapacityDomain) and body.topology == TOPOLOGY and body.nodes:
-            got[key_of(body)] = (body.nodes, body.free)
-    problems = [f"missing {k}" for k in want.keys() - got.keys()]
-    problems += [f"extra {k}" for k in got.keys() - want.keys()]
-    problems += [
-        f"{k}: bus says {got[k]}, simulator says {want[k]}"
-        for k in want.keys() & got.keys()
-        if got[k] != want[k]
-    ]
-    return sorted(problems)
+    recomputation from the simulator's objects (:func:`tidegate.testing.recompute_capacity`,
+    shared with tests/topology_cache/test_end_to_end.py)."""
+    want = recompute_capacity(sim.store, sim.levels)
+    return compare_capacity(want, published_capacity(capacity))
 
 
 def mirror_differences(sim: SimCluster, state: Iterable[Message]) -> list[str]:
@@ -346,72 +324,11 @@ def mirror_differences(sim: SimCluster, state: Iterable[Message]) -> list[str]:
     return sorted(problems)
 
 
-def expected_view(sim: SimCluster) -> dict[CapacityKey, tuple[object, ...]]:
-    """The capacity view the simulator's objects call for: per node, allocatable minus the
-    requests of its bound, unfinished pods, and whether it is schedulable; per domain, the
-    node count and the sum of free capacity over its schedulable nodes."""
-    levels = sim.levels
-    used: dict[str, dict[str, int]] = {}
-    for pod in sim_objects(sim, PODS):
-        node = pod.get("spec", {}).get("nodeName")
-        if node and pod_phase(pod) not in TERMINAL_PHASES:
-            used[node] = res.add(res.add(used.get(node, {}), pod_requests(pod)), {"pods": 1})
-    out: dict[CapacityKey, tuple[object, ...]] = {}
-    domains: dict[DomainKey, tuple[int, dict[str, int]]] = {}
-    for node in sim_objects(sim, NODES):
-        name = node["metadata"]["name"]
-        labels = node["metadata"].get("labels", {})
-        allocatable = parse_resources(node["status"].get("allocatable"))
-        allocatable.setdefault("pods", DEFAULT_MAX_PODS)
-        taken = used.get(name, {})
-        free = {
-            r: allocatable.get(r, 0) - taken.get(r, 0)
-            for r in sorted({*allocatable, *taken})
-            if r in allocatable or taken.get(r, 0)
-        }
-        path = tuple(labels[level] for level in levels if level in labels)
-        schedulable = node_schedulable(node) and len(path) == len(levels)
-        out[NodeKey(TOPOLOGY, name)] = (path, free, schedulable)
-        if schedulable:
-            for depth in range(len(levels)):
-                key = DomainKey(TOPOLOGY, depth, path[: depth + 1])
-                count, total = domains.get(key, (0, {}))
-                domains[key] = (count + 1, res.add(total, free))
-    for key, (count, total) in domains.items():
-        out[key] = (count, res.non_zero(total))
-    return out
-
-
 def sim_objects(
     sim: SimCluster, resource: SimResource, namespace: str | None = None
 ) -> list[JsonObject]:
     """Objects of one kind straight from the simulator's store (read only; writes go over HTTP)."""
     return cast(list[JsonObject], list(sim.store.objects(resource.key, namespace)))
-
-
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
-    """A pod's requests as kube-scheduler counts them (containers, largest init, overhead)."""
-    spec = pod.get("spec", {})
-    total: dict[str, int] = {}
-    for container in spec.get("containers", []):
-        total = res.add(total, parse_resources(container.get("resources", {}).get("requests")))
-    for container in spec.get("initContainers", []):
-        init = parse_resources(container.get("resources", {}).get("requests"))
-        total = {r: max(total.get(r, 0), init.get(r, 0)) for r in {*total, *init}}
-    return res.add(total, parse_resources(spec.get("overhead")))
-
-
-def node_schedulable(node: Mapping[str, Any]) -> bool:
-    """Ready, not cordoned, and without a taint Kubernetes sets for a node condition."""
-    spec, status = node.get("spec", {}), node.get("status", {})
-    ready = all(
-        c.get("status") == "True" for c in status.get("conditions", []) if c.get("type") == "Ready"
-    )
-    tainted = any(
-        t.get("key") in UNSCHEDULABLE_TAINTS and t.get("effect") in ("NoSchedule", "NoExecute")
-        for t in spec.get("taints", [])
-    )
-    return ready and not spec.get("unschedulable", False) and not tainted
 
 
 def workload_of(pod: Mapping[str, Any]) -> str | None:

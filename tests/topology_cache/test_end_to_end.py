@@ -13,7 +13,7 @@ over its schedulable nodes.
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +22,17 @@ import pytest
 
 from tidegate.kube import KubeSettings
 from tidegate.kube import connect as connect_kube
-from tidegate.model import CapacityDomain, CapacityNode, parse_resources
-from tidegate.model import resources as res
-from tidegate.placement import DEFAULT_MAX_PODS
-from tidegate.placement.accounting import (
-    TERMINAL_PHASES,
-    UNSCHEDULABLE_TAINTS,
-    CapacityKey,
-    DomainKey,
-    NodeKey,
-)
+from tidegate.model import CapacityNode
+from tidegate.placement.accounting import NodeKey
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.kinds import NAMESPACES, NODES, PODS
-from tidegate.testing import start_until, until
+from tidegate.testing import (
+    capacity_differences,
+    published_capacity,
+    recompute_capacity,
+    start_until,
+    until,
+)
 from tidegate.watcher.app import Watcher
 from tidegate.watcher.config import WatcherSettings
 
@@ -144,61 +142,11 @@ def pod_body(name: str, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def expected_view(sim: SimCluster) -> dict[CapacityKey, tuple[object, ...]]:
-    """What the capacity view must say, from the simulator's objects alone."""
-    levels = sim.levels
-    used: dict[str, dict[str, int]] = {}
-    for pod in sim.store.objects(PODS.key):
-        node = pod.get("spec", {}).get("nodeName")
-        if not node or pod.get("status", {}).get("phase") in TERMINAL_PHASES:
-            continue
-        used[node] = res.add(res.add(used.get(node, {}), _requests(pod)), {"pods": 1})
-    out: dict[CapacityKey, tuple[object, ...]] = {}
-    domains: dict[DomainKey, tuple[int, dict[str, int]]] = {}
-    for node in sim.store.objects(NODES.key):
-        name = node["metadata"]["name"]
-        labels = node["metadata"].get("labels", {})
-        allocatable = parse_resources(node["status"].get("allocatable"))
-        allocatable.setdefault("pods", DEFAULT_MAX_PODS)
-        taken = used.get(name, {})
-        free = {
-            r: allocatable.get(r, 0) - taken.get(r, 0)
-            for r in sorted({*allocatable, *taken})
-            if r in allocatable or taken.get(r, 0)
-        }
-        path = tuple(labels[level] for level in levels if level in labels)
-        schedulable = _schedulable(node) and len(path) == len(levels)
-        out[NodeKey(TOPOLOGY, name)] = (path, free, schedulable)
-        if schedulable:
-            for m in range(len(levels)):
-                key = DomainKey(TOPOLOGY, m, path[: m + 1])
-                count, total = domains.get(key, (0, {}))
-                domains[key] = (count + 1, res.add(total, free))
-    for key, (count, total) in domains.items():
-        out[key] = (count, res.non_zero(total))
-    return out
-
-
-def published_view(harness: Harness) -> dict[CapacityKey, tuple[object, ...]]:
-    out: dict[CapacityKey, tuple[object, ...]] = {}
-    for key, record in harness.view().items():
-        if isinstance(record, CapacityNode) and record.topology == TOPOLOGY:
-            out[key] = (tuple(record.domain), record.free, record.schedulable)
-        elif isinstance(record, CapacityDomain) and record.topology == TOPOLOGY:
-            out[key] = (record.nodes, record.free)
-    return out
-
-
 def differences(sim: SimCluster, harness: Harness) -> list[str]:
-    want, got = expected_view(sim), published_view(harness)
-    problems = [f"missing {k}" for k in want.keys() - got.keys()]
-    problems += [f"extra {k}" for k in got.keys() - want.keys()]
-    problems += [
-        f"{k}: published {got[k]}, simulator says {want[k]}"
-        for k in want.keys() & got.keys()
-        if got[k] != want[k]
-    ]
-    return sorted(problems)
+    """Where the published view differs from the simulator's own objects."""
+    want = recompute_capacity(sim.store, sim.levels, topology=TOPOLOGY)
+    published = published_capacity(harness.capacity.values(), topology=TOPOLOGY)
+    return capacity_differences(want, published)
 
 
 async def until_equal(sim: SimCluster, harness: Harness, *, within: float = 30) -> None:
@@ -223,29 +171,6 @@ async def until_scheduled(sim: SimCluster, *, within: float = 20) -> None:
         interval=0.05,
         what="the simulator's scheduler to bind every pod",
     )
-
-
-def _requests(pod: Mapping[str, Any]) -> dict[str, int]:
-    spec = pod.get("spec", {})
-    total: dict[str, int] = {}
-    for container in spec.get("containers", []):
-        total = res.add(total, parse_resources(container.get("resources", {}).get("requests")))
-    for container in spec.get("initContainers", []):
-        init = parse_resources(container.get("resources", {}).get("requests"))
-        total = {r: max(total.get(r, 0), init.get(r, 0)) for r in {*total, *init}}
-    return res.add(total, parse_resources(spec.get("overhead")))
-
-
-def _schedulable(node: Mapping[str, Any]) -> bool:
-    spec, status = node.get("spec", {}), node.get("status", {})
-    ready = all(
-        c.get("status") == "True" for c in status.get("conditions", []) if c.get("type") == "Ready"
-    )
-    tainted = any(
-        t.get("key") in UNSCHEDULABLE_TAINTS and t.get("effect") in ("NoSchedule", "NoExecute")
-        for t in spec.get("taints", [])
-    )
-    return ready and not spec.get("unschedulable", False) and not tainted
 
 
 def set_ready(sim: SimCluster, node: str, ready: bool) -> None:

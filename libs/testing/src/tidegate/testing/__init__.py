@@ -10,6 +10,9 @@ import each other; this package is the one home of what they share:
 - :mod:`.bus`: :func:`connected` (a connection with the cluster's streams), :func:`following`
   (a stream follower for the length of a block), :func:`envelope` (what a test publishes).
 - :mod:`.services`: :class:`RunningServices`, services run in the test's process.
+- :mod:`.capacity`: :func:`recompute_capacity`, the capacity view a simulated cluster's own
+  objects call for, :func:`published_capacity` and :func:`capacity_differences` to compare the
+  bus with it.
 - :mod:`.processes`: :class:`ServiceProcess` / :func:`service_process`, a service as a child
   process; :func:`run_to_exit` for one that must stop by itself.
 
@@ -19,16 +22,34 @@ this package (import-linter keeps it beside the services, at the top).
 """
 
 from tidegate.testing.bus import connected, envelope, following
+from tidegate.testing.capacity import (
+    CapacityFigures,
+    DomainFigures,
+    NodeFigures,
+    capacity_differences,
+    node_schedulable,
+    pod_requests,
+    published_capacity,
+    recompute_capacity,
+)
 from tidegate.testing.processes import ServiceProcess, run_to_exit, service_process
 from tidegate.testing.services import RunningServices
 from tidegate.testing.waiting import start_until, until, until_async
 
 __all__ = [
+    "CapacityFigures",
+    "DomainFigures",
+    "NodeFigures",
     "RunningServices",
     "ServiceProcess",
+    "capacity_differences",
     "connected",
     "envelope",
     "following",
+    "node_schedulable",
+    "pod_requests",
+    "published_capacity",
+    "recompute_capacity",
     "run_to_exit",
     "service_process",
     "start_until",
