@@ -10,8 +10,11 @@ observed on the bus. Each check says which invariant broke so a failing test nam
 - sampled (:meth:`Invariants.sample`): no node holds more than its allocatable; no gang stays
   partly released (some of its live pods released, others still gated) and no released pod
   stays unscheduled, for longer than a grace period counted from the moment every service is
-  up again; a preempted gang's re-created pods are not released before a new admission; never
-  more pods released than admission assigned;
+  up again; a preempted gang's re-created pods are not released before a new admission; a
+  preempted gang is evicted whole (every pod it had released when the ``preempted`` decision
+  came is deleted within the grace period: preemption announces before it evicts, so a pod
+  released into the victim's old slot meanwhile would stay); never more pods released than
+  admission assigned;
 - from the decision log: no workload admitted twice without a release in between
   (:func:`double_admissions`), every victim of a preemption released as ``Evicted``
   (:func:`unreleased_victims`);
@@ -84,6 +87,9 @@ class Invariants:
         self._evicted_generation: dict[str, set[str]] = {}
         """Victim workload key → uids of its pods released when its preemption was seen; its
         later pods need a new admission before they may be released."""
+        self._to_evict: dict[str, tuple[float, set[str]]] = {}
+        """Victim workload key → when its preemption was seen and the uids of its pods then
+        released, until every one of them is being deleted."""
         self._reported: set[str] = set()
 
     def decided(self, body: Message) -> None:
@@ -95,11 +101,13 @@ class Invariants:
             self._evicted_generation.pop(body.workload, None)
         elif isinstance(body, Preempted):
             for victim in body.victims:
-                self._evicted_generation[victim] = {
+                released = {
                     p["metadata"]["uid"]
                     for p in sim_objects(self.sim, PODS)
                     if workload_of(p) == victim and not gated(p)
                 }
+                self._evicted_generation[victim] = released
+                self._to_evict.setdefault(victim, (time.monotonic(), set()))[1].update(released)
 
     # ------------------------------------------------------------------ invariants, sampled
 
@@ -113,6 +121,7 @@ class Invariants:
         self._check_gangs(live, now)
         self._check_unbound(live, now)
         self._check_early_release(pods, now)
+        self._check_evicted_whole(pods, now)
         self._check_overrelease(pods)
 
     def _check_overcommit(self, pods: list[JsonObject]) -> None:
@@ -199,6 +208,27 @@ class Invariants:
                 )
         for name in set(self._early_since) - early:
             del self._early_since[name]
+
+    def _check_evicted_whole(self, pods: list[JsonObject], now: float) -> None:
+        """A preempted gang is evicted whole: every pod it had released when the decision was
+        seen is being deleted (or gone) once the grace period has passed."""
+        for victim, (since, uids) in list(self._to_evict.items()):
+            staying = sorted(
+                object_name(p)
+                for p in pods
+                if p["metadata"]["uid"] in uids
+                and not terminating(p)
+                and pod_phase(p) not in TERMINAL_PHASES
+            )
+            if not staying:
+                del self._to_evict[victim]
+                continue
+            self._overdue(
+                f"not-evicted:{victim}:{since}",
+                since,
+                now,
+                f"preempted {victim} not evicted whole: {staying} still running",
+            )
 
     def _check_overrelease(self, pods: list[JsonObject]) -> None:
         """Never more pods released than assigned: released pods that hold (or held) a slot —

@@ -134,6 +134,22 @@ async def test_a_preempted_gangs_new_pods_released_before_readmission_are_named(
     assert "pod t/v-new of preempted t/v released without a new admission" in checks.violations[0]
 
 
+async def test_a_preempted_gang_not_evicted_whole_is_named(bare: SimCluster) -> None:
+    checks = Invariants(bare, grace_seconds=0, observer_lag_seconds=0)
+    checks.decided(admitted(f"{NAMESPACE}/v", 1, count=2))
+    bare.api.create(PODS, NAMESPACE, pod("v-0", app="v", node=NODE))
+    bare.api.create(PODS, NAMESPACE, pod("v-1", app="v", node=OTHER))
+    checks.decided(Preempted(preemptor="t/s", preemptor_uid="s", victims=[f"{NAMESPACE}/v"]))
+    bare.api.delete(PODS, NAMESPACE, "v-0", {})  # evicted: terminating, no kubelet to finish
+    await sample_twice(checks)
+    assert len(checks.violations) == 1, checks.violations
+    assert "preempted t/v not evicted whole: ['t/v-1'] still running" in checks.violations[0]
+    # Once the last pod is evicted too, the gang is no longer watched.
+    bare.api.delete(PODS, NAMESPACE, "v-1", {})
+    await sample_twice(checks)
+    assert len(checks.violations) == 1, checks.violations
+
+
 def test_double_admissions_and_unreleased_victims_are_named() -> None:
     log: list[Message] = [
         admitted("t/a", 1),
