@@ -20,16 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from pathlib import Path
 from typing import Final, TypeVar, cast
 
-from tidegate.bus import (
-    Bus,
-    BusSettings,
-    ConsumerSettings,
-    DurableConsumer,
-    Received,
-    StateFollower,
-    layout,
-)
-from tidegate.bus import connect as bus_connect
+from tidegate.bus import Bus, ConsumerSettings, DurableConsumer, Received, StateFollower, layout
 from tidegate.cli.demo_run import compressed_timeouts
 from tidegate.cli.demo_trace import (
     QueueEntry,
@@ -44,9 +35,10 @@ from tidegate.kube import (
     EVENTS,
     JOBS,
     NAMESPACES,
+    PRIORITY_CLASSES,
+    QUEUES,
     KubeClient,
     KubeSettings,
-    ResourceType,
 )
 from tidegate.kube import connect as kube_connect
 from tidegate.model import (
@@ -61,6 +53,7 @@ from tidegate.model import (
 )
 from tidegate.sim import SimCluster
 from tidegate.sim.kinds import PODS
+from tidegate.testing import connected, until_async
 
 from .invariants import (
     Invariants,
@@ -78,16 +71,6 @@ from .invariants import (
 )
 
 CLUSTER: Final = "e2e"
-QUEUES: Final = ResourceType(
-    group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
-)
-PRIORITY_CLASSES: Final = ResourceType(
-    group="scheduling.k8s.io",
-    version="v1",
-    plural="priorityclasses",
-    kind="PriorityClass",
-    namespaced=False,
-)
 
 T = TypeVar("T")
 
@@ -257,17 +240,16 @@ class System:
         interval: float = 0.3,
     ) -> T:
         """Like :meth:`until` for a coroutine function (e.g. one reading the API server)."""
-        deadline = time.monotonic() + within
-        while True:
-            self.assert_healthy(f"while waiting for {what}")
-            result = await check()
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"timed out after {within:.0f}s waiting for {what}\n{self.report()}"
-                )
-            await asyncio.sleep(interval)
+        found = await until_async(
+            check,
+            within=within,
+            what=what,
+            interval=interval,
+            alive=lambda: self.assert_healthy(f"while waiting for {what}"),
+            describe=lambda: f" (for {within:.0f}s)\n{self.report()}",
+        )
+        assert found is not None  # until_async returns only a truthy result
+        return found
 
     def assert_healthy(self, context: str) -> None:
         """Fail if a service died by itself or an invariant was found broken."""
@@ -452,9 +434,7 @@ async def running_system(
     async with (
         LocalStack.running(settings) as stack,
         await kube_connect(KubeSettings(source="kubeconfig", kubeconfig=stack.kubeconfig)) as kube,
-        await bus_connect(
-            BusSettings(servers=(stack.nats_url,), name="tidegate-e2e", wait_for_server_seconds=10)
-        ) as bus,
+        connected(stack.nats_url, CLUSTER, name="tidegate-e2e", wait_for_server_seconds=10) as bus,
     ):
         system = System(stack, kube, bus, namespace=namespace, grace_seconds=grace_seconds)
         async with system.observing():
