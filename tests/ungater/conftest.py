@@ -27,6 +27,7 @@ from tidegate.model import (
     WorkloadState,
     subjects,
 )
+from tidegate.model.names import ADMISSION_GATE
 from tidegate.runtime import Service, ServiceSettings
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.kinds import PODS as SIM_PODS
@@ -37,15 +38,9 @@ from tidegate.ungater.config import UngaterSettings
 from tidegate.watcher.app import setup as watcher_setup
 from tidegate.watcher.config import WatcherSettings
 
-GATE = "tidegate.io/admission"
 NAMESPACE = "team"
+ROOT = Path(__file__).resolve().parents[2]
 QUEUE_LABEL = "tidegate.io/queue"
-PODGROUPS = ResourceType(
-    group="tidegate.io", version="v1alpha1", plural="podgroups", kind="PodGroup"
-)
-QUEUES = ResourceType(
-    group="tidegate.io", version="v1alpha1", plural="queues", kind="Queue", namespaced=False
-)
 
 Domain = tuple[str, ...]
 T = TypeVar("T")
@@ -81,7 +76,7 @@ class SlotMonitor:
     def _slot(self, pod: dict[str, Any]) -> Domain | None:
         spec = pod.get("spec", {})
         gates = [g.get("name") for g in spec.get("schedulingGates") or []]
-        if GATE in gates or pod["metadata"].get("deletionTimestamp"):
+        if ADMISSION_GATE in gates or pod["metadata"].get("deletionTimestamp"):
             return None
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             return None
@@ -326,7 +321,7 @@ class Env:
 
 def gated(pod: dict[str, Any]) -> bool:
     """Whether a pod still carries tidegate's gate."""
-    return GATE in [g.get("name") for g in pod["spec"].get("schedulingGates") or []]
+    return ADMISSION_GATE in [g.get("name") for g in pod["spec"].get("schedulingGates") or []]
 
 
 def index_of(pod: dict[str, Any]) -> int:
@@ -373,6 +368,16 @@ async def environment(
                         env.monitor.close()
         finally:
             await kube.close()
+
+
+@pytest.fixture
+async def crd_env(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Env]:
+    """:func:`env` with tidegate's real CRDs (deploy/crds) installed in the simulated cluster."""
+    settings = SimSettings(
+        nodes="1x2x4x8gpu", crd_files=tuple(sorted((ROOT / "deploy" / "crds").glob("*.yaml")))
+    )
+    async with environment(tmp_path, nats_url, cluster_id, settings) as env:
+        yield env
 
 
 @pytest.fixture

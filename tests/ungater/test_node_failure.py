@@ -14,13 +14,13 @@ import pytest
 
 from tidegate.admission.app import setup as admission_setup
 from tidegate.admission.config import Settings as AdmissionSettings
-from tidegate.kube import NODES
+from tidegate.kube import NODES, QUEUES
 from tidegate.model import Admitted, Released, ReplaceRequested
 from tidegate.sim import SimSettings
 from tidegate.topology_cache.app import setup as cache_setup
 from tidegate.topology_cache.config import Settings as CacheSettings
 
-from .conftest import QUEUES, Env, environment, gated
+from .conftest import Env, environment, gated
 
 RACK = "tidegate.io/rack"
 HOST = "kubernetes.io/hostname"

@@ -8,29 +8,14 @@ ungater writes each Queue's status, read back here through the Kubernetes API.
 import asyncio
 import os
 import shutil
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tidegate.kube import JOBS
+from tidegate.kube import JOBS, QUEUES
 from tidegate.model import Admitted, DomainCount, Pending, Released, TopologyAssignment, subjects
-from tidegate.sim import SimSettings
 
-from .conftest import NAMESPACE, QUEUES, Env, environment
+from .conftest import NAMESPACE, Env
 
-ROOT = Path(__file__).resolve().parents[2]
 H200 = "NVIDIA-H200"
-
-
-@pytest.fixture
-async def crd_env(tmp_path: Path, nats_url: str, cluster_id: str) -> Any:
-    """The simulated cluster with tidegate's real CRDs (deploy/crds) installed."""
-    settings = SimSettings(
-        nodes="1x2x4x8gpu", crd_files=tuple(sorted((ROOT / "deploy" / "crds").glob("*.yaml")))
-    )
-    async with environment(tmp_path, nats_url, cluster_id, settings) as env:
-        yield env
 
 
 def queue(name: str, **spec: Any) -> dict[str, Any]:

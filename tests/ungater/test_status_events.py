@@ -4,29 +4,14 @@ import asyncio
 import json
 import os
 import shutil
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tidegate.kube import PODS
+from tidegate.kube import PODGROUPS, PODS
 from tidegate.model import Pending, Preempted, Released, subjects
-from tidegate.sim import SimSettings
 
-from .conftest import NAMESPACE, PODGROUPS, Env, environment, gated
+from .conftest import NAMESPACE, Env, gated
 
-ROOT = Path(__file__).resolve().parents[2]
 GROUP_LABEL = "scheduling.k8s.io/group-name"
-
-
-@pytest.fixture
-async def crd_env(tmp_path: Path, nats_url: str, cluster_id: str) -> Any:
-    """The simulated cluster with tidegate's real CRDs (deploy/crds) installed."""
-    settings = SimSettings(
-        nodes="1x2x4x8gpu", crd_files=tuple(sorted((ROOT / "deploy" / "crds").glob("*.yaml")))
-    )
-    async with environment(tmp_path, nats_url, cluster_id, settings) as env:
-        yield env
 
 
 async def kubectl(env: Env, *args: str) -> dict[str, Any] | None:
