@@ -20,6 +20,7 @@ from .conftest import NAMESPACE, Env, environment, gated
 
 def write_pair(ca: trustme.CA, directory: Path) -> None:
     """A serving certificate for the loopback address, as the chart's Secret mounts it."""
+    directory.mkdir(exist_ok=True)
     issued = ca.issue_cert("127.0.0.1", "localhost")
     issued.cert_chain_pems[0].write_to_path(str(directory / "tls.crt"))
     issued.private_key_pem.write_to_path(str(directory / "tls.key"))
@@ -70,6 +71,15 @@ async def bare_env(tmp_path: Path, nats_url: str, cluster_id: str) -> Any:
         yield env
 
 
+async def start_webhook(env: Env, ca: trustme.CA, certs: Path, **settings: Any) -> str:
+    """Start the ungater with its webhook serving a certificate of ``ca`` from ``certs`` (as
+    the chart's Secret mounts it) and ``settings``; the webhook's URL."""
+    write_pair(ca, certs)
+    port = free_port()
+    await env.start_ungater(webhook="on", webhook_port=port, webhook_cert_dir=certs, **settings)
+    return f"https://127.0.0.1:{port}/mutate-pods"
+
+
 async def call(url: str, body: bytes, context: ssl.SSLContext) -> tuple[int, dict[str, Any]]:
     """POST a review like the API server does."""
     async with (
@@ -87,13 +97,7 @@ async def test_the_webhook_gates_pods_that_then_run_where_admitted(
     env = bare_env
     ca = trustme.CA()
     certs = tmp_path / "webhook-tls"
-    certs.mkdir()
-    write_pair(ca, certs)
-    port = free_port()
-    await env.start_ungater(
-        webhook="on", webhook_port=port, webhook_cert_dir=certs, webhook_gate_all=False
-    )
-    url = f"https://127.0.0.1:{port}/mutate-pods"
+    url = await start_webhook(env, ca, certs, webhook_gate_all=False)
 
     # Not trusted without the CA: the API server verifies with the chart's caBundle.
     with pytest.raises(aiohttp.ClientConnectorCertificateError):
@@ -132,13 +136,7 @@ async def test_failure_policy_and_odd_input(bare_env: Env, tmp_path: Path) -> No
     env = bare_env
     ca = trustme.CA()
     certs = tmp_path / "webhook-tls"
-    certs.mkdir()
-    write_pair(ca, certs)
-    port = free_port()
-    await env.start_ungater(
-        webhook="on", webhook_port=port, webhook_cert_dir=certs, webhook_failure_policy="Fail"
-    )
-    url = f"https://127.0.0.1:{port}/mutate-pods"
+    url = await start_webhook(env, ca, certs, webhook_failure_policy="Fail")
     trusted = trusting(ca)
     bad = {"metadata": {"labels": ["not", "a", "map"]}, "spec": {}}
     status, answer = await call(url, json.dumps(review(bad)).encode(), trusted)
@@ -160,13 +158,7 @@ async def test_a_rotated_certificate_is_used_without_a_restart(
     env = bare_env
     first, second = trustme.CA(), trustme.CA()
     certs = tmp_path / "webhook-tls"
-    certs.mkdir()
-    write_pair(first, certs)
-    port = free_port()
-    await env.start_ungater(
-        webhook="on", webhook_port=port, webhook_cert_dir=certs, webhook_cert_reload_seconds=0.1
-    )
-    url = f"https://127.0.0.1:{port}/mutate-pods"
+    url = await start_webhook(env, first, certs, webhook_cert_reload_seconds=0.1)
     body = json.dumps(review(bare_pod("p", {}))).encode()
     assert (await call(url, body, trusting(first)))[0] == 200
     write_pair(second, certs)
