@@ -96,7 +96,15 @@ async def test_events_and_podgroup_status_as_a_user_sees_them(crd_env: Env) -> N
     )
     assert events["Pending"]["involvedObject"]["kind"] == "PodGroup"
     assert events["Pending"]["involvedObject"]["uid"] == uid
-    status = await env.until_async(lambda: podgroup_status(env, "Pending"), what="Pending status")
+
+    async def waiting_status() -> dict[str, Any] | None:
+        # The status may show phase Pending from before the decision; wait for its reason.
+        status = await podgroup_status(env, "Pending")
+        if status is None or condition(status, "Admitted") != ("False", "WaitingForCapacity"):
+            return None
+        return status
+
+    status = await env.until_async(waiting_status, what="status with reason WaitingForCapacity")
     assert condition(status, "Admitted") == ("False", "WaitingForCapacity")
 
     # Invalid: a Warning.
@@ -118,7 +126,13 @@ async def test_events_and_podgroup_status_as_a_user_sees_them(crd_env: Env) -> N
     # Admitted: released onto two hosts; the pod with another gate stays held by it.
     hosts = [env.host(0, 1), env.host(0, 2)]
     await env.admit("team/pair", uid, {podset: [(hosts[0], 2), (hosts[1], 1)]})
-    status = await env.until_async(lambda: podgroup_status(env, "Running"), what="Running status")
+
+    async def both_running() -> dict[str, Any] | None:
+        # Phase Running shows as soon as one pod runs; wait for both released pods.
+        status = await podgroup_status(env, "Running")
+        return status if status is not None and status.get("running") == 2 else None
+
+    status = await env.until_async(both_running, what="Running status with 2 pods running")
     assert (status["admitted"], status["running"], status["succeeded"], status["failed"]) == (
         3,
         2,
