@@ -6,7 +6,8 @@ at a time holds the ``admission`` lease (taken with
 
 1. **Take over**: wait until both streams are replayed, load the ledger (admitted workloads and
    the sequence high-water mark), restore them into the policy, release admissions of workloads
-   deleted or finished meanwhile, claim the sequence (which fences off the previous leader's
+   deleted or finished meanwhile, restore the nominations still live from the preemption
+   service's ledger records (:mod:`tidegate.admission.nominations`), claim the sequence (which fences off the previous leader's
    writes), and re-publish admissions the capacity view has not applied yet (same event ids:
    JetStream drops those already stored).
 2. **Decide**: on every wake-up (a handler saw a change) or tick, after a short coalescing
@@ -33,6 +34,7 @@ from tidegate.admission.config import Settings
 from tidegate.admission.handlers import SOURCE, Handlers
 from tidegate.admission.ledger import AdmissionLedger, LedgerRecord
 from tidegate.admission.metrics import QueueMetrics
+from tidegate.admission.nominations import restore_nominations
 from tidegate.bus import (
     ConsumerSettings,
     Lease,
@@ -191,6 +193,7 @@ class Leader:
             admission.sequence, high.sequence if high else 0, admission.capacity.watermark()
         )
         released = admission.release_orphans()
+        nominated = restore_nominations(admission, self._ledger.preemptions, now=now)
         await self._ledger.claim(sequence=admission.sequence, epoch=admission.epoch)
         await self.commit(released)
         watermark = admission.capacity.watermark()
@@ -206,11 +209,12 @@ class Leader:
         await self._publisher.flush()
         log.info(
             "admission: took over epoch %d: %d admitted restored, %d re-published, "
-            "%d released, sequence %d",
+            "%d released, %d nominations restored, sequence %d",
             admission.epoch,
             len(records),
             len(unapplied),
             len(released),
+            len(nominated),
             admission.sequence,
         )
 

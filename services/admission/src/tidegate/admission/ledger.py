@@ -20,6 +20,11 @@ from typing import Final
 
 import msgspec
 
+from tidegate.admission.nominations import (
+    PREEMPTION_PREFIX,
+    PreemptionRecord,
+    decode_preemption,
+)
 from tidegate.bus import Bus, Conflict, LeaseLost, Ledger
 from tidegate.model import Admitted, Resources
 
@@ -55,6 +60,8 @@ class AdmissionLedger:
         """Wrap an opened :class:`tidegate.bus.Ledger`."""
         self._ledger = ledger
         self._revisions: dict[str, int] = {}
+        self.preemptions: list[PreemptionRecord] = []
+        """The preemption service's records as of the last :meth:`load` (read, never written)."""
 
     @classmethod
     async def open(cls, bus: Bus, cluster: str) -> "AdmissionLedger":
@@ -62,11 +69,19 @@ class AdmissionLedger:
         return cls(await Ledger.open(bus, cluster))
 
     async def load(self) -> tuple[SequenceRecord | None, list[LedgerRecord]]:
-        """Read everything (at takeover). Unreadable records are logged and skipped."""
+        """Read everything (at takeover), the preemption service's records into
+        :attr:`preemptions`. Unreadable records are logged and skipped."""
         records: list[LedgerRecord] = []
         sequence: SequenceRecord | None = None
         self._revisions.clear()
+        self.preemptions = []
         for entry in await self._ledger.entries():
+            if entry.key.startswith(PREEMPTION_PREFIX):
+                try:
+                    self.preemptions.append(decode_preemption(entry.value))
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    log.error("ledger key %s is unreadable, skipped: %s", entry.key, exc)
+                continue
             if "." in entry.key.partition("/")[0]:
                 # Another service's key (e.g. "preemption.<ns>/<name>"): namespaces hold no dot.
                 continue
