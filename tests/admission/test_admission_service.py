@@ -189,36 +189,13 @@ async def test_preemption_round_trip_releases_victims_and_holds_room_for_the_pre
     await harness.node("n1", "r1")
     await harness.queue(QueueConfig(name="q"))
     await harness.start_admission()
-    await harness.workload(workload("victim", workers(1, 8)))
-    await harness.until(lambda: harness.of(Admitted, "ns/victim"), what="the victim admitted")
-    (victim,) = harness.of(Admitted, "ns/victim")
-    assert isinstance(victim, Admitted)
-    # The topology-cache applied the admission: n1 is full.
-    await harness.node("n1", "r1", free_gpus=0, applied=victim.sequence)
-    serve = WorkloadState(
-        namespace="ns",
-        name="serve",
-        uid="uid-serve",
-        owner_kind="Deployment",
-        queue="q",
-        service_type="inference",
-        created_at=time.time(),
-        podsets=[workers(1, 8)],
-    )
-    await harness.workload(serve)
-    await harness.until(lambda: harness.of(PreemptRequested, "ns/serve"), what="a request")
+    victim = await inference_needs_the_victims_room(harness)
     assert [p.reason for p in harness.of(Pending, "ns/serve") if isinstance(p, Pending)] == [
         "WaitingForPreemption"
     ]
 
     # The preemption service evicts the victim and nominates its room for the preemptor.
-    preempted = Preempted(
-        preemptor="ns/serve",
-        preemptor_uid="uid-serve",
-        victims=["ns/victim"],
-        mode={"ns/victim": "abort"},
-        nominated={"n1": {GPU: 8, "cpu": 1000, "pods": 1}},
-    )
+    preempted = victim_aborted_for_serve()
     await harness.publish(subjects.decision(harness.cluster, "preempted", "ns", "serve"), preempted)
     await harness.until(lambda: harness.of(Released, "ns/victim"), what="the victim released")
     (released,) = harness.of(Released, "ns/victim")
@@ -254,3 +231,42 @@ async def test_a_release_by_another_service_gives_the_quota_back(harness: Harnes
     await harness.until(lambda: harness.of(Pending, "ns/third"), what="third waits on quota")
     await asyncio.sleep(0.3)
     assert harness.of(Admitted, "ns/third") == []
+
+
+async def inference_needs_the_victims_room(harness: Harness, *, within: float = 15.0) -> Admitted:
+    """With admission running on node n1: a training gang ``ns/victim`` fills n1 (as the
+    topology-cache would report), then the inference workload ``ns/serve`` arrives and admission
+    asks for preemption. Returns the victim's admission."""
+    await harness.workload(workload("victim", workers(1, 8)))
+    await harness.until(
+        lambda: harness.of(Admitted, "ns/victim"), within=within, what="the victim admitted"
+    )
+    (victim,) = harness.of(Admitted, "ns/victim")
+    assert isinstance(victim, Admitted)
+    # The topology-cache applied the admission: n1 is full.
+    await harness.node("n1", "r1", free_gpus=0, applied=victim.sequence)
+    serve = WorkloadState(
+        namespace="ns",
+        name="serve",
+        uid="uid-serve",
+        owner_kind="Deployment",
+        queue="q",
+        service_type="inference",
+        created_at=time.time(),
+        podsets=[workers(1, 8)],
+    )
+    await harness.workload(serve)
+    await harness.until(lambda: harness.of(PreemptRequested, "ns/serve"), what="a request")
+    return victim
+
+
+def victim_aborted_for_serve() -> Preempted:
+    """The decision the preemption service publishes for ``ns/serve``: ``ns/victim`` aborted,
+    its room on n1 nominated."""
+    return Preempted(
+        preemptor="ns/serve",
+        preemptor_uid="uid-serve",
+        victims=["ns/victim"],
+        mode={"ns/victim": "abort"},
+        nominated={"n1": {GPU: 8, "cpu": 1000, "pods": 1}},
+    )

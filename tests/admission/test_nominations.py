@@ -12,17 +12,20 @@ import time
 from tidegate.bus import Ledger
 from tidegate.model import (
     Admitted,
-    Preempted,
     PreemptRequested,
     QueueConfig,
     Released,
-    WorkloadState,
     subjects,
 )
 from tidegate.preemption.record import PreemptionRecord, VictimRecord, encode_record, ledger_key
 
-from .conftest import GPU, Harness
-from .test_admission_service import workers, workload
+from .conftest import Harness
+from .test_admission_service import (
+    inference_needs_the_victims_room,
+    victim_aborted_for_serve,
+    workers,
+    workload,
+)
 
 
 async def test_a_new_leader_keeps_the_room_nominated_for_the_preemptor(harness: Harness) -> None:
@@ -30,34 +33,12 @@ async def test_a_new_leader_keeps_the_room_nominated_for_the_preemptor(harness: 
     await harness.node("n1", "r1")
     await harness.queue(QueueConfig(name="q"))
     first = await harness.spawn_admission("first")
-    await harness.workload(workload("victim", workers(1, 8)))
-    await harness.until(lambda: harness.of(Admitted, "ns/victim"), within=30, what="a leader")
-    (victim,) = harness.of(Admitted, "ns/victim")
-    assert isinstance(victim, Admitted)
-    await harness.node("n1", "r1", free_gpus=0, applied=victim.sequence)
-    serve = WorkloadState(
-        namespace="ns",
-        name="serve",
-        uid="uid-serve",
-        owner_kind="Deployment",
-        queue="q",
-        service_type="inference",
-        created_at=time.time(),
-        podsets=[workers(1, 8)],
-    )
-    await harness.workload(serve)
-    await harness.until(lambda: harness.of(PreemptRequested, "ns/serve"), what="a request")
+    victim = await inference_needs_the_victims_room(harness, within=30)
     (request,) = harness.of(PreemptRequested, "ns/serve")
     assert isinstance(request, PreemptRequested)
 
     # The preemption service records the preemption, then publishes it.
-    decision = Preempted(
-        preemptor="ns/serve",
-        preemptor_uid="uid-serve",
-        victims=["ns/victim"],
-        mode={"ns/victim": "abort"},
-        nominated={"n1": {GPU: 8, "cpu": 1000, "pods": 1}},
-    )
+    decision = victim_aborted_for_serve()
     now = time.time()
     record = PreemptionRecord(
         preemptor="ns/serve",
