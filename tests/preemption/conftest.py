@@ -34,10 +34,8 @@ from tidegate.kube import (
     PRIORITY_CLASSES,
     QUEUES,
     KubeClient,
-    KubeSettings,
     ResourceType,
 )
-from tidegate.kube import connect as connect_kube
 from tidegate.model import (
     Admitted,
     CapacityNode,
@@ -60,7 +58,14 @@ from tidegate.preemption.record import PreemptionRecord, decode_record, ledger_k
 from tidegate.runtime import Service
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.telemetry import extract
-from tidegate.testing import RunningServices, connected, envelope, following, until, until_async
+from tidegate.testing import (
+    RunningServices,
+    envelope,
+    following,
+    simulated,
+    until,
+    until_async,
+)
 from tidegate.ungater.app import setup as ungater_setup
 from tidegate.ungater.config import UngaterSettings
 from tidegate.watcher.app import setup as watcher_setup
@@ -429,41 +434,37 @@ async def environment(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIt
     tenth of real time) with queues and priority classes, the bus, and followers of the state
     and the decisions; no service yet."""
     settings = SimSettings(nodes="1x2x2x8gpu", time_scale=0.1)
-    async with SimCluster.running(settings) as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-        kube = await connect_kube(KubeSettings(kubeconfig=kubeconfig, backoff_max_seconds=0.3))
-        try:
-            async with connected(nats_url, cluster_id, name="preemption-test") as bus:
-                h = Harness(
-                    sim=sim,
-                    kube=kube,
-                    bus=bus,
-                    cluster=cluster_id,
-                    nats_url=nats_url,
-                    kubeconfig=kubeconfig,
-                )
-                await h.create(NAMESPACES, {"metadata": {"name": NAMESPACE}}, namespace=None)
-                async with (
-                    following(
-                        bus,
-                        stream=layout.state_stream(cluster_id),
-                        subjects=subjects.state_wildcards(cluster_id),
-                        handler=h.on_state,
-                    ),
-                    following(
-                        bus,
-                        stream=layout.decisions_stream(cluster_id),
-                        subjects=[subjects.decision_wildcard(cluster_id)],
-                        handler=h.on_decision,
-                    ),
-                ):
-                    try:
-                        await h.setup_queues()
-                        yield h
-                    finally:
-                        await h.services.stop_all()
-        finally:
-            await kube.close()
+    async with simulated(
+        settings, workdir=tmp_path, nats_url=nats_url, cluster=cluster_id, name="preemption-test"
+    ) as cluster:
+        h = Harness(
+            sim=cluster.sim,
+            kube=cluster.kube,
+            bus=cluster.bus,
+            cluster=cluster_id,
+            nats_url=nats_url,
+            kubeconfig=cluster.kubeconfig,
+        )
+        await h.create(NAMESPACES, {"metadata": {"name": NAMESPACE}}, namespace=None)
+        async with (
+            following(
+                cluster.bus,
+                stream=layout.state_stream(cluster_id),
+                subjects=subjects.state_wildcards(cluster_id),
+                handler=h.on_state,
+            ),
+            following(
+                cluster.bus,
+                stream=layout.decisions_stream(cluster_id),
+                subjects=[subjects.decision_wildcard(cluster_id)],
+                handler=h.on_decision,
+            ),
+        ):
+            try:
+                await h.setup_queues()
+                yield h
+            finally:
+                await h.services.stop_all()
 
 
 @pytest.fixture

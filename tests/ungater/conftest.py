@@ -17,8 +17,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tidegate.bus import Bus, Received, layout
-from tidegate.kube import EVENTS, JOBS, NAMESPACES, PODS, KubeClient, KubeSettings, ResourceType
-from tidegate.kube import connect as connect_kube
+from tidegate.kube import EVENTS, JOBS, NAMESPACES, PODS, KubeClient, ResourceType
 from tidegate.model import (
     Admitted,
     DomainCount,
@@ -32,7 +31,14 @@ from tidegate.runtime import Service, ServiceSettings
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.kinds import PODS as SIM_PODS
 from tidegate.sim.store import DELETED, WatchEvent
-from tidegate.testing import RunningServices, connected, envelope, following, until, until_async
+from tidegate.testing import (
+    RunningServices,
+    envelope,
+    following,
+    simulated,
+    until,
+    until_async,
+)
 from tidegate.ungater.app import setup as ungater_setup
 from tidegate.ungater.config import UngaterSettings
 from tidegate.watcher.app import setup as watcher_setup
@@ -335,39 +341,35 @@ async def environment(
 ) -> AsyncIterator[Env]:
     """A running simulated cluster with the namespace ``team``, a bus, a kube client, the
     decision log, and the watcher started."""
-    async with SimCluster.running(settings) as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-        kube = await connect_kube(KubeSettings(kubeconfig=kubeconfig, backoff_max_seconds=0.3))
-        try:
-            async with connected(nats_url, cluster_id, name="ungater-test") as bus:
-                env = Env(
-                    sim=sim,
-                    kube=kube,
-                    bus=bus,
-                    cluster=cluster_id,
-                    nats_url=nats_url,
-                    kubeconfig=kubeconfig,
-                    monitor=SlotMonitor(sim),
-                )
-                await env.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
+    async with simulated(
+        settings, workdir=tmp_path, nats_url=nats_url, cluster=cluster_id, name="ungater-test"
+    ) as cluster:
+        env = Env(
+            sim=cluster.sim,
+            kube=cluster.kube,
+            bus=cluster.bus,
+            cluster=cluster_id,
+            nats_url=nats_url,
+            kubeconfig=cluster.kubeconfig,
+            monitor=SlotMonitor(cluster.sim),
+        )
+        await env.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
 
-                async def collect(received: Received) -> None:
-                    env.decisions.append(received.envelope.body)
+        async def collect(received: Received) -> None:
+            env.decisions.append(received.envelope.body)
 
-                async with following(
-                    bus,
-                    stream=layout.decisions_stream(cluster_id),
-                    subjects=[subjects.decision_wildcard(cluster_id)],
-                    handler=collect,
-                ):
-                    try:
-                        await env.start_watcher()
-                        yield env
-                    finally:
-                        await env.services.stop_all()
-                        env.monitor.close()
-        finally:
-            await kube.close()
+        async with following(
+            cluster.bus,
+            stream=layout.decisions_stream(cluster_id),
+            subjects=[subjects.decision_wildcard(cluster_id)],
+            handler=collect,
+        ):
+            try:
+                await env.start_watcher()
+                yield env
+            finally:
+                await env.services.stop_all()
+                env.monitor.close()
 
 
 @pytest.fixture

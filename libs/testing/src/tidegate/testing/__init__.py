@@ -13,6 +13,7 @@ import each other; this package is the one home of what they share:
 - :mod:`.capacity`: :func:`recompute_capacity`, the capacity view a simulated cluster's own
   objects call for, :func:`published_capacity` and :func:`capacity_differences` to compare the
   bus with it.
+- :mod:`.cluster`: :func:`simulated`, a simulated cluster with a kube client and a bus.
 - :mod:`.processes`: :class:`ServiceProcess` / :func:`service_process`, a service as a child
   process; :func:`run_to_exit` for one that must stop by itself.
 
@@ -32,6 +33,7 @@ from tidegate.testing.capacity import (
     published_capacity,
     recompute_capacity,
 )
+from tidegate.testing.cluster import Simulated, simulated
 from tidegate.testing.processes import ServiceProcess, run_to_exit, service_process
 from tidegate.testing.services import RunningServices
 from tidegate.testing.waiting import start_until, until, until_async
@@ -42,6 +44,7 @@ __all__ = [
     "NodeFigures",
     "RunningServices",
     "ServiceProcess",
+    "Simulated",
     "capacity_differences",
     "connected",
     "envelope",
@@ -52,6 +55,7 @@ __all__ = [
     "recompute_capacity",
     "run_to_exit",
     "service_process",
+    "simulated",
     "start_until",
     "until",
     "until_async",
