@@ -546,9 +546,11 @@ class NodeAgent:
 
     async def _renew_leases(self) -> None:
         interval = self.settings.renew_interval_seconds
+        next_round = time.monotonic() + interval
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(max(next_round - time.monotonic(), 0.0))
             begun = time.monotonic()
+            next_round = begun + interval
             await self._paced_round(list(self._uids), self._renew_lease)
             self.stats.lease_rounds += 1
             took = time.monotonic() - begun
