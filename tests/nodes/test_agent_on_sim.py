@@ -314,3 +314,28 @@ async def test_bad_settings_are_refused_with_the_setting_named(
     _, _, kube = cluster
     with pytest.raises(AgentError, match="renew_interval_seconds"):
         NodeAgent(kube, AgentSettings(renew_interval_seconds=60))
+
+
+async def test_a_prefix_keeps_two_agents_apart(
+    cluster: tuple[SimCluster, Path, KubeClient],
+) -> None:
+    _, kubeconfig, kube = cluster
+    one = AgentSettings(nodes="1x1x2x8gpu", prefix="a-", labels={"test": "a"})
+    two = AgentSettings(nodes="1x1x2x8gpu", prefix="b-")
+    async with fake_nodes(kubeconfig, one), fake_nodes(kubeconfig, two) as second:
+        await second.wait_ready(timeout_seconds=30)
+        nodes = {n["metadata"]["name"]: n for n in (await kube.list_objects(NODES)).items}
+    assert sorted(nodes) == [
+        "a-block0-rack0-node0",
+        "a-block0-rack0-node1",
+        "b-block0-rack0-node0",
+        "b-block0-rack0-node1",
+    ]
+    labels = nodes["a-block0-rack0-node1"]["metadata"]["labels"]
+    assert labels["tidegate.io/rack"] == "a-block0-rack0"
+    assert labels["tidegate.io/block"] == "a-block0"
+    assert labels["kubernetes.io/hostname"] == "a-block0-rack0-node1"
+    assert labels["test"] == "a"
+    assert nodes["b-block0-rack0-node0"]["metadata"]["labels"]["tidegate.io/rack"] == (
+        "b-block0-rack0"
+    )

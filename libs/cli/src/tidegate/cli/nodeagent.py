@@ -30,7 +30,7 @@ import heapq
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, Self
 
@@ -50,9 +50,13 @@ from tidegate.kube import (
     object_key,
 )
 from tidegate.sim import podlife
-from tidegate.sim.names import rfc3339, rfc3339_micro
+from tidegate.sim.names import label_value_problem, rfc3339, rfc3339_micro
 from tidegate.sim.topology import (
+    BLOCK,
     DEFAULT_GPU_PRODUCT,
+    HOSTNAME,
+    RACK,
+    ZONE,
     ClusterLayout,
     NodeSpec,
     layout_for,
@@ -110,6 +114,11 @@ class AgentSettings:
     concurrency: int = 32
     """Requests in flight at once (registration, lease rounds, pod updates)."""
     delete_nodes_on_exit: bool = False
+    prefix: str = ""
+    """Put before every node name and topology label value (``t1-block0-rack0``), so that
+    several agents (say, one per test) share a cluster without sharing nodes or racks."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """More labels on every node (e.g. one a test's pods select with a nodeSelector)."""
 
     def validate(self) -> None:
         """Raise :class:`AgentError` naming the first bad setting."""
@@ -125,6 +134,8 @@ class AgentSettings:
             raise AgentError("status_interval_seconds: must be positive")
         if self.concurrency < 1:
             raise AgentError("concurrency: must be at least 1")
+        if self.prefix and label_value_problem(f"{self.prefix}x") is not None:
+            raise AgentError(f"prefix: {self.prefix!r} cannot start a node name or label value")
 
 
 @dataclass
@@ -264,6 +275,23 @@ def _resource_version(obj: Mapping[str, object]) -> int:
         return -1
 
 
+def _customized(layout: ClusterLayout, *, prefix: str, labels: Mapping[str, str]) -> ClusterLayout:
+    """The layout with ``prefix`` before node names and topology values, plus ``labels``."""
+    if not prefix and not labels:
+        return layout
+    nodes = []
+    for spec in layout.nodes:
+        name = f"{prefix}{spec.name}"
+        new_labels = {
+            key: f"{prefix}{value}" if key in (ZONE, BLOCK, RACK) else value
+            for key, value in spec.labels.items()
+        }
+        new_labels[HOSTNAME] = name
+        new_labels.update(labels)
+        nodes.append(replace(spec, name=name, labels=new_labels))
+    return ClusterLayout(nodes=nodes, levels=list(layout.levels))
+
+
 def node_ready_and_untainted(node: Mapping[str, object]) -> bool:
     """Whether a Node is Ready and carries neither the not-ready nor the unreachable taint."""
     ready = any(
@@ -286,8 +314,12 @@ class NodeAgent:
         settings.validate()
         self.kube = kube
         self.settings = settings
-        self.layout: ClusterLayout = layout_for(
-            settings.nodes, gpu_product=settings.gpu_product, allocatable=settings.allocatable
+        self.layout: ClusterLayout = _customized(
+            layout_for(
+                settings.nodes, gpu_product=settings.gpu_product, allocatable=settings.allocatable
+            ),
+            prefix=settings.prefix,
+            labels=settings.labels,
         )
         self.stats = AgentStats()
         self._say: Say = say or (lambda _line: None)

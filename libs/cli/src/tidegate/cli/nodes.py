@@ -45,6 +45,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "installed ('' for none; default: %(default)s)",
     )
     parser.add_argument(
+        "--prefix",
+        default="",
+        help="put before every node name and rack/block/zone label value, so that several "
+        "agents share a cluster without sharing nodes",
+    )
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more label on every node (repeatable)",
+    )
+    parser.add_argument(
         "--delete-nodes",
         action="store_true",
         help="delete the nodes (and their leases) on exit",
@@ -75,8 +88,17 @@ def run(args: argparse.Namespace) -> int:
     from tidegate.kube import KubeConfigError, KubeError
     from tidegate.sim import TopologyError
 
+    labels: dict[str, str] = {}
+    for item in args.label:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            print(f"tidegate nodes: --label {item!r} is not KEY=VALUE", file=sys.stderr)
+            return 2
+        labels[key] = value
     settings = AgentSettings(
         nodes=args.nodes,
+        prefix=args.prefix,
+        labels=labels,
         gpu_product=args.gpu_product,
         time_scale=args.time_scale,
         topology_name=args.topology_name or None,
