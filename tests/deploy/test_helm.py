@@ -444,6 +444,7 @@ EXPECTED_PERMISSIONS: dict[str, set[tuple[str, str, str]]] = {
         ("", "pods", "patch"),
         ("batch", "jobs", "patch"),
         ("jobset.x-k8s.io", "jobsets", "patch"),
+        ("tidegate.io", "podgroups", "patch"),
         ("", "events", "create"),
         ("", "events", "get"),
         ("", "events", "patch"),
