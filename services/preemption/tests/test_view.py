@@ -9,6 +9,7 @@ from tidegate.model import (
     Admitted,
     CapacityNode,
     DomainCount,
+    LostAdmission,
     PodState,
     Preempted,
     QueueConfig,
@@ -20,6 +21,7 @@ from tidegate.model import (
     workload_key,
 )
 from tidegate.model.names import ADMISSION_GATE
+from tidegate.policy.victims import preempted_decision
 from tidegate.preemption.record import (
     LEDGER_PREFIX,
     PodRef,
@@ -310,6 +312,9 @@ def test_the_search_takes_the_lowest_priority_gang_whole() -> None:
     assert choice.victims == ("team/low",)
     assert choice.modes == {"team/low": "restart"}
     assert sorted(choice.nominated) == ["n0", "n1"]
+    # The decision names the admission the victim loses (issue 12 finding 1).
+    decision = preempted_decision(serve, choice)
+    assert decision.lost == {"team/low": LostAdmission(uid="uid-low", sequence=1)}
 
 
 def test_victims_in_flight_are_not_candidates_and_count_as_gone() -> None:

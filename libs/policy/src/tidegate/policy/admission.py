@@ -231,18 +231,32 @@ class Admission:
 
     def preempted(self, event: Preempted, *, now: float) -> list[Decision]:
         """Victims were evicted for a preemptor: release their quota (``Evicted``), keep the
-        aborted ones from being admitted again, and hold the freed room for the preemptor."""
+        aborted ones from being admitted again, and hold the freed room for the preemptor.
+
+        Only the admission each victim loses is released (:meth:`Preempted.ends`): a repeated
+        or stale decision leaves a victim admitted again since (or re-created) alone."""
         out: list[Decision] = []
         for victim in event.victims:
             key = WorkloadKey(victim)
-            released = self.release(key, "Evicted", f"preempted for {event.preemptor}")
-            out.extend([released] if released is not None else [])
-            if event.mode.get(victim, "restart") == "abort":
+            admitted = self._admitted.get(key)
+            if admitted is not None and event.ends(
+                victim, uid=admitted.uid, sequence=admitted.sequence, replaces=admitted.replaces
+            ):
+                released = self.release(key, "Evicted", f"preempted for {event.preemptor}")
+                out.extend([released] if released is not None else [])
+            current = self._workloads.get(key)
+            uid = admitted.uid if admitted is not None else current.uid if current else None
+            if uid is not None and event.aborts(victim, uid=uid) and not self.is_admitted(key):
                 self._done.add(key)
             self._tried_at.pop(key, None)
         preemptor = WorkloadKey(event.preemptor)
         self._awaiting.pop(preemptor, None)
-        if preemptor not in self._admitted and preemptor in self._workloads:
+        workload = self._workloads.get(preemptor)
+        if (
+            preemptor not in self._admitted
+            and workload is not None
+            and workload.uid == event.preemptor_uid
+        ):
             self._drop_nomination(preemptor)
             nodes = {NodeName(n): dict(r) for n, r in event.nominated.items()}
             self._nominations[preemptor] = Nomination(nodes=nodes, at=now)

@@ -34,6 +34,7 @@ import msgspec
 import numpy as np
 
 from tidegate.model import (
+    LostAdmission,
     NodeName,
     PodSetSpec,
     PodState,
@@ -107,6 +108,10 @@ class RunningGang:
     """Cards per card model it is charged for (its queue's card-quota usage)."""
     running_seconds: int = 0
     """Seconds since it started running (for the GPU-seconds lost)."""
+    uid: str = ""
+    """Its workload's uid ("" if unknown)."""
+    admission: int = 0
+    """The sequence of the admitted decision it runs under (0 if unknown): what it loses."""
 
     @property
     def gpus(self) -> int:
@@ -143,6 +148,8 @@ class VictimChoice:
     """Whole workloads to evict, sorted; empty unless ``outcome`` is "preempts"."""
     modes: dict[WorkloadKey, OnPreemption] = field(default_factory=dict)
     """Victim → restart (re-queued) or abort (suspended)."""
+    lost: dict[WorkloadKey, LostAdmission] = field(default_factory=dict)
+    """Victim → the admission it loses (uid and admitted sequence), for victims known by both."""
     placement: PlacementResult | None = None
     """Where the gang goes once the victims are gone (None when not admitted)."""
     nominated: dict[NodeName, Resources] = field(default_factory=dict)
@@ -178,6 +185,7 @@ def preempted_decision(preemptor: WorkloadState, choice: VictimChoice) -> Preemp
         preemptor_uid=preemptor.uid,
         victims=list(choice.victims),
         mode={str(victim): mode for victim, mode in choice.modes.items()},
+        lost={str(victim): lost for victim, lost in choice.lost.items()},
         nominated={node: dict(amount) for node, amount in choice.nominated.items()},
         message=(
             f"{count} training workload{'s' if count > 1 else ''} preempted for {key}: "
@@ -197,9 +205,14 @@ def gpus_of(requests: Mapping[str, int]) -> int:
 
 
 def running_gang(
-    workload: WorkloadState, pods: Iterable[PodState], *, running_seconds: int = 0
+    workload: WorkloadState,
+    pods: Iterable[PodState],
+    *,
+    running_seconds: int = 0,
+    admission: int = 0,
 ) -> RunningGang:
-    """A running workload as victim selection sees it, from its bus state.
+    """A running workload as victim selection sees it, from its bus state (``admission``: the
+    sequence of the admitted decision it runs under).
 
     Only ``pods`` bound to a node and not terminating count (they hold capacity). Its cards
     are what admission charged (:func:`tidegate.policy.cards.card_demand`); a card request
@@ -223,6 +236,8 @@ def running_gang(
         ),
         cards=cards,
         running_seconds=running_seconds,
+        uid=workload.uid,
+        admission=admission,
     )
 
 
@@ -412,6 +427,11 @@ def _admit(
         outcome="preempts" if gangs else "fits",
         victims=tuple(sorted(g.key for g in gangs)),
         modes={g.key: g.on_preemption for g in sorted(gangs, key=lambda g: g.key)},
+        lost={
+            g.key: LostAdmission(uid=g.uid, sequence=g.admission)
+            for g in sorted(gangs, key=lambda g: g.key)
+            if g.uid and g.admission
+        },
         placement=result,
         nominated=_nominated(result),
         top_priority=max((g.priority for g in gangs), default=None),

@@ -262,7 +262,12 @@ class PreemptionView:
             if not bound:
                 continue
             started = known.at if known.at is not None else min(p.created_at for p in bound)
-            gang = running_gang(workload, bound, running_seconds=max(int(now - started), 0))
+            gang = running_gang(
+                workload,
+                bound,
+                running_seconds=max(int(now - started), 0),
+                admission=known.admitted.sequence,
+            )
             out.append(gang)
         return out
 
