@@ -1,16 +1,24 @@
-"""The admission ledger: what is admitted, kept in a KV bucket so a successor can continue.
+"""The admission ledger: what is admitted, and the outbox of decisions not yet stored.
 
 One key per admitted workload (its key ``namespace/name``) holds a :class:`LedgerRecord`: the
 admitted decision as published and what it takes on each node (the successor re-applies that
 as overlay until the capacity view reports it). The key ``sequence`` holds the highest decision
 sequence handed out and the epoch that did it.
 
+**The outbox.** Every decision is first written under ``outbox.<event id>`` as an
+:class:`OutboxEntry` (subject and envelope, byte for byte what is published), then its state
+change is made (an admission's key written, a release's key deleted), then it is published;
+once JetStream has stored it the outbox key is deleted. A decision whose publish failed stays
+in the outbox and is published again, by the same event id (``Nats-Msg-Id``, so JetStream
+drops a copy it already stored), by this leader on its next tick or by a successor at
+takeover: nothing is re-published by comparing sequences to a watermark. An entry whose state
+change was never made (a crash in between) is dropped instead (:func:`deliverable`): the
+decision was not committed, and the successor decides again.
+
 Every write names the revision it expects, so an instance that is no longer the leader cannot
 overwrite what the new leader wrote: its write fails with a conflict and it stops
 (:class:`tidegate.bus.LeaseLost`). A batch of decisions is committed as: claim the sequence
-(the fence), write or delete the workload keys, then publish. A crash before the publish loses
-nothing: the successor re-publishes admissions the capacity view has not applied yet (the
-same event ids, so JetStream drops what was already stored).
+(the fence), stage the outbox entries, write or delete the workload keys, publish, unstage.
 """
 
 import asyncio
@@ -25,8 +33,8 @@ from tidegate.admission.nominations import (
     PreemptionRecord,
     decode_preemption,
 )
-from tidegate.bus import Bus, Conflict, LeaseLost, Ledger
-from tidegate.model import Admitted, Resources
+from tidegate.bus import Bus, BusError, Conflict, LeaseLost, Ledger
+from tidegate.model import Admitted, Envelope, Released, Resources
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +49,50 @@ class LedgerRecord(msgspec.Struct, frozen=True, kw_only=True):
     node_usage: dict[str, Resources] = msgspec.field(default_factory=dict)
 
 
+OUTBOX_PREFIX: Final = "outbox."
+"""Prefix of the outbox keys (``outbox.<event id>``; event ids hold no ``/``)."""
+
+
+class OutboxEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """A committed decision not yet known to be stored on the decision stream."""
+
+    subject: str
+    envelope: Envelope
+
+    @property
+    def key(self) -> str:
+        """Its ledger key."""
+        return OUTBOX_PREFIX + self.envelope.event_id
+
+    @property
+    def sequence(self) -> int:
+        """The decision's sequence (0 for a body without one)."""
+        return int(getattr(self.envelope.body, "sequence", 0))
+
+
+def deliverable(entry: OutboxEntry, records: dict[str, LedgerRecord]) -> bool:
+    """Whether ``entry`` was committed, given the admitted ``records`` by workload key: an
+    admission whose record (or a later one of the same object) is in the ledger, a release
+    whose admission is no longer there; other decisions change no ledger state and always
+    are. An entry staged by a leader that died before making its state change is not."""
+    body = entry.envelope.body
+    if isinstance(body, Admitted):
+        record = records.get(body.workload)
+        return (
+            record is not None
+            and record.admitted.uid == body.uid
+            and record.admitted.sequence >= body.sequence
+        )
+    if isinstance(body, Released):
+        record = records.get(body.workload)
+        return not (
+            record is not None
+            and record.admitted.uid == body.uid
+            and record.admitted.sequence < body.sequence
+        )
+    return True
+
+
 class SequenceRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The highest decision sequence handed out, and by which leader epoch."""
 
@@ -49,6 +101,7 @@ class SequenceRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _record_decoder = msgspec.json.Decoder(LedgerRecord)
+_outbox_decoder = msgspec.json.Decoder(OutboxEntry)
 _sequence_decoder = msgspec.json.Decoder(SequenceRecord)
 _encoder = msgspec.json.Encoder()
 
@@ -62,6 +115,8 @@ class AdmissionLedger:
         self._revisions: dict[str, int] = {}
         self.preemptions: list[PreemptionRecord] = []
         """The preemption service's records as of the last :meth:`load` (read, never written)."""
+        self.outbox: list[OutboxEntry] = []
+        """The outbox as of the last :meth:`load`, in decision order."""
 
     @classmethod
     async def open(cls, bus: Bus, cluster: str) -> "AdmissionLedger":
@@ -75,10 +130,18 @@ class AdmissionLedger:
         sequence: SequenceRecord | None = None
         self._revisions.clear()
         self.preemptions = []
+        self.outbox = []
         for entry in await self._ledger.entries():
             if entry.key.startswith(PREEMPTION_PREFIX):
                 try:
                     self.preemptions.append(decode_preemption(entry.value))
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    log.error("ledger key %s is unreadable, skipped: %s", entry.key, exc)
+                continue
+            if entry.key.startswith(OUTBOX_PREFIX):
+                self._revisions[entry.key] = entry.revision
+                try:
+                    self.outbox.append(_outbox_decoder.decode(entry.value))
                 except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                     log.error("ledger key %s is unreadable, skipped: %s", entry.key, exc)
                 continue
@@ -93,7 +156,27 @@ class AdmissionLedger:
                     records.append(_record_decoder.decode(entry.value))
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 log.error("ledger key %s is unreadable, skipped: %s", entry.key, exc)
+        self.outbox.sort(key=lambda e: (e.sequence, e.envelope.event_id))
         return sequence, records
+
+    async def stage(self, entries: Sequence[OutboxEntry]) -> None:
+        """Write ``entries`` to the outbox (before their state changes; revision-checked)."""
+        encoded = [(entry.key, _encoder.encode(entry)) for entry in entries]
+        await asyncio.gather(*(self._write(key, value) for key, value in encoded))
+
+    async def unstage(self, entries: Sequence[OutboxEntry]) -> None:
+        """Delete outbox ``entries`` JetStream has stored. A failure other than a conflict is
+        logged: the entry stays and is published once more (a duplicate JetStream drops)."""
+        results = await asyncio.gather(
+            *(self._delete(entry.key) for entry in entries), return_exceptions=True
+        )
+        for entry, result in zip(entries, results, strict=True):
+            if isinstance(result, LeaseLost):
+                raise result
+            if isinstance(result, BaseException):
+                if not isinstance(result, BusError):
+                    raise result
+                log.warning("outbox key %s not deleted (sent again later): %s", entry.key, result)
 
     async def claim(self, *, sequence: int, epoch: int) -> None:
         """Record ``sequence`` as handed out, if nobody else wrote since; else LeaseLost."""
