@@ -2,6 +2,7 @@
 
 from collections.abc import Iterable
 
+import msgspec
 import pytest
 
 from tidegate.model import (
@@ -634,3 +635,31 @@ def test_a_repeated_preempted_leaves_the_victims_later_admission_alone() -> None
     assert admission.preempted(event, now=5.0) == []
     assert admission.is_admitted(WorkloadKey("ns/victim"))
     assert admission.quota.usage("q").resources != {}
+
+
+def test_an_aborted_victim_is_kept_out_by_a_successor_that_restores_it() -> None:
+    """Issue 12 finding 3: the fact that a victim was aborted lived only in the leader's
+    memory; the policy now reports it (:meth:`Admission.stopped`) for the service to persist,
+    and a successor restores it."""
+    admission, _ = preempt_scene()
+    admission.preempted(
+        Preempted(
+            preemptor="ns/serve",
+            preemptor_uid="uid-serve",
+            victims=["ns/victim"],
+            mode={"ns/victim": "abort"},
+        ),
+        now=3.0,
+    )
+    assert admission.stopped() == {"ns/victim": "uid-victim"}
+    successor = cluster(node("n1", "r1", gpus=8, free_gpus=16, applied=10))
+    victim = admission.workload(WorkloadKey("ns/victim"))
+    assert victim is not None
+    successor.set_workload(victim)
+    assert successor.restore_stopped(WorkloadKey("ns/victim"), "uid-victim")
+    assert not successor.restore_stopped(WorkloadKey("ns/victim-gone"), "u")
+    assert "ns/victim" not in {d.key for d in successor.cycle(now=4.0)}
+    # Re-created (another uid): admitted again, and no longer kept out.
+    successor.set_workload(msgspec.structs.replace(victim, uid="uid-victim-2"))
+    assert successor.stopped() == {}
+    assert "ns/victim" in {d.key for d in successor.cycle(now=5.0) if isinstance(d.body, Admitted)}

@@ -143,6 +143,10 @@ class Admission:
         self._admitted: dict[WorkloadKey, Admitted] = {}
         self._done: set[WorkloadKey] = set()
         """Workloads not to be admitted again until re-created: aborted victims, finished."""
+        self._stopped: dict[WorkloadKey, str] = {}
+        """The part of ``_done`` only a decision on the bus says (aborted victims, workloads
+        another service released as finished), by uid: the service persists it, so that a
+        successor keeps them out too (:meth:`stopped`, :meth:`restore_stopped`)."""
         self._nominations: dict[WorkloadKey, Nomination] = {}
         self._awaiting: dict[WorkloadKey, float] = {}
         self._reasons: dict[WorkloadKey, PendingReason] = {}
@@ -174,6 +178,7 @@ class Admission:
             out.extend([released] if released is not None else [])
         if before is not None and before.uid != workload.uid:
             self._done.discard(key)
+            self._stopped.pop(key, None)
             self._reasons.pop(key, None)
             self._drop_nomination(key)
             self._awaiting.pop(key, None)
@@ -189,6 +194,7 @@ class Admission:
         released = self.release(key, "Deleted", "the workload was deleted")
         self._workloads.pop(key, None)
         self._done.discard(key)
+        self._stopped.pop(key, None)
         self._reasons.pop(key, None)
         self._tried_at.pop(key, None)
         self._awaiting.pop(key, None)
@@ -227,6 +233,7 @@ class Admission:
             return None
         if reason in ("Completed", "Failed"):
             self._done.add(key)  # finished: not admitted again unless re-created
+            self._stopped[key] = uid
         return self.release(key, reason, message or "released by another service")
 
     def preempted(self, event: Preempted, *, now: float) -> list[Decision]:
@@ -248,6 +255,7 @@ class Admission:
             uid = admitted.uid if admitted is not None else current.uid if current else None
             if uid is not None and event.aborts(victim, uid=uid) and not self.is_admitted(key):
                 self._done.add(key)
+                self._stopped[key] = uid
             self._tried_at.pop(key, None)
         preemptor = WorkloadKey(event.preemptor)
         self._awaiting.pop(preemptor, None)
@@ -342,6 +350,22 @@ class Admission:
         self.sequence = max(self.sequence, admitted.sequence)
         self.capacity.take(admitted.sequence, node_usage, at=now)
         self._reasons.pop(key, None)
+
+    def stopped(self) -> dict[WorkloadKey, str]:
+        """Workloads kept out only on a decision's word (aborted victims, finished by another
+        service's release), with the uid kept out: what the service persists."""
+        return dict(self._stopped)
+
+    def restore_stopped(self, key: WorkloadKey, uid: str) -> bool:
+        """Keep ``key`` out again as a previous leader recorded (takeover). False, and nothing
+        kept out, when the workload is gone or was re-created (another uid)."""
+        workload = self._workloads.get(key)
+        if workload is None or workload.uid != uid:
+            return False
+        self._done.add(key)
+        self._stopped[key] = uid
+        self._reasons.pop(key, None)
+        return True
 
     def release_orphans(self) -> list[Decision]:
         """Release admissions whose workload is gone, was re-created (another uid) or has

@@ -55,6 +55,7 @@ from tidegate.model import (
     Pending,
     PreemptRequested,
     Released,
+    WorkloadKey,
     WorkloadState,
     subjects,
 )
@@ -201,23 +202,29 @@ class Leader:
         admission.sequence = max(
             admission.sequence, high.sequence if high else 0, admission.capacity.watermark()
         )
+        kept_out = [
+            key
+            for key, uid in self._ledger.stopped.items()
+            if admission.restore_stopped(WorkloadKey(key), uid)
+        ]
         released = admission.release_orphans()
         nominated = restore_nominations(admission, self._ledger.preemptions, now=now)
         await self._ledger.claim(sequence=admission.sequence, epoch=admission.epoch)
         await self._ledger.unstage(dropped)
         self._unsent = outbox
-        await self.commit(released)
+        await self.commit(released)  # also stores which workloads stay kept out
         await self._send()
         log.info(
             "admission: took over epoch %d: %d admitted restored, %d outbox decisions "
             "re-published (%d never committed, dropped), %d released, %d nominations "
-            "restored, sequence %d",
+            "restored, %d kept out, sequence %d",
             admission.epoch,
             len(records),
             len(outbox),
             len(dropped),
             len(released),
             len(nominated),
+            len(kept_out),
             admission.sequence,
         )
 
@@ -253,12 +260,13 @@ class Leader:
         releases in the ledger, then publish (module docstring). Raises LeaseLost when fenced
         off, BusError when the ledger could not be written (nothing is published then); a
         failed publish does not raise: the decision stays in the outbox and is sent again."""
-        if not decisions:
+        assert self._ledger is not None
+        admission = self._admission
+        stopped = {str(key): uid for key, uid in admission.stopped().items()}
+        if not decisions and stopped == self._ledger.stopped:
             return
         if not self.lease.held:
             raise LeaseLost("admission lease expired before a commit")
-        assert self._ledger is not None
-        admission = self._admission
         await self._ledger.claim(sequence=admission.sequence, epoch=admission.epoch)
         entries = [self._entry(d.body, admission.epoch) for d in decisions]
         await self._ledger.stage(entries)
@@ -270,6 +278,11 @@ class Leader:
             elif isinstance(decision.body, Released):
                 changes.append(decision.key)
         await self._ledger.commit(changes)
+        # Kept-out workloads (aborted victims) are durable before the message that made them
+        # is acknowledged and before any later cycle could admit them elsewhere.
+        await self._ledger.keep_out(stopped)
+        if not decisions:
+            return
         for decision in decisions:
             kind = _KINDS[type(decision.body)]
             reason = getattr(decision.body, "reason", "")

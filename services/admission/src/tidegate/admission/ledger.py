@@ -3,7 +3,10 @@
 One key per admitted workload (its key ``namespace/name``) holds a :class:`LedgerRecord`: the
 admitted decision as published and what it takes on each node (the successor re-applies that
 as overlay until the capacity view reports it). The key ``sequence`` holds the highest decision
-sequence handed out and the epoch that did it.
+sequence handed out and the epoch that did it. One key per workload kept out on a decision's
+word only (``stopped.<namespace>.<name>``, a :class:`StoppedRecord`: an aborted preemption
+victim, or one another service released as finished) keeps a successor from admitting it
+again; it is deleted once the workload is deleted or re-created.
 
 **The outbox.** Every decision is first written under ``outbox.<event id>`` as an
 :class:`OutboxEntry` (subject and envelope, byte for byte what is published), then its state
@@ -23,7 +26,7 @@ overwrite what the new leader wrote: its write fails with a conflict and it stop
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 import msgspec
@@ -93,6 +96,25 @@ def deliverable(entry: OutboxEntry, records: dict[str, LedgerRecord]) -> bool:
     return True
 
 
+STOPPED_PREFIX: Final = "stopped."
+"""Prefix of the keys of workloads kept out (``stopped.<namespace>.<name>``: no ``/``, so
+other readers of the bucket never take them for admission records)."""
+
+
+class StoppedRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A workload not to be admitted again until re-created, on a decision's word only (an
+    aborted preemption victim, or finished as another service said)."""
+
+    workload: str
+    uid: str
+
+
+def stopped_key(workload: str) -> str:
+    """The ledger key of a kept-out workload (``namespace/name``)."""
+    namespace, _, name = workload.partition("/")
+    return f"{STOPPED_PREFIX}{namespace}.{name}"
+
+
 class SequenceRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The highest decision sequence handed out, and by which leader epoch."""
 
@@ -102,6 +124,7 @@ class SequenceRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 _record_decoder = msgspec.json.Decoder(LedgerRecord)
 _outbox_decoder = msgspec.json.Decoder(OutboxEntry)
+_stopped_decoder = msgspec.json.Decoder(StoppedRecord)
 _sequence_decoder = msgspec.json.Decoder(SequenceRecord)
 _encoder = msgspec.json.Encoder()
 
@@ -117,6 +140,8 @@ class AdmissionLedger:
         """The preemption service's records as of the last :meth:`load` (read, never written)."""
         self.outbox: list[OutboxEntry] = []
         """The outbox as of the last :meth:`load`, in decision order."""
+        self.stopped: dict[str, str] = {}
+        """Kept-out workloads (key → uid) as stored: loaded, then kept by :meth:`keep_out`."""
 
     @classmethod
     async def open(cls, bus: Bus, cluster: str) -> "AdmissionLedger":
@@ -131,7 +156,16 @@ class AdmissionLedger:
         self._revisions.clear()
         self.preemptions = []
         self.outbox = []
+        self.stopped = {}
         for entry in await self._ledger.entries():
+            if entry.key.startswith(STOPPED_PREFIX):
+                self._revisions[entry.key] = entry.revision
+                try:
+                    record = _stopped_decoder.decode(entry.value)
+                    self.stopped[record.workload] = record.uid
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    log.error("ledger key %s is unreadable, skipped: %s", entry.key, exc)
+                continue
             if entry.key.startswith(PREEMPTION_PREFIX):
                 try:
                     self.preemptions.append(decode_preemption(entry.value))
@@ -158,6 +192,20 @@ class AdmissionLedger:
                 log.error("ledger key %s is unreadable, skipped: %s", entry.key, exc)
         self.outbox.sort(key=lambda e: (e.sequence, e.envelope.event_id))
         return sequence, records
+
+    async def keep_out(self, stopped: Mapping[str, str]) -> None:
+        """Make the kept-out records match ``stopped`` (workload key → uid): write the new and
+        changed ones, delete those no longer kept out (revision-checked)."""
+        writes = {k: uid for k, uid in stopped.items() if self.stopped.get(k) != uid}
+        deletes = [k for k in self.stopped if k not in stopped]
+        await asyncio.gather(
+            *(
+                self._write(stopped_key(k), _encoder.encode(StoppedRecord(workload=k, uid=uid)))
+                for k, uid in writes.items()
+            ),
+            *(self._delete(stopped_key(k)) for k in deletes),
+        )
+        self.stopped = dict(stopped)
 
     async def stage(self, entries: Sequence[OutboxEntry]) -> None:
         """Write ``entries`` to the outbox (before their state changes; revision-checked)."""
