@@ -292,8 +292,11 @@ class PreemptRequested(_Body, frozen=True, kw_only=True, tag="preempt-requested"
     workload: str
     uid: str
     queue: str
+    """The queue admission put it in (its own, else admission's default queue)."""
     sequence: int
     message: str = ""
+    topology: str | None = None
+    """The Topology admission tried to place it on (None from writers older than the field)."""
 
 
 class LostAdmission(_Base, frozen=True, kw_only=True):

@@ -67,6 +67,7 @@ from tidegate.placement import (
 )
 from tidegate.policy.capacity import ClusterCapacity
 from tidegate.policy.cards import CardDemand, CardError, card_demand
+from tidegate.policy.common import TopologyProblem, choose_topology, queue_of
 from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
 from tidegate.policy.quota import Charge, QuotaLedger, QuotaRequest, gang_resources
 from tidegate.policy.replacement import ReplacementError, merged_assignments, replacement_podsets
@@ -423,7 +424,7 @@ class Admission:
             if key in self._admitted or key in self._done:
                 continue
             workload = self._workloads[key]
-            name = workload.queue or self.settings.default_queue
+            name = queue_of(workload, self.settings.default_queue)
             queue = self._queues.get(name) if name is not None else None
             if workload.invalid_reason is not None:
                 self._wait(out, workload, name, "Invalid", workload.invalid_reason)
@@ -526,6 +527,7 @@ class Admission:
                 queue=queue.name,
                 sequence=self._next_sequence(),
                 message=failure.message,
+                topology=topology,
             )
             out.append(Decision(key=key, body=body, workload=workload))
             message = f"preemption requested: {failure.message}"
@@ -605,30 +607,15 @@ class Admission:
         return Decision(key=key, body=body, workload=workload, node_usage=usage)
 
     def _topology_for(self, workload: WorkloadState, queue: QueueConfig) -> str | _Failure:
-        if queue.topology and workload.topology and queue.topology != workload.topology:
-            return _Failure(
-                "Invalid",
-                f"the workload asks for topology {workload.topology} but queue {queue.name} "
-                f"places on topology {queue.topology}",
-            )
-        name = queue.topology or workload.topology
-        if name is None:
-            known = self.capacity.topologies()
-            if len(known) == 1:
-                name = known[0]
-            elif self.settings.default_topology in known:
-                name = self.settings.default_topology
-            else:
-                listed = ", ".join(known) if known else "none exists"
-                return _Failure(
-                    "TopologyPlacementFailed",
-                    f"no topology chosen: queue {queue.name} names none, the workload names "
-                    f"none and there is no single or '{self.settings.default_topology}' "
-                    f"topology ({listed})",
-                )
-        if self.capacity.levels(name) is None:
-            return _Failure("TopologyPlacementFailed", f"topology {name} does not exist")
-        return name
+        chosen = choose_topology(
+            workload,
+            queue,
+            known=self.capacity.topologies(),
+            default=self.settings.default_topology,
+        )
+        if isinstance(chosen, TopologyProblem):
+            return _Failure(chosen.reason, chosen.message)
+        return chosen
 
     def _wait(
         self,

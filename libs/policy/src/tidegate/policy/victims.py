@@ -56,6 +56,7 @@ from tidegate.placement import (
 )
 from tidegate.placement.request import normalize
 from tidegate.policy.cards import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, CardError, card_demand
+from tidegate.policy.common import runs
 from tidegate.policy.preempt_search import (
     DEFAULT_ORACLE_BUDGET,
     DEFAULT_STEP_BUDGET,
@@ -210,11 +211,13 @@ def running_gang(
     *,
     running_seconds: int = 0,
     admission: int = 0,
+    queue: str | None = None,
 ) -> RunningGang:
     """A running workload as victim selection sees it, from its bus state (``admission``: the
-    sequence of the admitted decision it runs under).
+    sequence of the admitted decision it runs under; ``queue``: the queue admission charged
+    it to, default the one it names).
 
-    Only ``pods`` bound to a node and not terminating count (they hold capacity). Its cards
+    Only ``pods`` that run (:func:`tidegate.policy.common.runs`) count. Its cards
     are what admission charged (:func:`tidegate.policy.cards.card_demand`); a card request
     that cannot be understood counts no cards rather than hiding the gang from preemption.
     """
@@ -224,7 +227,7 @@ def running_gang(
         cards = {}
     return RunningGang(
         key=workload_key(workload.namespace, workload.name),
-        queue=workload.queue,
+        queue=queue if queue is not None else workload.queue,
         service_type=workload.service_type,
         priority=workload.priority,
         preemptable=workload.preemptable,
@@ -232,7 +235,7 @@ def running_gang(
         pods=tuple(
             RunningPod(node=NodeName(pod.node_name), requests=dict(pod.requests))
             for pod in pods
-            if pod.node_name and not pod.terminating
+            if pod.node_name and runs(pod)
         ),
         cards=cards,
         running_seconds=running_seconds,
@@ -282,25 +285,26 @@ def select_victims(
     queues: Mapping[str, QueueConfig],
     usage: QueueUsage | None = None,
     settings: VictimSettings | None = None,
+    queue_name: str | None = None,
 ) -> VictimChoice:
     """Decide whether ``preemptor`` fits, and which gangs to evict if it only fits that way.
 
     ``view`` is the capacity of the topology the gang is placed on, with every running pod
     counted as used (the victims' included). ``usage`` is what the preemptor's queue holds;
-    when omitted it is summed from ``running``. Nothing is changed: the view is copied for the
-    simulations.
+    when omitted it is summed from ``running``. ``queue_name`` is the queue the preemptor is
+    in as admission decided it (:func:`tidegate.policy.common.queue_of`); default: the one it
+    names. Nothing is changed: the view is copied for the simulations.
     """
     settings = settings or VictimSettings()
     key = workload_key(preemptor.namespace, preemptor.name)
     if preemptor.invalid_reason:
         return VictimChoice(outcome="invalid", reason=f"{key}: {preemptor.invalid_reason}")
-    if preemptor.queue is None:
+    queue_name = queue_name or preemptor.queue
+    if queue_name is None:
         return VictimChoice(outcome="queue-not-found", reason=f"{key} names no queue")
-    queue = queues.get(preemptor.queue)
+    queue = queues.get(queue_name)
     if queue is None:
-        return VictimChoice(
-            outcome="queue-not-found", reason=f"queue {preemptor.queue} does not exist"
-        )
+        return VictimChoice(outcome="queue-not-found", reason=f"queue {queue_name} does not exist")
     try:
         demand = card_demand(preemptor)
         podsets = [
