@@ -84,7 +84,7 @@ class AdmissionMetrics:
         )
         self.decisions = Counter(
             "tidegate_admission_decisions_total",
-            "Decisions published, by kind and reason (pending reasons, release reasons).",
+            "Decisions committed (then published from the outbox), by kind and reason.",
             ["kind", "reason"],
             registry=registry,
         )
@@ -101,6 +101,11 @@ class AdmissionMetrics:
         )
         self.epoch = Gauge(
             "tidegate_admission_epoch", "Fencing epoch of this instance's lease.", registry=registry
+        )
+        self.unsent = Gauge(
+            "tidegate_admission_outbox_unsent",
+            "Committed decisions in the outbox whose publish has not been stored yet.",
+            registry=registry,
         )
 
 
@@ -334,6 +339,7 @@ class Leader:
             failed = {entry.envelope.event_id for entry in unsent}
             log.warning("admission: publishing failed, sent again next tick: %s", exc)
         self._unsent = [e for e in unsent if e.envelope.event_id in failed] + self._unsent
+        self._metrics.unsent.set(len(self._unsent))
         await self._ledger.unstage([e for e in unsent if e.envelope.event_id not in failed])
 
 
