@@ -183,12 +183,20 @@ class Fence:
 
         return await self.write(f"publishing to {subject}", attempt)
 
-    async def put_raw(self, subject: str, value: bytes, *, delete: bool = False) -> int:
-        """Write ``value`` (or a KV delete marker) to ``subject`` of :attr:`stream`, fenced;
-        returns the stream sequence (the KV revision)."""
+    async def put_raw(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        delete: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> int:
+        """Write ``value`` (or a KV delete marker) to ``subject`` of :attr:`stream`, fenced,
+        with ``headers`` besides the fence's; returns the stream sequence (the KV revision)."""
+        extra = dict(headers or {})
 
         async def attempt(fence_headers: Mapping[str, str]) -> int:
-            headers = dict(fence_headers)
+            headers = extra | dict(fence_headers)
             if delete:
                 headers[KV_OPERATION] = "DEL"
             try:

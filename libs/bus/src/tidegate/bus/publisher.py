@@ -114,7 +114,11 @@ class Publisher:
         """Send ``envelope`` to ``subject``; its acknowledgement is collected by :meth:`flush`."""
         if self._subscription is None:
             await self._open()
-        headers = message_headers(envelope, expected_last_subject_sequence)
+        headers = message_headers(
+            envelope,
+            expected_last_subject_sequence,
+            tombstone_ttl_seconds=self._bus.settings.tombstone_ttl_seconds,
+        )
         payload = codec.encode(envelope)
         await self._slots.acquire()
         token = str(next(self._tokens))
