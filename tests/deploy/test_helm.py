@@ -279,6 +279,7 @@ def _console_scripts() -> set[str]:
 REQUIRED_ENV = {
     "TIDEGATE_CLUSTER",
     "TIDEGATE_NATS_URL",
+    "TIDEGATE_NATS_STREAM_REPLICAS",
     "TIDEGATE_HTTP_PORT",
     "TIDEGATE_CONFIG",
     "TIDEGATE_LOG_LEVEL",
@@ -454,6 +455,7 @@ EXPECTED_PERMISSIONS: dict[str, set[tuple[str, str, str]]] = {
         ("", "pods", "patch"),
         ("batch", "jobs", "patch"),
         ("jobset.x-k8s.io", "jobsets", "patch"),
+        ("tidegate.io", "podgroups", "patch"),
         ("", "events", "create"),
         ("", "events", "get"),
         ("", "events", "patch"),
