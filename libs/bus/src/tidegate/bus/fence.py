@@ -149,22 +149,28 @@ class Fence:
         try:
             return await attempt(self.headers())
         except Conflict as exc:
-            mine = self._lease.epoch
-            epoch, sequence = await self._marker_now()
-            if epoch > mine or (epoch == mine and sequence != self._claimed):
-                # A newer holder claimed; or a claim with our epoch we did not make.
-                self._claimed = 0
-                raise LeaseLost(f"{what}: refused by fence {self.marker}: {exc}") from exc
-            if epoch < mine:
-                # Our claim is gone (the marker aged out): claim again if we still lead.
-                await self._lease.check()
-                await self.claim()
-            # else: a concurrent write of ours claimed again meanwhile; retry with that claim.
+            await self.verify(f"{what}: refused by fence {self.marker}: {exc}")
         try:
             return await attempt(self.headers())
         except Conflict as exc:
             self._claimed = 0
             raise LeaseLost(f"{what}: refused by fence {self.marker}: {exc}") from exc
+
+    async def verify(self, why: str = "") -> None:
+        """After a write the fence refused: raise :class:`LeaseLost` if another holder has
+        claimed; claim again if our claim merely disappeared (age limit) and the lease is
+        still ours. Returns when the next write may be tried again."""
+        mine = self._lease.epoch
+        epoch, sequence = await self._marker_now()
+        if epoch > mine or (epoch == mine and sequence != self._claimed):
+            # A newer holder claimed; or a claim with our epoch we did not make.
+            self._claimed = 0
+            raise LeaseLost(why or f"fence {self.marker} was claimed by another holder")
+        if epoch < mine:
+            # Our claim is gone (the marker aged out): claim again if we still lead.
+            await self._lease.check()
+            await self.claim()
+        # else: a concurrent write of ours claimed again meanwhile; retry with that claim.
 
     async def publish(self, subject: str, envelope: Envelope) -> Published:
         """Publish ``envelope`` like :meth:`Bus.publish` (deduplicated by event id), fenced.
