@@ -21,6 +21,7 @@ holding a newer epoch raises :class:`LeaseLost`.
 Writes the bus cannot fence (the Kubernetes API) use :meth:`Lease.ensure_held` instead.
 """
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -59,6 +60,10 @@ class Fence:
         self.stream = stream
         self.marker = marker
         self._claimed = 0
+        # One fenced write in flight at a time: a clustered stream refuses a write whose
+        # expected-last-subject-sequence names a subject another in-flight write also names
+        # (error 10164), so concurrent fenced writes would refuse each other.
+        self._lock = asyncio.Lock()
 
     @classmethod
     def on_decisions(cls, bus: Bus, lease: Lease, *, cluster: str) -> "Fence":
@@ -140,21 +145,23 @@ class Fence:
         }
 
     async def write(self, what: str, attempt: Callable[[Mapping[str, str]], Awaitable[T]]) -> T:
-        """Run ``attempt(fence_headers)`` (one JetStream publish into :attr:`stream`).
+        """Run ``attempt(fence_headers)`` (one JetStream publish into :attr:`stream`); fenced
+        writes of one fence are sent one at a time (see ``_lock``).
 
         A refusal of the fence raises :class:`LeaseLost` when another holder has claimed; when
         our claim merely disappeared (age limit) and the lease is still ours, the fence is
         claimed again and the write retried once.
         """
-        try:
-            return await attempt(self.headers())
-        except Conflict as exc:
-            await self.verify(f"{what}: refused by fence {self.marker}: {exc}")
-        try:
-            return await attempt(self.headers())
-        except Conflict as exc:
-            self._claimed = 0
-            raise LeaseLost(f"{what}: refused by fence {self.marker}: {exc}") from exc
+        async with self._lock:
+            try:
+                return await attempt(self.headers())
+            except Conflict as exc:
+                await self.verify(f"{what}: refused by fence {self.marker}: {exc}")
+            try:
+                return await attempt(self.headers())
+            except Conflict as exc:
+                self._claimed = 0
+                raise LeaseLost(f"{what}: refused by fence {self.marker}: {exc}") from exc
 
     async def verify(self, why: str = "") -> None:
         """After a write the fence refused: raise :class:`LeaseLost` if another holder has

@@ -47,7 +47,7 @@ import msgspec
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from tidegate.bus import Bus, BusError, LeaseLost, Published
+from tidegate.bus import Bus, BusError, LeaseLost, LeaseUnconfirmed, Published
 from tidegate.kube import (
     PODS,
     Invalid,
@@ -562,9 +562,23 @@ class Releaser:
             if not self._stop.is_set():
                 await write()
 
+    def _may_write(self, key: WorkloadKey, what: str) -> bool:
+        """The guard before a Kubernetes write: False (the write is planned again soon) while
+        the lease is not confirmed long enough; LeaseLost (the service stops) once it is
+        lost."""
+        try:
+            self._guard()
+        except LeaseUnconfirmed as exc:
+            log.info("ungater: %s held back: %s", what, exc)
+            self.mark([key])
+            return False
+        return True
+
     async def _release(self, pod: PodState, selector: dict[str, str]) -> None:
         key = WorkloadKey(pod.workload or "")
-        self._guard()
+        if not self._may_write(key, f"release of pod {pod.namespace}/{pod.name}"):
+            self._forget_expectation(key, pod.uid)
+            return
         try:
             await self.kube.ungate_pod(
                 pod.namespace, pod.name, gate=ADMISSION_GATE, node_selector=selector
@@ -622,7 +636,10 @@ class Releaser:
         return ADMISSION_GATE not in _gates(current)
 
     async def _evict(self, pod: PodState) -> None:
-        self._guard()
+        key = WorkloadKey(pod.workload or "")
+        if not self._may_write(key, f"eviction of pod {pod.namespace}/{pod.name}"):
+            self._evicting.get(key, set()).discard(pod.uid)
+            return
         try:
             await self.kube.evict_pod(pod.namespace, pod.name, uid=pod.uid)
         except NotFound:
@@ -676,7 +693,9 @@ class Releaser:
         self, workload: WorkloadState, desired: dict[str, object], first: bool
     ) -> None:
         key = WorkloadKey(f"{workload.namespace}/{workload.name}")
-        self._guard()
+        if not self._may_write(key, f"status of PodGroup {key}"):
+            self._status.pop(key, None)
+            return
         try:
             if first:
                 desired = await self._carry_over(workload, desired)
