@@ -98,13 +98,14 @@ async def start(
 
     view = View(on_change=changed)
     metrics = ReleaserMetrics(ctx.metrics.registry)
+    leader = _Leadership()
     queues = QueueStatusWriter(
         view=view,
         kube=kube,
         interval_seconds=settings.queue_status_interval_seconds,
         errors=metrics.errors,
+        guard=leader.guard,
     )
-    leader = _Leadership()
     releaser = Releaser(
         view=view,
         kube=kube,
