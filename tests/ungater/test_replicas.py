@@ -119,7 +119,7 @@ async def test_a_releaser_paused_past_its_lease_releases_nothing_when_it_wakes(
             await env.until_async(lambda: released("later", 2), within=30, what="the second job")
         finally:
             paused.signal(signal.SIGCONT)
-        assert await paused.wait(within=30) == 1, "the deposed releaser exits"
+        assert await paused.wait(within=60) == 1, "the deposed releaser exits"
         assert env.monitor.most == {env.host(0, 2): 2, env.host(1, 2): 2}
 
 

@@ -246,6 +246,18 @@ class Bus:
         with wrapped(f"opening KV bucket {bucket}"):
             return await self._js.key_value(bucket)
 
+    async def stored_after(self, stream: str, sequence: int, subjects: Sequence[str]) -> bool:
+        """True if ``stream`` holds a message on one of ``subjects`` (wildcards allowed) with
+        a sequence above ``sequence``: a follower that handled up to ``sequence`` is behind."""
+        for subject in subjects:
+            with wrapped(f"reading {stream}"):
+                try:
+                    await self._js.get_msg(stream, seq=sequence + 1, subject=subject, next=True)
+                except nats.js.errors.NotFoundError:
+                    continue
+            return True
+        return False
+
     async def last_sequence(self, stream: str) -> int:
         """The sequence of the newest message in ``stream`` (0 when empty)."""
         with wrapped(f"reading stream {stream}"):
