@@ -8,6 +8,7 @@ ledger in :mod:`.lease` and :mod:`.ledger`.
 
 import asyncio
 import logging
+import math
 import ssl
 import time
 from collections.abc import Sequence
@@ -25,8 +26,8 @@ from nats.js.kv import KeyValue
 from tidegate.bus import layout
 from tidegate.bus._wrap import translate, wrapped
 from tidegate.bus.errors import BusError, Unavailable
-from tidegate.bus.message import EXPECTED_LAST_SUBJECT_SEQUENCE, MSG_ID, Published
-from tidegate.model import Envelope, codec
+from tidegate.bus.message import EXPECTED_LAST_SUBJECT_SEQUENCE, MSG_ID, TTL, Published
+from tidegate.model import Envelope, Tombstone, codec
 from tidegate.telemetry import producer_span
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,9 @@ class BusSettings:
     """Upper bound of asynchronous publishes awaiting their acknowledgement."""
     drain_timeout_seconds: float = 10.0
     """How long a drain may take before the connection is closed anyway."""
+    tombstone_ttl_seconds: float = layout.TOMBSTONE_RETENTION_SECONDS
+    """A published ``tombstone`` expires after this long (per-message TTL, rounded up to whole
+    seconds; 0: kept for ever): the state streams stay proportional to live objects."""
     leaderless_wait_seconds: float = 20.0
     """On a NATS cluster, how long a publish keeps retrying while no server accepts it because
     the stream has no leader (the cluster electing a new one after a server died: a few
@@ -80,6 +84,8 @@ class BusSettings:
             raise ValueError("leaderless_wait_seconds must not be negative")
         if self.reconnect_wait_seconds < 0:
             raise ValueError("reconnect_wait_seconds must not be negative")
+        if self.tombstone_ttl_seconds < 0:
+            raise ValueError("tombstone_ttl_seconds must not be negative")
 
 
 def _tls_context(settings: BusSettings) -> ssl.SSLContext | None:
@@ -240,6 +246,18 @@ class Bus:
         with wrapped(f"opening KV bucket {bucket}"):
             return await self._js.key_value(bucket)
 
+    async def stored_after(self, stream: str, sequence: int, subjects: Sequence[str]) -> bool:
+        """True if ``stream`` holds a message on one of ``subjects`` (wildcards allowed) with
+        a sequence above ``sequence``: a follower that handled up to ``sequence`` is behind."""
+        for subject in subjects:
+            with wrapped(f"reading {stream}"):
+                try:
+                    await self._js.get_msg(stream, seq=sequence + 1, subject=subject, next=True)
+                except nats.js.errors.NotFoundError:
+                    continue
+            return True
+        return False
+
     async def last_sequence(self, stream: str) -> int:
         """The sequence of the newest message in ``stream`` (0 when empty)."""
         with wrapped(f"reading stream {stream}"):
@@ -268,7 +286,11 @@ class Bus:
         ``expected_last_subject_sequence`` the publish fails with :class:`Conflict` unless the
         subject's newest message has that sequence (0: the subject is empty).
         """
-        headers = message_headers(envelope, expected_last_subject_sequence)
+        headers = message_headers(
+            envelope,
+            expected_last_subject_sequence,
+            tombstone_ttl_seconds=self._settings.tombstone_ttl_seconds,
+        )
         payload = codec.encode(envelope)
         with producer_span(subject, headers, message_id=envelope.event_id):
             try:
@@ -302,12 +324,20 @@ class Bus:
 
 
 def message_headers(
-    envelope: Envelope, expected_last_subject_sequence: int | None = None
+    envelope: Envelope,
+    expected_last_subject_sequence: int | None = None,
+    *,
+    tombstone_ttl_seconds: float = 0.0,
 ) -> dict[str, str]:
-    """Headers of a message carrying ``envelope`` (trace context is added when publishing)."""
+    """Headers of a message carrying ``envelope`` (trace context is added when publishing).
+
+    A tombstone gets a per-message TTL of ``tombstone_ttl_seconds`` (when positive): it tells
+    followers about the deletion, then leaves the subject empty."""
     headers = {MSG_ID: envelope.event_id}
     if expected_last_subject_sequence is not None:
         headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_last_subject_sequence)
+    if tombstone_ttl_seconds > 0 and isinstance(envelope.body, Tombstone):
+        headers[TTL] = f"{math.ceil(tombstone_ttl_seconds)}s"
     return headers
 
 

@@ -21,6 +21,7 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Literal, Self
@@ -126,11 +127,18 @@ class Publisher:
         envelope: Envelope,
         *,
         expected_last_subject_sequence: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        """Send ``envelope`` to ``subject``; its acknowledgement is collected by :meth:`flush`."""
+        """Send ``envelope`` to ``subject``; its acknowledgement is collected by :meth:`flush`.
+        ``headers`` are added (e.g. a :class:`~tidegate.bus.Fence`'s; a refusal then shows
+        as a :class:`Conflict` failure)."""
         if self._subscription is None:
             await self._open()
-        headers = message_headers(envelope, expected_last_subject_sequence)
+        headers = message_headers(
+            envelope,
+            expected_last_subject_sequence,
+            tombstone_ttl_seconds=self._bus.settings.tombstone_ttl_seconds,
+        ) | dict(headers or {})
         payload = codec.encode(envelope)
         await self._slots.acquire()
         token = str(next(self._tokens))

@@ -20,10 +20,11 @@ takeover: nothing is re-published by comparing sequences to a watermark. An entr
 change was never made (a crash in between) is dropped instead (:func:`deliverable`): the
 decision was not committed, and the successor decides again.
 
-Every write names the revision it expects, so an instance that is no longer the leader cannot
-overwrite what the new leader wrote: its write fails with a conflict and it stops
-(:class:`tidegate.bus.LeaseLost`). A batch of decisions is committed as: claim the sequence
-(the fence), stage the outbox entries, write or delete the workload keys, publish, unstage.
+The leader writes through its ledger :class:`~tidegate.bus.Fence` (claimed at takeover): an
+instance that is no longer the leader cannot write any key once its successor has claimed
+(JetStream refuses it) and stops (:class:`tidegate.bus.LeaseLost`). Without a fence every
+write names the revision it expects instead. A batch of decisions is committed as: claim the
+sequence, stage the outbox entries, write or delete the workload keys, publish, unstage.
 """
 
 import asyncio
@@ -38,7 +39,7 @@ from tidegate.admission.nominations import (
     PreemptionRecord,
     decode_preemption,
 )
-from tidegate.bus import Bus, BusError, Conflict, LeaseLost, Ledger
+from tidegate.bus import Bus, BusError, Conflict, Fence, LeaseLost, Ledger
 from tidegate.model import Admitted, Envelope, Released, Resources
 
 log = logging.getLogger(__name__)
@@ -154,11 +155,16 @@ _encoder = msgspec.json.Encoder()
 
 
 class AdmissionLedger:
-    """The ledger with the revisions this leader last saw, written only with revision checks."""
+    """The ledger with the revisions this leader last saw; every write fenced (the service) or,
+    without a fence (tools, tests), revision-checked."""
 
-    def __init__(self, ledger: Ledger) -> None:
-        """Wrap an opened :class:`tidegate.bus.Ledger`."""
+    def __init__(self, ledger: Ledger, *, fence: Fence | None = None) -> None:
+        """Wrap an opened :class:`tidegate.bus.Ledger`. With ``fence`` (claimed on the ledger
+        bucket at takeover) every write is fenced instead of revision-checked: JetStream
+        stores it only while this leader's claim is the newest, so a deposed leader writes
+        nothing, whichever key (issue 12; docs/architecture.md, Fencing)."""
         self._ledger = ledger
+        self._fence = fence
         self._revisions: dict[str, int] = {}
         self.preemptions: list[PreemptionRecord] = []
         """The preemption service's records as of the last :meth:`load` (read, never written)."""
@@ -172,9 +178,9 @@ class AdmissionLedger:
         """Kept-out workloads (key → uid) as stored: loaded, then kept by :meth:`keep_out`."""
 
     @classmethod
-    async def open(cls, bus: Bus, cluster: str) -> "AdmissionLedger":
-        """The ledger of ``cluster``."""
-        return cls(await Ledger.open(bus, cluster))
+    async def open(cls, bus: Bus, cluster: str, *, fence: Fence | None = None) -> "AdmissionLedger":
+        """The ledger of ``cluster`` (written through ``fence`` when given)."""
+        return cls(await Ledger.open(bus, cluster), fence=fence)
 
     async def load(self) -> tuple[SequenceRecord | None, list[LedgerRecord]]:
         """Read everything (at takeover), the preemption service's records into
@@ -301,6 +307,9 @@ class AdmissionLedger:
                 await self._write(key, _encoder.encode(change))
 
     async def _write(self, key: str, value: bytes) -> None:
+        if self._fence is not None:
+            self._revisions[key] = await self._ledger.put(key, value, fence=self._fence)
+            return
         try:
             self._revisions[key] = await self._ledger.put(
                 key, value, revision=self._revisions.get(key, 0)
@@ -311,6 +320,9 @@ class AdmissionLedger:
     async def _delete(self, key: str) -> None:
         revision = self._revisions.pop(key, None)
         if revision is None:
+            return
+        if self._fence is not None:
+            await self._ledger.delete(key, fence=self._fence)
             return
         try:
             await self._ledger.delete(key, revision=revision)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from tidegate.bus import LeaseLost, Retryable
+from tidegate.bus import LeaseLost, LeaseUnconfirmed, Retryable
 from tidegate.kube import (
     JOBS,
     JOBSETS,
@@ -124,7 +124,7 @@ class Evictor:
         all the same)."""
         namespace, _, name = victim.key.partition("/")
         resource = owner_resource(victim.owner_kind, victim.owner_api_version)
-        self._guard()
+        self._checked()
         try:
             if resource is None:
                 log.warning(
@@ -135,10 +135,10 @@ class Evictor:
                 return
             if victim.owner_kind == "Job":
                 await self._kube.suspend_job(namespace, name)
-                self._guard()
+                self._checked()
             elif victim.owner_kind == "JobSet":
                 await self._kube.suspend_jobset(namespace, name, resource=resource)
-                self._guard()
+                self._checked()
             await self._kube.annotate(
                 resource, namespace, name, {PREEMPTED_BY_ANNOTATION: preemptor}
             )
@@ -147,13 +147,21 @@ class Evictor:
         except KubeError as exc:
             raise EvictionFailed(f"cannot abort {victim.key}: {exc}") from exc
 
+    def _checked(self) -> None:
+        """The guard; a lease not confirmed long enough defers the preemption (retried by the
+        reconcile loop), a lost one stops the service."""
+        try:
+            self._guard()
+        except LeaseUnconfirmed as exc:
+            raise EvictionFailed(str(exc)) from exc
+
     async def evict(self, pod: PodRef) -> EvictionResult:
         """Evict one pod, retrying transient failures (see the module docstring)."""
         deadline = time.monotonic() + self._settings.retry_seconds
         async with self._slots:
             while True:
                 await self._bucket.acquire()
-                self._guard()
+                self._checked()
                 try:
                     await self._kube.evict_pod(
                         pod.namespace,

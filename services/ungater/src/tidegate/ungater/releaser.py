@@ -47,7 +47,7 @@ import msgspec
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from tidegate.bus import Bus, BusError, LeaseLost, Published
+from tidegate.bus import Bus, BusError, LeaseLost, LeaseUnconfirmed, Published
 from tidegate.kube import (
     PODS,
     Invalid,
@@ -181,6 +181,7 @@ class Releaser:
         clock: Callable[[], float] = time.monotonic,
         guard: Guard | None = None,
         publish: Publish | None = None,
+        decisions_current: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """Wire the releaser; call :meth:`mark` as the view's ``on_change``. ``guard`` runs
         before every Kubernetes write, ``publish`` (default: ``bus.publish``) sends the
@@ -188,6 +189,8 @@ class Releaser:
         self.view = view
         self._guard = guard or (lambda: None)
         self._publish = publish or bus.publish
+        self._decisions_current = decisions_current
+        """True when the view has every decision the stream holds (see :meth:`round`)."""
         self.kube = kube
         self.bus = bus
         self.cluster = cluster
@@ -278,10 +281,19 @@ class Releaser:
         started = time.perf_counter()
         self._wake.clear()
         keys, self._dirty = sorted(self._dirty), set()
+        # Releases only from a view that has every decision stored so far: a `preempted` is
+        # stored before its victims' pods are evicted, so before their replacements exist; a
+        # decision stream that lags the state stream (its leader failing over) must not let
+        # those replacements into the victim's old slots. No await between this check and
+        # the planning below.
+        releasing = await self._decisions_are_current()
         waiting = 0
         work: list[_Work] = []
+        held: list[WorkloadKey] = []
         for key in keys:
-            item, left = self._plan(key)
+            item, left = self._plan(key, releasing=releasing)
+            if not releasing and self.view.verdict(key).admitted is not None:
+                held.append(key)
             waiting += left
             if item.writes:
                 work.append(item)
@@ -292,10 +304,24 @@ class Releaser:
                 tasks.create_task(self._execute(item))
         self.rounds += 1
         self.metrics.round_seconds.observe(time.perf_counter() - started)
+        if held:
+            self.mark(held)
+
+    async def _decisions_are_current(self) -> bool:
+        if self._decisions_current is None:
+            return True
+        try:
+            current = await self._decisions_current()
+        except BusError as exc:
+            log.warning("ungater: cannot tell whether the decisions are current: %s", exc)
+            return False
+        if not current:
+            log.info("ungater: the decision stream is ahead of the view; releases wait")
+        return current
 
     # ------------------------------------------------------------------ planning (no awaits)
 
-    def _plan(self, key: WorkloadKey) -> tuple[_Work, int]:
+    def _plan(self, key: WorkloadKey, *, releasing: bool = True) -> tuple[_Work, int]:
         view = self.view
         workload = view.workloads.get(key)
         verdict = view.verdict(key)
@@ -306,7 +332,8 @@ class Releaser:
         waiting = 0
         admitted = verdict.admitted
         if admitted is not None:
-            waiting = self._plan_releases(item, admitted, members)
+            if releasing:
+                waiting = self._plan_releases(item, admitted, members)
             self._plan_replacement(item, admitted)
         else:
             self._asked.pop(key, None)
@@ -562,9 +589,23 @@ class Releaser:
             if not self._stop.is_set():
                 await write()
 
+    def _may_write(self, key: WorkloadKey, what: str) -> bool:
+        """The guard before a Kubernetes write: False (the write is planned again soon) while
+        the lease is not confirmed long enough; LeaseLost (the service stops) once it is
+        lost."""
+        try:
+            self._guard()
+        except LeaseUnconfirmed as exc:
+            log.info("ungater: %s held back: %s", what, exc)
+            self.mark([key])
+            return False
+        return True
+
     async def _release(self, pod: PodState, selector: dict[str, str]) -> None:
         key = WorkloadKey(pod.workload or "")
-        self._guard()
+        if not self._may_write(key, f"release of pod {pod.namespace}/{pod.name}"):
+            self._forget_expectation(key, pod.uid)
+            return
         try:
             await self.kube.ungate_pod(
                 pod.namespace, pod.name, gate=ADMISSION_GATE, node_selector=selector
@@ -622,7 +663,10 @@ class Releaser:
         return ADMISSION_GATE not in _gates(current)
 
     async def _evict(self, pod: PodState) -> None:
-        self._guard()
+        key = WorkloadKey(pod.workload or "")
+        if not self._may_write(key, f"eviction of pod {pod.namespace}/{pod.name}"):
+            self._evicting.get(key, set()).discard(pod.uid)
+            return
         try:
             await self.kube.evict_pod(pod.namespace, pod.name, uid=pod.uid)
         except NotFound:
@@ -676,7 +720,9 @@ class Releaser:
         self, workload: WorkloadState, desired: dict[str, object], first: bool
     ) -> None:
         key = WorkloadKey(f"{workload.namespace}/{workload.name}")
-        self._guard()
+        if not self._may_write(key, f"status of PodGroup {key}"):
+            self._status.pop(key, None)
+            return
         try:
             if first:
                 desired = await self._carry_over(workload, desired)

@@ -469,7 +469,8 @@ class ClusterIndex:
             owner = self._owner_of(resolution.workload)
             if owner is not None:
                 workload = f"{resolution.workload[0]}/{resolution.workload[1]}"
-                podset, rank, _ = pod_position(owner, pod)
+                placement = self.context().placement_labels
+                podset, rank, _ = pod_position(owner, pod, placement)
         message, problems = pod_state(pod, workload=workload, podset=podset, rank=rank)
         where = f"Pod {key[0]}/{key[1]}"
         return Desired(message, pod.metadata.uid, tuple(f"{where}: {p}" for p in problems))
