@@ -390,6 +390,42 @@ class RealSystem:
 
 
 @dataclass
+class RbacUsage:
+    """What the chart grants each service and what the services asked for, summed over every
+    real-cluster scenario of a session (the ``rbac_usage`` fixture reports it at the end)."""
+
+    granted: dict[str, set[Permission]] = field(default_factory=dict)
+    used: dict[str, set[Permission]] = field(default_factory=dict)
+
+    def add(self, system: "RealSystem") -> None:
+        """Take in one scenario's grants and requests."""
+        for service, grants in system.roles.items():
+            self.granted.setdefault(service, set()).update(grants)
+        for service, asked in system.used().items():
+            self.used.setdefault(service, set()).update(asked)
+
+    def unused(self) -> dict[str, set[Permission]]:
+        """Grants that no request of any scenario used, per service."""
+        return {
+            service: grants - self.used.get(service, set())
+            for service, grants in sorted(self.granted.items())
+            if grants - self.used.get(service, set())
+        }
+
+    def report(self) -> list[str]:
+        """Lines for the end of the run (empty when nothing ran)."""
+        if not self.granted:
+            return []
+        lines = ["RBAC: granted by the chart, used by no request in the real-cluster scenarios:"]
+        for service, grants in self.unused().items():
+            text = ", ".join(
+                f"{verb} {group or 'core'}/{resource}" for group, resource, verb in sorted(grants)
+            )
+            lines.append(f"  {service}: {text}")
+        return lines
+
+
+@dataclass
 class ApiSnapshot:
     """The last pods and nodes read from the API server, shaped like the simulator's store
     for :class:`~tests.e2e.invariants.Invariants` (which reads ``sim.store.objects``)."""

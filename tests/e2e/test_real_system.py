@@ -18,7 +18,7 @@ from tidegate.model import Admitted, Preempted
 from tidegate.testing import until_async
 from tidegate.testing.controlplane import ControlPlane
 
-from .real import RealSystem, real_system
+from .real import RbacUsage, RealSystem, real_system
 
 pytestmark = [pytest.mark.real_k8s, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -42,7 +42,7 @@ async def running_pods(system: RealSystem, job: str, count: int) -> list[dict[st
 
 
 async def test_kueue_and_kai_jobs_land_in_one_rack_through_a_watcher_crash(
-    real_cluster: ControlPlane, nats_url: str, tmp_path: Path
+    real_cluster: ControlPlane, nats_url: str, tmp_path: Path, rbac_usage: RbacUsage
 ) -> None:
     async with real_system(real_cluster, nats_url, tmp_path, nodes="1x2x2x8gpu") as system:
 
@@ -116,12 +116,9 @@ async def test_kueue_and_kai_jobs_land_in_one_rack_through_a_watcher_crash(
             assert service
 
         assert system.forbidden() == []
-        missing, unused = system.rbac_report()
-        print("RBAC granted but not used in this run:")
-        for service, grants in sorted(unused.items()):
-            for grant in sorted(grants):
-                print(f"  {service}: {grant}")
+        missing, _ = system.rbac_report()
         assert {s: m for s, m in missing.items() if m} == {}
+        rbac_usage.add(system)
 
 
 def gang_pod(name: str, group: str, queue: str, priority_class: str) -> dict[str, object]:
@@ -151,7 +148,7 @@ def gang_pod(name: str, group: str, queue: str, priority_class: str) -> dict[str
 
 
 async def test_tidal_preemption_through_the_eviction_api(
-    real_cluster: ControlPlane, nats_url: str, tmp_path: Path
+    real_cluster: ControlPlane, nats_url: str, tmp_path: Path, rbac_usage: RbacUsage
 ) -> None:
     """Inference takes a rack from a training Job (restart: evicted through the Eviction API,
     the Job controller re-creates its pods, the gate holds them, it is admitted again once
@@ -279,6 +276,7 @@ async def test_tidal_preemption_through_the_eviction_api(
         assert system.forbidden() == []
         missing, _ = system.rbac_report()
         assert {s: m for s, m in missing.items() if m} == {}
+        rbac_usage.add(system)
 
 
 def _labels(pod: dict[str, object]) -> dict[str, str]:
