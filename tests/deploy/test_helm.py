@@ -112,7 +112,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "podDisruptionBudget": {"enabled": False},
             },
             "preemption": {"enabled": False},
-            "ungater": {"serviceAccountName": "ungater-sa"},
+            "ungater": {
+                "serviceAccountName": "ungater-sa",
+                "podDisruptionBudget": {"enabled": False},
+            },
         },
     },
 }
@@ -276,6 +279,7 @@ def _console_scripts() -> set[str]:
 REQUIRED_ENV = {
     "TIDEGATE_CLUSTER",
     "TIDEGATE_NATS_URL",
+    "TIDEGATE_NATS_STREAM_REPLICAS",
     "TIDEGATE_HTTP_PORT",
     "TIDEGATE_CONFIG",
     "TIDEGATE_LOG_LEVEL",
@@ -341,16 +345,22 @@ def test_each_service_runs_as_the_services_expect(render: Render, scenario: str)
 
 def test_single_writers_run_with_a_standby(render: Render) -> None:
     documents = render({})
-    leaders = ("admission", "preemption")
+    leaders = ("admission", "preemption", "ungater")
     for service in leaders:
         assert _deployment(documents, service)["spec"]["replicas"] == 2
     assert all(
         _deployment(documents, s)["spec"]["replicas"] == 1 for s in SERVICES if s not in leaders
     )
     admission = _deployment(documents, "admission")
-    (budget,) = _of(documents, "PodDisruptionBudget")
-    assert budget["spec"]["minAvailable"] == 1
-    assert budget["spec"]["selector"]["matchLabels"] == admission["spec"]["selector"]["matchLabels"]
+    budgets = {
+        b["metadata"]["labels"]["app.kubernetes.io/component"]: b
+        for b in _of(documents, "PodDisruptionBudget")
+    }
+    assert sorted(budgets) == ["admission", "ungater"]  # the decider, and the webhook's server
+    for service, budget in budgets.items():
+        assert budget["spec"]["minAvailable"] == 1
+        selector = _deployment(documents, service)["spec"]["selector"]["matchLabels"]
+        assert budget["spec"]["selector"]["matchLabels"] == selector
     anti = admission["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
     assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
         "topologyKey"
@@ -447,9 +457,10 @@ def test_rbac_is_one_bound_role_per_service_without_wildcards(render: Render) ->
                 "namespace": NAMESPACE,
             }
         ]
-    # Only the watcher reads the API; the writers do not list or watch anything.
+    # Only the watcher watches; the writers at most read once (the ungater lists pods once
+    # when it takes over).
     for service in ("ungater", "preemption"):
-        assert not {v for _, _, v in _permissions(roles[service])} & {"list", "watch"}, service
+        assert "watch" not in {v for _, _, v in _permissions(roles[service])}, service
     assert {v for _, _, v in _permissions(roles["watcher"])} <= READ_ONLY
     accounts = {a["metadata"]["name"]: a for a in _of(documents, "ServiceAccount")}
     assert sorted(accounts) == sorted(f"tg-tidegate-{s}" for s in SERVICES)
