@@ -31,6 +31,9 @@ from tidegate.telemetry import producer_span
 
 log = logging.getLogger(__name__)
 
+_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+"""The header of a fenced write (:mod:`.fence`): the expected sequence is this subject's."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class BusSettings:
@@ -160,7 +163,8 @@ class _LeaderWaitingJetStream(JetStreamContext):
     ``Nats-Msg-Id`` and no expected sequence). A write with an expected sequence (a ledger or
     lease write) first reads the subject's last message: ours (the same bytes) means it was
     stored, the expected sequence still means it was not (send again), anything else is the
-    conflict JetStream would have answered.
+    conflict JetStream would have answered. A fenced write (its expected sequence is the fence
+    marker's) is not resolved this way: its timeout is raised as before.
     """
 
     def __init__(self, conn: Client, *, leaderless_wait_seconds: float, **opts: Any) -> None:
@@ -203,7 +207,9 @@ class _LeaderWaitingJetStream(JetStreamContext):
                     # JetStream drops a second copy with the same Nats-Msg-Id.
                     log.info("nats: no acknowledgement for %s; sending it again", subject)
                     continue
-                if expected is None:
+                if expected is None or _EXPECTED_SUBJECT in sent:
+                    # A fenced write's expected sequence is another subject's (the fence
+                    # marker): reading the written subject cannot tell its outcome.
                     raise
                 # An expected-sequence write (ledger, lease): JetStream checks the sequence
                 # before duplicates, so find out what happened before writing again.
