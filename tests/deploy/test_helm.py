@@ -218,6 +218,7 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "misspelt service": ({"services": {"watchr": {"enabled": True, "replicas": 1}}}, "watchr"),
     "nats url without scheme": ({"nats": {"url": "nats.example:4222"}}, "/nats/url"),
+    "stream replicas above 5": ({"nats": {"streamReplicas": 7}}, "/nats/streamReplicas"),
     "bad log level": ({"logLevel": "LOUD"}, "/logLevel"),
     "too many topology levels": (
         {"topologies": [{"name": "t", "levels": [f"l{i}" for i in range(9)]}]},
@@ -599,6 +600,18 @@ def test_without_the_webhook_the_ungater_serves_none(render: Render) -> None:
 
 
 # -- NATS -----------------------------------------------------------------------------------
+
+
+def test_by_default_every_service_uses_the_three_server_nats_cluster(render: Render) -> None:
+    documents = render({})
+    for deployment in _of(documents, "Deployment"):
+        env = _env(deployment)
+        servers = env["TIDEGATE_NATS_URL"].split(",")
+        assert [s.split("//")[1].split(".")[0] for s in servers] == ["nats-0", "nats-1", "nats-2"]
+        assert env["TIDEGATE_NATS_STREAM_REPLICAS"] == "3"
+    single = render({"nats": {"url": "nats://nats:4222", "streamReplicas": 1}})
+    for deployment in _of(single, "Deployment"):
+        assert _env(deployment)["TIDEGATE_NATS_STREAM_REPLICAS"] == "1"
 
 
 def test_nats_creds_file_and_server_only_tls(render: Render) -> None:
