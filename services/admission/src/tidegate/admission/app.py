@@ -27,7 +27,6 @@ import logging
 import time
 from collections.abc import Sequence
 
-from opentelemetry import context as otel_context
 from prometheus_client import Counter, Gauge, Histogram
 
 from tidegate.admission.config import Settings
@@ -57,7 +56,7 @@ from tidegate.model import (
 from tidegate.model.subjects import DecisionKind
 from tidegate.policy.admission import Admission, Decision
 from tidegate.runtime import ServiceContext
-from tidegate.telemetry import extract
+from tidegate.telemetry import decision_span
 
 log = logging.getLogger(__name__)
 
@@ -273,11 +272,8 @@ class Leader:
             body=body,
             source_uid=body.uid,
         )
-        token = otel_context.attach(extract(workload.trace_context if workload else None))
-        try:
+        with decision_span(body, workload, self._admission):  # the workload's trace, explained
             await self._publisher.submit(subject, envelope)
-        finally:
-            otel_context.detach(token)
         reason = getattr(body, "reason", "")
         self._metrics.decisions.labels(kind=kind, reason=reason).inc()
         if isinstance(body, Admitted):

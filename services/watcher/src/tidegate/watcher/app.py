@@ -56,9 +56,10 @@ from tidegate.kube import (
     Synced,
 )
 from tidegate.kube import connect as connect_kube
-from tidegate.model import Tombstone, subjects
+from tidegate.model import Tombstone, WorkloadState, subjects
 from tidegate.placement import PROFILES
 from tidegate.runtime import ServiceContext
+from tidegate.telemetry import continuing, export_workload_root, workload_trace
 from tidegate.watcher.config import WatcherSettings
 from tidegate.watcher.handlers import fold
 from tidegate.watcher.index import ClusterIndex, ObjectKind, StateKey
@@ -289,7 +290,8 @@ class Watcher:
         failed: set[str] = set()
         try:
             for publication in plan.publications:
-                await publisher.submit(publication.subject, publication.envelope)
+                with continuing(workload_trace(publication.envelope.body)):
+                    await publisher.submit(publication.subject, publication.envelope)
             await publisher.flush()
         except PublishError as exc:
             failed = {failure.event_id for failure in exc.failures}
@@ -307,6 +309,11 @@ class Watcher:
             self._stored(publication)
 
     def _stored(self, publication: Publication) -> None:
+        body = publication.envelope.body
+        if isinstance(body, WorkloadState):
+            last = self.mirror.last(publication.key)
+            if not isinstance(last, WorkloadState) or last.uid != body.uid:
+                export_workload_root(body)  # its first publication: the trace's root span
         self.mirror.stored(publication)
         if isinstance(publication.envelope.body, Tombstone):
             self.stats.tombstones += 1
