@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from typing import Final
 
 COMMANDS: Final[dict[str, str]] = {
-    "demo": "demo",
     # command name -> module under tidegate.cli
+    "demo": "demo",
+    "explain": "explain",
     "place": "place",
     "preempt": "preempt",
+    "queues": "queues",
     "sim": "sim",
 }
 

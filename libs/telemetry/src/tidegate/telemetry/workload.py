@@ -134,7 +134,7 @@ def workload_attributes(workload: WorkloadState) -> dict[str, AttributeValue]:
     if workload.priority_class:
         attributes["tidegate.workload.priority_class"] = workload.priority_class
     if workload.card_request is not None:
-        attributes["tidegate.workload.card_request"] = str(workload.card_request)
+        attributes["tidegate.workload.card_request"] = _resources(workload.card_request)
     if workload.invalid_reason:
         attributes["tidegate.workload.invalid_reason"] = workload.invalid_reason
     return attributes
