@@ -19,7 +19,8 @@ when the watcher first publishes the workload. Below it:
   event per pod (domain, rank) in release order.
 
 Attribute names are in the ``tidegate.*`` namespace (listed in docs/operations.md). Every
-helper is a no-op apart from passing the trace context on when no tracer provider is installed.
+helper is a no-op apart from passing the trace context on when no tracer provider is installed;
+each takes an optional tracer so tests can use a provider of their own.
 """
 
 import hashlib
@@ -33,7 +34,7 @@ from typing import Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, Span, SpanKind
+from opentelemetry.trace import Link, Span, SpanKind, Tracer
 
 from tidegate.model import (
     Admitted,
@@ -67,14 +68,16 @@ _HOSTNAME: Final = "kubernetes.io/hostname"
 AttributeValue = str | int | float | bool | Sequence[str] | Sequence[int]
 
 
-def _tracing_off() -> bool:
+def _tracing_off(tracer: Tracer | None) -> bool:
+    if tracer is not None:
+        return False
     return isinstance(
         trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
     )
 
 
-def _tracer() -> trace.Tracer:
-    return trace.get_tracer(_TRACER)
+def _tracer(tracer: Tracer | None) -> Tracer:
+    return tracer if tracer is not None else trace.get_tracer(_TRACER)
 
 
 def workload_trace_context(uid: str) -> dict[str, str]:
@@ -151,20 +154,22 @@ def _topology(request: object) -> str:
     return " ".join(parts) or "none"
 
 
-def export_workload_root(workload: WorkloadState, *, now: float | None = None) -> bool:
+def export_workload_root(
+    workload: WorkloadState, *, now: float | None = None, tracer: Tracer | None = None
+) -> bool:
     """Export the root span of ``workload``'s trace, from its creation to ``now``.
 
     Only when its trace context is the one derived from its UID: a ``traceparent`` the user
     set (an annotation) names a span of the user's own, which their system exports. Call once
     per workload UID (the watcher does, on its first publication). True when a span was made.
     """
-    if _tracing_off() or workload.trace_context != workload_trace_context(workload.uid):
+    if _tracing_off(tracer) or workload.trace_context != workload_trace_context(workload.uid):
         return False
     parts = workload.trace_context["traceparent"].split("-")
     end = time.time() if now is None else now
     start = workload.created_at if 0 < workload.created_at <= end else end
     with forced_ids(int(parts[1], 16), int(parts[2], 16)):
-        span = _tracer().start_span(
+        span = _tracer(tracer).start_span(
             ROOT_SPAN,
             context=otel_context.Context(),
             kind=SpanKind.INTERNAL,
@@ -302,7 +307,11 @@ _KIND: Final[dict[type, str]] = {
 
 @contextmanager
 def decision_span(
-    body: DecisionBody, workload: WorkloadState | None, admission: Admission | None = None
+    body: DecisionBody,
+    workload: WorkloadState | None,
+    admission: Admission | None = None,
+    *,
+    tracer: Tracer | None = None,
 ) -> Iterator[Span]:
     """An ``admission decision`` span in the workload's trace; publish the decision inside.
 
@@ -313,11 +322,11 @@ def decision_span(
     if not trace_context:
         trace_context = workload_trace_context(body.uid)
     with continuing(trace_context):
-        if _tracing_off():
+        if _tracing_off(tracer):
             yield trace.INVALID_SPAN
             return
         attributes = decision_attributes(body, workload, admission)
-        with _tracer().start_as_current_span(DECISION_SPAN, attributes=attributes) as span:
+        with _tracer(tracer).start_as_current_span(DECISION_SPAN, attributes=attributes) as span:
             yield span
 
 
@@ -369,10 +378,11 @@ def victim_choice_span(
     *,
     start: float,
     room: Mapping[str, Mapping[str, int]] | None = None,
+    tracer: Tracer | None = None,
 ) -> None:
     """Record a ``select victims`` span (a child of the current span, from ``start`` to now)
     with a link to the trace of every victim in ``victims`` (key → its workload state)."""
-    if _tracing_off():
+    if _tracing_off(tracer):
         return
     links = []
     for key, victim in sorted(victims.items()):
@@ -381,7 +391,7 @@ def victim_choice_span(
         if span_context.is_valid:
             links.append(Link(span_context, {"tidegate.workload.key": key}))
     attributes = {**workload_attributes(preemptor), **victim_attributes(choice, room)}
-    span = _tracer().start_span(
+    span = _tracer(tracer).start_span(
         VICTIMS_SPAN, links=links, attributes=attributes, start_time=int(start * 1e9)
     )
     span.end()
@@ -399,12 +409,14 @@ _releases: ContextVar[_Releases | None] = ContextVar("tidegate_releases", defaul
 
 
 @contextmanager
-def release_span(key: str, workload: WorkloadState | None) -> Iterator[None]:
+def release_span(
+    key: str, workload: WorkloadState | None, *, tracer: Tracer | None = None
+) -> Iterator[None]:
     """A ``release pods`` span in the workload's trace around one round of the ungater's
     writes; pods noted with :func:`note_pod_released` inside are summed up per domain."""
     trace_context = workload.trace_context if workload is not None else None
     with continuing(trace_context):
-        if _tracing_off():
+        if _tracing_off(tracer):
             yield
             return
         attributes = workload_attributes(workload) if workload is not None else {}
@@ -412,7 +424,7 @@ def release_span(key: str, workload: WorkloadState | None) -> Iterator[None]:
         releases = _Releases()
         token = _releases.set(releases)
         try:
-            with _tracer().start_as_current_span(RELEASE_SPAN, attributes=attributes) as span:
+            with _tracer(tracer).start_as_current_span(RELEASE_SPAN, attributes=attributes) as span:
                 yield
                 span.set_attribute(
                     "tidegate.release.pods", sum(len(p) for p in releases.by_domain.values())
