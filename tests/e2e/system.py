@@ -421,15 +421,18 @@ async def running_system(
     time_scale: float,
     namespace: str,
     grace_seconds: float = 10.0,
+    extra_env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[System]:
-    """Start the whole stack in ``workdir``, connect, observe; stop everything at the end."""
+    """Start the whole stack in ``workdir``, connect, observe; stop everything at the end.
+
+    ``extra_env`` is added to every service's environment (after :func:`fast_env`)."""
     settings = StackSettings(
         workdir=workdir,
         cluster=CLUSTER,
         nodes=nodes,
         time_scale=time_scale,
         ready_timeout_seconds=60,
-        extra_env=fast_env(time_scale),
+        extra_env={**fast_env(time_scale), **(extra_env or {})},
     )
     async with (
         LocalStack.running(settings) as stack,
