@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -46,10 +46,12 @@ from tidegate.model import (
     WorkloadKey,
     WorkloadState,
 )
-from tidegate.policy.admission import Admission
-from tidegate.policy.victims import VictimChoice
 from tidegate.telemetry.messaging import extract
 from tidegate.telemetry.tracing import forced_ids
+
+if TYPE_CHECKING:  # imported for types only: the policy pulls in numpy, every process pays
+    from tidegate.policy.admission import Admission
+    from tidegate.policy.victims import VictimChoice
 
 _TRACER: Final = "tidegate"
 
@@ -238,7 +240,7 @@ def placement_attributes(admitted: Admitted) -> dict[str, AttributeValue]:
     return attributes
 
 
-def quota_attributes(admission: Admission, queue: str) -> dict[str, AttributeValue]:
+def quota_attributes(admission: "Admission", queue: str) -> dict[str, AttributeValue]:
     """The queue's quota, what its admitted workloads use, and what is left (after this
     decision took effect in the policy)."""
     config = admission.queues().get(queue)
@@ -267,7 +269,7 @@ DecisionBody = Admitted | Pending | PreemptRequested | Released
 
 
 def decision_attributes(
-    body: DecisionBody, workload: WorkloadState | None, admission: Admission | None
+    body: DecisionBody, workload: WorkloadState | None, admission: "Admission | None"
 ) -> dict[str, AttributeValue]:
     """Every attribute of an ``admission decision`` span: inputs (the workload) and outputs
     (kind, reason and its numbers, placement, quota)."""
@@ -309,7 +311,7 @@ _KIND: Final[dict[type, str]] = {
 def decision_span(
     body: DecisionBody,
     workload: WorkloadState | None,
-    admission: Admission | None = None,
+    admission: "Admission | None" = None,
     *,
     tracer: Tracer | None = None,
 ) -> Iterator[Span]:
@@ -334,7 +336,7 @@ def decision_span(
 
 
 def victim_attributes(
-    choice: VictimChoice, room: Mapping[str, Mapping[str, int]] | None = None
+    choice: "VictimChoice", room: Mapping[str, Mapping[str, int]] | None = None
 ) -> dict[str, AttributeValue]:
     """What a victim search considered and chose, and why the others were not chosen."""
     attributes: dict[str, AttributeValue] = {
@@ -373,7 +375,7 @@ def _sum(amounts: Iterable[Mapping[str, int]]) -> dict[str, int]:
 
 def victim_choice_span(
     preemptor: WorkloadState,
-    choice: VictimChoice,
+    choice: "VictimChoice",
     victims: Mapping[WorkloadKey, WorkloadState | None],
     *,
     start: float,
