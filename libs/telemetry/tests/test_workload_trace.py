@@ -25,7 +25,9 @@ from tidegate.telemetry import (
     decision_span,
     export_workload_root,
     inject,
+    newly_bound,
     note_pod_released,
+    pods_bound_span,
     release_span,
     trace_id_of,
     victim_choice_span,
@@ -210,3 +212,22 @@ def test_reason_numbers_of_a_reason_without_numbers_are_empty() -> None:
         "tidegate.reason.best_domain_fits": 0,
         "tidegate.reason.limited_by": "pods",
     }
+
+
+def test_pods_seen_bound_make_one_span_in_the_workload_trace(
+    recorded: tuple[Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = recorded
+    gated = PodState(namespace="ns", name="p0", uid="p0", workload="ns/train")
+    bound = PodState(namespace="ns", name="p0", uid="p0", workload="ns/train", node_name="n1")
+    assert newly_bound(bound, gated)
+    assert newly_bound(bound, None)
+    assert not newly_bound(bound, bound)
+    assert not newly_bound(gated, None)
+    w = workload()
+    pods_bound_span("ns/train", w, [bound], tracer=tracer)
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "bind pods"
+    assert span.context is not None
+    assert format(span.context.trace_id, "032x") == trace_id_of(w.trace_context)
+    assert dict(span.attributes or {})["tidegate.bind.nodes"] == ("p0: n1",)

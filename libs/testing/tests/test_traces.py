@@ -49,6 +49,8 @@ def good() -> list[SpanRecord]:
         admitted(T_SERVE, "3" * 16, "1" * 16, "n/serve"),
         admitted(T_VICTIM, "4" * 16, "2" * 16, "n/v"),
         search,
+        SpanRecord(T_SERVE, "8" * 16, "1" * 16, "bind pods", "tidegate-watcher"),
+        SpanRecord(T_VICTIM, "9" * 16, "2" * 16, "bind pods", "tidegate-watcher"),
     ]
 
 
@@ -124,3 +126,8 @@ async def test_the_receiver_decodes_what_the_otlp_exporter_sends() -> None:
     assert outer.service == "tidegate-test"
     assert outer.attributes == {"tidegate.reason": "X"}
     assert inner.attributes == {"tidegate.list": ("a", "b")}
+
+
+def test_a_trace_that_stops_before_the_pods_are_bound_is_named() -> None:
+    spans = [s for s in good() if not (s.name == "bind pods" and s.trace_id == T_VICTIM)]
+    assert check(spans) == ["n/v: no bind pods span: its trace does not reach its pods bound"]

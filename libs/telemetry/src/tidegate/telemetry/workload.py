@@ -16,7 +16,9 @@ when the watcher first publishes the workload. Below it:
   (candidates, the victims chosen, why the others were not), with a link to each victim's own
   trace;
 * ``release pods`` (:func:`release_span`): the ungater's releases, with one ``pod released``
-  event per pod (domain, rank) in release order.
+  event per pod (domain, rank) in release order;
+* ``bind pods`` (:func:`pods_bound_span`): pods the watcher saw bound to their nodes, one span
+  per batch of its publications; the last one is the last pod bound.
 
 Attribute names are in the ``tidegate.*`` namespace (listed in docs/operations.md). Every
 helper is a no-op apart from passing the trace context on when no tracer provider is installed;
@@ -63,6 +65,8 @@ VICTIMS_SPAN: Final = "select victims"
 """Name of the span of one victim search."""
 RELEASE_SPAN: Final = "release pods"
 """Name of the span of one round of pod releases by the ungater."""
+BIND_SPAN: Final = "bind pods"
+"""Name of the span of pods the watcher saw bound to nodes (one batch of its publications)."""
 POD_RELEASED_EVENT: Final = "pod released"
 _HOSTNAME: Final = "kubernetes.io/hostname"
 """Name of the span event of one pod released."""
@@ -464,3 +468,40 @@ def note_pod_released(pod: PodState, selector: Mapping[str, str]) -> None:
         if pod.podset is not None:
             attributes["tidegate.pod.podset"] = pod.podset
         span.add_event(POD_RELEASED_EVENT, attributes)
+
+
+# ---------------------------------------------------------------------------- watcher
+
+
+def newly_bound(message: object, last: object) -> bool:
+    """Whether ``message`` (a pod state about to be published) shows a pod of a workload bound
+    to a node that ``last`` (the previous message on its subject) did not show bound there."""
+    if not isinstance(message, PodState) or not message.workload or not message.node_name:
+        return False
+    return not (
+        isinstance(last, PodState)
+        and last.uid == message.uid
+        and last.node_name == message.node_name
+    )
+
+
+def pods_bound_span(
+    key: str,
+    workload: WorkloadState | None,
+    pods: Sequence[PodState],
+    *,
+    tracer: Tracer | None = None,
+) -> None:
+    """Record a ``bind pods`` span in ``workload``'s trace: ``pods`` were seen bound."""
+    if _tracing_off(tracer) or not pods:
+        return
+    trace_context = workload.trace_context if workload is not None else None
+    attributes: dict[str, AttributeValue] = {
+        "tidegate.workload.key": key,
+        "tidegate.bind.pods": len(pods),
+        "tidegate.bind.nodes": [f"{p.name}: {p.node_name}" for p in pods],
+    }
+    if workload is not None:
+        attributes["tidegate.workload.pods"] = sum(p.count for p in workload.podsets)
+    with continuing(trace_context):
+        _tracer(tracer).start_span(BIND_SPAN, attributes=attributes).end()

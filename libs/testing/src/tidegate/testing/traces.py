@@ -29,6 +29,7 @@ ROOT = "workload"
 DECISION = "admission decision"
 VICTIMS = "select victims"
 RELEASE = "release pods"
+BIND = "bind pods"
 
 
 @dataclass(frozen=True)
@@ -162,8 +163,8 @@ def admission_trace_problems(
 
     Checked: no span anywhere has a parent id that no span has; each workload has exactly one
     exported ``workload`` root and every span naming it is in that root's trace; its trace has
-    an ``admission decision`` of kind ``admitted`` naming the queue and the placement, and every
-    decision names a reason; each preemptor's trace has a ``select victims`` span naming exactly
+    an ``admission decision`` of kind ``admitted`` naming the queue and the placement, every
+    decision names a reason, and a ``bind pods`` span shows its pods bound; each preemptor's trace has a ``select victims`` span naming exactly
     its victims and linking each victim's trace.
     """
     ids = {span.span_id for span in spans}
@@ -203,6 +204,8 @@ def admission_trace_problems(
                 problems.append(f"{key}: an admission span names no queue")
             if not span.attributes.get("tidegate.placement.domains"):
                 problems.append(f"{key}: an admission span names no placement")
+        if not any(s.name == BIND for s in own):
+            problems.append(f"{key}: no bind pods span: its trace does not reach its pods bound")
         problems.extend(
             f"{key}: a decision span names no reason"
             for span in decisions

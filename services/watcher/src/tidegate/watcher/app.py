@@ -56,10 +56,16 @@ from tidegate.kube import (
     Synced,
 )
 from tidegate.kube import connect as connect_kube
-from tidegate.model import Tombstone, WorkloadState, subjects
+from tidegate.model import PodState, Tombstone, WorkloadState, subjects
 from tidegate.placement import PROFILES
 from tidegate.runtime import ServiceContext
-from tidegate.telemetry import continuing, export_workload_root, workload_trace
+from tidegate.telemetry import (
+    continuing,
+    export_workload_root,
+    newly_bound,
+    pods_bound_span,
+    workload_trace,
+)
 from tidegate.watcher.config import WatcherSettings
 from tidegate.watcher.handlers import fold
 from tidegate.watcher.index import ClusterIndex, ObjectKind, StateKey
@@ -159,6 +165,8 @@ class Watcher:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue(maxsize=4 * settings.batch_max_events)
         self._unsynced: set[ObjectKind] = set(self.resources)
         self._retry: set[StateKey] = set()
+        self._bound: dict[str, list[PodState]] = {}
+        """Pods this batch of publications showed bound, by workload (for its trace)."""
 
     async def run(self) -> None:
         """Replay, list+watch, reconcile, then follow until cancelled."""
@@ -307,13 +315,16 @@ class Watcher:
                 self.stats.publish_failures += 1
                 continue
             self._stored(publication)
+        self._trace_bound()
 
     def _stored(self, publication: Publication) -> None:
         body = publication.envelope.body
+        last = self.mirror.last(publication.key)
         if isinstance(body, WorkloadState):
-            last = self.mirror.last(publication.key)
             if not isinstance(last, WorkloadState) or last.uid != body.uid:
                 export_workload_root(body)  # its first publication: the trace's root span
+        elif isinstance(body, PodState) and body.workload and newly_bound(body, last):
+            self._bound.setdefault(body.workload, []).append(body)
         self.mirror.stored(publication)
         if isinstance(publication.envelope.body, Tombstone):
             self.stats.tombstones += 1
@@ -321,6 +332,14 @@ class Watcher:
             self.stats.snapshots += 1
         for problem in publication.problems:
             log.warning("%s", problem, extra={"subject": publication.subject})
+
+    def _trace_bound(self) -> None:
+        """One ``bind pods`` span per workload whose pods this batch showed bound."""
+        for key, pods in self._bound.items():
+            namespace, _, name = key.partition("/")
+            workload = self.mirror.last(StateKey("workload", namespace, name))
+            pods_bound_span(key, workload if isinstance(workload, WorkloadState) else None, pods)
+        self._bound.clear()
 
 
 class WatcherCollector(Collector):
