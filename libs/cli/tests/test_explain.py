@@ -118,10 +118,12 @@ async def scenario(bus: Bus, cluster: str) -> None:
         ("train-a", "offline", 10, 10.0),
         ("train-b", "offline", 10, 20.0),
         ("train-c", "offline", 5, 5.0),
+        ("broken", "offline", 50, 1.0),
     ):
         body = workload(name, queue=queue, priority=priority, created=created)
         await put(bus, cluster, subjects.workload(cluster, "ns", name), body)
     await decide(bus, cluster, "admitted", "train-a", admitted("train-a", "offline", 1))
+    await decide(bus, cluster, "pending", "broken", pending("broken", "offline", 1, "Invalid"))
     await decide(bus, cluster, "pending", "train-b", pending("train-b", "offline", 2))
     await decide(bus, cluster, "pending", "serve", pending("serve", "online", 3))
     preempted = Preempted(
@@ -176,6 +178,10 @@ async def test_explain_names_state_reason_position_placement_preemption_pods_and
     assert waiting["state"] == "Submitted"
     assert waiting["position"] == {"place": 3, "waiting": 3}
     assert waiting["ahead"] == ["ns/train-a", "ns/train-b"]
+    broken = explain(view, "ns/broken")
+    assert broken is not None
+    assert broken["reason"] == "Invalid"
+    assert "position" not in broken, "a workload waiting for a fix is nobody's turn"
     assert explain(view, "ns/nothing") is None
 
 
@@ -191,10 +197,10 @@ async def test_queues_sum_usage_of_admitted_and_count_pending_by_reason(
     assert rows["online"]["pending"] == {}
     assert rows["offline"]["admitted"] == 0
     assert rows["offline"]["usage"] == {}
-    assert rows["offline"]["pending"] == {"WaitingForCapacity": 2, "Submitted": 1}
+    assert rows["offline"]["pending"] == {"WaitingForCapacity": 2, "Submitted": 1, "Invalid": 1}
     text = render_queues(list(rows.values()))
     assert "usage      cpu 16, nvidia.com/gpu 16/64" in text
-    assert "pending    3 (Submitted 1, WaitingForCapacity 2)" in text
+    assert "pending    4 (Invalid 1, Submitted 1, WaitingForCapacity 2)" in text
 
 
 @pytest.mark.usefixtures("nats_server")

@@ -89,13 +89,19 @@ def state_of(view: "BusView", key: str) -> tuple[str, str | None, str]:
     return "Pending", "WaitingForPreemption", body.message
 
 
+NOT_COMPETING: Final = frozenset({"Invalid", "QueueNotFound"})
+"""Pending reasons of workloads that wait for a fix, not for their turn (not counted ahead)."""
+
+
 def waiting_in(view: "BusView", queue: str) -> list[WorkloadState]:
-    """The workloads of ``queue`` waiting for admission, in admission order."""
-    waiting = [
-        w
-        for key, w in view.workloads.items()
-        if (w.queue or "") == queue and state_of(view, key)[0] in ("Pending", "Submitted")
-    ]
+    """The workloads of ``queue`` waiting for their turn, in admission order."""
+    waiting = []
+    for key, w in view.workloads.items():
+        if (w.queue or "") != queue:
+            continue
+        state, reason, _ = state_of(view, key)
+        if state in ("Pending", "Submitted") and reason not in NOT_COMPETING:
+            waiting.append(w)
     return order_workloads(waiting)
 
 
@@ -145,7 +151,7 @@ def explain(view: "BusView", key: str) -> dict[str, Any] | None:
     if last is not None:
         out["last_decision"] = {
             "kind": type(last.body).__name__.lower(),
-            "sequence": last.sequence,
+            "sequence": last.body.sequence,
             "at": _when(last.time),
         }
     if workload is not None:
@@ -183,7 +189,7 @@ def explain(view: "BusView", key: str) -> dict[str, Any] | None:
         if workload.invalid_reason:
             out["invalid_reason"] = workload.invalid_reason
         out["trace_id"] = _trace_id(workload)
-    if state in ("Pending", "Submitted") and workload is not None:
+    if state in ("Pending", "Submitted") and reason not in NOT_COMPETING and workload:
         waiting = waiting_in(view, workload.queue or "")
         position = next((i for i, w in enumerate(waiting) if w.uid == workload.uid), None)
         if position is not None:
