@@ -48,6 +48,7 @@ from tidegate.model import (
     WorkloadKey,
     WorkloadState,
 )
+from tidegate.model.quantity import format_quantity
 from tidegate.telemetry.messaging import extract
 from tidegate.telemetry.tracing import forced_ids
 
@@ -115,8 +116,11 @@ def continuing(trace_context: Mapping[str, str] | None) -> Iterator[None]:
         otel_context.detach(token)
 
 
-def _resources(resources: Mapping[str, object]) -> str:
-    return ",".join(f"{name}={value}" for name, value in sorted(resources.items()))
+def _resources(resources: Mapping[str, int]) -> str:
+    """``cpu=8,memory=64Gi,nvidia.com/gpu=8``: Kubernetes notation, names sorted."""
+    return ",".join(
+        f"{name}={format_quantity(name, value)}" for name, value in sorted(resources.items())
+    )
 
 
 def workload_attributes(workload: WorkloadState) -> dict[str, AttributeValue]:
