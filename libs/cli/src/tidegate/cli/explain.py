@@ -10,10 +10,12 @@ the same as one JSON object for tools. Exit status 0, 1 when the workload is not
 
 import argparse
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -282,15 +284,28 @@ def render(answer: Mapping[str, Any]) -> str:
 
 
 def bus_settings(args: argparse.Namespace, name: str) -> "BusSettings":
-    """The bus settings the options name (connection ``name``; gives up after 10 s)."""
+    """The bus settings the options name (connection ``name``; gives up after 5 s)."""
     from tidegate.bus import BusSettings, servers_from_url
 
     return BusSettings(
         servers=tuple(servers_from_url(args.nats_url)),
         name=name,
         creds_file=Path(args.nats_creds) if args.nats_creds else None,
-        wait_for_server_seconds=10,
+        wait_for_server_seconds=5,
     )
+
+
+@contextlib.contextmanager
+def quiet_bus() -> Iterator[None]:
+    """Silence the connection's own warnings (one per failed attempt) inside the block: the
+    command says once why it could not read the bus."""
+    logger = logging.getLogger("tidegate.bus")
+    saved = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -305,7 +320,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         settings = bus_settings(args, "tidegate-explain")
-        view = asyncio.run(read_view(settings, args.cluster, pods_of=namespace))
+        with quiet_bus():
+            view = asyncio.run(read_view(settings, args.cluster, pods_of=namespace))
     except (BusError, OSError) as exc:
         print(f"tidegate explain: cannot read the bus: {exc}", file=sys.stderr)
         return 2

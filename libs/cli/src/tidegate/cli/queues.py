@@ -14,7 +14,13 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
-from tidegate.cli.explain import add_bus_arguments, bus_settings, resources_text, state_of
+from tidegate.cli.explain import (
+    add_bus_arguments,
+    bus_settings,
+    quiet_bus,
+    resources_text,
+    state_of,
+)
 from tidegate.model import resources
 
 if TYPE_CHECKING:
@@ -113,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     from tidegate.cli.busview import read_view
 
     try:
-        view = asyncio.run(read_view(bus_settings(args, "tidegate-queues"), args.cluster))
+        with quiet_bus():
+            view = asyncio.run(read_view(bus_settings(args, "tidegate-queues"), args.cluster))
     except (BusError, OSError) as exc:
         print(f"tidegate queues: cannot read the bus: {exc}", file=sys.stderr)
         return 2
