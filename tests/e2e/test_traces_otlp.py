@@ -58,7 +58,7 @@ async def test_the_traces_that_arrive_over_otlp_have_the_admission_shape(tmp_pat
     async with receiver.running():
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "500"}
         async with running_system(
-            tmp_path, nodes="1x2x4x8gpu", time_scale=0.02, namespace=NAMESPACE, extra_env=env
+            tmp_path, nodes="1x2x4x8gpu", time_scale=0.02, namespace=NAMESPACE, env=env
         ) as system:
             await system.set_up(
                 priority_classes={"serving": 100_000, "batch": 10_000}, queues=QUEUES

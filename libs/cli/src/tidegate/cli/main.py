@@ -16,6 +16,7 @@ COMMANDS: Final[dict[str, str]] = {
     # command name -> module under tidegate.cli
     "demo": "demo",
     "explain": "explain",
+    "nodes": "nodes",
     "place": "place",
     "preempt": "preempt",
     "queues": "queues",

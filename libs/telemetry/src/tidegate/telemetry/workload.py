@@ -317,7 +317,7 @@ _KIND: Final[dict[type, str]] = {
 
 @contextmanager
 def decision_span(
-    body: DecisionBody,
+    body: object,
     workload: WorkloadState | None,
     admission: "Admission | None" = None,
     *,
@@ -325,14 +325,16 @@ def decision_span(
 ) -> Iterator[Span]:
     """An ``admission decision`` span in the workload's trace; publish the decision inside.
 
+    ``body`` is the decision (any other message gets no span, only the workload's context).
+
     Without a tracer provider the workload's trace context is still made current, so the
     publication carries it.
     """
     trace_context = workload.trace_context if workload is not None else None
-    if not trace_context:
+    if not trace_context and isinstance(body, DecisionBody):
         trace_context = workload_trace_context(body.uid)
     with continuing(trace_context):
-        if _tracing_off(tracer):
+        if _tracing_off(tracer) or not isinstance(body, DecisionBody):
             yield trace.INVALID_SPAN
             return
         attributes = decision_attributes(body, workload, admission)
