@@ -159,6 +159,12 @@ def setup_tracing(service_name: str, *, env: Mapping[str, str] | None = None) ->
     _installed = provider
 
 
+def flush_spans(timeout_millis: int = 5000) -> bool:
+    """Export what is buffered now (blocking; run it in a thread from async code). True when
+    everything was exported in time, or when nothing is installed."""
+    return _installed.force_flush(timeout_millis) if _installed is not None else True
+
+
 def shutdown_tracing() -> None:
     """Export what is buffered and stop the exporters; call before the process exits."""
     global _installed

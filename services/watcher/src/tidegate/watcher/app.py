@@ -62,6 +62,7 @@ from tidegate.runtime import ServiceContext
 from tidegate.telemetry import (
     continuing,
     export_workload_root,
+    flush_spans,
     newly_bound,
     pods_bound_span,
     workload_trace,
@@ -167,6 +168,8 @@ class Watcher:
         self._retry: set[StateKey] = set()
         self._bound: dict[str, list[PodState]] = {}
         """Pods this batch of publications showed bound, by workload (for its trace)."""
+        self._roots = 0
+        """Root spans exported by this batch of publications, not flushed yet."""
 
     async def run(self) -> None:
         """Replay, list+watch, reconcile, then follow until cancelled."""
@@ -316,13 +319,19 @@ class Watcher:
                 continue
             self._stored(publication)
         self._trace_bound()
+        if self._roots:
+            # A root lost in a crash would never be exported again (it is made once): send
+            # the roots now rather than within the exporter's batch delay.
+            self._roots = 0
+            await asyncio.to_thread(flush_spans)
 
     def _stored(self, publication: Publication) -> None:
         body = publication.envelope.body
         last = self.mirror.last(publication.key)
         if isinstance(body, WorkloadState):
             if not isinstance(last, WorkloadState) or last.uid != body.uid:
-                export_workload_root(body)  # its first publication: the trace's root span
+                # Its first publication: the trace's root span.
+                self._roots += export_workload_root(body)
         elif isinstance(body, PodState) and body.workload and newly_bound(body, last):
             self._bound.setdefault(body.workload, []).append(body)
         self.mirror.stored(publication)
