@@ -182,6 +182,7 @@ def test_a_victim_search_links_each_victims_trace_and_says_why_others_were_not_c
     assert attributes["tidegate.preemption.victims"] == ("ns/victim",)
     assert attributes["tidegate.preemption.not_chosen"] == ("ns/other: not preemptable",)
     assert attributes["tidegate.preemption.freed_gpus"] == 64
+    assert attributes["tidegate.preemption.victim_room"] == ("ns/victim: nvidia.com/gpu=64",)
 
 
 def test_releases_are_summed_up_per_domain_in_release_order(

@@ -393,7 +393,8 @@ def victim_choice_span(
     tracer: Tracer | None = None,
 ) -> None:
     """Record a ``select victims`` span (a child of the current span, from ``start`` to now)
-    with a link to the trace of every victim in ``victims`` (key → its workload state)."""
+    with a link to the trace of every victim in ``victims`` (key → its workload state).
+    ``room``: what each victim's eviction frees (default: what its podsets request)."""
     if _tracing_off(tracer):
         return
     links = []
@@ -402,6 +403,12 @@ def victim_choice_span(
         span_context = trace.get_current_span(extract(context)).get_span_context()
         if span_context.is_valid:
             links.append(Link(span_context, {"tidegate.workload.key": key}))
+    if room is None:  # what each victim holds: the room its eviction frees
+        room = {
+            key: _sum({n: v * p.count for n, v in p.requests.items()} for p in victim.podsets)
+            for key, victim in victims.items()
+            if victim is not None
+        }
     attributes = {**workload_attributes(preemptor), **victim_attributes(choice, room)}
     span = _tracer(tracer).start_span(
         VICTIMS_SPAN, links=links, attributes=attributes, start_time=int(start * 1e9)
