@@ -32,7 +32,6 @@ import logging
 import time
 from collections.abc import Sequence
 
-from opentelemetry import context as otel_context
 from prometheus_client import Counter, Gauge, Histogram
 
 from tidegate.admission.config import Settings
@@ -63,7 +62,7 @@ from tidegate.model import (
 from tidegate.model.subjects import DecisionKind
 from tidegate.policy.admission import Admission, Decision
 from tidegate.runtime import ServiceContext
-from tidegate.telemetry import extract
+from tidegate.telemetry import decision_span
 
 log = logging.getLogger(__name__)
 
@@ -332,9 +331,9 @@ class Leader:
         # fenced on the same marker); a refusal by a successor's claim raises LeaseLost.
         for index, entry in enumerate(unsent):
             workload = (workloads or {}).get(entry.envelope.event_id)
-            token = otel_context.attach(extract(workload.trace_context if workload else None))
             try:
-                await self._fence.publish(entry.subject, entry.envelope)
+                with decision_span(entry.envelope.body, workload, self._admission):
+                    await self._fence.publish(entry.subject, entry.envelope)
             except LeaseLost:
                 raise
             except BusError as exc:
@@ -345,8 +344,6 @@ class Leader:
                     exc,
                 )
                 break
-            finally:
-                otel_context.detach(token)
         self._unsent = [e for e in unsent if e.envelope.event_id in failed] + self._unsent
         self._metrics.unsent.set(len(self._unsent))
         await self._ledger.unstage([e for e in unsent if e.envelope.event_id not in failed])

@@ -48,7 +48,7 @@ from tidegate.preemption.evict import EvictionFailed, Evictor
 from tidegate.preemption.ledger import PreemptionLedger
 from tidegate.preemption.record import PodRef, PreemptionRecord, event_id
 from tidegate.preemption.view import PreemptionView, Unanswerable
-from tidegate.telemetry import extract, inject
+from tidegate.telemetry import extract, inject, victim_choice_span
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,11 @@ class Preempter:
             queue=request.queue,
             topology=request.topology,
         )
-        self._metrics.search_seconds.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self._metrics.search_seconds.observe(took)
+        if not isinstance(choice, Unanswerable):
+            traces = {v: self._view.workload(v) for v in choice.victims}
+            victim_choice_span(workload, choice, traces, start=time.time() - took)
         if isinstance(choice, Unanswerable):
             log.warning("no victim search for %s: %s", key, choice.reason)
             return "unanswerable"

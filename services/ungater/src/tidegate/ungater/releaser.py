@@ -44,7 +44,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
-from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.bus import Bus, BusError, LeaseLost, LeaseUnconfirmed, Published
@@ -70,13 +69,12 @@ from tidegate.model import (
 )
 from tidegate.model.names import ADMISSION_GATE
 from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, parse_card_name
-from tidegate.telemetry import extract
+from tidegate.telemetry import note_pod_released, release_span
 from tidegate.ungater import slots, status
 from tidegate.ungater.config import UngaterSettings
 from tidegate.ungater.view import View
 
 log = logging.getLogger(__name__)
-tracer = trace.get_tracer("tidegate.ungater")
 
 SOURCE = "ungater"
 """The ``source`` of every envelope this service publishes."""
@@ -576,10 +574,7 @@ class Releaser:
     # ------------------------------------------------------------------ writes
 
     async def _execute(self, item: _Work) -> None:
-        context = extract(item.workload.trace_context if item.workload else None)
-        with tracer.start_as_current_span(
-            f"ungate {item.key}", context=context, attributes={"tidegate.workload": item.key}
-        ):
+        with release_span(item.key, item.workload):
             async with asyncio.TaskGroup() as tasks:
                 for write in item.writes:
                     tasks.create_task(self._limited(write))
@@ -639,6 +634,7 @@ class Releaser:
             )
             self.mark([key])
         else:
+            note_pod_released(pod, selector)
             self.metrics.released.inc()
             log.info(
                 "ungater: released pod %s/%s into %s",

@@ -28,6 +28,7 @@ from tidegate.policy.service_type import (
     ServiceTypeError,
     resolve_service_type,
 )
+from tidegate.telemetry import workload_trace_context
 from tidegate.watcher import keys
 from tidegate.watcher.annotations import (
     Found,
@@ -361,8 +362,7 @@ def _podset(
 def derived_trace_context(uid: str) -> dict[str, str]:
     """A W3C traceparent derived from the workload's UID, so every service that continues it
     lands in the same trace, and republishing the workload never changes it."""
-    digest = hashlib.sha256(f"tidegate-workload:{uid}".encode()).hexdigest()
-    return {"traceparent": f"00-{digest[:32]}-{digest[32:48]}-01"}
+    return workload_trace_context(uid)
 
 
 def _priority(
