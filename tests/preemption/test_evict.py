@@ -12,12 +12,8 @@ from tidegate.bus import BusSettings, Lease, LeaseLost, LeaseSettings
 from tidegate.bus import connect as connect_bus
 from tidegate.kube import JOBS, NAMESPACES, PODS, KubeClient, KubeSettings, NotFound
 from tidegate.kube import connect as connect_kube
-from tidegate.preemption.evict import (
-    PREEMPTED_BY_ANNOTATION,
-    EvictionFailed,
-    EvictionSettings,
-    Evictor,
-)
+from tidegate.model.names import PREEMPTED_BY_ANNOTATION, RESUME_ANNOTATION
+from tidegate.preemption.evict import EvictionFailed, EvictionSettings, Evictor
 from tidegate.preemption.record import PodRef, VictimRecord
 from tidegate.sim import SimCluster, SimSettings
 
@@ -111,6 +107,8 @@ async def test_abort_suspends_and_marks_the_job_then_evicts_its_pods(kube: KubeC
     stored = await kube.get(JOBS, "train", namespace=NAMESPACE)
     assert stored["spec"]["suspend"] is True
     assert stored["metadata"]["annotations"][PREEMPTED_BY_ANNOTATION] == f"{NAMESPACE}/serve"
+    # Suspended by tidegate for good: never taken for a Job queued for tidegate to resume.
+    assert stored["metadata"]["annotations"][RESUME_ANNOTATION] == "manual"
     assert [await exists(kube, p.name) for p in pods] == [None, None]
 
     # The Job gone meanwhile (a restarted preemption) is not an error either.

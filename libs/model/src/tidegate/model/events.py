@@ -38,7 +38,7 @@ PendingReason = Literal[
 ]
 """Stable reason tokens of a pending decision; users alert on them, never change one."""
 
-ReleaseReason = Literal["Completed", "Deleted", "Evicted", "Failed"]
+ReleaseReason = Literal["Completed", "Deleted", "Evicted", "Failed", "Suspended"]
 """Why a workload gave its admitted capacity back."""
 
 CardRequest = dict[str, int]
@@ -180,6 +180,14 @@ class WorkloadState(_Body, frozen=True, kw_only=True, tag="workload"):
     """The workload ran to the end; set by the watcher from the owner's status (a Job's
     Complete/Failed condition, a Pod's phase, …). Admission releases a finished workload's
     quota and never admits it again; None while it may still run."""
+    suspended: bool = False
+    """The top owner (a Job or JobSet) has ``spec.suspend: true``: its controller runs no pods."""
+    resume_on_admission: bool = False
+    """Set with ``suspended`` when tidegate is the one to unsuspend it (docs/workloads.md,
+    "Suspended Jobs"): it was created suspended naming a queue, Kueue's way, and no one has
+    resumed it yet. Admission queues and admits it; the ungater then unsuspends it. A suspended
+    workload without this flag is someone else's suspension: never admitted, and an admission
+    in force is released (reason ``Suspended``)."""
 
 
 class TopologyConfig(_Body, frozen=True, kw_only=True, tag="topology"):

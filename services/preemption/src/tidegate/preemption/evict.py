@@ -16,7 +16,10 @@ and the rules for doing it safely live together:
   :class:`tidegate.bus.LeaseLost` unless its lease is held, unexpired, for a safety margin
   more (:meth:`tidegate.bus.Lease.ensure_held`); a deposed leader evicts nothing;
 - abort mode suspends the victim's Job or JobSet first (so its controller does not recreate
-  the pods) and annotates it ``tidegate.io/preempted-by``.
+  the pods) and, in the same patch, annotates it ``tidegate.io/preempted-by`` and
+  ``tidegate.io/resume: manual``: the suspension is then never taken for one made for tidegate
+  to undo (docs/workloads.md, "Suspended Jobs and JobSets"), so the victim stays out across
+  any restart of any service, by its own object.
 
 It decides nothing: which pods of which victims is the record's business (:mod:`.record`).
 """
@@ -26,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Literal
 
 from tidegate.bus import LeaseLost, Retryable
 from tidegate.kube import (
@@ -41,12 +44,11 @@ from tidegate.kube import (
     resource_for_kind,
 )
 from tidegate.kube.ratelimit import TokenBucket
+from tidegate.model.names import PREEMPTED_BY_ANNOTATION, RESUME_ANNOTATION, RESUME_MANUAL
 from tidegate.preemption.record import PodRef, VictimRecord
 
 log = logging.getLogger(__name__)
 
-PREEMPTED_BY_ANNOTATION: Final = "tidegate.io/preempted-by"
-"""Set on an aborted victim's top owner: the key of the workload it was preempted for."""
 
 EvictionResult = Literal["evicted", "gone"]
 """What became of one pod: evicted now, or already gone / replaced."""
@@ -133,15 +135,14 @@ class Evictor:
                     victim.owner_kind,
                 )
                 return
-            if victim.owner_kind == "Job":
-                await self._kube.suspend_job(namespace, name)
-                self._guard()
-            elif victim.owner_kind == "JobSet":
-                await self._kube.suspend_jobset(namespace, name, resource=resource)
-                self._guard()
-            await self._kube.annotate(
-                resource, namespace, name, {PREEMPTED_BY_ANNOTATION: preemptor}
-            )
+            annotations = {PREEMPTED_BY_ANNOTATION: preemptor}
+            if victim.owner_kind in ("Job", "JobSet"):
+                # One patch: no moment where it is suspended without saying by whom.
+                annotations[RESUME_ANNOTATION] = RESUME_MANUAL
+                patch = {"metadata": {"annotations": annotations}, "spec": {"suspend": True}}
+                await self._kube.patch(resource, name, patch, namespace=namespace)
+            else:
+                await self._kube.annotate(resource, namespace, name, annotations)
         except NotFound:
             log.info("abort %s: its %s is gone already", victim.key, victim.owner_kind)
         except KubeError as exc:

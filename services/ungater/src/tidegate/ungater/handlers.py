@@ -13,6 +13,7 @@ Pending        Normal    waiting; message ``<reason token>: <admission's message
 Invalid        Warning   the workload (or its queue) is malformed; admission's message
 Preempted      Warning   evicted for an inference workload (by whom, restart or abort)
 Evicted        Warning   no replacement after a node failure: evicted whole, re-queued
+Suspended      Normal    suspended by someone else: its admission released, nothing reserved
 =============  ========  ==============================================================
 
 Admission publishes a pending decision only when the reason changes; a redelivered decision
@@ -129,6 +130,8 @@ class Reporter:
                     return await self._preempted(body, received)
                 case Released(evict_pods=True):
                     return await self._evicted(body, received)
+                case Released(reason="Suspended"):
+                    return await self._suspended(body, received)
                 case _:
                     return Ack()
         except KubeError as exc:
@@ -199,6 +202,13 @@ class Reporter:
             return self._unknown(body.workload, received)
         message = body.message or "no replacement for slots lost to failed nodes"
         await self._event(workload, "Evicted", f"evicted whole and re-queued: {message}", "Warning")
+        return Ack()
+
+    async def _suspended(self, body: Released, received: Received) -> Outcome:
+        workload = self._workload(body.workload, body.uid)
+        if workload is None:
+            return self._unknown(body.workload, received)
+        await self._event(workload, "Suspended", f"admission released: {body.message}")
         return Ack()
 
     def _workload(self, key: str, uid: str) -> WorkloadState | None:

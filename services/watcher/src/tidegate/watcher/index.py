@@ -13,6 +13,8 @@ Rules kept here:
   gate (or, after a restart, once the state stream says it was published before), and stays
   managed while its owner exists. Unmanaged workloads are never published, and their pods are
   published with ``workload`` null (they still count for capacity).
+- A Job or JobSet created suspended that names a queue, Kueue's way, is managed from the
+  start, without pods (it has none until tidegate unsuspends it; :mod:`tidegate.watcher.suspend`).
 - A pod whose owner chain names an object not seen yet (a ReplicaSet whose event has not arrived)
   waits: it is published without a workload until the owner arrives, and its workload is not
   created from it, so no spurious workload keyed by the ReplicaSet ever appears.
@@ -56,6 +58,7 @@ from tidegate.watcher.objects import (
     describe_error,
 )
 from tidegate.watcher.recognize import Context, Owner, OwnerObject, pod_position, recognize
+from tidegate.watcher.suspend import suspension
 
 ObjectKind = Literal[
     "Node",
@@ -497,6 +500,7 @@ class ClusterIndex:
             if parent is not None:
                 self._children.setdefault(parent.uid, set()).add(meta.uid)
             applied.affected.update(self._owner_workloads(owner))
+            self._manage_if_queued(owner)
         self._relink([meta.uid, *self._children.get(meta.uid, ())], applied)
         if deleted:
             self._children.pop(meta.uid, None)
@@ -522,6 +526,14 @@ class ClusterIndex:
         except ObjectError as exc:
             return Owner(kind, api_version, meta, None, describe_error(exc))
         return Owner(kind, api_version, meta, decoded)
+
+    def _manage_if_queued(self, owner: Owner) -> None:
+        """A top owner created suspended for tidegate is managed before it has any pod."""
+        resolution = self._top(owner)
+        if resolution.owner != ("owner", owner.meta.uid) or resolution.workload is None:
+            return
+        if suspension(owner.meta, owner.obj).resume_on_admission:
+            self.managed.add(resolution.workload)
 
     def _owner_workloads(self, owner: Owner) -> set[StateKey]:
         resolution = self._top(owner)

@@ -209,6 +209,7 @@ class JobSpec(_K8s, frozen=True, kw_only=True):
 
     parallelism: int | None = None
     completions: int | None = None
+    suspend: bool | None = None
     template: PodTemplateSpec = msgspec.field(default_factory=PodTemplateSpec)
 
 
@@ -239,6 +240,7 @@ class JobSetSpec(_K8s, frozen=True, kw_only=True):
     """spec of a jobset.x-k8s.io JobSet."""
 
     replicated_jobs: list[ReplicatedJob] = msgspec.field(default_factory=list)
+    suspend: bool | None = None
 
 
 class JobSet(_K8s, frozen=True, kw_only=True):
