@@ -19,7 +19,10 @@ Suspended      Normal    suspended by someone else: its admission released, noth
 Admission publishes a pending decision only when the reason changes; a redelivered decision
 (at-least-once) with the same reason and message is not recorded twice. On an admission the
 workload's trace context is written to its top owner as the annotation
-``tidegate.io/trace-context`` (JSON of the W3C headers), so later steps join the same trace.
+``tidegate.io/trace-context`` (JSON of the W3C headers), so later steps join the same trace;
+an admitted Job or JobSet also gets ``tidegate.io/resume: manual`` there, so a later
+suspension of it is known to be someone else's (docs/workloads.md, "Suspended Jobs and
+JobSets"; one admitted while suspended for tidegate gets it when the releaser unsuspends it).
 
 Releasing pods is not done here (:mod:`tidegate.ungater.releaser` does it from the view);
 this module only reports.
@@ -44,6 +47,7 @@ from tidegate.kube import (
     ResourceType,
 )
 from tidegate.model import Admitted, Pending, Preempted, Released, WorkloadKey, WorkloadState
+from tidegate.model.names import RESUME_ANNOTATION, RESUME_MANUAL
 from tidegate.telemetry import inject
 from tidegate.ungater.status import placement_summary
 from tidegate.ungater.view import View
@@ -155,13 +159,17 @@ class Reporter:
             carrier: dict[str, str] = {}
             inject(carrier)  # the decision's context: the workload's trace, continued
             carrier = carrier or dict(workload.trace_context)
+            annotations: dict[str, str] = {}
             if carrier:
+                annotations[TRACE_ANNOTATION] = json.dumps(carrier, sort_keys=True)
+            if workload.owner_kind in ("Job", "JobSet") and not workload.resume_on_admission:
+                # Admitted and running: a later suspension is someone else's (the one admitted
+                # while suspended for tidegate gets it with its unsuspension, by the releaser).
+                annotations[RESUME_ANNOTATION] = RESUME_MANUAL
+            if annotations:
                 with contextlib.suppress(NotFound):
                     await self.kube.annotate(
-                        resource,
-                        workload.namespace,
-                        workload.name,
-                        {TRACE_ANNOTATION: json.dumps(carrier, sort_keys=True)},
+                        resource, workload.namespace, workload.name, annotations
                     )
         return Ack()
 

@@ -12,9 +12,9 @@ same on the object:
   resumed by whoever suspended it.
 
 tidegate tells them apart with an annotation it writes itself, ``tidegate.io/resume: manual``
-(:data:`~tidegate.model.names.RESUME_ANNOTATION`): the ungater sets it in the same patch that
-unsuspends an admitted object, and preemption in the same patch that suspends an aborted
-victim. So a suspended object is queued for tidegate iff it names a queue and carries neither
+(:data:`~tidegate.model.names.RESUME_ANNOTATION`): the ungater sets it on every admitted Job
+or JobSet (with the trace-context annotation), in the same patch that unsuspends an object
+admitted while suspended, and preemption in the same patch that suspends an aborted victim. So a suspended object is queued for tidegate iff it names a queue and carries neither
 that annotation nor ``tidegate.io/preempted-by``. Everything else suspended is stopped.
 Pure code.
 """
