@@ -422,6 +422,7 @@ EXPECTED_PERMISSIONS: dict[str, set[tuple[str, str, str]]] = {
         for group, resources in {
             "": ("nodes", "pods", "namespaces"),
             "scheduling.k8s.io": ("priorityclasses",),
+            "policy": ("poddisruptionbudgets",),
             "batch": ("jobs",),
             "apps": ("deployments", "replicasets"),
             "jobset.x-k8s.io": ("jobsets",),

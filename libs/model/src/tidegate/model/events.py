@@ -214,10 +214,27 @@ class QueueConfig(_Body, frozen=True, kw_only=True, tag="queue"):
     invalid_reason: str | None = None
 
 
+class DisruptionBudgetState(_Body, frozen=True, kw_only=True, tag="pdb"):
+    """A PodDisruptionBudget (policy/v1) and the managed workloads whose pods it covers.
+    Subject ``tg.<cluster>.config.pdb.<ns>.<name>``."""
+
+    namespace: str
+    name: str
+    uid: str
+    disruptions_allowed: int = 0
+    """``status.disruptionsAllowed`` as the disruption controller computed it (0 until it has):
+    how many of its pods may be evicted now."""
+    expected_pods: int = 0
+    current_healthy: int = 0
+    desired_healthy: int = 0
+    workloads: dict[str, int] = msgspec.field(default_factory=dict)
+    """Workload key → how many of that workload's live pods the budget's selector selects."""
+
+
 class Tombstone(_Body, frozen=True, kw_only=True, tag="tombstone"):
     """The object on this subject was deleted; last-value streams keep this as its final state."""
 
-    object_kind: Literal["node", "pod", "workload", "topology", "queue"]
+    object_kind: Literal["node", "pod", "workload", "topology", "queue", "pdb"]
     name: str
     namespace: str | None = None
     uid: str | None = None
@@ -397,6 +414,7 @@ Message = (
     | WorkloadState
     | TopologyConfig
     | QueueConfig
+    | DisruptionBudgetState
     | Tombstone
     | CapacityNode
     | CapacityDomain

@@ -36,7 +36,7 @@ from typing import Literal, NamedTuple
 
 import msgspec
 
-from tidegate.model.events import Message, ServiceType, WorkloadState
+from tidegate.model.events import DisruptionBudgetState, Message, ServiceType, WorkloadState
 from tidegate.model.names import ADMISSION_GATE
 from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
 from tidegate.watcher import keys
@@ -50,6 +50,7 @@ from tidegate.watcher.objects import (
     ObjectError,
     ObjectMeta,
     Pod,
+    PodDisruptionBudget,
     PodGroup,
     PriorityClass,
     ReplicaOwner,
@@ -72,11 +73,12 @@ ObjectKind = Literal[
     "KueueTopology",
     "Queue",
     "PriorityClass",
+    "PodDisruptionBudget",
 ]
 """The kinds the watcher follows; "KueueTopology" is kueue.x-k8s.io's Topology."""
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-StateKind = Literal["node", "pod", "workload", "topology", "queue"]
+StateKind = Literal["node", "pod", "workload", "topology", "queue", "pdb"]
 
 OWNER_KINDS: Mapping[ObjectKind, type[Job | JobSet | ReplicaOwner]] = {
     "Job": Job,
@@ -158,6 +160,8 @@ class ClusterIndex:
         self.queues: dict[str, object] = {}
         """Queue objects as received (decoded when published, so errors become invalid_reason)."""
         self.priority_classes: dict[str, PriorityClass] = {}
+        self.budgets: dict[tuple[str, str], PodDisruptionBudget] = {}
+        """PodDisruptionBudgets by (namespace, name)."""
         self.managed: set[tuple[str, str]] = set()
         self._resolution: dict[tuple[str, str], _Resolution] = {}
         self._members: dict[tuple[str, str], set[tuple[str, str]]] = {}
@@ -207,6 +211,13 @@ class ClusterIndex:
             applied.affected.add(StateKey("queue", None, meta.name))
         elif kind == "PriorityClass":
             self._apply_priority_class(meta, obj, deleted, applied)
+        elif kind == "PodDisruptionBudget":
+            self._apply_budget(meta, obj, deleted, applied)
+        if kind == "Pod" or kind in OWNER_KINDS:
+            # A budget counts the managed pods it selects by workload.
+            applied.affected.update(
+                StateKey("pdb", ns, name) for ns, name in self.budgets if ns == meta.namespace
+            )
         if meta.resource_version:
             for key in applied.affected:
                 old = self._versions.get(key)
@@ -243,6 +254,7 @@ class ClusterIndex:
         out.update(StateKey("workload", ns, name) for ns, name in self.managed)
         out.update(StateKey("topology", None, name) for _, name in self.topologies)
         out.update(StateKey("queue", None, name) for name in self.queues)
+        out.update(StateKey("pdb", ns, name) for ns, name in self.budgets)
         return out
 
     def desired(self, key: StateKey) -> Desired:
@@ -261,6 +273,8 @@ class ClusterIndex:
             return self._desired_workload((key.namespace or "", key.name))
         if key.kind == "topology":
             return self._desired_topology(key.name)
+        if key.kind == "pdb":
+            return self._desired_budget((key.namespace or "", key.name))
         raw = self.queues.get(key.name)
         if raw is None:
             return Desired(None)
@@ -337,6 +351,50 @@ class ClusterIndex:
                 applied.problems.append(f"PriorityClass {meta.name}: {describe_error(exc)}")
                 return
         self._context_changed(applied)
+
+    def _apply_budget(
+        self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
+    ) -> None:
+        key = (meta.namespace, meta.name)
+        applied.affected.add(StateKey("pdb", *key))
+        if deleted:
+            self.budgets.pop(key, None)
+            return
+        try:
+            self.budgets[key] = decode(obj, PodDisruptionBudget)
+        except ObjectError as exc:
+            self.budgets.pop(key, None)
+            applied.problems.append(f"PodDisruptionBudget {key[0]}/{key[1]}: {describe_error(exc)}")
+
+    def _desired_budget(self, key: tuple[str, str]) -> Desired:
+        """The budget with the managed workloads whose live pods it selects, counted."""
+        budget = self.budgets.get(key)
+        if budget is None:
+            return Desired(None)
+        covered: dict[str, int] = {}
+        selector = budget.spec.selector
+        if selector is not None:
+            for (namespace, name), pod in self.pods.items():
+                if namespace != key[0] or settled(pod) or pod.metadata.deletion_timestamp:
+                    continue
+                resolution = self._resolution.get((namespace, name))
+                if resolution is None or resolution.workload not in self.managed:
+                    continue
+                if selector.matches(pod.metadata.labels):
+                    workload = "/".join(resolution.workload)
+                    covered[workload] = covered.get(workload, 0) + 1
+        status = budget.status
+        message = DisruptionBudgetState(
+            namespace=key[0],
+            name=key[1],
+            uid=budget.metadata.uid,
+            disruptions_allowed=status.disruptions_allowed,
+            expected_pods=status.expected_pods,
+            current_healthy=status.current_healthy,
+            desired_healthy=status.desired_healthy,
+            workloads=dict(sorted(covered.items())),
+        )
+        return Desired(message, budget.metadata.uid)
 
     def _context_changed(self, applied: Applied) -> None:
         self._context = None
