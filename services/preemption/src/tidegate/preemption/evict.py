@@ -7,9 +7,12 @@ and the rules for doing it safely live together:
   as precondition, so a newer pod of the same name (a replacement) is never evicted;
 - a pod that is already gone (NotFound) or was replaced (Conflict on the UID) counts as
   evicted: eviction is idempotent, which is what lets a restarted service finish a preemption;
-- transient failures (429 from a budget, 5xx, an unreachable server) are retried for up to
-  ``retry_seconds``; after that :class:`EvictionFailed` is raised and the caller retries later
-  (the preemption record keeps the job);
+- a PodDisruptionBudget that refuses the eviction (429 TooManyRequests) is not retried here:
+  the other pods are still evicted and :class:`EvictionRefused` (an :class:`EvictionFailed`)
+  names the refused pods and the budget's words; the caller reports it and finishes the
+  preemption later, when the budget allows (the preemption record keeps the job);
+- other transient failures (5xx, an unreachable server) are retried for up to
+  ``retry_seconds``; after that :class:`EvictionFailed` is raised and the caller retries later;
 - evictions are rate-limited by a token bucket of their own and run a few at a time;
 - the API server cannot check a fencing token, so every write (each eviction, the suspension
   and mark of an abort) is sent only after ``guard()`` passed: the service's guard raises
@@ -41,6 +44,7 @@ from tidegate.kube import (
     KubeError,
     NotFound,
     ResourceType,
+    TooManyRequests,
     resource_for_kind,
 )
 from tidegate.kube.ratelimit import TokenBucket
@@ -56,6 +60,25 @@ EvictionResult = Literal["evicted", "gone"]
 
 class EvictionFailed(Retryable):
     """A pod could not be evicted within the retry time: try the preemption again later."""
+
+
+class EvictionRefused(EvictionFailed):
+    """A PodDisruptionBudget refused evicting some pods now (429): finish later."""
+
+    def __init__(self, message: str, *, pods: Sequence[str], why: str) -> None:
+        """``pods``: the refused pods' names; ``why``: the API server's message."""
+        super().__init__(message)
+        self.pods = list(pods)
+        self.why = why
+
+
+class _RefusedError(Exception):
+    """One pod's eviction refused by its budget (internal)."""
+
+    def __init__(self, pod: PodRef, why: str) -> None:
+        super().__init__(why)
+        self.pod = pod
+        self.why = why
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +133,15 @@ class Evictor:
         for failure in failures:
             if not isinstance(failure, Exception) or isinstance(failure, LeaseLost):
                 raise failure
+        refused = [f for f in failures if isinstance(f, _RefusedError)]
+        if refused and len(refused) == len(failures):
+            names = [r.pod.name for r in refused]
+            raise EvictionRefused(
+                f"{len(refused)} of {len(pods)} pods of {victim.key} refused by their "
+                f"PodDisruptionBudget ({', '.join(names)}): {refused[0].why}",
+                pods=names,
+                why=refused[0].why,
+            )
         if failures:
             raise EvictionFailed(
                 f"{len(failures)} of {len(pods)} pods of {victim.key} not evicted: {failures[0]}"
@@ -165,6 +197,9 @@ class Evictor:
                 except (NotFound, Conflict):
                     self._observe("gone")
                     return "gone"
+                except TooManyRequests as exc:
+                    self._observe("refused")
+                    raise _RefusedError(pod, _budget_words(exc)) from exc
                 except TRANSIENT as exc:
                     if time.monotonic() >= deadline:
                         self._observe("failed")
@@ -179,6 +214,14 @@ class Evictor:
                     raise EvictionFailed(f"evicting pod {pod.namespace}/{pod.name}: {exc}") from exc
                 self._observe("evicted")
                 return "evicted"
+
+
+def _budget_words(exc: KubeError) -> str:
+    """What the API server said about the budget (its cause, else its message)."""
+    for cause in exc.causes:
+        if cause.message:
+            return cause.message
+    return exc.message or str(exc)
 
 
 def owner_resource(kind: str, api_version: str) -> ResourceType | None:

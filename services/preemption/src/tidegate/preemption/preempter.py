@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
 from tidegate.policy.victims import preempted_decision
-from tidegate.preemption.evict import EvictionFailed, Evictor
+from tidegate.preemption.evict import EvictionFailed, EvictionRefused, Evictor
 from tidegate.preemption.ledger import PreemptionLedger
 from tidegate.preemption.record import PodRef, PreemptionRecord, event_id
 from tidegate.preemption.view import PreemptionView, Unanswerable
@@ -57,6 +57,9 @@ SOURCE: Final = "preemption"
 
 Publish = Callable[[str, Envelope], Awaitable[object]]
 """Publishes one envelope on a subject and waits for JetStream's acknowledgement."""
+
+Report = Callable[[WorkloadKey, str, str], Awaitable[None]]
+"""Records a Warning Event (reason, message) on a workload's top owner."""
 
 
 class PreemptionMetrics:
@@ -81,8 +84,14 @@ class PreemptionMetrics:
         )
         self.evictions = Counter(
             "tidegate_preemption_pod_evictions_total",
-            "Pod evictions, by result (evicted, gone, failed).",
+            "Pod evictions, by result (evicted, gone, refused by a PodDisruptionBudget, failed).",
             ["result"],
+            registry=registry,
+        )
+        self.budget_blocked = Counter(
+            "tidegate_preemption_budget_blocked_total",
+            "Preemptions whose evictions a PodDisruptionBudget refused (429): finished later, "
+            "when the budget allows.",
             registry=registry,
         )
         self.search_seconds = Histogram(
@@ -116,8 +125,10 @@ class Preempter:
         publish: Publish,
         metrics: PreemptionMetrics,
         nomination_timeout_seconds: float,
+        report: Report | None = None,
     ) -> None:
-        """Wire the parts; nothing happens until :meth:`handle` or :meth:`reconcile`."""
+        """Wire the parts; nothing happens until :meth:`handle` or :meth:`reconcile`.
+        ``report`` records a Warning Event about a workload (key, reason, message)."""
         self._cluster = cluster
         self._view = view
         self._ledger = ledger
@@ -125,6 +136,7 @@ class Preempter:
         self._publish = publish
         self._metrics = metrics
         self._nomination_timeout = nomination_timeout_seconds
+        self._report = report
         self.lock = asyncio.Lock()
         """Held while a request is answered or records are reconciled: one at a time."""
 
@@ -224,12 +236,35 @@ class Preempter:
         """Finish ``record``; False (logged) when an eviction failed and it must wait."""
         try:
             await self.finish(record)
+        except EvictionRefused as exc:
+            self._metrics.budget_blocked.inc()
+            log.warning(
+                "preemption for %s waits for a PodDisruptionBudget, will be retried: %s",
+                record.preemptor,
+                exc,
+            )
+            await self._tell(record, exc)
+            return False
         except EvictionFailed as exc:
             log.warning(
                 "preemption for %s not finished, will be retried: %s", record.preemptor, exc
             )
             return False
         return True
+
+    async def _tell(self, record: PreemptionRecord, exc: EvictionRefused) -> None:
+        """Warning Events on the victims and the preemptor: a budget holds the eviction."""
+        if self._report is None:
+            return
+        message = (
+            f"eviction of {', '.join(exc.pods)} refused by a PodDisruptionBudget ({exc.why}); "
+            f"the preemption for {record.preemptor} is finished once the budget allows"
+        )
+        for key in [*(v.key for v in record.victims), record.preemptor]:
+            try:
+                await self._report(WorkloadKey(key), "PreemptionBlocked", message)
+            except Exception as error:  # an Event is worth a log line, never a failure
+                log.warning("no PreemptionBlocked Event on %s: %s", key, error)
 
     async def finish(self, record: PreemptionRecord) -> None:
         """Publish the decision of ``record`` (unless it is out already) and mark it
