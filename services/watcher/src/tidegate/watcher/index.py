@@ -374,15 +374,14 @@ class ClusterIndex:
         covered: dict[str, int] = {}
         selector = budget.spec.selector
         if selector is not None:
-            for (namespace, name), pod in self.pods.items():
-                if namespace != key[0] or settled(pod) or pod.metadata.deletion_timestamp:
-                    continue
-                resolution = self._resolution.get((namespace, name))
-                if resolution is None or resolution.workload not in self.managed:
-                    continue
-                if selector.matches(pod.metadata.labels):
-                    workload = "/".join(resolution.workload)
-                    covered[workload] = covered.get(workload, 0) + 1
+            # Only managed workloads count, so only their members are looked at.
+            for workload in sorted(w for w in self.managed if w[0] == key[0]):
+                for pod in self._member_pods(workload):
+                    if settled(pod) or pod.metadata.deletion_timestamp:
+                        continue
+                    if selector.matches(pod.metadata.labels):
+                        name = "/".join(workload)
+                        covered[name] = covered.get(name, 0) + 1
         status = budget.status
         message = DisruptionBudgetState(
             namespace=key[0],
