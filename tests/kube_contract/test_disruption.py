@@ -72,3 +72,14 @@ async def test_a_budget_allows_what_it_can_spare_and_no_more(env: ContractEnv) -
     await env.client.evict_pod(env.namespace, "pending", grace_seconds=0)
     with pytest.raises(NotFound):
         await env.client.get(PODS, "pending", namespace=env.namespace)
+
+
+async def test_a_dry_run_eviction_checks_the_budget_and_evicts_nothing(env: ContractEnv) -> None:
+    pods = await running_pods(env, "dry", 2)
+    await env.client.create(PDBS, budget("dry", "dry", min_available=2), namespace=env.namespace)
+    with pytest.raises(TooManyRequests):
+        await env.client.evict_pod(env.namespace, pods[0], dry_run=True)
+    await env.client.delete(PDBS, "dry", namespace=env.namespace)
+    await env.client.evict_pod(env.namespace, pods[0], dry_run=True)
+    stored = await env.client.get(PODS, pods[0], namespace=env.namespace)
+    assert not stored["metadata"].get("deletionTimestamp")  # type: ignore[union-attr]

@@ -745,7 +745,9 @@ class ApiServer:
             "code": 201,
         }
 
-    def evict(self, namespace: str, name: str, body: object) -> JsonObject:
+    def evict(
+        self, namespace: str, name: str, body: object, *, dry_run: bool = False
+    ) -> JsonObject:
         """POST pods/<name>/eviction: delete the pod, honouring the given grace period, unless
         a PodDisruptionBudget forbids it now (429 TooManyRequests, as the real API server
         answers; :mod:`tidegate.sim.disruption`)."""
@@ -762,7 +764,7 @@ class ApiServer:
             )
             if refusal is not None:
                 raise refusal
-        self.delete(PODS, namespace, name, options)
+        self.delete(PODS, namespace, name, options, dry_run=dry_run)
         return {
             "kind": "Status",
             "apiVersion": "v1",

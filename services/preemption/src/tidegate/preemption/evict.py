@@ -152,6 +152,24 @@ class Evictor:
             if isinstance(result, str)
         }
 
+    async def refusals(self, pods: Sequence[PodRef]) -> dict[str, str]:
+        """Ask the API server, without evicting (``dryRun``), whether each pod may be evicted
+        now: the pods a PodDisruptionBudget refuses, by name, with the budget's words. Other
+        answers (gone, a transient failure) count as not refused: the eviction proper deals
+        with them."""
+        refused: dict[str, str] = {}
+        for pod in pods:
+            await self._bucket.acquire()
+            try:
+                await self._kube.evict_pod(
+                    pod.namespace, pod.name, uid=pod.uid or None, dry_run=True
+                )
+            except TooManyRequests as exc:
+                refused[pod.name] = _budget_words(exc)
+            except KubeError as exc:
+                log.info("dry-run eviction of %s/%s: %s", pod.namespace, pod.name, exc)
+        return refused
+
     async def abort(self, victim: VictimRecord, *, preemptor: str) -> None:
         """Suspend the victim's Job or JobSet and annotate its owner with the preemptor.
         An owner that is gone is fine; other kinds are only annotated (their pods are evicted

@@ -5,7 +5,11 @@ One :class:`Preempter` per leading instance. For a ``preempt-requested`` decisio
 1. checks the request is current: the preemptor exists with that UID and is not admitted, and
    the request is newer than the last one answered for it (a record in the ledger);
 2. runs the victim search on the view (:meth:`tidegate.preemption.view.PreemptionView.choose`,
-   which calls :func:`tidegate.policy.victims.select_victims`);
+   which calls :func:`tidegate.policy.victims.select_victims`; it skips gangs their
+   PodDisruptionBudgets protect), then asks the API server, without evicting (dry run),
+   whether every victim pod may be evicted now: if a budget refuses one, nothing is recorded,
+   published or evicted (the answer is ``budget-blocked``, with a PreemptionBlocked Event on
+   the victims and the preemptor) and admission asks again later;
 3. if the answer evicts someone: writes the preemption record (victims, their pods, modes and
    the nominated room) to the ledger, revision-checked, **before** publishing or evicting;
 4. publishes the ``preempted`` decision (deterministic event id) and marks the record
@@ -71,7 +75,7 @@ class PreemptionMetrics:
             "tidegate_preemption_requests_total",
             "Preempt requests handled, by outcome (preempts, fits, no-victims, "
             "not-a-reclaimer, exceeds-quota, card-quota-exceeded, invalid, queue-not-found, "
-            "unanswerable, stale, duplicate, resumed).",
+            "unanswerable, stale, duplicate, resumed, budget-blocked).",
             ["outcome"],
             registry=registry,
         )
@@ -210,6 +214,26 @@ class Preempter:
             chosen = self._view.victim_record(victim, mode=choice.modes.get(victim, "restart"))
             if chosen is not None:
                 victims.append(chosen)
+        refused = await self._evictor.refusals([pod for v in victims for pod in v.pods])
+        if refused:
+            # Rolled back before anything is committed: no record, no decision, no eviction.
+            # The victims keep their admission; admission asks again after its timeout.
+            self._metrics.budget_blocked.inc()
+            names = ", ".join(sorted(refused))
+            why = next(iter(refused.values()))
+            log.warning(
+                "no preemption for %s: a PodDisruptionBudget refuses evicting %s (%s)",
+                key,
+                names,
+                why,
+                extra={"workload": key, "outcome": "budget-blocked"},
+            )
+            await self._tell_all(
+                [*(v.key for v in victims), key],
+                f"preemption for {key} not started: a PodDisruptionBudget refuses evicting "
+                f"{names} ({why}); asked again later",
+            )
+            return "budget-blocked"
         trace: dict[str, str] = {}
         inject(trace)
         record = PreemptionRecord(
@@ -254,13 +278,17 @@ class Preempter:
 
     async def _tell(self, record: PreemptionRecord, exc: EvictionRefused) -> None:
         """Warning Events on the victims and the preemptor: a budget holds the eviction."""
-        if self._report is None:
-            return
         message = (
             f"eviction of {', '.join(exc.pods)} refused by a PodDisruptionBudget ({exc.why}); "
             f"the preemption for {record.preemptor} is finished once the budget allows"
         )
-        for key in [*(v.key for v in record.victims), record.preemptor]:
+        await self._tell_all([*(v.key for v in record.victims), record.preemptor], message)
+
+    async def _tell_all(self, keys: list[str], message: str) -> None:
+        """A PreemptionBlocked Warning Event on each workload of ``keys``."""
+        if self._report is None:
+            return
+        for key in keys:
             try:
                 await self._report(WorkloadKey(key), "PreemptionBlocked", message)
             except Exception as error:  # an Event is worth a log line, never a failure
