@@ -46,7 +46,7 @@ async def behind_the_watchers_back(h: Harness, min_available: int) -> set[str]:
     """A running 4-pod training Job, serve on the bus, then (watcher stopped) the budget."""
     original = await running_training_job(h)
     await h.create(DEPLOYMENTS, inference_deployment("serve", replicas=2))
-    await h.until(lambda: h.workload("serve") is not None, what="serve on the bus")
+    await h.until(lambda: h.workload("serve") is not None, what="serve on the bus", within=60)
     assert h.watcher is not None
     await h.stop(h.watcher)
     await h.create(PDBS, budget(min_available))
@@ -61,7 +61,9 @@ async def test_a_budget_that_refuses_a_victim_pod_stops_the_preemption_before_it
     await h.start_preemption()
     await h.request_preemption("serve")
 
-    events = await h.until_async(lambda: blocked_events(h), what="PreemptionBlocked Events")
+    events = await h.until_async(
+        lambda: blocked_events(h), what="PreemptionBlocked Events", within=60
+    )
     assert events["train"]["type"] == "Warning"
     assert "not started" in events["serve"]["message"]
     assert "train-budget needs 4 healthy pods" in events["serve"]["message"]
@@ -71,8 +73,8 @@ async def test_a_budget_that_refuses_a_victim_pod_stops_the_preemption_before_it
 
     await h.kube.delete(PDBS, "train-budget", namespace=NAMESPACE)
     await h.request_preemption("serve")
-    await h.until_async(lambda: evicted_record(h), what="the preemption done")
-    await h.until_async(lambda: gone(h, original), what="every original pod gone")
+    await h.until_async(lambda: evicted_record(h), what="the preemption done", within=60)
+    await h.until_async(lambda: gone(h, original), what="every original pod gone", within=60)
 
 
 async def test_a_budget_that_spares_one_pod_holds_the_rest_until_it_allows(
@@ -83,13 +85,15 @@ async def test_a_budget_that_spares_one_pod_holds_the_rest_until_it_allows(
     await h.start_preemption(eviction_concurrency=1)
     await h.request_preemption("serve")
 
-    await h.until(lambda: h.of(Preempted), what="the preempted decision")
-    events = await h.until_async(lambda: blocked_events(h), what="PreemptionBlocked Events")
+    await h.until(lambda: h.of(Preempted), what="the preempted decision", within=60)
+    events = await h.until_async(
+        lambda: blocked_events(h), what="PreemptionBlocked Events", within=60
+    )
     assert "refused by a PodDisruptionBudget" in events["serve"]["message"]
     record = await h.record("serve")
     assert record is not None
     assert not record.evicted
 
     await h.kube.delete(PDBS, "train-budget", namespace=NAMESPACE)
-    await h.until_async(lambda: evicted_record(h), what="the preemption finished")
-    await h.until_async(lambda: gone(h, original), what="every original pod gone")
+    await h.until_async(lambda: evicted_record(h), what="the preemption finished", within=60)
+    await h.until_async(lambda: gone(h, original), what="every original pod gone", within=60)
