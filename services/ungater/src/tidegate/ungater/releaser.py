@@ -15,7 +15,12 @@ decision changed), and for each:
 4. asks admission for replacement slots when whole domains of the assignment lost their nodes
    (:class:`~tidegate.model.ReplaceRequested`), and evicts the remaining pods when admission
    answered that there is no room (``Released.evict_pods``);
-5. writes PodGroup status when it changed.
+5. writes PodGroup status when it changed;
+6. unsuspends a Job or JobSet admitted while suspended for tidegate (``resume_on_admission``,
+   Kueue's way): one merge patch sets ``spec.suspend: false`` and the annotation
+   ``tidegate.io/resume: manual`` (so any later suspension is someone else's), with the
+   object's uid as precondition (a re-created object of the same name is not touched). Its
+   controller then creates the pods, the webhook gates them, and step 2 releases them.
 
 One releaser acts at a time (the ``ungater`` lease, see :mod:`tidegate.ungater.app`): every
 Kubernetes write is sent only after ``guard()`` passed (the lease is held with a margin), and
@@ -48,7 +53,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.bus import Bus, BusError, LeaseLost, LeaseUnconfirmed, Published
 from tidegate.kube import (
+    JOBS,
+    JOBSETS,
     PODS,
+    Conflict,
     Invalid,
     KubeClient,
     KubeError,
@@ -67,7 +75,7 @@ from tidegate.model import (
     WorkloadState,
     subjects,
 )
-from tidegate.model.names import ADMISSION_GATE
+from tidegate.model.names import ADMISSION_GATE, RESUME_ANNOTATION, RESUME_MANUAL
 from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, parse_card_name
 from tidegate.telemetry import note_pod_released, release_span
 from tidegate.ungater import slots, status
@@ -75,6 +83,9 @@ from tidegate.ungater.config import UngaterSettings
 from tidegate.ungater.view import View
 
 log = logging.getLogger(__name__)
+
+RESUMABLE: dict[str, ResourceType] = {"Job": JOBS, "JobSet": JOBSETS}
+"""Owner kinds the ungater unsuspends on admission."""
 
 SOURCE = "ungater"
 """The ``source`` of every envelope this service publishes."""
@@ -112,6 +123,11 @@ class ReleaserMetrics:
         self.evicted = Counter(
             "tidegate_ungater_pods_evicted_total",
             "Pods evicted because admission found no replacement after a node failure.",
+            registry=registry,
+        )
+        self.resumed = Counter(
+            "tidegate_ungater_workloads_resumed_total",
+            "Jobs and JobSets unsuspended on admission (created suspended for tidegate).",
             registry=registry,
         )
         self.replacements = Counter(
@@ -206,6 +222,8 @@ class Releaser:
         self._released_under: dict[WorkloadKey, dict[str, int]] = {}
         """Per workload: pod uid → sequence of the admission this process released it under."""
         self._status: dict[WorkloadKey, dict[str, object]] = {}
+        self._resumed: dict[WorkloadKey, tuple[str, int]] = {}
+        """Per workload: (uid, admission sequence) this process unsuspended it for."""
         self._stop = asyncio.Event()
         self.rounds = 0
         """Rounds completed (tests wait on it)."""
@@ -333,6 +351,8 @@ class Releaser:
             if releasing:
                 waiting = self._plan_releases(item, admitted, members)
             self._plan_replacement(item, admitted)
+            if releasing:
+                self._plan_resume(item, workload, admitted)
         else:
             self._asked.pop(key, None)
         if verdict.released is not None and verdict.released.evict_pods:
@@ -542,6 +562,27 @@ class Releaser:
             evicting.add(pod.uid)
             item.writes.append(_bind(self._evict, pod))
 
+    def _plan_resume(self, item: _Work, workload: WorkloadState | None, admitted: Admitted) -> None:
+        """Unsuspend a workload admitted while suspended for tidegate (module docstring), once
+        per admission in this process."""
+        if workload is None or workload.uid != admitted.uid:
+            return
+        if not (workload.suspended and workload.resume_on_admission):
+            return
+        resource = RESUMABLE.get(workload.owner_kind)
+        if resource is None:
+            return
+        marker = (workload.uid, admitted.sequence)
+        if self._resumed.get(item.key) == marker:
+            return
+        self._resumed[item.key] = marker
+        if workload.owner_kind == "JobSet" and workload.owner_api_version:
+            group, _, version = workload.owner_api_version.partition("/")
+            resource = ResourceType(
+                group=group, version=version, plural=resource.plural, kind=resource.kind
+            )
+        item.writes.append(_bind(self._resume, workload, resource))
+
     def _plan_status(self, item: _Work, workload: WorkloadState, members: list[PodState]) -> None:
         verdict = self.view.verdict(item.key)
         previous = self._status.get(item.key)
@@ -680,6 +721,34 @@ class Releaser:
                 "ungater: evicted pod %s/%s (no replacement after node failure)",
                 pod.namespace,
                 pod.name,
+            )
+
+    async def _resume(self, workload: WorkloadState, resource: ResourceType) -> None:
+        key = WorkloadKey(f"{workload.namespace}/{workload.name}")
+        patch = {
+            "metadata": {
+                "uid": workload.uid,
+                "annotations": {RESUME_ANNOTATION: RESUME_MANUAL},
+            },
+            "spec": {"suspend": False},
+        }
+        self._guard()
+        try:
+            await self.kube.patch(resource, workload.name, patch, namespace=workload.namespace)
+        except (NotFound, Conflict):
+            log.info("ungater: %s %s is gone or was re-created; not resumed", resource.kind, key)
+        except KubeError as exc:
+            self._resumed.pop(key, None)
+            self.metrics.errors.labels(operation="resume").inc()
+            log.warning("ungater: resuming %s %s failed, will retry: %s", resource.kind, key, exc)
+            self.mark([key])
+        else:
+            self.metrics.resumed.inc()
+            log.info(
+                "ungater: unsuspended %s %s on its admission",
+                resource.kind,
+                key,
+                extra={"workload": key},
             )
 
     async def _ask_replacement(self, request: ReplaceRequested, event_id: str) -> None:

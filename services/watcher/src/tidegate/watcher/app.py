@@ -39,6 +39,7 @@ from tidegate.kube import (
     JOBS,
     JOBSETS,
     NODES,
+    PDBS,
     PODGROUPS,
     PODS,
     PRIORITY_CLASSES,
@@ -92,6 +93,7 @@ def resource_types(settings: WatcherSettings) -> dict[ObjectKind, ResourceType]:
         "PodGroup": PODGROUPS,
         "Topology": TOPOLOGIES,
         "Queue": QUEUES,
+        "PodDisruptionBudget": PDBS,
         "KueueTopology": ResourceType(
             group="kueue.x-k8s.io",
             version=settings.kueue_topology_version,

@@ -53,6 +53,7 @@ from tidegate.watcher.objects import (
     timestamp,
 )
 from tidegate.watcher.requests import pod_requests
+from tidegate.watcher.suspend import suspension
 
 MAIN_PODSET = "main"
 """Name of the only podset of a Job, Deployment, ReplicaSet or bare Pod (as in Kueue)."""
@@ -475,6 +476,7 @@ def recognize(owner: Owner, members: Sequence[Pod], context: Context) -> Workloa
         owner, members, settings.service_type, settings.service_type_found, context, problems
     )
     meta = owner.meta
+    suspended, resume_on_admission = suspension(meta, owner.obj)
     return WorkloadState(
         namespace=meta.namespace,
         name=meta.name,
@@ -496,4 +498,6 @@ def recognize(owner: Owner, members: Sequence[Pod], context: Context) -> Workloa
         invalid_reason="; ".join(problems) if problems else None,
         trace_context=settings.trace_context or derived_trace_context(meta.uid),
         finished=workload_finished(owner.obj, members),
+        suspended=suspended,
+        resume_on_admission=resume_on_admission,
     )
