@@ -58,9 +58,11 @@ visible on the bus):
 - **victims released** (:func:`unreleased_victims`, at the end): every victim is released as
   ``Evicted``.
 
-At the end: the capacity view on the bus equals a recomputation from the Node and Pod objects
-(so the topology-cache applied every decision and event once: a reservation never ended, or a
-pod counted twice, shows as a difference), and the watcher's pods equal the API server's.
+Once the system is quiet: the capacity view on the bus equals a recomputation from the Node
+and Pod objects less the reservations the admissions in force call for (:func:`reservations`:
+so the topology-cache applied every decision and event once — a reservation never ended or
+revived by a stale decision, or a pod counted twice, shows as a difference), and the watcher's
+pods equal the API server's.
 
 Nothing here does I/O.
 """
@@ -137,13 +139,19 @@ class Invariants:
         """Victim workload key → when its preemption was seen and the uids of its pods then
         released, until every one of them is being deleted."""
         self._reported: set[str] = set()
+        self._decided: set[bytes] = set()
 
     def managed(self, pod: Mapping[str, Any]) -> bool:
         """Whether tidegate manages the pod (it is in a managed namespace)."""
         return pod.get("metadata", {}).get("namespace") in self.managed_namespaces
 
     def decided(self, body: Message) -> None:
-        """Take one decision into account (call in stream order, as they arrive)."""
+        """Take one decision into account (call in stream order, as they arrive); one seen
+        before with the same content (a repeated publish or delivery) changes nothing."""
+        key = type(body).__name__.encode() + msgspec.json.encode(body)
+        if key in self._decided:
+            return
+        self._decided.add(key)
         if isinstance(body, Admitted):
             newest = self.admissions.get(body.workload)
             if newest is not None and newest.uid == body.uid and newest.sequence > body.sequence:
@@ -539,17 +547,79 @@ def decision_problems(decisions: Sequence[Message], *, settled: bool = False) ->
 # ---------------------------------------------------------------------- checks at the end
 
 
-def capacity_differences(
-    nodes: Iterable[Mapping[str, Any]],
+def reservations(
+    decisions: Iterable[Message],
+    nodes: Sequence[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
+) -> dict[str, dict[str, int]] | None:
+    """Node → what the capacity view must hold there for admitted pods not bound yet, from the
+    admissions in force (in stream order: a newer admission of a workload replaces its older
+    one; a release of it, or a ``preempted`` naming it, ends it) and the pods bound (for every
+    podset domain, ``max(0, assigned − bound) × per-pod requests``, docs/topology-cache.md).
+
+    Only domains that are one node have an exact answer (wider ones are spread by the cache's
+    estimate): None when an admission in force has a wider domain with pods still unbound.
+    Pods name no podset, so a workload's bound pods are matched to its podsets in order."""
+    in_force: dict[str, Admitted] = {}
+    for decision in distinct(decisions):
+        match decision:
+            case Admitted():
+                held = in_force.get(decision.workload)
+                if held is None or held.uid != decision.uid or held.sequence < decision.sequence:
+                    in_force[decision.workload] = decision
+            case Released():
+                held = in_force.get(decision.workload)
+                if (
+                    held is not None
+                    and held.uid == decision.uid
+                    and held.sequence < decision.sequence
+                ):
+                    del in_force[decision.workload]
+            case Preempted():
+                for victim in decision.victims:
+                    in_force.pop(victim, None)
+            case _:
+                pass
+    bound: dict[tuple[str, str], int] = {}
+    for pod in pods:
+        key, node = workload_of(pod), pod.get("spec", {}).get("nodeName")
+        if key is not None and node and pod_phase(pod) not in TERMINAL_PHASES:
+            bound[(key, node)] = bound.get((key, node), 0) + 1
+    out: dict[str, dict[str, int]] = {}
+    for key, admission in in_force.items():
+        for podset, assignment in admission.assignments.items():
+            per_pod = {"pods": 1, **admission.requests.get(podset, {})}
+            for domain in assignment.domains:
+                matching = [
+                    n["metadata"]["name"]
+                    for n in nodes
+                    if [labels_of(n).get(level) for level in assignment.levels] == domain.values
+                ]
+                if len(matching) != 1:
+                    return None
+                (node,) = matching
+                taken = min(domain.count, bound.get((key, node), 0))
+                bound[(key, node)] = bound.get((key, node), 0) - taken
+                if domain.count > taken:
+                    out[node] = res.add(out.get(node, {}), res.scale(per_pod, domain.count - taken))
+    return out
+
+
+def capacity_differences(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
     levels: Sequence[str],
     capacity: Iterable[Message],
+    decisions: Iterable[Message] = (),
 ) -> list[str]:
     """Where the capacity view (the last message of every capacity subject) differs from a
     recomputation from the Node and Pod objects (:func:`tidegate.testing.capacity_of`, shared
-    with tests/topology_cache/test_end_to_end.py); ``levels`` are the Topology's level labels,
-    widest first."""
-    want = capacity_of(nodes, pods, levels)
+    with tests/topology_cache/test_end_to_end.py) less the :func:`reservations` the decisions
+    in force call for; ``levels`` are the Topology's level labels, widest first. When the
+    reservations have no exact answer, the view is compared without them (right once every
+    admitted pod is bound)."""
+    reserved = reservations(decisions, nodes, pods)
+    want = capacity_of(nodes, pods, levels, reserved=reserved)
     return compare_capacity(want, published_capacity(capacity))
 
 

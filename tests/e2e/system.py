@@ -119,6 +119,8 @@ class System:
         """Last message per capacity subject."""
         self.decisions: list[Message] = []
         """Every decision, in stream order."""
+        self.stored: list[tuple[int, str, Message]] = []
+        """(stream sequence, subject, decision) of every decision, in stream order."""
         self.crashes: list[tuple[str, int, int]] = []
         """(service, pid killed, pid of its successor), in order."""
         self.timeline: list[str] = []
@@ -126,6 +128,9 @@ class System:
         self._started = time.monotonic()
         self._killed: dict[str, int] = {}
         self._background: list[asyncio.Task[None]] = []
+        self.supervised = False
+        """Whether a supervisor restarts services that exit by themselves (as Kubernetes
+        would; the chaos harness does): their exit is then not a failure of :meth:`dead`."""
         self.levels: list[str] = stack.sim.levels
         """The Topology's level labels, widest first (for the capacity view's check)."""
         self.nodes: list[JsonObject] = []
@@ -217,7 +222,7 @@ class System:
         return [
             f"{p.name} exited with {p.returncode}:\n{p.log_tail(30)}"
             for p in self.stack.dead_services()
-            if p.name not in self.checks.restarting
+            if p.name not in self.checks.restarting and not self.supervised
         ]
 
     def note(self, text: str) -> None:
@@ -389,6 +394,7 @@ class System:
     async def _on_decision(self, received: Received) -> None:
         body = received.envelope.body
         self.decisions.append(body)
+        self.stored.append((received.stream_sequence, received.subject, body))
         self.note(describe(body))
         self.checks.decided(body)
 
@@ -429,7 +435,9 @@ class System:
 
     def capacity_differences(self) -> list[str]:
         """Where the capacity view on the bus differs from the API objects last listed."""
-        return capacity_differences(self.nodes, self.pods, self.levels, self.capacity.values())
+        return capacity_differences(
+            self.nodes, self.pods, self.levels, self.capacity.values(), self.decisions
+        )
 
     def mirror_differences(self) -> list[str]:
         """Where the pods on the bus differ from the API server's (last listed)."""

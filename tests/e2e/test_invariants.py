@@ -10,6 +10,8 @@ situation is shown not to fire.
 import time
 from typing import Any
 
+import msgspec
+
 from tidegate.model import (
     Admitted,
     CapacityNode,
@@ -30,6 +32,7 @@ from .invariants import (
     eviction_problems,
     mirror_differences,
     release_problems,
+    reservations,
     unreleased_victims,
 )
 
@@ -346,3 +349,58 @@ def test_capacity_and_mirror_differences_are_named() -> None:
         p.startswith(f"NodeKey(topology='default', node='{NODE}'): bus says") for p in problems
     )
     assert any(f"missing NodeKey(topology='default', node='{OTHER}')" in p for p in problems)
+
+
+def test_a_preemption_delivered_again_is_one_preemption_to_the_sampler() -> None:
+    """A repeated ``preempted`` (redelivered after its victim was admitted again) must not make
+    the sampler expect the victim's new pods to be evicted: it is the same decision."""
+    found = checks()
+    found.decided(admitted(f"{NAMESPACE}/v", 1))
+    found.sample(NODES, [pod("v-0", app="v", node=NODE)], time.monotonic())
+    found.decided(preempted(f"{NAMESPACE}/v"))
+    found.sample(NODES, [], time.monotonic())  # evicted and gone
+    found.decided(admitted(f"{NAMESPACE}/v", 3))
+    again = [pod("v-1", app="v", node=NODE)]
+    found.sample(NODES, again, time.monotonic())
+    found.decided(preempted(f"{NAMESPACE}/v"))  # the same decision, delivered again
+    sample_twice(found, again)
+    assert found.violations == []
+
+
+def test_a_reservation_the_capacity_view_misses_or_keeps_too_long_is_named() -> None:
+    """The view holds room for admitted pods not bound yet; an admission delivered again after
+    its release must not bring its reservation back (the recomputation applies it once)."""
+    admission = msgspec.structs.replace(
+        admitted("t/a", 1, count=2), requests={"main": {"nvidia.com/gpu": 8}}
+    )
+    bound = [pod("a-0", app="a", node=NODE)]  # one of two bound: one pod's room reserved
+    assert reservations([admission], NODES, bound) == {NODE: {"pods": 1, "nvidia.com/gpu": 8}}
+
+    def view(free_gpus: int, pods: int) -> list[CapacityNode]:
+        out = []
+        for name in (NODE, OTHER):
+            gpus, slots = (free_gpus, pods) if name == NODE else (8, 110)
+            out.append(
+                CapacityNode(
+                    topology="default",
+                    node=name,
+                    domain=["rack0", name],
+                    allocatable={"cpu": 64000, "nvidia.com/gpu": 8, "pods": 110},
+                    free={"cpu": 64000, "nvidia.com/gpu": gpus, "pods": slots},
+                )
+            )
+        return out
+
+    def node_differences(view: list[CapacityNode], log: list[Message]) -> list[str]:
+        found = capacity_differences(NODES, bound, LEVELS, view, log)
+        return [p for p in found if not p.startswith("missing DomainKey")]  # nodes only here
+
+    held = view(free_gpus=-8, pods=108)  # the bound pod, and the reservation of the other
+    assert node_differences(held, [admission]) == []
+    forgot = view(free_gpus=0, pods=109)
+    (problem,) = node_differences(forgot, [admission])
+    assert problem.startswith(f"NodeKey(topology='default', node='{NODE}'): bus says")
+    log: list[Message] = [admission, released("t/a", 2, "Deleted"), admission]
+    assert reservations(log, NODES, bound) == {}
+    (kept,) = node_differences(held, log)
+    assert kept.startswith(f"NodeKey(topology='default', node='{NODE}'): bus says")

@@ -109,10 +109,14 @@ def capacity_of(
     levels: Sequence[str],
     *,
     topology: str = DEFAULT_TOPOLOGY,
+    reserved: Mapping[str, Mapping[str, int]] | None = None,
 ) -> CapacityFigures:
     """The capacity view Node and Pod objects (as any API server lists them) call for, for
-    the topology named ``topology`` whose level labels are ``levels``, widest first."""
+    the topology named ``topology`` whose level labels are ``levels``, widest first; with
+    ``reserved`` (node → resources held for admitted pods not bound yet), less that."""
     used: dict[str, dict[str, int]] = {}
+    for node_name, amount in (reserved or {}).items():
+        used[node_name] = res.add(used.get(node_name, {}), amount)
     for pod in pods:
         node = pod.get("spec", {}).get("nodeName")
         if node and pod.get("status", {}).get("phase") not in TERMINAL_PHASES:

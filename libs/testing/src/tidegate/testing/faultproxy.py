@@ -24,7 +24,8 @@ to arm or when (the tests do) and they do not parse more of a protocol than they
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -63,6 +64,8 @@ class NatsFaultProxy:
     port: int = 0
     injected: int = 0
     """Publishes forwarded and then cut off before their answer."""
+    note: Callable[[str], None] = lambda text: None
+    """Told of every fault as it is injected."""
     _armed: list[bytes] = field(default_factory=list)
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -149,6 +152,8 @@ class NatsFaultProxy:
             if hit is not None:
                 self._armed.remove(hit)
                 self.injected += 1
+                line = seen[seen.index(hit) :].split(b"\r\n", 1)[0]
+                self.note(f"INJECTED: {line.decode(errors='replace')} stored, ack dropped")
                 doomed.set()
                 return  # the other half drops the connection once the server answered
             tail = seen[-256:]
@@ -204,8 +209,12 @@ class KubeFaultProxy:
     """The proxy's base URL, once started."""
     injected: int = 0
     """Writes applied upstream whose answer was dropped."""
+    note: Callable[[str], None] = lambda text: None
+    """Told of every fault as it is injected."""
     applied: list[str] = field(default_factory=list)
     """``METHOD path -> status`` of each write whose answer was dropped."""
+    requests: Counter[str] = field(default_factory=Counter)
+    """``METHOD path`` (names and namespaces left out) → requests seen."""
     _armed: list[_WriteFault] = field(default_factory=list)
 
     def drop_after_apply(self, method: str, path: str) -> None:
@@ -240,6 +249,21 @@ class KubeFaultProxy:
         return None
 
 
+def _shape(path: str) -> str:
+    """A request path with namespaces and object names left out (``/api/v1/pods/*/status``)."""
+    parts = path.strip("/").split("/")
+    out = []
+    skip = False
+    for part in parts:
+        if skip:
+            out.append("*")
+            skip = False
+            continue
+        out.append(part)
+        skip = part in ("namespaces", "pods", "jobs", "deployments", "nodes", "events")
+    return "/" + "/".join(out)
+
+
 @contextlib.asynccontextmanager
 async def kube_fault_proxy(upstream: str) -> AsyncIterator[KubeFaultProxy]:
     """Run a :class:`KubeFaultProxy` in front of ``upstream`` on a free loopback port."""
@@ -248,6 +272,7 @@ async def kube_fault_proxy(upstream: str) -> AsyncIterator[KubeFaultProxy]:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         fault = proxy._take(request)
+        proxy.requests[f"{request.method} {_shape(request.path)}"] += 1
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         data = await request.read()
         async with session.request(
@@ -257,6 +282,7 @@ async def kube_fault_proxy(upstream: str) -> AsyncIterator[KubeFaultProxy]:
                 await answer.read()
                 proxy.injected += 1
                 proxy.applied.append(f"{request.method} {request.path} -> {answer.status}")
+                proxy.note(f"INJECTED: {proxy.applied[-1]} applied, answer dropped")
                 assert request.transport is not None
                 request.transport.close()
                 raise asyncio.CancelledError  # aiohttp ends the handler without a response
@@ -264,10 +290,13 @@ async def kube_fault_proxy(upstream: str) -> AsyncIterator[KubeFaultProxy]:
             for key, value in answer.headers.items():
                 if key.lower() not in _HOP_BY_HOP:
                     response.headers[key] = value
-            await response.prepare(request)
-            async for chunk in answer.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
+            try:
+                await response.prepare(request)
+                async for chunk in answer.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+            except (ConnectionError, aiohttp.ClientError):
+                pass  # the client went away (a watch it closed, a service killed)
             return response
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
