@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from typing import Final
 
 COMMANDS: Final[dict[str, str]] = {
-    "demo": "demo",
     # command name -> module under tidegate.cli
+    "demo": "demo",
+    "nodes": "nodes",
     "place": "place",
     "preempt": "preempt",
     "sim": "sim",

@@ -127,6 +127,7 @@ CRDS = _grouped(
     namespaced=False, short=("crd", "crds"), sub=frozenset({STATUS}),
 )  # fmt: skip
 EVENTS_V1 = _grouped("events.k8s.io", "v1", "events", "Event", namespaced=True, short=("ev",))
+LEASES = _grouped("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 
 BUILTIN: tuple[ResourceType, ...] = (
     PODS,
@@ -139,9 +140,16 @@ BUILTIN: tuple[ResourceType, ...] = (
     PRIORITY_CLASSES,
     CRDS,
     EVENTS_V1,
+    LEASES,
 )
 
-_PREFERRED_GROUP_ORDER = ["apps", "events.k8s.io", "batch", "scheduling.k8s.io"]
+_PREFERRED_GROUP_ORDER = [
+    "apps",
+    "events.k8s.io",
+    "batch",
+    "coordination.k8s.io",
+    "scheduling.k8s.io",
+]
 
 
 @dataclass
