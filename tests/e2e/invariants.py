@@ -163,6 +163,11 @@ class Invariants:
             self._evicted_generation.pop(body.workload, None)
         elif isinstance(body, Preempted):
             for victim in body.victims:
+                held = self.admissions.get(victim)
+                if held is not None and not body.ends(
+                    victim, uid=held.uid, sequence=held.sequence, replaces=held.replaces
+                ):
+                    continue  # a late copy about an older admission: the newest one stays
                 # The pods released before the decision (the last sample); those being
                 # deleted at the next sample are of the same generation too.
                 released = {
@@ -493,26 +498,52 @@ def release_problems(decisions: Iterable[Message]) -> list[str]:
 
 
 def eviction_problems(decisions: Iterable[Message]) -> list[str]:
-    """Workloads released as ``Evicted`` more often than distinct ``preempted`` decisions
-    named them, or before one did (a repeated ``preempted`` applied again releases the
-    victim's later admission: its quota is returned while its pods run). Releases that evict
-    for lost nodes (``evict_pods``) are not preemptions and are left out."""
+    """Releases as ``Evicted`` that no distinct ``preempted`` decision accounts for: each
+    preemption of a victim ends at most one admission of it, and only one it names
+    (:meth:`~tidegate.model.Preempted.ends`: the admission in its ``lost``, or any when it names
+    none). A repeated ``preempted`` applied again releases the victim's later admission (its
+    quota returned while its pods run): that release is named. Releases that evict for lost
+    nodes (``evict_pods``) are not preemptions and are left out."""
     problems: list[str] = []
-    owed: dict[str, int] = {}
+    owed: dict[str, list[Preempted]] = {}
+    in_force: dict[str, Admitted] = {}
     for decision in distinct(decisions):
         match decision:
+            case Admitted():
+                held = in_force.get(decision.workload)
+                if held is None or held.uid != decision.uid or held.sequence < decision.sequence:
+                    in_force[decision.workload] = decision
             case Preempted():
                 for victim in decision.victims:
-                    owed[victim] = owed.get(victim, 0) + 1
+                    owed.setdefault(victim, []).append(decision)
             case Released(reason="Evicted", evict_pods=False):
-                if owed.get(decision.workload, 0) <= 0:
+                key = decision.workload
+                ended = in_force.get(key)
+                match = next(
+                    (
+                        p
+                        for p in owed.get(key, [])
+                        if ended is None
+                        or p.ends(
+                            key, uid=ended.uid, sequence=ended.sequence, replaces=ended.replaces
+                        )
+                    ),
+                    None,
+                )
+                if match is None:
+                    what = "" if ended is None else f" its admission {ended.sequence}"
                     problems.append(
-                        f"{decision.workload} released as Evicted (sequence "
-                        f"{decision.sequence}) with no preemption of it left to apply: one "
-                        f"preempted decision applied twice"
+                        f"{key} released as Evicted (sequence {decision.sequence}){what} with "
+                        f"no preemption of it left to apply: one preempted decision applied "
+                        f"twice, or to a later admission"
                     )
                 else:
-                    owed[decision.workload] -= 1
+                    owed[key].remove(match)
+                in_force.pop(key, None)
+            case Released():
+                held = in_force.get(decision.workload)
+                if held is not None and held.uid == decision.uid:
+                    del in_force[decision.workload]
             case _:
                 pass
     return problems
@@ -577,7 +608,11 @@ def reservations(
                     del in_force[decision.workload]
             case Preempted():
                 for victim in decision.victims:
-                    in_force.pop(victim, None)
+                    held = in_force.get(victim)
+                    if held is not None and decision.ends(
+                        victim, uid=held.uid, sequence=held.sequence, replaces=held.replaces
+                    ):
+                        del in_force[victim]
             case _:
                 pass
     bound: dict[tuple[str, str], int] = {}

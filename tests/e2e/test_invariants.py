@@ -16,6 +16,7 @@ from tidegate.model import (
     Admitted,
     CapacityNode,
     DomainCount,
+    LostAdmission,
     Message,
     PodState,
     Preempted,
@@ -317,8 +318,8 @@ def test_a_repeated_preemption_applied_twice_is_named() -> None:
     assert eviction_problems(once) == []
     applied_twice = [*once, released("t/v", 4)]
     assert eviction_problems(applied_twice) == [
-        "t/v released as Evicted (sequence 4) with no preemption of it left to apply: one "
-        "preempted decision applied twice"
+        "t/v released as Evicted (sequence 4) its admission 3 with no preemption of it left "
+        "to apply: one preempted decision applied twice, or to a later admission"
     ]
     assert len(decision_problems(applied_twice)) == 1
     # Lost nodes evict too (evict_pods), without any preemption: not this check's business.
@@ -404,3 +405,29 @@ def test_a_reservation_the_capacity_view_misses_or_keeps_too_long_is_named() -> 
     assert reservations(log, NODES, bound) == {}
     (kept,) = node_differences(held, log)
     assert kept.startswith(f"NodeKey(topology='default', node='{NODE}'): bus says")
+
+
+def test_a_preemption_that_names_an_older_admission_ends_no_later_one() -> None:
+    """A preemption names the admission its victim loses; another copy of it (published again
+    with other content, e.g. by a deposed leader) must not end the victim's re-admission."""
+    lost = {"t/v": LostAdmission(uid="uid-t/v", sequence=1)}
+    first = Preempted(preemptor="t/s", preemptor_uid="s", victims=["t/v"], lost=lost)
+    again = Preempted(
+        preemptor="t/s", preemptor_uid="s", victims=["t/v"], lost=lost, message="again"
+    )
+    log: list[Message] = [admitted("t/v", 1), first, released("t/v", 2), admitted("t/v", 3)]
+    assert eviction_problems([*log, again]) == []
+    assert eviction_problems([*log, again, released("t/v", 4)]) == [
+        "t/v released as Evicted (sequence 4) its admission 3 with no preemption of it left "
+        "to apply: one preempted decision applied twice, or to a later admission"
+    ]
+    later = Preempted(
+        preemptor="t/s",
+        preemptor_uid="s",
+        victims=["t/v"],
+        lost={"t/v": LostAdmission(uid="uid-t/v", sequence=3)},
+    )
+    assert eviction_problems([*log, later, released("t/v", 4)]) == []
+    # The capacity view's recomputation applies the same rule: the re-admission still holds.
+    assert reservations([*log, again], NODES, []) == {NODE: {"pods": 1}}
+    assert reservations([*log, later], NODES, []) == {}
