@@ -88,9 +88,12 @@ FAULT_KINDS: Final = (
 )
 """Every kind of fault the harness can inject."""
 
-NOT_YET_SURVIVABLE: Final[tuple[str, ...]] = ()
-"""Fault kinds left out of the default run because the system does not survive them yet
-(see docs/testing.md#fault-injection); ``TIDEGATE_CHAOS_KINDS=all`` enables them."""
+NOT_YET_SURVIVABLE: Final[tuple[str, ...]] = ("topology-cache",)
+"""Fault kinds — or services, as targets of ``kill``, ``kill-two`` and ``stop`` — left out of
+the default run because the system does not survive them yet (docs/testing.md#fault-injection);
+``TIDEGATE_CHAOS_KINDS=all`` enables them. ``topology-cache``: after the cache is SIGKILLed
+while a Job completes, its view keeps a reservation of 8 GPUs and one pod that the admissions
+in force do not call for (seed 38 of a 50-schedule run after merging h-exact and h-fence)."""
 
 LEASE_TTL_SECONDS: Final = 2.0
 """The services' lease TTL under :func:`~tests.e2e.system.fast_env`."""
@@ -187,15 +190,16 @@ BASELINE: Final = (
 schedules' Jobs compete for the rest and inference reclaims."""
 
 
-def plan(seed: int, kinds: tuple[str, ...]) -> Schedule:
-    """The schedule a seed calls for, drawing faults from ``kinds`` only."""
+def plan(seed: int, kinds: tuple[str, ...], *, spared: tuple[str, ...] = ()) -> Schedule:
+    """The schedule a seed calls for, drawing faults from ``kinds`` only and never killing or
+    stopping a service in ``spared``."""
     rng = random.Random(seed)
     jobs = tuple(
         training(f"job-{seed}-{i}", pods=rng.randint(1, 2), duration=rng.uniform(40, 150))
         for i in range(rng.randint(1, 2))
     )
     serve = inference(f"serve-{seed}") if rng.random() < 0.4 else None
-    services = list(SERVICES)  # each service is the target of one fault at most
+    services = [s for s in SERVICES if s not in spared]  # each the target of one fault at most
     faults = []
     for _ in range(rng.choice((1, 1, 2))):
         kind = rng.choice(kinds)
@@ -577,6 +581,14 @@ async def chaos_system(
                 )
     finally:
         await asyncio.to_thread(nats.stop)
+
+
+def spared_services() -> tuple[str, ...]:
+    """Services no fault kills or stops: those in :data:`NOT_YET_SURVIVABLE`, unless
+    ``TIDEGATE_CHAOS_KINDS=all``."""
+    if os.environ.get("TIDEGATE_CHAOS_KINDS", "").strip() == "all":
+        return ()
+    return tuple(s for s in NOT_YET_SURVIVABLE if s in SERVICES)
 
 
 def enabled_kinds() -> tuple[str, ...]:

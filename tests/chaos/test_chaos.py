@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import SUMMARY
-from .harness import chaos_system, enabled_kinds, plan
+from .harness import chaos_system, enabled_kinds, plan, spared_services
 
 DEFAULT_SCHEDULES = 50
 DEFAULT_SEED = 1
@@ -52,20 +52,21 @@ async def test_seeded_fault_schedules_keep_every_invariant(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     kinds = enabled_kinds()
+    spared = spared_services()
     report = Path(os.environ.get("TIDEGATE_CHAOS_REPORT", REPO / "var" / "chaos" / "summary.json"))
     started = time.monotonic()
     async with chaos_system(tmp_path) as chaos:
         tally = chaos.tally
         try:
             for seed in seeds():
-                schedule = plan(seed, kinds)
+                schedule = plan(seed, kinds, spared=spared)
                 try:
                     await chaos.episode(schedule)
                 except AssertionError as exc:
                     tally.failed.append(f"seed {seed}")
                     raise AssertionError(
                         f"schedule failed; replay it with TIDEGATE_CHAOS_SEED={seed} "
-                        f"(TIDEGATE_CHAOS_KINDS={','.join(kinds)}):\n"
+                        f"(fault kinds {','.join(kinds)}; services spared {spared}):\n"
                         f"{schedule.describe()}\n{exc}"
                     ) from None
             await chaos.drain(within=120)
