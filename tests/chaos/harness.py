@@ -393,10 +393,12 @@ class Chaos:
         sequence, subject, body = pool[(pick // 2) % len(pool)]
         js = system.bus.jetstream
         raw = await js.get_msg(layout.decisions_stream(CLUSTER), sequence)
+        # The copy carries the decision's own headers (trace context, …) but none of the
+        # publish preconditions (expected sequences, fences): a duplicate is stored as is.
         headers = {
             k: v
             for k, v in (raw.headers or {}).items()
-            if k not in ("Nats-Msg-Id", "Nats-Expected-Last-Subject-Sequence")
+            if k != "Nats-Msg-Id" and not k.startswith("Nats-Expected")
         }
         headers["Nats-Msg-Id"] = f"chaos-{uuid.uuid4()}"
         await js.publish(subject, raw.data or b"", headers=headers)
