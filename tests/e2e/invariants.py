@@ -551,14 +551,16 @@ def eviction_problems(decisions: Iterable[Message]) -> list[str]:
 
 def unreleased_victims(decisions: Iterable[Message]) -> list[str]:
     """Victims of a preemption that admission never released as ``Evicted`` (their quota
-    would leak); only meaningful once the run has settled."""
+    would leak); only meaningful once the run has settled. A preemption delivered again is the
+    same preemption, and one whose victim's admission ended otherwise first (it completed) is
+    owed nothing."""
     waiting: dict[str, str] = {}
-    for decision in decisions:
+    for decision in distinct(decisions):
         match decision:
             case Preempted():
                 for victim in decision.victims:
                     waiting[victim] = decision.preemptor
-            case Released(reason="Evicted"):
+            case Released():
                 waiting.pop(decision.workload, None)
             case _:
                 pass

@@ -281,6 +281,9 @@ def test_double_admissions_and_unreleased_victims_are_named() -> None:
         "no release in between"
     ]
     assert unreleased_victims(log) == ["t/b was preempted for t/s but never released as Evicted"]
+    # Delivered again after the victim's release: the same preemption, owed nothing more.
+    again: list[Message] = [preempted("t/a"), released("t/a", 2), preempted("t/a")]
+    assert unreleased_victims(again) == []
 
 
 def test_a_release_that_ends_no_admission_is_named() -> None:
