@@ -91,9 +91,10 @@ FAULT_KINDS: Final = (
 NOT_YET_SURVIVABLE: Final[tuple[str, ...]] = ("topology-cache",)
 """Fault kinds — or services, as targets of ``kill``, ``kill-two`` and ``stop`` — left out of
 the default run because the system does not survive them yet (docs/testing.md#fault-injection);
-``TIDEGATE_CHAOS_KINDS=all`` enables them. ``topology-cache``: after the cache is SIGKILLed
-while a Job completes, its view keeps a reservation of 8 GPUs and one pod that the admissions
-in force do not call for (seed 38 of a 50-schedule run after merging h-exact and h-fence)."""
+``TIDEGATE_CHAOS_KINDS=all`` enables them. ``topology-cache``: a Job released (Completed)
+while the cache is down keeps its reservation in the restarted cache's view for good (seed 38,
+reproduced twice after merging h-exact and h-fence: job-38-0's two 8-GPU pods stay reserved on
+two nodes although no admission in force calls for them)."""
 
 LEASE_TTL_SECONDS: Final = 2.0
 """The services' lease TTL under :func:`~tests.e2e.system.fast_env`."""
