@@ -21,7 +21,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import helm_python as helm
 import yaml
@@ -41,13 +41,10 @@ from tidegate.kube import (
 )
 from tidegate.kube.transport import JsonObject
 from tidegate.model import Message, subjects
-from tidegate.sim import SimCluster
-from tidegate.sim.kinds import NODES as SIM_NODES
-from tidegate.sim.kinds import PODS as SIM_PODS
 from tidegate.testing import ServiceProcess, connected, until_async
 from tidegate.testing.controlplane import ControlPlane, serving_certificate
 
-from .invariants import Invariants, double_admissions, unreleased_victims
+from .invariants import Invariants, decision_problems
 from .system import fast_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,7 +131,10 @@ class RealSystem:
     """Each service's environment (to start it again after a crash)."""
     decisions: list[Message] = field(default_factory=list)
     """Every decision on the bus, in stream order (while :meth:`observing`)."""
-    snapshot: "ApiSnapshot" = field(default_factory=lambda: ApiSnapshot())
+    seen_pods: list[JsonObject] = field(default_factory=list)
+    """This test's pods as last listed from the API server (while :meth:`observing`)."""
+    seen_nodes: list[JsonObject] = field(default_factory=list)
+    """This test's fake nodes as last listed from the API server."""
     checks: Invariants | None = None
 
     def user(self, service: str) -> str:
@@ -278,11 +278,11 @@ class RealSystem:
             await again.ready(http, within=60.0)
 
     async def refresh(self) -> None:
-        """Read this test's pods and nodes from the API server into :attr:`snapshot`."""
+        """Read this test's pods and nodes from the API server."""
         pods = await self.admin.list_objects(PODS, namespace=self.namespace)
         nodes = await self.admin.list_objects(NODES)
-        self.snapshot.pods = list(pods.items)
-        self.snapshot.nodes = [
+        self.seen_pods = list(pods.items)
+        self.seen_nodes = [
             n
             for n in nodes.items
             if str(n["metadata"]["name"]).startswith(self.node_prefix)  # type: ignore[index]
@@ -294,7 +294,7 @@ class RealSystem:
         from the API server's objects about five times a second."""
         await self.refresh()
         checks = self.checks = Invariants(
-            cast(SimCluster, self.snapshot), grace_seconds=grace_seconds
+            managed_namespaces=[self.namespace], grace_seconds=grace_seconds
         )
         stop = asyncio.Event()
 
@@ -305,7 +305,7 @@ class RealSystem:
         async def sampler() -> None:
             while not stop.is_set():
                 await self.refresh()
-                checks.sample()
+                checks.sample(self.seen_nodes, self.seen_pods)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.2)
 
@@ -331,9 +331,9 @@ class RealSystem:
                         raise result
 
     def problems(self) -> list[str]:
-        """Sampled violations, double admissions and unreleased victims, so far."""
+        """Sampled violations and the decision log's problems (tests/e2e/invariants.py), so far."""
         sampled = self.checks.violations if self.checks is not None else []
-        return sampled + double_admissions(self.decisions) + unreleased_victims(self.decisions)
+        return sampled + decision_problems(self.decisions)
 
     def forbidden(self) -> list[str]:
         """Every request of a tidegate service that the API server refused with 403."""
@@ -423,32 +423,6 @@ class RbacUsage:
             )
             lines.append(f"  {service}: {text}")
         return lines
-
-
-@dataclass
-class ApiSnapshot:
-    """The last pods and nodes read from the API server, shaped like the simulator's store
-    for :class:`~tests.e2e.invariants.Invariants` (which reads ``sim.store.objects``)."""
-
-    pods: list[JsonObject] = field(default_factory=list)
-    nodes: list[JsonObject] = field(default_factory=list)
-
-    @property
-    def store(self) -> "ApiSnapshot":
-        """Itself: the invariants read ``sim.store``."""
-        return self
-
-    def objects(self, key: tuple[str, str], namespace: str | None = None) -> list[JsonObject]:
-        """The snapshot's objects of one (group, plural) key."""
-        if key == SIM_PODS.key:
-            return [
-                p
-                for p in self.pods
-                if namespace is None or p["metadata"].get("namespace") == namespace  # type: ignore[union-attr]
-            ]
-        if key == SIM_NODES.key:
-            return list(self.nodes)
-        return []
 
 
 def _b64(data: bytes) -> str:
