@@ -1,10 +1,18 @@
-"""Session-wide test fixtures: a real nats-server with JetStream, shared by every test.
+"""Session-wide test fixtures: a real nats-server with JetStream, and a real Kubernetes
+control plane, each shared by every test that asks for it.
 
-The server runs on a free loopback port with its own store directory and is stopped when the
-session ends. Tests isolate themselves by cluster id (each test gets a fresh one), so the
+The nats-server runs on a free loopback port with its own store directory and is stopped when
+the session ends. Tests isolate themselves by cluster id (each test gets a fresh one), so the
 streams of one test never see another's messages.
+
+``real_cluster`` starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler once
+per session from the binaries in ``KUBEBUILDER_ASSETS`` (or ``../shared/k8s``, unpacked into
+``.cache/k8s``). Tests that use it are marked ``real_k8s`` and work in their own namespaces.
+Where no binaries exist those tests are deselected, one line says so, and a CI run
+(``CI=true``) fails.
 """
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,6 +21,14 @@ import pytest
 
 from tidegate.bus.server import NatsServerProcess
 from tidegate.sim import SimCluster, SimSettings
+from tidegate.testing.controlplane import (
+    ASSETS_ENV,
+    ControlPlane,
+    ControlPlaneError,
+    find_binaries,
+    missing_binaries,
+    unpack_binaries,
+)
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +58,100 @@ async def sim() -> AsyncIterator[SimCluster]:
     """A running simulated cluster (1 block x 2 racks x 4 nodes x 8 GPUs, full control plane)."""
     async with SimCluster.running(SimSettings(nodes="1x2x4x8gpu")) as cluster:
         yield cluster
+
+
+# --- a real Kubernetes control plane ------------------------------------------------------
+
+REAL_K8S_MARK = "real_k8s"
+SHARED_K8S = Path(__file__).resolve().parent.parent / "shared" / "k8s"
+K8S_CACHE = Path(__file__).resolve().parent / ".cache" / "k8s"
+_BINARIES = pytest.StashKey[Path | None]()
+_WHY_NOT = pytest.StashKey[str]()
+_NOT_RUN = pytest.StashKey[int]()
+
+
+def _locate_binaries() -> tuple[Path | None, str]:
+    """The binaries directory (KUBEBUILDER_ASSETS, else ../shared/k8s unpacked into .cache),
+    or None and why not."""
+    found = find_binaries()
+    if found is not None:
+        return found, ""
+    configured = os.environ.get(ASSETS_ENV)
+    if configured:
+        lacking = ", ".join(missing_binaries(Path(configured)))
+        return None, f"{ASSETS_ENV}={configured} lacks {lacking}"
+    if (SHARED_K8S / "SHA256SUMS").is_file():
+        try:
+            directory = unpack_binaries(SHARED_K8S, K8S_CACHE)
+        except ControlPlaneError as exc:
+            return None, str(exc)
+        # Children (services, CLIs) see the same binaries.
+        os.environ[ASSETS_ENV] = str(directory)
+        return directory, ""
+    return None, f"no binaries: {ASSETS_ENV} is unset and {SHARED_K8S} does not exist"
+
+
+def _needs_real_cluster(item: pytest.Item) -> bool:
+    return item.get_closest_marker(REAL_K8S_MARK) is not None or "real_cluster" in getattr(
+        item, "fixturenames", ()
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without binaries, real-cluster tests are deselected (and said so at the end)."""
+    config.stash[_NOT_RUN] = 0
+    real = [item for item in items if _needs_real_cluster(item)]
+    if not real:
+        return
+    binaries, why_not = _locate_binaries()
+    config.stash[_BINARIES] = binaries
+    config.stash[_WHY_NOT] = why_not
+    if binaries is None:
+        items[:] = [item for item in items if not _needs_real_cluster(item)]
+        config.hook.pytest_deselected(items=real)
+        config.stash[_NOT_RUN] = len(real)
+
+
+def _not_run_line(config: pytest.Config) -> str | None:
+    count = config.stash.get(_NOT_RUN, 0)
+    if not count:
+        return None
+    return (
+        f"real Kubernetes: {count} tests did NOT run ({config.stash.get(_WHY_NOT, '')}); "
+        f"enable them with {ASSETS_ENV}=DIR (etcd, kube-apiserver, kube-controller-manager, "
+        f"kube-scheduler) or with ../shared/k8s beside the repository"
+    )
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    """One line when real-cluster tests did not run."""
+    line = _not_run_line(config)
+    if line:
+        markup = {"red": True} if os.environ.get("CI") == "true" else {"yellow": True}
+        terminalreporter.write_line(line, **markup)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """In CI (CI=true, which always has ../shared) real-cluster tests that did not run fail
+    the run."""
+    if _not_run_line(session.config) and os.environ.get("CI") == "true":
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def real_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """A real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
+    for the whole session; see tidegate.testing.controlplane. Tests that use it are marked
+    ``real_k8s`` (or are deselected, and reported, where no binaries exist)."""
+    binaries = request.config.stash.get(_BINARIES, None)
+    if binaries is None:
+        binaries, why_not = _locate_binaries()
+        if binaries is None:
+            pytest.fail(f"no Kubernetes binaries: {why_not}")
+    with ControlPlane.start(binaries, tmp_path_factory.mktemp("k8s")) as plane:
+        yield plane

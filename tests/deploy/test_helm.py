@@ -112,7 +112,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "podDisruptionBudget": {"enabled": False},
             },
             "preemption": {"enabled": False},
-            "ungater": {"serviceAccountName": "ungater-sa"},
+            "ungater": {
+                "serviceAccountName": "ungater-sa",
+                "podDisruptionBudget": {"enabled": False},
+            },
         },
     },
 }
@@ -276,6 +279,7 @@ def _console_scripts() -> set[str]:
 REQUIRED_ENV = {
     "TIDEGATE_CLUSTER",
     "TIDEGATE_NATS_URL",
+    "TIDEGATE_NATS_STREAM_REPLICAS",
     "TIDEGATE_HTTP_PORT",
     "TIDEGATE_CONFIG",
     "TIDEGATE_LOG_LEVEL",
@@ -341,16 +345,22 @@ def test_each_service_runs_as_the_services_expect(render: Render, scenario: str)
 
 def test_single_writers_run_with_a_standby(render: Render) -> None:
     documents = render({})
-    leaders = ("admission", "preemption")
+    leaders = ("admission", "preemption", "ungater")
     for service in leaders:
         assert _deployment(documents, service)["spec"]["replicas"] == 2
     assert all(
         _deployment(documents, s)["spec"]["replicas"] == 1 for s in SERVICES if s not in leaders
     )
     admission = _deployment(documents, "admission")
-    (budget,) = _of(documents, "PodDisruptionBudget")
-    assert budget["spec"]["minAvailable"] == 1
-    assert budget["spec"]["selector"]["matchLabels"] == admission["spec"]["selector"]["matchLabels"]
+    budgets = {
+        b["metadata"]["labels"]["app.kubernetes.io/component"]: b
+        for b in _of(documents, "PodDisruptionBudget")
+    }
+    assert sorted(budgets) == ["admission", "ungater"]  # the decider, and the webhook's server
+    for service, budget in budgets.items():
+        assert budget["spec"]["minAvailable"] == 1
+        selector = _deployment(documents, service)["spec"]["selector"]["matchLabels"]
+        assert budget["spec"]["selector"]["matchLabels"] == selector
     anti = admission["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
     assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
         "topologyKey"
@@ -423,6 +433,7 @@ EXPECTED_PERMISSIONS: dict[str, set[tuple[str, str, str]]] = {
     },
     "ungater": {
         ("", "pods", "get"),
+        ("", "pods", "list"),
         ("", "pods", "patch"),
         ("", "pods/eviction", "create"),
         ("tidegate.io", "podgroups", "get"),
@@ -444,6 +455,7 @@ EXPECTED_PERMISSIONS: dict[str, set[tuple[str, str, str]]] = {
         ("", "pods", "patch"),
         ("batch", "jobs", "patch"),
         ("jobset.x-k8s.io", "jobsets", "patch"),
+        ("tidegate.io", "podgroups", "patch"),
         ("", "events", "create"),
         ("", "events", "get"),
         ("", "events", "patch"),

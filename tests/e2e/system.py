@@ -126,6 +126,7 @@ class System:
         self._started = time.monotonic()
         self._killed: dict[str, int] = {}
         self._background: list[asyncio.Task[None]] = []
+        self._decision_sequences: set[int] = set()
         self.checks = Invariants(self.sim, grace_seconds=grace_seconds, note=self.note)
         """The sampled invariants (sampled while :meth:`observing`)."""
 
@@ -372,6 +373,11 @@ class System:
         self.capacity[received.subject] = received.envelope.body
 
     async def _on_decision(self, received: Received) -> None:
+        # A redelivery to the observer (its ack lost, as when a NATS server dies) is the
+        # observer's own repeat, not a repeated decision: the stream sequence tells them apart.
+        if received.stream_sequence in self._decision_sequences:
+            return
+        self._decision_sequences.add(received.stream_sequence)
         body = received.envelope.body
         self.decisions.append(body)
         self.note(describe(body))
@@ -421,20 +427,33 @@ async def running_system(
     time_scale: float,
     namespace: str,
     grace_seconds: float = 10.0,
+    nats_servers: int = 1,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[System]:
-    """Start the whole stack in ``workdir``, connect, observe; stop everything at the end."""
+    """Start the whole stack in ``workdir``, connect, observe; stop everything at the end.
+
+    With ``nats_servers`` > 1, NATS runs as a JetStream cluster of that many servers with the
+    streams replicated on each (:class:`~tidegate.bus.server.NatsCluster`). ``env`` overrides
+    service settings of :func:`fast_env`."""
     settings = StackSettings(
         workdir=workdir,
         cluster=CLUSTER,
         nodes=nodes,
         time_scale=time_scale,
         ready_timeout_seconds=60,
-        extra_env=fast_env(time_scale),
+        extra_env={**fast_env(time_scale), **(env or {})},
+        nats_servers=nats_servers,
     )
     async with (
         LocalStack.running(settings) as stack,
         await kube_connect(KubeSettings(source="kubeconfig", kubeconfig=stack.kubeconfig)) as kube,
-        connected(stack.nats_url, CLUSTER, name="tidegate-e2e", wait_for_server_seconds=10) as bus,
+        connected(
+            stack.nats_url,
+            CLUSTER,
+            name="tidegate-e2e",
+            wait_for_server_seconds=10,
+            stream_replicas=nats_servers,
+        ) as bus,
     ):
         system = System(stack, kube, bus, namespace=namespace, grace_seconds=grace_seconds)
         async with system.observing():

@@ -37,6 +37,7 @@ from tidegate.kube import (
     connect,
 )
 from tidegate.kube.transport import JsonObject
+from tidegate.testing.controlplane import ControlPlane
 
 from .faults import FaultProxy, fault_proxy
 
@@ -168,11 +169,18 @@ def contract_settings(kubeconfig: Path, **overrides: object) -> KubeSettings:
     return KubeSettings(**values)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-async def target(tmp_path: Path) -> AsyncIterator[Target]:
-    """The API server: a fresh simulator, or the cluster TIDEGATE_TEST_KUBECONFIG names."""
-    configured = os.environ.get(ENV_KUBECONFIG)
-    if configured:
+def _targets() -> list[object]:
+    targets: list[object] = ["sim", pytest.param("real", marks=pytest.mark.real_k8s)]
+    if os.environ.get(ENV_KUBECONFIG):
+        targets.append("external")
+    return targets
+
+
+@pytest.fixture(params=_targets())
+async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Target]:
+    """The API server: a fresh simulator ("sim"), the session's real control plane ("real"),
+    and, when TIDEGATE_TEST_KUBECONFIG names one, that cluster ("external")."""
+    if request.param == "external":
 
         async def nothing_to_expire() -> None:
             # A real server compacts on its own; the tests resume from resourceVersion "1",
@@ -180,9 +188,22 @@ async def target(tmp_path: Path) -> AsyncIterator[Target]:
             return None
 
         yield Target(
-            kubeconfig=Path(configured),
+            kubeconfig=Path(os.environ[ENV_KUBECONFIG]),
             expire_watch_history=nothing_to_expire,
             bookmark_wait_seconds=90.0,
+            is_simulator=False,
+        )
+        return
+    if request.param == "real":
+        plane: ControlPlane = request.getfixturevalue("real_cluster")
+
+        async def compact_etcd() -> None:
+            await asyncio.to_thread(plane.compact)
+
+        yield Target(
+            kubeconfig=plane.kubeconfig,
+            expire_watch_history=compact_etcd,
+            bookmark_wait_seconds=15.0,
             is_simulator=False,
         )
         return
@@ -319,9 +340,8 @@ async def _cleanup(
         for name in nodes:
             with contextlib.suppress(NotFound):
                 await client.delete(NODES, name)
-        for crd in created_crds:
-            with contextlib.suppress(NotFound):
-                await client.delete(CRDS, crd)
+        # CRDs stay: deleting one is asynchronous on a real server, and the next test's
+        # create would race with it (AlreadyExists while it terminates, then not served).
         with contextlib.suppress(NotFound):
             await client.delete(NAMESPACES, namespace)
     except Exception as exc:  # cleanup must not hide the test's own failure

@@ -177,7 +177,8 @@ async def fault_proxy(kubeconfig: Path) -> AsyncIterator[FaultProxy]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    # Open watches are cut when the proxy stops (a real server may stay silent for a minute).
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))

@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from tidegate.kube import Informer, InformerItem, KubeEvent, Synced
+from tidegate.kube.transport import JsonObject
 from tidegate.testing import until_async
 
 
@@ -17,6 +18,7 @@ class Recording:
     items: list[InformerItem] = field(default_factory=list)
     queue: "asyncio.Queue[InformerItem]" = field(default_factory=asyncio.Queue)
     failure: BaseException | None = None
+    _last: dict[tuple[str, str], JsonObject] = field(default_factory=dict)
 
     async def next(self, within: float = 10.0) -> InformerItem:
         """The next item, failing the test if none comes within ``within``."""
@@ -25,11 +27,26 @@ class Recording:
         return await asyncio.wait_for(self.queue.get(), within)
 
     async def next_event(self, within: float = 10.0) -> KubeEvent:
-        """The next :class:`KubeEvent`, skipping Synced markers."""
+        """The next :class:`KubeEvent`, skipping Synced markers and status-only pod changes.
+
+        On a real cluster the scheduler writes the status of every pod it sees (a gated pod
+        gets ``PodScheduled=False, SchedulingGated``), whenever it gets to it; the tests here
+        are about what they write themselves.
+        """
         while True:
             item = await self.next(within)
-            if isinstance(item, KubeEvent):
+            if isinstance(item, KubeEvent) and not self._status_only(item):
                 return item
+
+    def _status_only(self, event: KubeEvent) -> bool:
+        previous = self._last.get(event.key)
+        self._last[event.key] = event.obj
+        return (
+            event.type == "MODIFIED"
+            and event.obj.get("kind") == "Pod"
+            and previous is not None
+            and _without_status(previous) == _without_status(event.obj)
+        )
 
     async def until_synced(self, within: float = 10.0) -> tuple[list[KubeEvent], Synced]:
         """Events up to and including the next Synced marker."""
@@ -38,7 +55,15 @@ class Recording:
             item = await self.next(within)
             if isinstance(item, Synced):
                 return events, item
+            self._last[item.key] = item.obj
             events.append(item)
+
+
+def _without_status(obj: JsonObject) -> JsonObject:
+    metadata = dict(obj.get("metadata") or {})  # type: ignore[call-overload]
+    for volatile in ("resourceVersion", "managedFields"):
+        metadata.pop(volatile, None)
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": metadata}
 
 
 @asynccontextmanager

@@ -1,12 +1,15 @@
 """The evictor against the simulated API server over HTTP: eviction by UID, idempotence, and
 abort mode's suspension and mark."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tidegate.bus import BusSettings, Lease, LeaseLost, LeaseSettings
+from tidegate.bus import connect as connect_bus
 from tidegate.kube import JOBS, NAMESPACES, PODS, KubeClient, KubeSettings, NotFound
 from tidegate.kube import connect as connect_kube
 from tidegate.preemption.evict import (
@@ -134,3 +137,35 @@ async def test_an_unreachable_api_server_fails_the_eviction_for_a_later_retry(
             )
     finally:
         await kube.close()
+
+
+async def test_an_expired_lease_evicts_nothing(
+    kube: KubeClient, nats_url: str, cluster_id: str
+) -> None:
+    """The API server cannot check a fencing token: the evictor's guard (the service passes
+    ``Lease.ensure_held``) stops every eviction once the lease may have expired, as after a
+    pause (SIGSTOP) past the TTL."""
+    bus = await connect_bus(BusSettings(servers=(nats_url,), wait_for_server_seconds=5))
+    try:
+        await bus.ensure_layout(cluster_id)
+        lease = Lease(
+            bus,
+            cluster=cluster_id,
+            settings=LeaseSettings(name="preemption", holder="paused", ttl_seconds=1),
+        )
+        assert await lease.try_acquire()
+        evictor = Evictor(kube, EvictionSettings(), guard=lease.ensure_held)
+        first = ref(dict(await kube.create(PODS, pod("worker-0"), namespace=NAMESPACE)))
+        second = ref(dict(await kube.create(PODS, pod("worker-1"), namespace=NAMESPACE)))
+        assert await evictor.evict(first) == "evicted"
+        await asyncio.sleep(1.2)  # no renewal: the TTL passes
+        with pytest.raises(LeaseLost):
+            await evictor.evict(second)
+        victim = VictimRecord(
+            key=f"{NAMESPACE}/train", uid="u", mode="abort", owner_kind="Job", pods=[second]
+        )
+        with pytest.raises(LeaseLost):
+            await evictor.preempt(victim, [second], preemptor=f"{NAMESPACE}/serve")
+        assert await exists(kube, "worker-1") is not None
+    finally:
+        await bus.close()

@@ -12,6 +12,7 @@ from tidegate.bus import (
     ConsumerSettings,
     DurableConsumer,
     Handler,
+    LeaseLost,
     Outcome,
     Permanent,
     Received,
@@ -253,3 +254,39 @@ async def dead_letters(bus: Bus, cluster: str) -> list[dict[str, str]]:
         raw = await bus.jetstream.get_msg(stream, sequence)
         found.append(dict(raw.headers or {}) | {"subject": raw.subject or ""})
     return found
+
+
+async def test_lease_lost_in_a_handler_ends_the_consumer_and_hands_the_messages_back(
+    bus: Bus, second_bus: Bus, cluster_id: str, make_node: MakeNode
+) -> None:
+    """A deposed leader's consumer stops (LeaseLost escapes ``run``) instead of nak-ing the
+    message with a backoff until it is dead-lettered; the new leader gets every message."""
+    await publish_decisions(bus, cluster_id, make_node, 3)
+    deposed_runs: list[str] = []
+
+    async def deposed(message: Received) -> None:
+        deposed_runs.append(name_of(message))
+        raise LeaseLost("another instance leads now")
+
+    consumer = DurableConsumer(
+        second_bus,
+        cluster=cluster_id,
+        settings=decisions(cluster_id),
+        handler=deposed,
+    )
+    with pytest.raises(LeaseLost):
+        async with asyncio.timeout(10):
+            await consumer.run(asyncio.Event())
+    assert deposed_runs == ["w0"], "the consumer stopped at the first LeaseLost"
+
+    # The new leader sees all three, at once (nak'ed, not waiting for ack_wait or a backoff),
+    # and none was dead-lettered.
+    seen: list[str] = []
+
+    async def leader(message: Received) -> None:
+        seen.append(name_of(message))
+
+    await consume_until(bus, cluster_id, leader, lambda: len(seen) == 3, ack_wait_seconds=30.0)
+    assert sorted(seen) == ["w0", "w1", "w2"]
+    info = await bus.jetstream.stream_info(layout.deadletter_stream(cluster_id))
+    assert info.state.messages == 0

@@ -2,12 +2,15 @@
 
 import asyncio
 import json
+import time
 
 import pytest
 
-from tidegate.bus import Bus, BusError, Conflict, LeaseLost, layout
+from tidegate.bus import Bus, BusError, BusSettings, Conflict, LeaseLost, connect, layout
 from tidegate.bus.lease import EpochFence, Lease, LeaseRecord, LeaseSettings
 from tidegate.bus.ledger import Ledger
+
+from .slow_link import SlowLink
 
 
 def contender(bus: Bus, cluster: str, holder: str, ttl: float = 1.0) -> Lease:
@@ -125,3 +128,29 @@ async def test_a_record_from_a_newer_version_is_read_and_garbage_is_an_error(
     await raw.put("admission", b"not json")
     with pytest.raises(BusError, match="unreadable record"):
         await lease.current()
+
+
+async def test_the_lease_clock_starts_when_the_renewal_is_sent_not_when_it_is_acked(
+    nats_url: str, cluster_id: str
+) -> None:
+    """The server's TTL runs from when it stored the renewal; an acknowledgement that comes
+    back late must not make the holder think it holds the lease longer than the server does."""
+    async with SlowLink(nats_url) as link:
+        slow_bus = await connect(BusSettings(servers=(link.url,), wait_for_server_seconds=5))
+        try:
+            await slow_bus.ensure_layout(cluster_id)
+            lease = contender(slow_bus, cluster_id, "slow", ttl=2)
+            assert await lease.try_acquire()
+            link.delay_seconds = 1.5
+            await lease.renew()
+            acked = time.monotonic()
+            # The renewal was sent at least 1.5 s before its ack was read, so the server drops
+            # the key at most 2 s after that: by ``acked + 0.5`` at the latest.
+            await asyncio.sleep(0.7)
+            assert not lease.held
+            with pytest.raises(LeaseLost):
+                lease.ensure_held()
+            assert time.monotonic() - acked < 2, "slept too long to tell (a very busy machine)"
+        finally:
+            link.delay_seconds = 0
+            await slow_bus.close()

@@ -1,5 +1,6 @@
 """CapacityAccounting, table by table: usage, reservations, spreads, schedulability, records."""
 
+import msgspec
 import pytest
 
 from tidegate.model import (
@@ -7,6 +8,7 @@ from tidegate.model import (
     CapacityDomain,
     CapacityNode,
     DomainCount,
+    LostAdmission,
     NodeState,
     PodSetSpec,
     PodState,
@@ -540,3 +542,45 @@ def test_per_pod_takes_a_pod_slot_and_drops_non_positive_amounts() -> None:
 
 def _fields(record: CapacityNode) -> dict[str, object]:
     return {name: getattr(record, name) for name in record.__struct_fields__ if name != "kind"}
+
+
+def test_a_repeated_preemption_leaves_the_victims_later_admission_alone() -> None:
+    """Issue 12 finding 1: a redelivered ``preempted`` named the victim only by key and dropped
+    the reservation of its re-admission while its pods were coming."""
+    accounting = cluster(node("n1"))
+    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=2))
+    event = Preempted(
+        preemptor="team/online",
+        preemptor_uid="u",
+        victims=["team/b"],
+        lost={"team/b": LostAdmission(uid="ub", sequence=2)},
+    )
+    assert accounting.preempt(event)
+    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=7))
+    assert not accounting.preempt(event)
+    assert accounting.reservation("team/b") == {"n1": 2}
+    # A replacement of the admission named (moved slots) ends with it.
+    accounting.apply(admitted({host("n1"): 1}, workload="team/c", uid="uc", sequence=8))
+    accounting.apply(
+        msgspec.structs.replace(
+            admitted({host("n1"): 1}, workload="team/c", uid="uc", sequence=9), replaces=8
+        )
+    )
+    named = Preempted(
+        preemptor="team/online",
+        preemptor_uid="u",
+        victims=["team/c"],
+        lost={"team/c": LostAdmission(uid="uc", sequence=8)},
+    )
+    assert accounting.preempt(named)
+    assert accounting.reservation("team/c") == {}
+
+
+def test_an_admission_redelivered_after_it_ended_is_ignored() -> None:
+    accounting = cluster(node("n1"))
+    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=2))
+    accounting.apply(Released(workload="team/b", uid="ub", queue="q", reason="Evicted", sequence=3))
+    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=2))
+    assert accounting.reservation("team/b") == {}
+    accounting.apply(admitted({host("n1"): 1}, workload="team/b", uid="ub", sequence=4))
+    assert accounting.reservation("team/b") == {"n1": 1}

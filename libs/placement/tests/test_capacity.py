@@ -9,6 +9,7 @@ from tidegate.placement import (
     DEFAULT_MAX_PODS,
     CapacityView,
     NodeCapacity,
+    OverReleaseError,
     PlacementRequest,
     place,
     tolerates,
@@ -36,7 +37,7 @@ def test_free_is_allocatable_minus_used_minus_reserved() -> None:
     assert view.reserved("n1") == {GPU: 3, "pods": 3}
     view.set_used("n1", {GPU: 4})
     assert view.free("n1")[GPU] == 1
-    view.unreserve("n1", {GPU: 5, "pods": 3})  # more than reserved: clamps at zero
+    view.unreserve("n1", {GPU: 3, "pods": 3})
     assert view.reserved("n1") == {}
     assert view.free("n1")[GPU] == 4
     view.upsert_node(gpu_node("n1", "b1", "r1", gpus=16))
@@ -187,7 +188,7 @@ def test_domain_sums_always_equal_a_recount(
         elif op == "reserve":
             view.reserve(name, {GPU: amount})
         elif op == "unreserve":
-            view.unreserve(name, {GPU: amount})
+            view.unreserve(name, {GPU: min(amount, view.reserved(name).get(GPU, 0))})
         else:
             view = view.copy()
     for level_index, level in enumerate(LEVELS):
@@ -204,3 +205,15 @@ def test_domain_sums_always_equal_a_recount(
         for key, total in expected.items():
             assert view.domain_free(level, key).get(GPU, 0) == total
             assert view.domain_node_count(level, key) == counts[key]
+
+
+def test_a_double_release_is_an_error_not_a_silent_clamp() -> None:
+    """Issue 12 finding 7: giving back more than was reserved clamped at zero and hid the
+    double release (another gang's reservation on the node silently shrank)."""
+    view = CapacityView(LEVELS, [gpu_node("n1", "b1", "r1")])
+    view.reserve("n1", {GPU: 3, "pods": 3})
+    view.unreserve("n1", {GPU: 2, "pods": 2})
+    with pytest.raises(OverReleaseError, match=r"n1 .*nvidia.com/gpu: 2 > 1 reserved"):
+        view.unreserve("n1", {GPU: 2, "pods": 1})
+    assert view.reserved("n1") == {GPU: 1, "pods": 1}, "nothing changed"
+    assert view.free("n1")[GPU] == 7

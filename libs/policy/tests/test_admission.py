@@ -2,11 +2,13 @@
 
 from collections.abc import Iterable
 
+import msgspec
 import pytest
 
 from tidegate.model import (
     Admitted,
     CapacityNode,
+    LostAdmission,
     NodeState,
     Pending,
     PodSetSpec,
@@ -463,7 +465,9 @@ def test_a_nomination_lapses_after_its_timeout() -> None:
     admission, _ = preempt_scene()
     admission.settings = AdmissionSettings(nomination_timeout_seconds=5)
     admission.preempted(
-        Preempted(preemptor="ns/serve", preemptor_uid="u", victims=[], nominated={"n1": {GPU: 8}}),
+        Preempted(
+            preemptor="ns/serve", preemptor_uid="uid-serve", victims=[], nominated={"n1": {GPU: 8}}
+        ),
         now=3.0,
     )
     assert list(admission.nominations()) == ["ns/serve"]
@@ -605,3 +609,57 @@ def test_release_by_another_service_checks_uid_and_sequence_and_finishes_complet
     (again,) = admission.cycle(now=3.0)
     assert isinstance(again.body, Admitted)
     assert again.body.uid == "new"
+
+
+def test_a_repeated_preempted_leaves_the_victims_later_admission_alone() -> None:
+    """Issue 12 finding 1: a redelivered ``preempted`` (after a leader change, or the double
+    store preemption admits) named the victim only by key and released its re-admission."""
+    admission, _ = preempt_scene()
+    first = admission.admitted()[WorkloadKey("ns/victim")]
+    event = Preempted(
+        preemptor="ns/serve",
+        preemptor_uid="uid-serve",
+        victims=["ns/victim"],
+        mode={"ns/victim": "restart"},
+        lost={"ns/victim": LostAdmission(uid=first.uid, sequence=first.sequence)},
+        nominated={"n1": {GPU: 8, "cpu": 1000, "pods": 1}},
+    )
+    (released,) = bodies(admission.preempted(event, now=3.0))
+    assert isinstance(released, Released)
+    # The preemptor is deleted; the victim, re-queued (restart), is admitted again.
+    admission.remove_workload(WorkloadKey("ns/serve"))
+    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=8, applied=released.sequence))
+    again = [b for b in bodies(admission.cycle(now=4.0)) if isinstance(b, Admitted)]
+    assert [a.workload for a in again] == ["ns/victim"]
+    # The same decision once more: it names the admission that already ended.
+    assert admission.preempted(event, now=5.0) == []
+    assert admission.is_admitted(WorkloadKey("ns/victim"))
+    assert admission.quota.usage("q").resources != {}
+
+
+def test_an_aborted_victim_is_kept_out_by_a_successor_that_restores_it() -> None:
+    """Issue 12 finding 3: the fact that a victim was aborted lived only in the leader's
+    memory; the policy now reports it (:meth:`Admission.stopped`) for the service to persist,
+    and a successor restores it."""
+    admission, _ = preempt_scene()
+    admission.preempted(
+        Preempted(
+            preemptor="ns/serve",
+            preemptor_uid="uid-serve",
+            victims=["ns/victim"],
+            mode={"ns/victim": "abort"},
+        ),
+        now=3.0,
+    )
+    assert admission.stopped() == {"ns/victim": "uid-victim"}
+    successor = cluster(node("n1", "r1", gpus=8, free_gpus=16, applied=10))
+    victim = admission.workload(WorkloadKey("ns/victim"))
+    assert victim is not None
+    successor.set_workload(victim)
+    assert successor.restore_stopped(WorkloadKey("ns/victim"), "uid-victim")
+    assert not successor.restore_stopped(WorkloadKey("ns/victim-gone"), "u")
+    assert "ns/victim" not in {d.key for d in successor.cycle(now=4.0)}
+    # Re-created (another uid): admitted again, and no longer kept out.
+    successor.set_workload(msgspec.structs.replace(victim, uid="uid-victim-2"))
+    assert successor.stopped() == {}
+    assert "ns/victim" in {d.key for d in successor.cycle(now=5.0) if isinstance(d.body, Admitted)}

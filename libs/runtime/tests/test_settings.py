@@ -124,13 +124,21 @@ def test_bus_settings_carry_the_connection_options() -> None:
             "TIDEGATE_NATS_URL": "nats://a:4222, nats://b:4222",
             "TIDEGATE_NATS_USER": "u",
             "TIDEGATE_NATS_PASSWORD": "secret",
+            "TIDEGATE_NATS_STREAM_REPLICAS": "3",
         },
     )
     bus = settings.bus_settings("admission")
     assert bus.servers == ("nats://a:4222", "nats://b:4222")
+    assert bus.stream_replicas == 3
     assert (bus.user, bus.password, bus.name) == ("u", "secret", "admission")
     assert "secret" not in repr(settings)
     assert "secret" not in repr(bus)
+
+
+def test_stream_replicas_outside_jetstreams_range_are_refused() -> None:
+    for bad in ("0", "6"):
+        with pytest.raises(SettingsError, match=r"^TIDEGATE_NATS_STREAM_REPLICAS: .* not 1-5"):
+            load_settings(ExampleSettings, env={"TIDEGATE_NATS_STREAM_REPLICAS": bad})
 
 
 def test_describe_lists_every_env_var() -> None:

@@ -9,6 +9,7 @@ from tidegate.model import (
     Admitted,
     CapacityNode,
     DomainCount,
+    LostAdmission,
     PodState,
     Preempted,
     QueueConfig,
@@ -20,6 +21,7 @@ from tidegate.model import (
     workload_key,
 )
 from tidegate.model.names import ADMISSION_GATE
+from tidegate.policy.victims import preempted_decision
 from tidegate.preemption.record import (
     LEDGER_PREFIX,
     PodRef,
@@ -102,15 +104,22 @@ def workload(
     )
 
 
-def run(view: PreemptionView, gang: WorkloadState, nodes: list[str], *, seq: int) -> None:
-    """Admit ``gang`` and bind one pod per entry of ``nodes``."""
+def run(
+    view: PreemptionView,
+    gang: WorkloadState,
+    nodes: list[str],
+    *,
+    seq: int,
+    queue: str | None = None,
+) -> None:
+    """Admit ``gang`` (into ``queue``, default its own) and bind one pod per entry of ``nodes``."""
     view.set_workload(gang)
     gpus = gang.podsets[0].requests[GPU]
     view.admitted(
         Admitted(
             workload=f"team/{gang.name}",
             uid=gang.uid,
-            queue=gang.queue or "",
+            queue=queue or gang.queue or "",
             sequence=seq,
             epoch=1,
             assignments={},
@@ -310,6 +319,9 @@ def test_the_search_takes_the_lowest_priority_gang_whole() -> None:
     assert choice.victims == ("team/low",)
     assert choice.modes == {"team/low": "restart"}
     assert sorted(choice.nominated) == ["n0", "n1"]
+    # The decision names the admission the victim loses (issue 12 finding 1).
+    decision = preempted_decision(serve, choice)
+    assert decision.lost == {"team/low": LostAdmission(uid="uid-low", sequence=1)}
 
 
 def test_victims_in_flight_are_not_candidates_and_count_as_gone() -> None:
@@ -520,3 +532,24 @@ def test_records_round_trip_and_keys_never_collide_with_workload_keys() -> None:
     assert preemptor_of("team/serve") is None
     # admission's keys are "<namespace>/<name>"; a namespace is a DNS label, without dots
     assert "." in ledger_key("team/serve").partition("/")[0]
+
+
+def test_queue_less_inference_reclaims_from_queue_less_training_in_the_default_queue() -> None:
+    """Issue 12 finding 8: admission put queue-less workloads in its default queue, preemption
+    did not: the request answered queue-not-found and the training gang was no victim ("queue
+    None does not exist"). Preemption now takes the queues from admission's decisions."""
+    view = cluster()
+    for node, rack in (("n0", "r0"), ("n1", "r0"), ("n2", "r1"), ("n3", "r1")):
+        fill(view, node, rack)
+    train = msgspec.structs.replace(
+        workload("low", service_type="training", priority=10, pods=4, gpus=8), queue=None
+    )
+    run(view, train, ["n0", "n1", "n2", "n3"], seq=1, queue="offline")  # the default queue
+    serve = msgspec.structs.replace(
+        workload("serve", service_type="inference", priority=50, pods=2, gpus=8), queue=None
+    )
+    view.set_workload(serve)
+    choice = view.choose(serve, in_flight=[], now=NOW, queue="offline", topology="default")
+    assert not isinstance(choice, Unanswerable)
+    assert choice.outcome == "preempts", choice.reason
+    assert choice.victims == ("team/low",)

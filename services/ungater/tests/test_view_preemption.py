@@ -14,6 +14,7 @@ from tidegate.model import (
     Admitted,
     DomainCount,
     Envelope,
+    LostAdmission,
     Message,
     Preempted,
     Released,
@@ -92,3 +93,38 @@ async def test_a_preemption_older_than_the_admission_does_not_end_it() -> None:
         Preempted(preemptor="team/serve", preemptor_uid="u2", victims=["team/other"])
     )
     assert view.admission(VICTIM) == admitted(4)
+
+
+async def test_a_repeated_preemption_does_not_end_the_victims_later_admission() -> None:
+    """Issue 12 finding 1: a ``preempted`` stored twice (or re-published after a preemption
+    failover) came later in the stream than the victim's re-admission and ended it, so the
+    re-created pods stayed gated although admission had admitted them."""
+    view = View()
+    stream = Stream(view)
+    await view.on_state(
+        stream.received(WorkloadState(namespace="team", name="train", uid="u1", owner_kind="Job"))
+    )
+    await stream.decide(admitted(1))
+    event = Preempted(
+        preemptor="team/serve",
+        preemptor_uid="u2",
+        victims=[VICTIM],
+        lost={VICTIM: LostAdmission(uid="u1", sequence=1)},
+    )
+    await stream.decide(event)
+    assert view.admission(VICTIM) is None
+    await stream.decide(admitted(3))
+    await stream.decide(event)
+    assert view.admission(VICTIM) == admitted(3)
+    # A preemption naming that admission ends it.
+    await stream.decide(
+        Preempted(
+            preemptor="team/serve",
+            preemptor_uid="u2",
+            victims=[VICTIM],
+            lost={VICTIM: LostAdmission(uid="u1", sequence=3)},
+        )
+    )
+    assert view.admission(VICTIM) is None
+    await stream.decide(event)
+    assert view.admission(VICTIM) is None

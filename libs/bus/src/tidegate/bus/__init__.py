@@ -28,6 +28,7 @@ from tidegate.bus.consumer import (
     Retry,
 )
 from tidegate.bus.errors import BusError, Conflict, LeaseLost, Permanent, Retryable, Unavailable
+from tidegate.bus.fence import Fence
 from tidegate.bus.follower import StateFollower, StateHandler
 from tidegate.bus.layout import LayoutSettings
 from tidegate.bus.lease import EpochFence, Lease, LeaseRecord, LeaseSettings, default_holder_id
@@ -45,6 +46,7 @@ __all__ = [
     "ConsumerSettings",
     "DurableConsumer",
     "EpochFence",
+    "Fence",
     "Handler",
     "LayoutSettings",
     "Lease",

@@ -9,10 +9,11 @@ ledger in :mod:`.lease` and :mod:`.ledger`.
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import nats
 import nats.errors
@@ -36,6 +37,8 @@ class BusSettings:
     """How to reach NATS. Credentials are file paths or strings, never logged."""
 
     servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    """Every URL of the NATS cluster (or one): the client connects to any and, when that
+    server goes away, to another; it also learns members the servers announce."""
     name: str = "tidegate"
     """Connection name shown in NATS monitoring (the service name)."""
     user: str | None = None
@@ -56,6 +59,27 @@ class BusSettings:
     """Upper bound of asynchronous publishes awaiting their acknowledgement."""
     drain_timeout_seconds: float = 10.0
     """How long a drain may take before the connection is closed anyway."""
+    leaderless_wait_seconds: float = 20.0
+    """On a NATS cluster, how long a publish keeps retrying while no server accepts it because
+    the stream has no leader (the cluster electing a new one after a server died: a few
+    seconds). Retrying is safe: no server took the message."""
+    reconnect_wait_seconds: int = 1
+    """After losing its server the client tries the others in turn, forever; it waits this
+    long before trying the same server again."""
+    stream_replicas: int = 1
+    """Replicas of every stream and KV bucket :meth:`Bus.ensure_layout` creates (3 on a
+    three-server NATS cluster); every service of a cluster must use the same number, as
+    ``ensure_layout`` updates an existing stream to it."""
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise ValueError("no NATS server URL given")
+        if self.stream_replicas < 1:
+            raise ValueError(f"stream replicas must be at least 1, not {self.stream_replicas}")
+        if self.leaderless_wait_seconds < 0:
+            raise ValueError("leaderless_wait_seconds must not be negative")
+        if self.reconnect_wait_seconds < 0:
+            raise ValueError("reconnect_wait_seconds must not be negative")
 
 
 def _tls_context(settings: BusSettings) -> ssl.SSLContext | None:
@@ -98,7 +122,7 @@ async def connect(settings: BusSettings) -> "Bus":
                 servers=list(settings.servers),
                 name=settings.name,
                 connect_timeout=max(1, round(settings.connect_timeout_seconds)),
-                reconnect_time_wait=1,
+                reconnect_time_wait=settings.reconnect_wait_seconds,
                 drain_timeout=max(1, round(settings.drain_timeout_seconds)),
                 max_reconnect_attempts=-1,
                 error_cb=on_error,
@@ -121,13 +145,44 @@ async def connect(settings: BusSettings) -> "Bus":
     return Bus(client, settings)
 
 
+class _LeaderWaitingJetStream(JetStreamContext):
+    """nats-py's JetStream context whose ``publish`` waits out a stream without a leader.
+
+    While a NATS cluster elects a stream's new leader, a publish to it finds no responder and
+    fails at once (``NoStreamResponseError``). No server stored it, so sending it again is
+    safe, also for a KV update with an expected revision (the ledger's and the leases' writes
+    go through this method too); any other error, and a timeout (which may have been stored),
+    is raised as before. Against a single server (no other server known) no responder means
+    no stream takes the subject, and the error is raised at once.
+    """
+
+    def __init__(self, conn: Client, *, leaderless_wait_seconds: float, **opts: Any) -> None:
+        super().__init__(conn, **opts)
+        self._leaderless_wait_seconds = leaderless_wait_seconds
+
+    async def publish(self, *args: Any, **kwargs: Any) -> api.PubAck:
+        deadline = time.monotonic() + self._leaderless_wait_seconds
+        pause = 0.05
+        while True:
+            try:
+                return await super().publish(*args, **kwargs)
+            except nats.js.errors.NoStreamResponseError:
+                if len(self._nc.servers) < 2 or time.monotonic() + pause > deadline:
+                    raise
+                log.info("nats: no leader takes %s yet; retrying in %.2fs", args[:1], pause)
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, 1.0)
+
+
 class Bus:
     """A connection to NATS with JetStream: create the layout, publish, and hand out consumers."""
 
     def __init__(self, client: Client, settings: BusSettings) -> None:
         self._client = client
         self._settings = settings
-        self._js: JetStreamContext = client.jetstream(
+        self._js: JetStreamContext = _LeaderWaitingJetStream(
+            client,
+            leaderless_wait_seconds=settings.leaderless_wait_seconds,
             timeout=settings.request_timeout_seconds,
             publish_async_max_pending=settings.max_in_flight,
         )
@@ -168,8 +223,13 @@ class Bus:
     async def ensure_layout(
         self, cluster: str, settings: layout.LayoutSettings | None = None
     ) -> None:
-        """Create or update every stream and KV bucket of ``cluster`` (see :mod:`.layout`)."""
-        chosen = settings if settings is not None else layout.LayoutSettings()
+        """Create or update every stream and KV bucket of ``cluster`` (see :mod:`.layout`);
+        without ``settings``, the default layout with this connection's ``stream_replicas``."""
+        chosen = (
+            settings
+            if settings is not None
+            else layout.LayoutSettings(replicas=self._settings.stream_replicas)
+        )
         for config in layout.stream_configs(cluster, chosen):
             await self.ensure_stream(config)
         for bucket in layout.bucket_names(cluster):
@@ -185,6 +245,12 @@ class Bus:
         with wrapped(f"reading stream {stream}"):
             info = await self._js.stream_info(stream)
         return info.state.last_seq
+
+    async def stream_leader(self, stream: str) -> str | None:
+        """Name of the NATS server that leads ``stream`` (None on a single server)."""
+        with wrapped(f"reading stream {stream}"):
+            info = await self._js.stream_info(stream)
+        return info.cluster.leader if info.cluster is not None else None
 
     # ------------------------------------------------------------------ publish
 

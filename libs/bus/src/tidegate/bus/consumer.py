@@ -47,7 +47,7 @@ from nats.js import JetStreamContext, api
 from tidegate.bus import layout
 from tidegate.bus._wrap import translate, wrapped
 from tidegate.bus.connection import Bus
-from tidegate.bus.errors import BusError, Permanent, Retryable
+from tidegate.bus.errors import BusError, LeaseLost, Permanent, Retryable
 from tidegate.bus.message import (
     DEADLETTER_CONSUMER,
     DEADLETTER_DELIVERIES,
@@ -184,25 +184,29 @@ class DurableConsumer:
             )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Fetch and handle batches until ``stop`` is set; the batch in hand is finished."""
+        """Fetch and handle batches until ``stop`` is set; the batch in hand is finished.
+
+        Raises :class:`LeaseLost` when a handler does (see the module docstring)."""
         if self._subscription is None:
             await self.start()
         failures = 0
-        while not stop.is_set():
-            try:
-                batch = await self.fetch()
-            except BusError as exc:
-                failures += 1
-                delay = min(5.0, 0.2 * 2**failures)
-                log.warning(
-                    "consumer %s: fetch failed (%s); retrying in %.1fs", self.name, exc, delay
-                )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
-                continue
-            failures = 0
-            await self.handle_batch(batch)
-        await self.close()
+        try:
+            while not stop.is_set():
+                try:
+                    batch = await self.fetch()
+                except BusError as exc:
+                    failures += 1
+                    delay = min(5.0, 0.2 * 2**failures)
+                    log.warning(
+                        "consumer %s: fetch failed (%s); retrying in %.1fs", self.name, exc, delay
+                    )
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), delay)
+                    continue
+                failures = 0
+                await self.handle_batch(batch)
+        finally:
+            await self.close()
         log.info("consumer %s stopped", self.name)
 
     async def close(self) -> None:
@@ -240,6 +244,13 @@ class DurableConsumer:
             for msg in batch:
                 await self._handle(msg)
                 unsettled.remove(msg)
+        except LeaseLost:
+            # A deposed leader must not retry (its next attempt is fenced off anyway) nor hold
+            # the messages for ack_wait: hand them back now, for the new leader.
+            for msg in unsettled:
+                with contextlib.suppress(nats.errors.Error):
+                    await msg.nak()
+            raise
         finally:
             keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -281,6 +292,8 @@ class DurableConsumer:
     async def _run_handler(self, received: Received) -> Outcome:
         try:
             result = await self._handler(received)
+        except LeaseLost:
+            raise
         except Permanent as exc:
             return Reject(str(exc))
         except Retryable as exc:

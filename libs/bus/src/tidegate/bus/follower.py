@@ -8,10 +8,14 @@ existed at start has been handed to the handler; services report ready (``/ready
 after that.
 
 It uses an *ordered* ephemeral consumer: no acks, no durable state on the server, and nats-py
-re-creates it from the last sequence seen if a message goes missing. It does not retry a
-handler: a handler that raises is logged and the follower moves on (state handlers update
-memory; a bad message must not stop the view). Replayed messages get no trace spans (they
-are history); followed messages get a CONSUMER span each.
+re-creates it from the last sequence seen if a message goes missing. A message that cannot be
+decoded is bad input: it is logged and skipped. A handler that raises is *retried* with
+backoff until it succeeds, never skipped: a skipped message (a decision the topology-cache
+failed to apply, say) would leave the view wrong for good, and silently. While it retries,
+:attr:`StateFollower.failing` is set and :attr:`StateFollower.failures` counts every failure
+(the runtime exports both as metrics), so a handler that keeps failing shows as a stuck
+follower, not as a wrong view. Replayed messages get no trace spans (they are history);
+followed messages get a CONSUMER span each.
 """
 
 import asyncio
@@ -33,7 +37,13 @@ from tidegate.telemetry import consumer_span
 log = logging.getLogger(__name__)
 
 StateHandler = Callable[[Received], Awaitable[None]]
-"""Called with every message, in stream order; must be idempotent (replay repeats history)."""
+"""Called with every message, in stream order; must be idempotent (replay repeats history, and
+a handler that raised is called again with the same message)."""
+
+RETRY_FIRST_SECONDS = 0.05
+"""Pause before the first retry of a failed handler; doubled after each failure."""
+RETRY_MAX_SECONDS = 5.0
+"""Longest pause between two retries of a failed handler."""
 
 
 class StateFollower:
@@ -62,6 +72,10 @@ class StateFollower:
         """Messages handed to the handler so far."""
         self.last_sequence = 0
         """Stream sequence of the last message handled."""
+        self.failures = 0
+        """Handler calls that raised, since start (each one is retried)."""
+        self.failing: int | None = None
+        """Stream sequence of the message whose handler keeps failing, None when none does."""
 
     async def run(self) -> None:
         """Replay, then follow until cancelled."""
@@ -130,19 +144,28 @@ class StateFollower:
             delivered=msg.metadata.num_delivered,
             headers=headers,
         )
-        try:
-            if self.replayed.is_set():
-                with consumer_span(msg.subject, headers, message_id=envelope.event_id):
+        pause = RETRY_FIRST_SECONDS
+        while True:
+            try:
+                if self.replayed.is_set():
+                    with consumer_span(msg.subject, headers, message_id=envelope.event_id):
+                        await self._handler(received)
+                else:
                     await self._handler(received)
-            else:
-                await self._handler(received)
-        except Exception:
-            log.exception(
-                "follower %s: handler failed on %s (seq %d); moving on",
-                self.name,
-                msg.subject,
-                sequence,
-                extra={"subject": msg.subject, "sequence": sequence},
-            )
+                break
+            except Exception:
+                self.failures += 1
+                self.failing = sequence
+                log.exception(
+                    "follower %s: handler failed on %s (seq %d); retrying in %.2fs",
+                    self.name,
+                    msg.subject,
+                    sequence,
+                    pause,
+                    extra={"subject": msg.subject, "sequence": sequence},
+                )
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RETRY_MAX_SECONDS)
+        self.failing = None
         self.handled += 1
         self.last_sequence = sequence

@@ -7,7 +7,8 @@ name                           subjects                             retention
 =============================  ===================================  ===========================
 ``tidegate-<c>-state``         ``tg.<c>.{node,pod,workload,config}.>``  last value per subject
 ``tidegate-<c>-capacity``      ``tg.<c>.capacity.>``                last value per subject
-``tidegate-<c>-decisions``     ``tg.<c>.decision.>``                append-only, by age / size
+``tidegate-<c>-decisions``     ``tg.<c>.decision.>``,               append-only, by age / size
+                               ``tg.<c>.fence.>``
 ``tidegate-<c>-deadletter``    ``tg.<c>.deadletter.>``              append-only, by age
 KV ``tidegate-<c>-ledger``     (``$KV.tidegate-<c>-ledger.>``)      last value per key
 KV ``tidegate-<c>-leases``     (``$KV.tidegate-<c>-leases.>``)      last value, per-message TTL
@@ -74,6 +75,22 @@ def ledger_bucket(cluster: str) -> str:
 def leases_bucket(cluster: str) -> str:
     """KV bucket of leader leases (one key per single-writer role)."""
     return f"tidegate-{cluster}-leases"
+
+
+def fence_wildcard(cluster: str) -> str:
+    """Fence markers of single-writer roles, kept in the decision stream (see
+    :mod:`tidegate.bus.fence`); no consumer of decisions sees them (``tg.<c>.decision.>``)."""
+    return f"tg.{cluster}.fence.>"
+
+
+def fence_subject(cluster: str, role: str) -> str:
+    """The fence marker of ``role`` in the decision stream."""
+    return f"tg.{cluster}.fence.{subjects.token(role)}"
+
+
+def ledger_fence_key(role: str) -> str:
+    """The ledger key holding ``role``'s fence marker (no ``/``: never a workload key)."""
+    return f"fence.{role}"
 
 
 def deadletter_wildcard(cluster: str) -> str:
@@ -143,7 +160,7 @@ def stream_configs(cluster: str, settings: LayoutSettings) -> list[api.StreamCon
         _stream(
             name=decisions_stream(cluster),
             description="tidegate: decision log (public contract, see docs/events.md)",
-            stream_subjects=[subjects.decision_wildcard(cluster)],
+            stream_subjects=[subjects.decision_wildcard(cluster), fence_wildcard(cluster)],
             settings=settings,
             last_value=False,
             max_age=settings.decisions_max_age_seconds,

@@ -128,10 +128,31 @@ class Lease:
 
     @property
     def held(self) -> bool:
-        """True if we hold the lease as far as we know: acquired and renewed within the TTL."""
-        return self._revision > 0 and (
-            time.monotonic() - self._renewed_at < self.settings.ttl_seconds
-        )
+        """True if we hold the lease as far as we know: acquired, and the last successful
+        write was *sent* less than the TTL ago (so the server cannot have expired it yet)."""
+        return self._revision > 0 and self.remaining_seconds > 0
+
+    @property
+    def remaining_seconds(self) -> float:
+        """Seconds until the lease may have expired on the server (0 when not held).
+
+        Counted from when the last successful acquire or renewal was sent: the server stores
+        the write, and starts its TTL, no earlier than that.
+        """
+        if self._revision == 0:
+            return 0.0
+        return max(0.0, self._renewed_at + self.settings.ttl_seconds - time.monotonic())
+
+    def ensure_held(self, margin_seconds: float = 0.0) -> None:
+        """Raise :class:`LeaseLost` unless the lease is held for ``margin_seconds`` more.
+
+        No I/O: for writes the bus cannot fence (Kubernetes), checked right before each one.
+        """
+        if self.remaining_seconds <= margin_seconds:
+            raise LeaseLost(
+                f"lease {self.settings.name} (epoch {self._epoch}) is not held "
+                f"(renewal overdue or lost)"
+            )
 
     def _ttl_header(self) -> str:
         return f"{math.ceil(self.settings.ttl_seconds)}s"
@@ -179,13 +200,14 @@ class Lease:
                 acquired_at=now,
                 renewed_at=now,
             )
+            sent = time.monotonic()
             try:
                 revision = await self._write(record, expected)
             except Conflict:
                 continue  # someone else wrote between our read and our write: look again
             self._revision = self._epoch = revision
             self._acquired_at = now
-            self._renewed_at = time.monotonic()
+            self._renewed_at = sent
             # Record the epoch in the value as well, for humans reading the bucket.
             await self._renew_once()
             log.info(
@@ -213,6 +235,9 @@ class Lease:
             acquired_at=self._acquired_at,
             renewed_at=time.time(),
         )
+        # The server's TTL runs from when it stores the write, which is after we send it and
+        # may be long before its acknowledgement reaches us: our clock starts at the send.
+        sent = time.monotonic()
         try:
             self._revision = await self._write(record, self._revision)
         except Conflict as exc:
@@ -220,7 +245,7 @@ class Lease:
             raise LeaseLost(
                 f"lease {self.settings.name} (epoch {self._epoch}) was taken over or expired"
             ) from exc
-        self._renewed_at = time.monotonic()
+        self._renewed_at = sent
 
     async def renew(self) -> None:
         """Extend the lease by its TTL; :class:`LeaseLost` if it is no longer ours."""

@@ -9,7 +9,7 @@ Keys may hold letters, digits and ``-/_=.``; a workload key ``ns/name`` is valid
 
 import re
 from dataclasses import dataclass
-from typing import Final, Self
+from typing import TYPE_CHECKING, Final, Self
 
 import nats.js.errors
 from nats.js.kv import KeyValue
@@ -18,6 +18,9 @@ from tidegate.bus import layout
 from tidegate.bus._wrap import wrapped
 from tidegate.bus.connection import Bus
 from tidegate.bus.errors import Permanent
+
+if TYPE_CHECKING:
+    from tidegate.bus.fence import Fence
 
 _VALID_KEY: Final = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
 
@@ -62,14 +65,22 @@ class Ledger:
                 return None
         return LedgerEntry(key=key, value=entry.value or b"", revision=entry.revision or 0)
 
-    async def put(self, key: str, value: bytes, *, revision: int | None = None) -> int:
+    async def put(
+        self, key: str, value: bytes, *, revision: int | None = None, fence: "Fence | None" = None
+    ) -> int:
         """Write ``value``; returns the new revision.
 
         ``revision=None`` writes unconditionally; ``revision=0`` only if the key does not
         exist; ``revision=N`` only if N is the key's current revision. Otherwise
-        :class:`Conflict`.
+        :class:`Conflict`. With ``fence`` (a :class:`~tidegate.bus.fence.Fence` on this
+        bucket) the write is stored only while the fence's claim stands, else
+        :class:`LeaseLost`; ``revision`` must then be None (one condition per write).
         """
         self._check(key)
+        if fence is not None:
+            if revision is not None:
+                raise ValueError("a fenced ledger write cannot also check a revision")
+            return await fence.put_raw(f"$KV.{self.bucket}.{key}", value)
         with wrapped(f"writing ledger key {key}"):
             if revision is None:
                 return await self._kv.put(key, value)
@@ -77,9 +88,17 @@ class Ledger:
                 return await self._kv.create(key, value)
             return await self._kv.update(key, value, last=revision)
 
-    async def delete(self, key: str, *, revision: int | None = None) -> None:
-        """Delete ``key`` (only if its revision is ``revision``, when given)."""
+    async def delete(
+        self, key: str, *, revision: int | None = None, fence: "Fence | None" = None
+    ) -> None:
+        """Delete ``key`` (only if its revision is ``revision``, when given; only while
+        ``fence``'s claim stands, when given: see :meth:`put`)."""
         self._check(key)
+        if fence is not None:
+            if revision is not None:
+                raise ValueError("a fenced ledger delete cannot also check a revision")
+            await fence.put_raw(f"$KV.{self.bucket}.{key}", b"", delete=True)
+            return
         with wrapped(f"deleting ledger key {key}"):
             await self._kv.delete(key, last=revision)
 

@@ -9,12 +9,19 @@ stored, with at most ``max_in_flight`` unacknowledged, and reports failures when
 The acknowledgements are collected on an inbox of our own rather than with nats-py's
 ``publish_async``: there, an error reply (e.g. a failed expected-sequence check) never resolves
 the returned future and leaks its in-flight slot (nats-io/nats.py#985).
+
+On a NATS cluster, a message that finds no responder (its stream is electing a new leader
+after a server died) is sent again, with a growing pause, for up to the bus's
+``leaderless_wait_seconds``; :meth:`~Publisher.flush` waits for those too. No server stored
+it, so sending it again cannot store it twice.
 """
 
 import asyncio
 import itertools
 import json
-from dataclasses import dataclass
+import logging
+import time
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Literal, Self
 
@@ -27,6 +34,8 @@ from tidegate.bus.connection import Bus, message_headers
 from tidegate.bus.errors import BusError, Conflict, Unavailable
 from tidegate.model import Envelope, codec
 from tidegate.telemetry import producer_span
+
+log = logging.getLogger(__name__)
 
 # JetStream error codes of a failed expected-last-sequence check.
 _WRONG_LAST_SEQUENCE: Final = frozenset({10071, 10164})
@@ -64,10 +73,16 @@ class PublishStats:
     failed: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass
 class _InFlight:
     subject: str
     event_id: str
+    payload: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    retry_until: float = 0.0
+    """Until when a no-responder reply sends the message again (0: never)."""
+    pause: float = 0.05
+    retrying: bool = False
 
 
 class Publisher:
@@ -92,6 +107,7 @@ class Publisher:
         self._all_settled.set()
         self._inbox = ""
         self._subscription: Subscription | None = None
+        self._resends: set[asyncio.Task[None]] = set()
         self.stats = PublishStats()
         """Counts of what was submitted, stored, dropped as duplicate, and failed."""
 
@@ -118,7 +134,16 @@ class Publisher:
         payload = codec.encode(envelope)
         await self._slots.acquire()
         token = str(next(self._tokens))
-        self._in_flight[token] = _InFlight(subject, envelope.event_id)
+        clustered = len(self._bus.client.servers) > 1
+        self._in_flight[token] = _InFlight(
+            subject,
+            envelope.event_id,
+            payload=payload,
+            headers=dict(headers),
+            retry_until=(
+                time.monotonic() + self._bus.settings.leaderless_wait_seconds if clustered else 0.0
+            ),
+        )
         self._all_settled.clear()
         with producer_span(subject, headers, message_id=envelope.event_id):
             try:
@@ -135,7 +160,27 @@ class Publisher:
         entry = self._in_flight.get(token)
         if entry is None:
             return
+        if _no_responder(msg) and time.monotonic() + entry.pause < entry.retry_until:
+            entry.retrying = True
+            task = asyncio.create_task(self._resend(token, entry))
+            self._resends.add(task)
+            task.add_done_callback(self._resends.discard)
+            return
         self._settle(token, _reply_error(msg, entry.subject))
+
+    async def _resend(self, token: str, entry: _InFlight) -> None:
+        """Send a message no server took again after a pause (its stream has no leader)."""
+        log.info("nats: no leader takes %s yet; retrying in %.2fs", entry.subject, entry.pause)
+        await asyncio.sleep(entry.pause)
+        entry.pause = min(2 * entry.pause, 1.0)
+        if token not in self._in_flight:
+            return
+        try:
+            await self._bus.client.publish(
+                entry.subject, entry.payload, reply=self._inbox + token, headers=entry.headers
+            )
+        except nats.errors.Error as exc:
+            self._settle(token, translate(exc, f"publishing to {entry.subject}"))
 
     def _settle(self, token: str, error: BusError | Literal["duplicate"] | None) -> None:
         entry = self._in_flight.pop(token, None)
@@ -172,18 +217,30 @@ class Publisher:
             if timeout_seconds is not None
             else self._bus.settings.request_timeout_seconds
         )
-        try:
-            async with asyncio.timeout(timeout):
-                await self._all_settled.wait()
-        except TimeoutError:
-            for token in list(self._in_flight):
-                self._settle(token, Unavailable(f"no acknowledgement within {timeout}s"))
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await self._all_settled.wait()
+                break
+            except TimeoutError:
+                # Messages being sent again for a stream without a leader get their own
+                # timeout after their last attempt.
+                retrying = [e.retry_until for e in self._in_flight.values() if e.retrying]
+                if retrying and max(retrying) + timeout > deadline:
+                    deadline = max(retrying) + timeout
+                    continue
+                for token in list(self._in_flight):
+                    self._settle(token, Unavailable(f"no acknowledgement within {timeout}s"))
+                break
         if self._failures:
             failures, self._failures = self._failures, []
             raise PublishError(failures)
 
     async def close(self) -> None:
         """Stop listening for acknowledgements (call :meth:`flush` first)."""
+        for task in list(self._resends):
+            task.cancel()
         if self._subscription is not None:
             subscription, self._subscription = self._subscription, None
             try:
@@ -207,9 +264,14 @@ class Publisher:
             await self.close()
 
 
+def _no_responder(msg: Msg) -> bool:
+    """The reply nats-server sends when no one (no stream, or no stream leader) took it."""
+    return bool(msg.headers and msg.headers.get("Status") == "503")
+
+
 def _reply_error(msg: Msg, subject: str) -> BusError | Literal["duplicate"] | None:
     """None when stored, "duplicate" when dropped as a retry, else the error."""
-    if msg.headers and msg.headers.get("Status") == "503":
+    if _no_responder(msg):
         return Unavailable(f"publishing to {subject}: no stream takes this subject")
     try:
         reply = json.loads(msg.data)

@@ -24,7 +24,7 @@ from typing import Final, Self, TextIO
 
 import aiohttp
 
-from tidegate.bus.server import NatsServerProcess, free_port
+from tidegate.bus.server import NatsCluster, NatsServerProcess, free_port
 from tidegate.sim import SimCluster, SimSettings
 
 SERVICES: Final[dict[str, str]] = {
@@ -59,6 +59,13 @@ class StackSettings:
     kubeconfig: Path | None = None
     """Run against the existing cluster of this kubeconfig instead of a simulated one (then
     ``nodes``, ``time_scale`` and ``gpu_product`` are not used)."""
+    nats_servers: int = 1
+    """nats-servers to run: 1, or 3 (up to 5) as one JetStream cluster on loopback, with
+    every stream and KV bucket replicated on each of them."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nats_servers <= 5:
+            raise StackError(f"nats_servers must be 1-5, not {self.nats_servers}")
 
 
 @dataclass
@@ -144,7 +151,10 @@ class LocalStack:
     """A running local tidegate: use :meth:`running` as an async context manager."""
 
     def __init__(
-        self, settings: StackSettings, nats: NatsServerProcess, sim: SimCluster | None
+        self,
+        settings: StackSettings,
+        nats: NatsServerProcess | NatsCluster,
+        sim: SimCluster | None,
     ) -> None:
         self.settings = settings
         self.nats = nats
@@ -161,7 +171,7 @@ class LocalStack:
 
     @property
     def nats_url(self) -> str:
-        """The local nats-server's URL."""
+        """The local nats-server's URL (every member's, comma-separated, for a cluster)."""
         return self.nats.url
 
     def service_env(self, name: str, http_port: int) -> dict[str, str]:
@@ -175,6 +185,7 @@ class LocalStack:
             {
                 "TIDEGATE_CLUSTER": self.settings.cluster,
                 "TIDEGATE_NATS_URL": self.nats.url,
+                "TIDEGATE_NATS_STREAM_REPLICAS": str(self.settings.nats_servers),
                 "TIDEGATE_HTTP_PORT": str(http_port),
                 "TIDEGATE_KUBECONFIG": str(self.kubeconfig),
                 "TIDEGATE_TRACE_FILE": str(self.trace_file),
@@ -225,7 +236,11 @@ class LocalStack:
         (settings.workdir / "logs").mkdir(parents=True, exist_ok=True)
         store = settings.workdir / "jetstream"
         store.mkdir(exist_ok=True)
-        nats = NatsServerProcess(store_dir=store)
+        nats: NatsServerProcess | NatsCluster = (
+            NatsServerProcess(store_dir=store)
+            if settings.nats_servers == 1
+            else NatsCluster(size=settings.nats_servers, store_dir=store)
+        )
         await asyncio.to_thread(nats.start)
         try:
             async with _cluster(settings) as sim:

@@ -292,8 +292,20 @@ class PreemptRequested(_Body, frozen=True, kw_only=True, tag="preempt-requested"
     workload: str
     uid: str
     queue: str
+    """The queue admission put it in (its own, else admission's default queue)."""
     sequence: int
     message: str = ""
+    topology: str | None = None
+    """The Topology admission tried to place it on (None from writers older than the field)."""
+
+
+class LostAdmission(_Base, frozen=True, kw_only=True):
+    """The admission a preemption victim loses: which object, and which admitted decision."""
+
+    uid: str
+    """The victim's uid when it was chosen."""
+    sequence: int
+    """The ``sequence`` of the victim's admitted decision that ends."""
 
 
 class Preempted(_Body, frozen=True, kw_only=True, tag="preempted"):
@@ -308,6 +320,32 @@ class Preempted(_Body, frozen=True, kw_only=True, tag="preempted"):
     nominated: dict[str, Resources] = msgspec.field(default_factory=dict)
     """Node → capacity freed and nominated for the preemptor."""
     message: str = ""
+    lost: dict[str, LostAdmission] = msgspec.field(default_factory=dict)
+    """Victim key → the admission it loses. A consumer ends only that admission (see
+    :meth:`ends`): a victim admitted again since, or re-created, keeps its new admission. A
+    victim missing here (a writer older than this field) loses whatever admission it holds."""
+
+    def ends(self, victim: str, *, uid: str, sequence: int, replaces: int | None = None) -> bool:
+        """Whether this decision ends ``victim``'s admission of object ``uid`` made by the
+        admitted decision ``sequence`` (which ``replaces`` an earlier one, if set): the one
+        named in :attr:`lost`, an older one, or the replacement of the one named. A later
+        admission (the victim re-admitted) or another object is never ended."""
+        if victim not in self.victims:
+            return False
+        named = self.lost.get(victim)
+        if named is None:
+            return True
+        if named.uid != uid:
+            return False
+        return sequence <= named.sequence or replaces == named.sequence
+
+    def aborts(self, victim: str, *, uid: str) -> bool:
+        """Whether this decision aborts the object ``uid`` of ``victim`` (abort mode, and the
+        object named in :attr:`lost` if it names one)."""
+        if victim not in self.victims or self.mode.get(victim, "restart") != "abort":
+            return False
+        named = self.lost.get(victim)
+        return named is None or named.uid == uid
 
 
 class Released(_Body, frozen=True, kw_only=True, tag="released"):

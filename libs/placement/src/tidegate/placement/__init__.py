@@ -11,6 +11,7 @@ from tidegate.placement.capacity import (
     HARD_TAINT_EFFECTS,
     CapacityView,
     NodeCapacity,
+    OverReleaseError,
     tolerates,
 )
 from tidegate.placement.engine import apply, place, release
@@ -31,6 +32,7 @@ __all__ = [
     "PROFILES",
     "CapacityView",
     "NodeCapacity",
+    "OverReleaseError",
     "PlacementError",
     "PlacementRequest",
     "PlacementResult",

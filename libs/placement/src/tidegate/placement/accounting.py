@@ -213,6 +213,7 @@ class _Admission:
     uid: str
     sequence: int
     entries: list[_Entry]
+    replaces: int | None = None
 
 
 class _LevelIndex:
@@ -351,6 +352,9 @@ class CapacityAccounting:
         self._bound: dict[_Owner, dict[str, int]] = {}
         self._workload_requests: dict[str, dict[str, Resources]] = {}
         self._admissions: dict[str, _Admission] = {}
+        self._ended: dict[str, int] = {}
+        """Workload → sequence of its newest admission that ended (released or preempted): a
+        redelivered admission no newer than that is not reserved again."""
         self._entries_of: dict[_Owner, list[_Entry]] = {}
         self._entries_at: dict[_Domain, list[_Entry]] = {}
         self._indexes: dict[tuple[str, ...], _LevelIndex] = {}
@@ -489,6 +493,8 @@ class CapacityAccounting:
         current = self._admissions.get(key)
         if current is not None and admitted.sequence <= current.sequence:
             return []
+        if admitted.sequence <= self._ended.get(key, 0):
+            return []  # it ended already: a redelivery
         if current is not None:
             self._drop(key)
         problems: list[str] = []
@@ -523,7 +529,9 @@ class CapacityAccounting:
                         decided=None if requests is None else per_pod(requests),
                     )
                 )
-        self._admissions[key] = _Admission(admitted.uid, admitted.sequence, entries)
+        self._admissions[key] = _Admission(
+            admitted.uid, admitted.sequence, entries, admitted.replaces
+        )
         for entry in entries:
             self._index(entry.domain[0])
             for alias in entry.aliases:
@@ -546,12 +554,18 @@ class CapacityAccounting:
         return True
 
     def preempt(self, preempted: Preempted) -> bool:
-        """End the reservations of every victim (their release follows; this is earlier)."""
+        """End the reservations of every victim (their release follows; this is earlier): only
+        the admission each victim loses (:meth:`Preempted.ends`), so a repeated or stale
+        decision leaves a later admission of the victim alone."""
         dropped = False
         for victim in preempted.victims:
-            if victim in self._admissions:
-                self._drop(victim)
-                dropped = True
+            current = self._admissions.get(victim)
+            if current is None or not preempted.ends(
+                victim, uid=current.uid, sequence=current.sequence, replaces=current.replaces
+            ):
+                continue
+            self._drop(victim)
+            dropped = True
         return dropped
 
     # ------------------------------------------------------------------ outputs
@@ -711,6 +725,7 @@ class CapacityAccounting:
 
     def _drop(self, workload: str) -> None:
         admission = self._admissions.pop(workload)
+        self._ended[workload] = max(self._ended.get(workload, 0), admission.sequence)
         for entry in admission.entries:
             self._touched.update(self._members(entry.domain))
             if entry.spread:

@@ -74,6 +74,10 @@ IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
 
+class OverReleaseError(ValueError):
+    """More capacity was given back than was reserved (a double release)."""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeCapacity:
     """One node as placement sees it: where it sits, what it offers and what is taken."""
@@ -337,7 +341,23 @@ class CapacityView:
         self._change_reserved(name, amount, +1)
 
     def unreserve(self, name: str, amount: Mapping[str, int]) -> None:
-        """Give back a reservation (never below zero: an extra unreserve is harmless)."""
+        """Give back a reservation.
+
+        Raises :class:`OverReleaseError` (and changes nothing) when ``amount`` is more than node
+        ``name`` has reserved: a double release is a bug upstream, and clamping at zero would
+        hide it while the reservation of some other gang silently shrinks.
+        """
+        reserved = self.reserved(name)
+        over = {
+            resource: (value, reserved.get(resource, 0))
+            for resource, value in sorted(amount.items())
+            if value > reserved.get(resource, 0)
+        }
+        if over:
+            detail = ", ".join(f"{r}: {v} > {have} reserved" for r, (v, have) in over.items())
+            raise OverReleaseError(
+                f"unreserve on node {name} gives back more than reserved ({detail})"
+            )
         self._change_reserved(name, amount, -1)
 
     def copy(self) -> "CapacityView":

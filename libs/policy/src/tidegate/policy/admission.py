@@ -67,6 +67,7 @@ from tidegate.placement import (
 )
 from tidegate.policy.capacity import ClusterCapacity
 from tidegate.policy.cards import CardDemand, CardError, card_demand
+from tidegate.policy.common import TopologyProblem, choose_topology, queue_of
 from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
 from tidegate.policy.quota import Charge, QuotaLedger, QuotaRequest, gang_resources
 from tidegate.policy.replacement import ReplacementError, merged_assignments, replacement_podsets
@@ -143,6 +144,10 @@ class Admission:
         self._admitted: dict[WorkloadKey, Admitted] = {}
         self._done: set[WorkloadKey] = set()
         """Workloads not to be admitted again until re-created: aborted victims, finished."""
+        self._stopped: dict[WorkloadKey, str] = {}
+        """The part of ``_done`` only a decision on the bus says (aborted victims, workloads
+        another service released as finished), by uid: the service persists it, so that a
+        successor keeps them out too (:meth:`stopped`, :meth:`restore_stopped`)."""
         self._nominations: dict[WorkloadKey, Nomination] = {}
         self._awaiting: dict[WorkloadKey, float] = {}
         self._reasons: dict[WorkloadKey, PendingReason] = {}
@@ -174,6 +179,7 @@ class Admission:
             out.extend([released] if released is not None else [])
         if before is not None and before.uid != workload.uid:
             self._done.discard(key)
+            self._stopped.pop(key, None)
             self._reasons.pop(key, None)
             self._drop_nomination(key)
             self._awaiting.pop(key, None)
@@ -189,6 +195,7 @@ class Admission:
         released = self.release(key, "Deleted", "the workload was deleted")
         self._workloads.pop(key, None)
         self._done.discard(key)
+        self._stopped.pop(key, None)
         self._reasons.pop(key, None)
         self._tried_at.pop(key, None)
         self._awaiting.pop(key, None)
@@ -227,22 +234,38 @@ class Admission:
             return None
         if reason in ("Completed", "Failed"):
             self._done.add(key)  # finished: not admitted again unless re-created
+            self._stopped[key] = uid
         return self.release(key, reason, message or "released by another service")
 
     def preempted(self, event: Preempted, *, now: float) -> list[Decision]:
         """Victims were evicted for a preemptor: release their quota (``Evicted``), keep the
-        aborted ones from being admitted again, and hold the freed room for the preemptor."""
+        aborted ones from being admitted again, and hold the freed room for the preemptor.
+
+        Only the admission each victim loses is released (:meth:`Preempted.ends`): a repeated
+        or stale decision leaves a victim admitted again since (or re-created) alone."""
         out: list[Decision] = []
         for victim in event.victims:
             key = WorkloadKey(victim)
-            released = self.release(key, "Evicted", f"preempted for {event.preemptor}")
-            out.extend([released] if released is not None else [])
-            if event.mode.get(victim, "restart") == "abort":
+            admitted = self._admitted.get(key)
+            if admitted is not None and event.ends(
+                victim, uid=admitted.uid, sequence=admitted.sequence, replaces=admitted.replaces
+            ):
+                released = self.release(key, "Evicted", f"preempted for {event.preemptor}")
+                out.extend([released] if released is not None else [])
+            current = self._workloads.get(key)
+            uid = admitted.uid if admitted is not None else current.uid if current else None
+            if uid is not None and event.aborts(victim, uid=uid) and not self.is_admitted(key):
                 self._done.add(key)
+                self._stopped[key] = uid
             self._tried_at.pop(key, None)
         preemptor = WorkloadKey(event.preemptor)
         self._awaiting.pop(preemptor, None)
-        if preemptor not in self._admitted and preemptor in self._workloads:
+        workload = self._workloads.get(preemptor)
+        if (
+            preemptor not in self._admitted
+            and workload is not None
+            and workload.uid == event.preemptor_uid
+        ):
             self._drop_nomination(preemptor)
             nodes = {NodeName(n): dict(r) for n, r in event.nominated.items()}
             self._nominations[preemptor] = Nomination(nodes=nodes, at=now)
@@ -329,6 +352,22 @@ class Admission:
         self.capacity.take(admitted.sequence, node_usage, at=now)
         self._reasons.pop(key, None)
 
+    def stopped(self) -> dict[WorkloadKey, str]:
+        """Workloads kept out only on a decision's word (aborted victims, finished by another
+        service's release), with the uid kept out: what the service persists."""
+        return dict(self._stopped)
+
+    def restore_stopped(self, key: WorkloadKey, uid: str) -> bool:
+        """Keep ``key`` out again as a previous leader recorded (takeover). False, and nothing
+        kept out, when the workload is gone or was re-created (another uid)."""
+        workload = self._workloads.get(key)
+        if workload is None or workload.uid != uid:
+            return False
+        self._done.add(key)
+        self._stopped[key] = uid
+        self._reasons.pop(key, None)
+        return True
+
     def release_orphans(self) -> list[Decision]:
         """Release admissions whose workload is gone, was re-created (another uid) or has
         finished: what a successor restored from the ledger for workloads deleted or finished
@@ -385,7 +424,7 @@ class Admission:
             if key in self._admitted or key in self._done:
                 continue
             workload = self._workloads[key]
-            name = workload.queue or self.settings.default_queue
+            name = queue_of(workload, self.settings.default_queue)
             queue = self._queues.get(name) if name is not None else None
             if workload.invalid_reason is not None:
                 self._wait(out, workload, name, "Invalid", workload.invalid_reason)
@@ -488,6 +527,7 @@ class Admission:
                 queue=queue.name,
                 sequence=self._next_sequence(),
                 message=failure.message,
+                topology=topology,
             )
             out.append(Decision(key=key, body=body, workload=workload))
             message = f"preemption requested: {failure.message}"
@@ -567,30 +607,15 @@ class Admission:
         return Decision(key=key, body=body, workload=workload, node_usage=usage)
 
     def _topology_for(self, workload: WorkloadState, queue: QueueConfig) -> str | _Failure:
-        if queue.topology and workload.topology and queue.topology != workload.topology:
-            return _Failure(
-                "Invalid",
-                f"the workload asks for topology {workload.topology} but queue {queue.name} "
-                f"places on topology {queue.topology}",
-            )
-        name = queue.topology or workload.topology
-        if name is None:
-            known = self.capacity.topologies()
-            if len(known) == 1:
-                name = known[0]
-            elif self.settings.default_topology in known:
-                name = self.settings.default_topology
-            else:
-                listed = ", ".join(known) if known else "none exists"
-                return _Failure(
-                    "TopologyPlacementFailed",
-                    f"no topology chosen: queue {queue.name} names none, the workload names "
-                    f"none and there is no single or '{self.settings.default_topology}' "
-                    f"topology ({listed})",
-                )
-        if self.capacity.levels(name) is None:
-            return _Failure("TopologyPlacementFailed", f"topology {name} does not exist")
-        return name
+        chosen = choose_topology(
+            workload,
+            queue,
+            known=self.capacity.topologies(),
+            default=self.settings.default_topology,
+        )
+        if isinstance(chosen, TopologyProblem):
+            return _Failure(chosen.reason, chosen.message)
+        return chosen
 
     def _wait(
         self,

@@ -34,6 +34,7 @@ import msgspec
 import numpy as np
 
 from tidegate.model import (
+    LostAdmission,
     NodeName,
     PodSetSpec,
     PodState,
@@ -55,6 +56,7 @@ from tidegate.placement import (
 )
 from tidegate.placement.request import normalize
 from tidegate.policy.cards import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, CardError, card_demand
+from tidegate.policy.common import runs
 from tidegate.policy.preempt_search import (
     DEFAULT_ORACLE_BUDGET,
     DEFAULT_STEP_BUDGET,
@@ -107,6 +109,10 @@ class RunningGang:
     """Cards per card model it is charged for (its queue's card-quota usage)."""
     running_seconds: int = 0
     """Seconds since it started running (for the GPU-seconds lost)."""
+    uid: str = ""
+    """Its workload's uid ("" if unknown)."""
+    admission: int = 0
+    """The sequence of the admitted decision it runs under (0 if unknown): what it loses."""
 
     @property
     def gpus(self) -> int:
@@ -143,6 +149,8 @@ class VictimChoice:
     """Whole workloads to evict, sorted; empty unless ``outcome`` is "preempts"."""
     modes: dict[WorkloadKey, OnPreemption] = field(default_factory=dict)
     """Victim → restart (re-queued) or abort (suspended)."""
+    lost: dict[WorkloadKey, LostAdmission] = field(default_factory=dict)
+    """Victim → the admission it loses (uid and admitted sequence), for victims known by both."""
     placement: PlacementResult | None = None
     """Where the gang goes once the victims are gone (None when not admitted)."""
     nominated: dict[NodeName, Resources] = field(default_factory=dict)
@@ -178,6 +186,7 @@ def preempted_decision(preemptor: WorkloadState, choice: VictimChoice) -> Preemp
         preemptor_uid=preemptor.uid,
         victims=list(choice.victims),
         mode={str(victim): mode for victim, mode in choice.modes.items()},
+        lost={str(victim): lost for victim, lost in choice.lost.items()},
         nominated={node: dict(amount) for node, amount in choice.nominated.items()},
         message=(
             f"{count} training workload{'s' if count > 1 else ''} preempted for {key}: "
@@ -197,11 +206,18 @@ def gpus_of(requests: Mapping[str, int]) -> int:
 
 
 def running_gang(
-    workload: WorkloadState, pods: Iterable[PodState], *, running_seconds: int = 0
+    workload: WorkloadState,
+    pods: Iterable[PodState],
+    *,
+    running_seconds: int = 0,
+    admission: int = 0,
+    queue: str | None = None,
 ) -> RunningGang:
-    """A running workload as victim selection sees it, from its bus state.
+    """A running workload as victim selection sees it, from its bus state (``admission``: the
+    sequence of the admitted decision it runs under; ``queue``: the queue admission charged
+    it to, default the one it names).
 
-    Only ``pods`` bound to a node and not terminating count (they hold capacity). Its cards
+    Only ``pods`` that run (:func:`tidegate.policy.common.runs`) count. Its cards
     are what admission charged (:func:`tidegate.policy.cards.card_demand`); a card request
     that cannot be understood counts no cards rather than hiding the gang from preemption.
     """
@@ -211,7 +227,7 @@ def running_gang(
         cards = {}
     return RunningGang(
         key=workload_key(workload.namespace, workload.name),
-        queue=workload.queue,
+        queue=queue if queue is not None else workload.queue,
         service_type=workload.service_type,
         priority=workload.priority,
         preemptable=workload.preemptable,
@@ -219,10 +235,12 @@ def running_gang(
         pods=tuple(
             RunningPod(node=NodeName(pod.node_name), requests=dict(pod.requests))
             for pod in pods
-            if pod.node_name and not pod.terminating
+            if pod.node_name and runs(pod)
         ),
         cards=cards,
         running_seconds=running_seconds,
+        uid=workload.uid,
+        admission=admission,
     )
 
 
@@ -267,25 +285,26 @@ def select_victims(
     queues: Mapping[str, QueueConfig],
     usage: QueueUsage | None = None,
     settings: VictimSettings | None = None,
+    queue_name: str | None = None,
 ) -> VictimChoice:
     """Decide whether ``preemptor`` fits, and which gangs to evict if it only fits that way.
 
     ``view`` is the capacity of the topology the gang is placed on, with every running pod
     counted as used (the victims' included). ``usage`` is what the preemptor's queue holds;
-    when omitted it is summed from ``running``. Nothing is changed: the view is copied for the
-    simulations.
+    when omitted it is summed from ``running``. ``queue_name`` is the queue the preemptor is
+    in as admission decided it (:func:`tidegate.policy.common.queue_of`); default: the one it
+    names. Nothing is changed: the view is copied for the simulations.
     """
     settings = settings or VictimSettings()
     key = workload_key(preemptor.namespace, preemptor.name)
     if preemptor.invalid_reason:
         return VictimChoice(outcome="invalid", reason=f"{key}: {preemptor.invalid_reason}")
-    if preemptor.queue is None:
+    queue_name = queue_name or preemptor.queue
+    if queue_name is None:
         return VictimChoice(outcome="queue-not-found", reason=f"{key} names no queue")
-    queue = queues.get(preemptor.queue)
+    queue = queues.get(queue_name)
     if queue is None:
-        return VictimChoice(
-            outcome="queue-not-found", reason=f"queue {preemptor.queue} does not exist"
-        )
+        return VictimChoice(outcome="queue-not-found", reason=f"queue {queue_name} does not exist")
     try:
         demand = card_demand(preemptor)
         podsets = [
@@ -412,6 +431,11 @@ def _admit(
         outcome="preempts" if gangs else "fits",
         victims=tuple(sorted(g.key for g in gangs)),
         modes={g.key: g.on_preemption for g in sorted(gangs, key=lambda g: g.key)},
+        lost={
+            g.key: LostAdmission(uid=g.uid, sequence=g.admission)
+            for g in sorted(gangs, key=lambda g: g.key)
+            if g.uid and g.admission
+        },
         placement=result,
         nominated=_nominated(result),
         top_priority=max((g.priority for g in gangs), default=None),

@@ -58,6 +58,12 @@ class Metrics:
             ["follower"],
             registry=self.registry,
         )
+        self.state_failures = Gauge(
+            "tidegate_state_handler_failures",
+            "Handler calls of a state follower that raised since start (each is retried).",
+            ["follower"],
+            registry=self.registry,
+        )
 
         self.leader = Gauge(
             "tidegate_leader",
@@ -72,11 +78,16 @@ class Metrics:
         self.handle_seconds.labels(consumer=consumer).observe(seconds)
 
     def watch_follower(
-        self, name: str, replayed: Callable[[], bool], handled: Callable[[], int]
+        self,
+        name: str,
+        replayed: Callable[[], bool],
+        handled: Callable[[], int],
+        failures: Callable[[], int] = lambda: 0,
     ) -> None:
         """Report a follower's progress, read at scrape time."""
         self.replayed.labels(follower=name).set_function(lambda: float(replayed()))
         self.state_messages.labels(follower=name).set_function(lambda: float(handled()))
+        self.state_failures.labels(follower=name).set_function(lambda: float(failures()))
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""

@@ -111,7 +111,9 @@ class ServiceContext(Generic[S]):
             self.bus, stream=stream, subjects=subjects, handler=handler, name=name
         )
         self.require(f"replay:{name}", follower.replayed.is_set)
-        self.metrics.watch_follower(name, follower.replayed.is_set, lambda: follower.handled)
+        self.metrics.watch_follower(
+            name, follower.replayed.is_set, lambda: follower.handled, lambda: follower.failures
+        )
         self.spawn(f"follow:{name}", follower.run())
         return follower
 

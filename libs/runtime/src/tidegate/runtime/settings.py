@@ -61,7 +61,10 @@ class ServiceSettings:
     cluster: str = "default"
     """Cluster id: the ``<cluster>`` in every subject and stream name (a DNS label)."""
     nats_url: str = "nats://127.0.0.1:4222"
-    """NATS server URL, or several separated by commas."""
+    """NATS server URL, or several separated by commas (every member of a NATS cluster)."""
+    nats_stream_replicas: int = 1
+    """Replicas of tidegate's JetStream streams and KV buckets: 3 on a three-server NATS
+    cluster, so that losing one server loses nothing. The same in every service."""
     nats_creds: Path | None = None
     """NATS credentials file (JWT + nkey)."""
     nats_user: str | None = None
@@ -91,6 +94,11 @@ class ServiceSettings:
                 raise SettingsError(
                     "nats_url", f"{server!r} is not a URL (expected nats://host:port)"
                 )
+        if not 1 <= self.nats_stream_replicas <= 5:
+            raise SettingsError(
+                "nats_stream_replicas",
+                f"{self.nats_stream_replicas} is not 1-5 (JetStream's range)",
+            )
         if not 0 <= self.http_port <= 65535:
             raise SettingsError("http_port", f"{self.http_port} is not a port (0-65535)")
         if (self.nats_tls_cert is None) != (self.nats_tls_key is None):
@@ -110,6 +118,7 @@ class ServiceSettings:
             tls_ca_file=self.nats_tls_ca,
             tls_cert_file=self.nats_tls_cert,
             tls_key_file=self.nats_tls_key,
+            stream_replicas=self.nats_stream_replicas,
         )
 
 

@@ -16,6 +16,10 @@ import each other; this package is the one home of what they share:
 - :mod:`.cluster`: :func:`simulated`, a simulated cluster with a kube client and a bus.
 - :mod:`.processes`: :class:`ServiceProcess` / :func:`service_process`, a service as a child
   process; :func:`run_to_exit` for one that must stop by itself.
+- :mod:`.controlplane`: :class:`~tidegate.testing.controlplane.ControlPlane`, a real
+  Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
+  from a directory of binaries (``KUBEBUILDER_ASSETS``), with ServiceAccount kubeconfigs
+  minted by TokenRequest and an audit log. Imported as a module (it needs ``cryptography``).
 
 Everything here drives the real bus, the real services and real processes; nothing is mocked.
 What a test checks, and what a harness plays, stays in the tests. Production code never imports

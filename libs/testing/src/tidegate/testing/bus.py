@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
-from tidegate.bus import Bus, BusSettings, StateFollower, StateHandler, connect
+from tidegate.bus import Bus, BusSettings, StateFollower, StateHandler, connect, servers_from_url
 from tidegate.model import Envelope, Message
 
 
@@ -37,10 +37,20 @@ async def connected(
     *,
     name: str = "tidegate",
     wait_for_server_seconds: float | None = None,
+    stream_replicas: int = 1,
 ) -> AsyncIterator[Bus]:
-    """A bus connection (named ``name``) with ``cluster``'s streams created; drained at exit."""
+    """A bus connection (named ``name``) with ``cluster``'s streams created; drained at exit.
+
+    ``nats_url`` may list several servers, comma-separated; ``stream_replicas`` must be what
+    the services use, or creating the layout would change the streams' replicas.
+    """
     bus = await connect(
-        BusSettings(servers=(nats_url,), name=name, wait_for_server_seconds=wait_for_server_seconds)
+        BusSettings(
+            servers=tuple(servers_from_url(nats_url)),
+            name=name,
+            wait_for_server_seconds=wait_for_server_seconds,
+            stream_replicas=stream_replicas,
+        )
     )
     try:
         await bus.ensure_layout(cluster)

@@ -4,17 +4,20 @@ Every instance follows the state and capacity streams (so a standby is current).
 at a time holds the ``admission`` lease (taken with
 :meth:`~tidegate.runtime.ServiceContext.lead`, which also renews and releases it) and decides:
 
-1. **Take over**: wait until both streams are replayed, load the ledger (admitted workloads and
-   the sequence high-water mark), restore them into the policy, release admissions of workloads
-   deleted or finished meanwhile, restore the nominations still live from the preemption
-   service's ledger records (:mod:`tidegate.admission.nominations`), claim the sequence (which fences off the previous leader's
-   writes), and re-publish admissions the capacity view has not applied yet (same event ids:
+1. **Take over**: wait until both streams are replayed, load the ledger (admitted workloads,
+   the sequence high-water mark and the outbox), restore them into the policy, release
+   admissions of workloads deleted or finished meanwhile, restore the nominations still live
+   from the preemption service's ledger records (:mod:`tidegate.admission.nominations`), claim
+   the sequence (which fences off the previous leader's writes), and publish what the outbox
+   holds (the previous leader's committed decisions not known to be stored; same event ids:
    JetStream drops those already stored).
 2. **Decide**: on every wake-up (a handler saw a change) or tick, after a short coalescing
    pause, run one :meth:`~tidegate.policy.admission.Admission.cycle` and commit its decisions
-   together with releases queued by handlers.
-3. **Commit** a batch: claim the sequence, write/delete ledger keys (revision-checked), then
-   publish each decision, continuing the workload's trace.
+   together with releases queued by handlers; publish again what is still unsent.
+3. **Commit** a batch: claim the sequence, stage every decision in the ledger's outbox, write
+   or delete the workload keys (revision-checked), then publish each decision (continuing the
+   workload's trace) and delete the outbox keys of those JetStream stored. A publish that fails
+   leaves its decision in the outbox, sent again on the next tick (:mod:`.ledger`).
 
 A lost lease or a ledger conflict raises :class:`tidegate.bus.LeaseLost`: the process exits
 (status 1) and restarts as a standby; it never decides without the lease. Decisions are pure
@@ -32,14 +35,16 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from tidegate.admission.config import Settings
 from tidegate.admission.handlers import SOURCE, Handlers
-from tidegate.admission.ledger import AdmissionLedger, LedgerRecord
+from tidegate.admission.ledger import AdmissionLedger, LedgerRecord, OutboxEntry, deliverable
 from tidegate.admission.metrics import QueueMetrics
 from tidegate.admission.nominations import restore_nominations
 from tidegate.bus import (
+    BusError,
     ConsumerSettings,
     Lease,
     LeaseLost,
     Publisher,
+    PublishError,
     StateFollower,
     layout,
 )
@@ -147,6 +152,8 @@ class Leader:
         self.lease = lease
         self._ledger: AdmissionLedger | None = None
         self._publisher = Publisher(ctx.bus)
+        self._unsent: list[OutboxEntry] = []
+        """Outbox entries committed and not yet stored on the stream, in decision order."""
 
     async def run(self) -> None:
         """Take over, decide until asked to stop."""
@@ -184,6 +191,9 @@ class Leader:
         admission = self._admission
         admission.epoch = self.lease.epoch
         high, records = await self._ledger.load()
+        by_key = {r.admitted.workload: r for r in records}
+        outbox = [e for e in self._ledger.outbox if deliverable(e, by_key)]
+        dropped = [e for e in self._ledger.outbox if not deliverable(e, by_key)]
         now = time.time()
         for record in records:
             usage = {NodeName(n): dict(u) for n, u in record.node_usage.items()}
@@ -192,29 +202,29 @@ class Leader:
         admission.sequence = max(
             admission.sequence, high.sequence if high else 0, admission.capacity.watermark()
         )
+        kept_out = [
+            key
+            for key, uid in self._ledger.stopped.items()
+            if admission.restore_stopped(WorkloadKey(key), uid)
+        ]
         released = admission.release_orphans()
         nominated = restore_nominations(admission, self._ledger.preemptions, now=now)
         await self._ledger.claim(sequence=admission.sequence, epoch=admission.epoch)
-        await self.commit(released)
-        watermark = admission.capacity.watermark()
-        unapplied = [
-            r.admitted
-            for r in records
-            if r.admitted.sequence > watermark
-            and admission.is_admitted(WorkloadKey(r.admitted.workload))
-        ]
-        for admitted in unapplied:
-            workload = admission.workload(WorkloadKey(admitted.workload))
-            await self._publish(admitted, admitted.epoch, workload)
-        await self._publisher.flush()
+        await self._ledger.unstage(dropped)
+        self._unsent = outbox
+        await self.commit(released)  # also stores which workloads stay kept out
+        await self._send()
         log.info(
-            "admission: took over epoch %d: %d admitted restored, %d re-published, "
-            "%d released, %d nominations restored, sequence %d",
+            "admission: took over epoch %d: %d admitted restored, %d outbox decisions "
+            "re-published (%d never committed, dropped), %d released, %d nominations "
+            "restored, %d kept out, sequence %d",
             admission.epoch,
             len(records),
-            len(unapplied),
+            len(outbox),
+            len(dropped),
             len(released),
             len(nominated),
+            len(kept_out),
             admission.sequence,
         )
 
@@ -231,18 +241,35 @@ class Leader:
                 started = time.monotonic()
                 decisions = [*handlers.outbox, *self._admission.cycle(now=time.time())]
                 handlers.outbox.clear()
-                await self.commit(decisions)
+                try:
+                    await self.commit(decisions)
+                except LeaseLost:
+                    raise
+                except BusError as exc:
+                    # Not committed: keep them (the policy state already has them) for the
+                    # next try, ahead of anything decided later.
+                    handlers.outbox[:0] = decisions
+                    log.warning("admission: commit failed, retrying next tick: %s", exc)
+                    continue
+                if self._unsent:
+                    await self._send()
                 self._metrics.cycle_seconds.observe(time.monotonic() - started)
 
     async def commit(self, decisions: Sequence[Decision]) -> None:
-        """Claim the sequence, record admissions and releases in the ledger, then publish."""
-        if not decisions:
+        """Claim the sequence, stage the decisions in the outbox, record admissions and
+        releases in the ledger, then publish (module docstring). Raises LeaseLost when fenced
+        off, BusError when the ledger could not be written (nothing is published then); a
+        failed publish does not raise: the decision stays in the outbox and is sent again."""
+        assert self._ledger is not None
+        admission = self._admission
+        stopped = {str(key): uid for key, uid in admission.stopped().items()}
+        if not decisions and stopped == self._ledger.stopped:
             return
         if not self.lease.held:
             raise LeaseLost("admission lease expired before a commit")
-        assert self._ledger is not None
-        admission = self._admission
         await self._ledger.claim(sequence=admission.sequence, epoch=admission.epoch)
+        entries = [self._entry(d.body, admission.epoch) for d in decisions]
+        await self._ledger.stage(entries)
         changes: list[LedgerRecord | str] = []
         for decision in decisions:
             if isinstance(decision.body, Admitted):
@@ -251,20 +278,28 @@ class Leader:
             elif isinstance(decision.body, Released):
                 changes.append(decision.key)
         await self._ledger.commit(changes)
+        # Kept-out workloads (aborted victims) are durable before the message that made them
+        # is acknowledged and before any later cycle could admit them elsewhere.
+        await self._ledger.keep_out(stopped)
+        if not decisions:
+            return
         for decision in decisions:
-            await self._publish(decision.body, admission.epoch, decision.workload)
-        await self._publisher.flush()
+            kind = _KINDS[type(decision.body)]
+            reason = getattr(decision.body, "reason", "")
+            self._metrics.decisions.labels(kind=kind, reason=reason).inc()
+            if isinstance(decision.body, Admitted):
+                self._metrics.admitted.labels(queue=decision.body.queue).inc()
+        self._unsent.extend(entries)
+        await self._send(
+            {e.envelope.event_id: d.workload for e, d in zip(entries, decisions, strict=True)}
+        )
         self._queue_metrics.committed(decisions, now=time.time())
 
-    async def _publish(
-        self,
-        body: Admitted | Pending | PreemptRequested | Released,
-        epoch: int,
-        workload: WorkloadState | None,
-    ) -> None:
+    def _entry(
+        self, body: Admitted | Pending | PreemptRequested | Released, epoch: int
+    ) -> OutboxEntry:
         namespace, _, name = body.workload.partition("/")
-        kind = _KINDS[type(body)]
-        subject = subjects.decision(self._ctx.cluster, kind, namespace, name)
+        subject = subjects.decision(self._ctx.cluster, _KINDS[type(body)], namespace, name)
         envelope = Envelope(
             event_id=f"{SOURCE}-{epoch}-{body.sequence}",
             cluster=self._ctx.cluster,
@@ -273,15 +308,33 @@ class Leader:
             body=body,
             source_uid=body.uid,
         )
-        token = otel_context.attach(extract(workload.trace_context if workload else None))
+        return OutboxEntry(subject=subject, envelope=envelope)
+
+    async def _send(self, workloads: dict[str, WorkloadState | None] | None = None) -> None:
+        """Publish every unsent outbox entry, in order, and unstage those JetStream stored
+        (``workloads``: event id → the workload whose trace a first send continues)."""
+        assert self._ledger is not None
+        unsent, self._unsent = self._unsent, []
+        failed: set[str] = set()
         try:
-            await self._publisher.submit(subject, envelope)
-        finally:
-            otel_context.detach(token)
-        reason = getattr(body, "reason", "")
-        self._metrics.decisions.labels(kind=kind, reason=reason).inc()
-        if isinstance(body, Admitted):
-            self._metrics.admitted.labels(queue=body.queue).inc()
+            for entry in unsent:
+                workload = (workloads or {}).get(entry.envelope.event_id)
+                token = otel_context.attach(extract(workload.trace_context if workload else None))
+                try:
+                    await self._publisher.submit(entry.subject, entry.envelope)
+                finally:
+                    otel_context.detach(token)
+            await self._publisher.flush()
+        except PublishError as exc:
+            failed = {failure.event_id for failure in exc.failures}
+            log.warning(
+                "admission: %d decisions not stored, sent again next tick: %s", len(failed), exc
+            )
+        except BusError as exc:
+            failed = {entry.envelope.event_id for entry in unsent}
+            log.warning("admission: publishing failed, sent again next tick: %s", exc)
+        self._unsent = [e for e in unsent if e.envelope.event_id in failed] + self._unsent
+        await self._ledger.unstage([e for e in unsent if e.envelope.event_id not in failed])
 
 
 _KINDS: dict[type, DecisionKind] = {

@@ -10,8 +10,9 @@ Three streams feed :class:`tidegate.policy.admission.Admission`:
   again or the workload evicted: :meth:`~tidegate.policy.admission.Admission.replace`).
 
 A handler updates the policy object, queues any decision it produced (a release: of a
-workload deleted, re-created, or whose state says it finished) in the outbox, and wakes the
-decision loop (:mod:`tidegate.admission.app`), which runs the cycle and commits. Malformed
+workload deleted, re-created, or whose state says it finished) in :attr:`Handlers.outbox` (in
+memory; the decision loop stages it in the ledger's durable outbox when it commits), and wakes
+the decision loop (:mod:`tidegate.admission.app`), which runs the cycle and commits. Malformed
 messages never reach here (the bus decodes and validates them); a message of a kind a stream
 should not carry is logged and ignored.
 """
@@ -127,7 +128,17 @@ class Handlers:
                         decisions = [found] if found is not None else []
                     case _:
                         return
-                await commit(decisions)
+                # Decisions an earlier commit failed to write go first. If this commit fails
+                # too, the policy state has changed already: keep the decisions for the next
+                # commit (a redelivery of this message then finds nothing left to decide and
+                # commits them before it is acked), never drop them with the nak.
+                pending = [*self.outbox, *decisions]
+                self.outbox.clear()
+                try:
+                    await commit(pending)
+                except BaseException:
+                    self.outbox[:0] = pending
+                    raise
             self.wake.set()
 
         return handle

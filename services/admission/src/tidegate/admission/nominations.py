@@ -86,8 +86,11 @@ def restore_nominations(
             and current.uid == victim.uid
         ]
         mode = {key: m for key, m in decision.mode.items() if key in victims}
+        lost = {key: named for key, named in decision.lost.items() if key in victims}
         # Only victims not admitted are passed, so this releases nothing (no decisions).
-        admission.preempted(msgspec.structs.replace(decision, victims=victims, mode=mode), now=at)
+        admission.preempted(
+            msgspec.structs.replace(decision, victims=victims, mode=mode, lost=lost), now=at
+        )
         if preemptor in admission.nominations():
             restored.append(preemptor)
     return restored

@@ -6,7 +6,9 @@ decisions (:mod:`.handlers`), so a standby is current. One instance at a time ho
 renews and releases it) and acts, because two instances choosing victims at once could both
 count the same freed room for different preemptors:
 
-1. **Take over**: wait until every follower has replayed; read the ledger (this service's
+1. **Take over**: claim the service's fences on the ledger bucket and the decision stream
+   (:class:`tidegate.bus.Fence`: from then on JetStream refuses every ledger write and every
+   ``preempted`` a deposed instance attempts); wait until every follower has replayed; read the ledger (this service's
    preemption records and admission's admitted workloads); finish every unfinished preemption
    and drop ended nominations (:meth:`~tidegate.preemption.preempter.Preempter.reconcile`).
 2. **Act**: consume ``preempt-requested`` decisions with the durable consumer ``preemption``
@@ -14,7 +16,12 @@ count the same freed room for different preemptors:
    ``reconcile_interval_seconds``, or sooner when a preemptor was admitted or deleted,
    reconcile again.
 
-A lost lease or a ledger conflict stops the process (exit 1); it restarts as a standby. The
+Kubernetes writes (evictions, an abort's suspension) cannot be fenced by the API server: each
+is sent only while the lease is held with at least ``EVICTION_MARGIN`` of its TTL left
+(:meth:`tidegate.bus.Lease.ensure_held`, whose clock starts when a renewal is sent).
+
+A lost lease, a refused fenced write or a ledger conflict stops the process (exit 1); it
+restarts as a standby. The
 Kubernetes client is opened at setup and closed at stop. Decisions are made by the pure view
 and policy; nothing here chooses anything.
 """
@@ -26,6 +33,7 @@ from collections.abc import Sequence
 
 from tidegate.bus import (
     ConsumerSettings,
+    Fence,
     Lease,
     LeaseLost,
     Ledger,
@@ -50,6 +58,9 @@ LEASE_NAME = "preemption"
 
 CONSUMER_NAME = "preemption"
 """The durable consumer of preempt requests."""
+
+EVICTION_MARGIN = 0.25
+"""Fraction of the lease TTL that must be left for an eviction to be sent."""
 
 
 async def setup(ctx: ServiceContext[Settings]) -> None:
@@ -119,6 +130,7 @@ class Leader:
         self._followers = followers
         self.lease = lease
         self._metrics = PreemptionMetrics(ctx.metrics.registry)
+        self._decisions = Fence.on_decisions(ctx.bus, lease, cluster=ctx.cluster)
 
     async def run(self) -> None:
         """Take over, act until asked to stop."""
@@ -144,7 +156,10 @@ class Leader:
     async def _take_over(self) -> Preempter:
         ctx = self._ctx
         view = self._handlers.view
-        ledger = PreemptionLedger(await Ledger.open(ctx.bus, ctx.cluster))
+        ledger_fence = Fence.on_ledger(ctx.bus, self.lease, cluster=ctx.cluster)
+        await ledger_fence.claim()
+        await self._decisions.claim()
+        ledger = PreemptionLedger(await Ledger.open(ctx.bus, ctx.cluster), fence=ledger_fence)
         for admitted in await ledger.load():
             view.admitted(admitted, at=None)
         metrics = self._metrics
@@ -152,6 +167,7 @@ class Leader:
             self._kube,
             ctx.settings.eviction(),
             observe=lambda result: metrics.evictions.labels(result=result).inc(),
+            guard=self._ensure_held,
         )
         preempter = Preempter(
             cluster=ctx.cluster,
@@ -172,7 +188,10 @@ class Leader:
         return preempter
 
     async def _publish(self, subject: str, envelope: Envelope) -> object:
-        return await self._ctx.bus.publish(subject, envelope)
+        return await self._decisions.publish(subject, envelope)
+
+    def _ensure_held(self) -> None:
+        self.lease.ensure_held(EVICTION_MARGIN * self.lease.settings.ttl_seconds)
 
     async def _reconcile_until_stopped(self, preempter: Preempter) -> None:
         ctx = self._ctx

@@ -11,6 +11,10 @@ and the rules for doing it safely live together:
   ``retry_seconds``; after that :class:`EvictionFailed` is raised and the caller retries later
   (the preemption record keeps the job);
 - evictions are rate-limited by a token bucket of their own and run a few at a time;
+- the API server cannot check a fencing token, so every write (each eviction, the suspension
+  and mark of an abort) is sent only after ``guard()`` passed: the service's guard raises
+  :class:`tidegate.bus.LeaseLost` unless its lease is held, unexpired, for a safety margin
+  more (:meth:`tidegate.bus.Lease.ensure_held`); a deposed leader evicts nothing;
 - abort mode suspends the victim's Job or JobSet first (so its controller does not recreate
   the pods) and annotates it ``tidegate.io/preempted-by``.
 
@@ -24,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from tidegate.bus import Retryable
+from tidegate.bus import LeaseLost, Retryable
 from tidegate.kube import (
     JOBS,
     JOBSETS,
@@ -79,9 +83,12 @@ class Evictor:
         settings: EvictionSettings,
         *,
         observe: Callable[[str], None] | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> None:
-        """``observe`` is called with "evicted", "gone" or "failed" for every pod."""
+        """``observe`` is called with "evicted", "gone" or "failed" for every pod; ``guard``
+        before every write to Kubernetes (it raises to stop the write, e.g. LeaseLost)."""
         self._kube = kube
+        self._guard = guard or (lambda: None)
         self._settings = settings
         self._bucket = TokenBucket(qps=settings.rate_per_second, burst=settings.burst)
         self._slots = asyncio.Semaphore(settings.concurrency)
@@ -99,7 +106,7 @@ class Evictor:
         results = await asyncio.gather(*tasks, return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         for failure in failures:
-            if not isinstance(failure, Exception):
+            if not isinstance(failure, Exception) or isinstance(failure, LeaseLost):
                 raise failure
         if failures:
             raise EvictionFailed(
@@ -117,6 +124,7 @@ class Evictor:
         all the same)."""
         namespace, _, name = victim.key.partition("/")
         resource = owner_resource(victim.owner_kind, victim.owner_api_version)
+        self._guard()
         try:
             if resource is None:
                 log.warning(
@@ -127,8 +135,10 @@ class Evictor:
                 return
             if victim.owner_kind == "Job":
                 await self._kube.suspend_job(namespace, name)
+                self._guard()
             elif victim.owner_kind == "JobSet":
                 await self._kube.suspend_jobset(namespace, name, resource=resource)
+                self._guard()
             await self._kube.annotate(
                 resource, namespace, name, {PREEMPTED_BY_ANNOTATION: preemptor}
             )
@@ -143,6 +153,7 @@ class Evictor:
         async with self._slots:
             while True:
                 await self._bucket.acquire()
+                self._guard()
                 try:
                     await self._kube.evict_pod(
                         pod.namespace,

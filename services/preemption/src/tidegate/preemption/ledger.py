@@ -5,9 +5,12 @@ admitted workload (``<namespace>/<name>``) and the key ``sequence``; this servic
 per preemptor with a preemption in flight (``preemption.<namespace>/<name>``, see
 :mod:`.record`). Neither writes the other's keys.
 
-Every write names the revision this instance last saw (create-only for a new key), so an
-instance that lost its lease cannot overwrite what its successor wrote: its write fails and it
-stops (:class:`tidegate.bus.LeaseLost`).
+The leading instance writes through its ledger :class:`~tidegate.bus.Fence`: JetStream stores
+a write only while this instance's claim on the fence marker (``fence.preemption``) is the
+newest, so once a successor has claimed it, every write of a deposed instance — a new record,
+an update, a delete — is refused and it stops (:class:`tidegate.bus.LeaseLost`). Without a
+fence (tools, tests) every write names the revision this instance last saw instead
+(create-only for a new key), which protects existing keys only.
 
 At takeover the service also reads admission's records, for the workloads admitted longer ago
 than the decision stream keeps (7 days by default). Only the ``admitted`` field is read; other
@@ -18,7 +21,7 @@ import logging
 
 import msgspec
 
-from tidegate.bus import Conflict, LeaseLost, Ledger
+from tidegate.bus import Conflict, Fence, LeaseLost, Ledger
 from tidegate.model import Admitted, WorkloadKey
 from tidegate.preemption.record import (
     PreemptionRecord,
@@ -43,9 +46,11 @@ _admission_decoder = msgspec.json.Decoder(_AdmissionRecord)
 class PreemptionLedger:
     """Preemption records by preemptor, mirrored in memory, written with revision checks."""
 
-    def __init__(self, ledger: Ledger) -> None:
-        """Wrap an opened :class:`tidegate.bus.Ledger`."""
+    def __init__(self, ledger: Ledger, *, fence: Fence | None = None) -> None:
+        """Wrap an opened :class:`tidegate.bus.Ledger`; write through ``fence`` (claimed on
+        the ledger bucket) when given."""
         self._ledger = ledger
+        self._fence = fence
         self._revisions: dict[WorkloadKey, int] = {}
         self.records: dict[WorkloadKey, PreemptionRecord] = {}
         """The records as last read or written by this instance."""
@@ -71,6 +76,12 @@ class PreemptionLedger:
     async def write(self, record: PreemptionRecord) -> None:
         """Store ``record`` under its preemptor, if nobody else wrote since; else LeaseLost."""
         key = WorkloadKey(record.preemptor)
+        if self._fence is not None:
+            self._revisions[key] = await self._ledger.put(
+                ledger_key(key), encode_record(record), fence=self._fence
+            )
+            self.records[key] = record
+            return
         try:
             self._revisions[key] = await self._ledger.put(
                 ledger_key(key), encode_record(record), revision=self._revisions.get(key, 0)
@@ -86,6 +97,9 @@ class PreemptionLedger:
         revision = self._revisions.pop(preemptor, None)
         self.records.pop(preemptor, None)
         if revision is None:
+            return
+        if self._fence is not None:
+            await self._ledger.delete(ledger_key(preemptor), fence=self._fence)
             return
         try:
             await self._ledger.delete(ledger_key(preemptor), revision=revision)

@@ -172,7 +172,13 @@ class Preempter:
 
         started = time.perf_counter()
         in_flight = list(self._ledger.records.values())
-        choice = self._view.choose(workload, in_flight=in_flight, now=now)
+        choice = self._view.choose(
+            workload,
+            in_flight=in_flight,
+            now=now,
+            queue=request.queue,
+            topology=request.topology,
+        )
         self._metrics.search_seconds.observe(time.perf_counter() - started)
         if isinstance(choice, Unanswerable):
             log.warning("no victim search for %s: %s", key, choice.reason)

@@ -14,10 +14,15 @@ are tested without NATS or Kubernetes:
 - **Preemptions in flight** (records in the ledger) change that view: their victims' pods are
   counted as gone (they are being evicted), and the room nominated for other preemptors as
   taken. A victim of a record in flight is never a candidate again: no gang is evicted twice.
-- **Queue usage** for the preemptor's quota check is what admission charged to its queue.
+- **Queue usage** for the preemptor's quota check is what admission charged to its queue
+  (:func:`tidegate.policy.common.charged_usage`).
 
-The Topology of a workload is chosen as admission does: its queue's, else its own, else the
-only one or the configured default.
+Which queue a workload is in and which Topology it is placed on are admission's answers, not
+this view's: a victim's queue is the one its ``admitted`` decision was charged to, the
+preemptor's queue and Topology the ones its ``preempt-requested`` names (so admission's
+default queue applies here too). Only for a request from an older admission without a
+Topology is it chosen here, by the same function admission uses
+(:mod:`tidegate.policy.common`).
 
 Nothing here talks to NATS or Kubernetes, and nothing here evicts: see :mod:`.evict`.
 """
@@ -44,6 +49,14 @@ from tidegate.model.events import OnPreemption
 from tidegate.model.names import ADMISSION_GATE
 from tidegate.placement import CapacityView
 from tidegate.policy.capacity import ClusterCapacity
+from tidegate.policy.common import (
+    TERMINAL_PHASES,
+    TopologyProblem,
+    charged_usage,
+    choose_topology,
+    holds_capacity,
+    runs,
+)
 from tidegate.policy.quota import QueueUsage
 from tidegate.policy.victims import (
     RunningGang,
@@ -54,16 +67,8 @@ from tidegate.policy.victims import (
 )
 from tidegate.preemption.record import PodRef, PreemptionRecord, VictimRecord
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-"""Pod phases in which a pod holds nothing any more."""
-
 PodKey = tuple[str, str]
 """A pod's (namespace, name)."""
-
-
-def holds_capacity(pod: PodState) -> bool:
-    """Whether ``pod`` holds room on a node: bound, not terminating, not finished."""
-    return bool(pod.node_name) and not pod.terminating and pod.phase not in TERMINAL_PHASES
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,45 +263,42 @@ class PreemptionView:
             if key in excluded or workload is None or workload.uid != known.admitted.uid:
                 continue
             pods = self.pods(key)
-            bound = [p for p in pods if holds_capacity(p)]
+            bound = [p for p in pods if runs(p)]
             if not bound:
                 continue
             started = known.at if known.at is not None else min(p.created_at for p in bound)
-            gang = running_gang(workload, bound, running_seconds=max(int(now - started), 0))
+            gang = running_gang(
+                workload,
+                bound,
+                running_seconds=max(int(now - started), 0),
+                admission=known.admitted.sequence,
+                queue=known.admitted.queue,
+            )
             out.append(gang)
         return out
 
     def queue_usage(self, queue: str) -> QueueUsage:
         """What admission charged to ``queue`` for the workloads it admitted."""
-        charged = [k.admitted for k in self._admitted.values() if k.admitted.queue == queue]
-        return QueueUsage(
-            resources=res.non_zero(res.total(a.charged for a in charged)),
-            cards=res.non_zero(res.total(a.charged_cards for a in charged)),
-        )
+        return charged_usage((k.admitted for k in self._admitted.values()), queue)
 
-    def topology_for(self, workload: WorkloadState) -> str | Unanswerable:
-        """The Topology ``workload`` is placed on, as admission chooses it."""
-        queue = self._queues.get(workload.queue) if workload.queue else None
-        if queue is not None and queue.topology and workload.topology not in (None, queue.topology):
-            return Unanswerable(
-                f"the workload asks for topology {workload.topology} but queue "
-                f"{queue.name} places on topology {queue.topology}"
-            )
-        name = (queue.topology if queue is not None else None) or workload.topology
-        if name is None:
-            known = self.capacity.topologies()
-            if len(known) == 1:
-                name = known[0]
-            elif self.default_topology in known:
-                name = self.default_topology
-            else:
-                return Unanswerable(
-                    "no topology chosen: neither the queue nor the workload names one and "
-                    f"there is no single or '{self.default_topology}' topology"
-                )
-        if self.capacity.levels(name) is None:
-            return Unanswerable(f"topology {name} does not exist")
-        return name
+    def topology_for(
+        self, workload: WorkloadState, *, queue: str | None = None
+    ) -> str | Unanswerable:
+        """The Topology ``workload`` is placed on, by admission's rule
+        (:func:`~tidegate.policy.common.choose_topology`), ``queue`` being the queue admission
+        put it in (default: the one it names)."""
+        name = queue or workload.queue
+        config = self._queues.get(name) if name else None
+        chosen = choose_topology(
+            workload,
+            config,
+            known=self.capacity.topologies(),
+            default=self.default_topology,
+            exists=lambda topology: self.capacity.levels(topology) is not None,
+        )
+        if isinstance(chosen, TopologyProblem):
+            return Unanswerable(chosen.message)
+        return chosen
 
     def choose(
         self,
@@ -304,12 +306,19 @@ class PreemptionView:
         *,
         in_flight: Sequence[PreemptionRecord],
         now: float,
+        queue: str | None = None,
+        topology: str | None = None,
     ) -> VictimChoice | Unanswerable:
         """Run the victim search for ``preemptor`` on the current view (see the module
-        docstring for how preemptions ``in_flight`` change it)."""
-        topology = self.topology_for(preemptor)
-        if isinstance(topology, Unanswerable):
-            return topology
+        docstring for how preemptions ``in_flight`` change it). ``queue`` and ``topology`` are
+        what admission decided for it (its ``preempt-requested``); when not given they are
+        chosen by admission's rules from the workload alone."""
+        queue = queue or preemptor.queue
+        if topology is None or self.capacity.levels(topology) is None:
+            chosen = self.topology_for(preemptor, queue=queue)
+            if isinstance(chosen, Unanswerable):
+                return chosen
+            topology = chosen
         self.capacity.expire_overlay(before=now - self.overlay_grace_seconds)
         base = self.capacity.view(topology)
         assert base is not None  # topology_for checked that it is known
@@ -317,7 +326,7 @@ class PreemptionView:
         view = self.adjusted(base, in_flight, preemptor=own)
         busy = {victim.key for record in in_flight for victim in record.victims}
         running = self.running(now=now, exclude=busy)
-        usage = self.queue_usage(preemptor.queue) if preemptor.queue else None
+        usage = self.queue_usage(queue) if queue else None
         return select_victims(
             preemptor,
             view=view,
@@ -325,6 +334,7 @@ class PreemptionView:
             queues=dict(self._queues),
             usage=usage,
             settings=self.victim_settings,
+            queue_name=queue,
         )
 
     def adjusted(
@@ -337,7 +347,7 @@ class PreemptionView:
             for victim in record.victims:
                 for pod in self._live_pods(victim):
                     # Terminating pods count too: their room is not free until they are gone.
-                    if pod.node_name and pod.phase not in TERMINAL_PHASES:
+                    if pod.node_name and holds_capacity(pod):
                         freed = {**pod.requests, "pods": 1}
                         change[pod.node_name] = res.subtract(change.get(pod.node_name, {}), freed)
             waiting = not self.is_admitted(WorkloadKey(record.preemptor), record.preemptor_uid)

@@ -5,28 +5,37 @@ Start-up, in order:
 1. connect to Kubernetes (kubeconfig or in-cluster; a bad configuration stops the service);
 2. replay then follow the state stream (pods, nodes, workloads) and the decision stream's
    ``admitted``/``released``/``pending`` subjects into one :class:`~tidegate.ungater.view.View`;
-3. once both are replayed, run release rounds (:class:`~tidegate.ungater.releaser.Releaser`):
-   the first round recounts every admitted workload from its pods' nodeSelectors, so a
-   restart continues exactly where the last process stopped;
+3. once both are replayed, wait for the ``ungater`` lease (standby meanwhile), claim its fence
+   on the decision stream, count the releases the bus does not show yet from the API server
+   (:meth:`~tidegate.ungater.releaser.Releaser.take_over`), then run release rounds
+   (:class:`~tidegate.ungater.releaser.Releaser`): the first round recounts every admitted
+   workload from its pods' nodeSelectors, so a new leader continues exactly where the last
+   one stopped;
 4. consume decisions durably (``ungater``, new decisions only on first creation) for Events
    and the trace annotation (:class:`~tidegate.ungater.handlers.Reporter`);
-5. follow the Queue configs and keep every Queue's status current from the same view
-   (:class:`~tidegate.ungater.queue_status.QueueStatusWriter`, once replayed);
+5. follow the Queue configs and, on the leader, keep every Queue's status current from the
+   same view (:class:`~tidegate.ungater.queue_status.QueueStatusWriter`);
 6. serve the mutating webhook when configured (:mod:`tidegate.ungater.webhook`).
 
-Several replicas may run: the API server's resourceVersion preconditions and the slot
-counting keep them from releasing more than assigned, but each records its own Events, so one
-replica is the norm (the chart's default).
+Several replicas may run, and exactly one releases: two releasers with different views could
+each fill the same slot (per-pod preconditions do not stop that), so the releaser, PodGroup
+status, evictions and Queue status run only on the holder of the ``ungater`` lease. Every
+Kubernetes write of the leader is sent only while the lease is held with at least
+``GUARD_MARGIN`` of its TTL left, and its replacement requests are fenced on the decision
+stream; a leader that loses the lease exits (1) and restarts as a standby. Standbys follow the
+streams (a takeover starts from a current view), share the durable consumer that records Events
+(each decision's Event is recorded once, by whichever replica gets it), and serve the webhook.
 """
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable
 
-from tidegate.bus import ConsumerSettings, StateFollower, layout
+from tidegate.bus import ConsumerSettings, Fence, Lease, LeaseLost, Published, StateFollower, layout
 from tidegate.kube import KubeClient
 from tidegate.kube import connect as connect_kube
-from tidegate.model import WorkloadKey
+from tidegate.model import Envelope, WorkloadKey
 from tidegate.runtime import ServiceContext
 from tidegate.ungater.config import UngaterSettings
 from tidegate.ungater.handlers import Reporter
@@ -39,6 +48,12 @@ log = logging.getLogger(__name__)
 
 DURABLE = "ungater"
 """Name of the ungater's durable consumer of decisions."""
+
+LEASE_NAME = "ungater"
+"""The lease of the releasing replica."""
+
+GUARD_MARGIN = 0.25
+"""Fraction of the lease TTL that must be left for a Kubernetes write to be sent."""
 
 
 def decision_subjects(cluster: str) -> list[str]:
@@ -89,6 +104,7 @@ async def start(
         interval_seconds=settings.queue_status_interval_seconds,
         errors=metrics.errors,
     )
+    leader = _Leadership()
     releaser = Releaser(
         view=view,
         kube=kube,
@@ -96,6 +112,8 @@ async def start(
         cluster=cluster,
         settings=settings,
         metrics=metrics,
+        guard=leader.guard,
+        publish=leader.publish,
     )
     followers = [
         await ctx.follow(
@@ -117,9 +135,8 @@ async def start(
             handler=queues.on_queue,
         ),
     ]
-    ctx.spawn("releaser", _release_after_replay(releaser, followers, ctx.stopping), graceful=True)
     ctx.spawn(
-        "queue-status", _queue_status_after_replay(queues, followers, ctx.stopping), graceful=True
+        "releaser", _lead_then_release(ctx, leader, releaser, queues, followers), graceful=True
     )
     reporter = Reporter(view, kube)
     await ctx.consume(
@@ -158,27 +175,62 @@ async def start(
     return releaser, queues
 
 
-async def _queue_status_after_replay(
-    queues: QueueStatusWriter, followers: list[StateFollower], stopping: asyncio.Event
+class _Leadership:
+    """The lease and fence of the releasing replica, once it leads."""
+
+    def __init__(self) -> None:
+        self.lease: Lease | None = None
+        self.fence: Fence | None = None
+
+    def guard(self) -> None:
+        """Before a Kubernetes write: LeaseLost unless the lease is held with margin."""
+        if self.lease is None:
+            raise LeaseLost("the ungater lease is not held: a standby writes nothing")
+        self.lease.ensure_held(GUARD_MARGIN * self.lease.settings.ttl_seconds)
+
+    async def publish(self, subject: str, envelope: Envelope) -> Published:
+        """A fenced publish on the decision stream."""
+        if self.fence is None:
+            raise LeaseLost("the ungater lease is not held: a standby publishes nothing")
+        return await self.fence.publish(subject, envelope)
+
+
+async def _lead_then_release(
+    ctx: ServiceContext[UngaterSettings],
+    leader: _Leadership,
+    releaser: Releaser,
+    queues: QueueStatusWriter,
+    followers: list[StateFollower],
 ) -> None:
+    """Wait for the replay and the lease, take over, then release and write Queue status
+    until the service stops."""
+    stopping = ctx.stopping
     try:
         for follower in followers:
             await follower.replayed.wait()
-        await queues.run(stopping)
-    finally:
-        queues.finished.set()
-
-
-async def _release_after_replay(
-    releaser: Releaser, followers: list[StateFollower], stopping: asyncio.Event
-) -> None:
-    try:
-        for follower in followers:
-            await follower.replayed.wait()
+        leading = asyncio.ensure_future(
+            ctx.lead(LEASE_NAME, ttl_seconds=ctx.settings.lease_ttl_seconds)
+        )
+        stopped = asyncio.ensure_future(stopping.wait())
+        await asyncio.wait({leading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not leading.done():
+            leading.cancel()  # a standby asked to stop: nothing to hand over
+            with contextlib.suppress(asyncio.CancelledError):
+                await leading
+            return
+        lease = leading.result()
+        fence = Fence.on_decisions(ctx.bus, lease, cluster=ctx.cluster)
+        await fence.claim()
+        leader.lease, leader.fence = lease, fence
+        await releaser.take_over()
         releaser.mark(releaser.view.admitted_keys())
-        await releaser.run(stopping)
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(releaser.run(stopping))
+            tasks.create_task(queues.run(stopping))
     finally:
         releaser.finished.set()
+        queues.finished.set()
 
 
 async def _close_when_done(

@@ -50,6 +50,9 @@ class UngaterSettings(ServiceSettings):
     what the bus shows (a lost watch event must not hold a slot for ever)."""
     replace_retry_seconds: float = 30.0
     """Ask admission again for replacement slots when it has not answered within this long."""
+    lease_ttl_seconds: float = 10.0
+    """TTL of the ``ungater`` lease: one replica releases, the others stand by and take over
+    within this long after it stops renewing (at once after a graceful stop)."""
     queue_status_interval_seconds: float = 1.0
     """Write a Queue's status at most once per this long (changes in between are coalesced)."""
     webhook: WebhookMode = "auto"
@@ -80,6 +83,8 @@ class UngaterSettings(ServiceSettings):
         for name, ok in positive.items():
             if not ok:
                 raise SettingsError(name, f"{getattr(self, name)} must be positive")
+        if self.lease_ttl_seconds < 1:
+            raise SettingsError("lease_ttl_seconds", f"{self.lease_ttl_seconds} must be at least 1")
         if self.max_concurrent_patches < 1:
             raise SettingsError("max_concurrent_patches", "must be at least 1")
         if not 0 <= self.webhook_port <= 65535:

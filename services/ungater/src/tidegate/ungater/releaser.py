@@ -17,6 +17,18 @@ decision changed), and for each:
    answered that there is no room (``Released.evict_pods``);
 5. writes PodGroup status when it changed.
 
+One releaser acts at a time (the ``ungater`` lease, see :mod:`tidegate.ungater.app`): every
+Kubernetes write is sent only after ``guard()`` passed (the lease is held with a margin), and
+the replacement requests go through the lease's fence on the decision stream. At takeover
+(:meth:`Releaser.take_over`) the pods are read from the API server once, and a pod the API
+server shows released while the bus still shows it gated (a predecessor's last releases, not
+yet on the bus) is counted as an expectation in the slot its selector names.
+
+A release whose answer is lost (a timeout, a 5xx, a dropped connection — the server may have
+applied it) re-reads the pod: if the gate is gone the expectation stays (the pod holds its
+slot); if the pod is still gated the expectation is dropped and the release retried; if the
+pod cannot be read either, the expectation stays until ``expectation_timeout_seconds``.
+
 Rounds start ``batch_window_seconds`` after the first change, so pods created together are
 released together (seed 003: the TopologyUngater batches reconciles by one second). Everything
 is level-triggered: a restart rebuilds the view from the bus and the next round continues
@@ -28,15 +40,16 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from tidegate.bus import Bus, BusError
+from tidegate.bus import Bus, BusError, LeaseLost, Published
 from tidegate.kube import (
+    PODS,
     Invalid,
     KubeClient,
     KubeError,
@@ -74,6 +87,12 @@ PODGROUPS = ResourceType(
 
 TICK_SECONDS = 1.0
 """How often timeouts (expectations, replacement requests) are looked at without a change."""
+
+Guard = Callable[[], None]
+"""Called before every Kubernetes write; raises (``LeaseLost``) to stop it."""
+
+Publish = Callable[[str, Envelope], Awaitable[Published]]
+"""Publishes one envelope (the leader's fenced publish)."""
 
 
 class ReleaserMetrics:
@@ -160,9 +179,15 @@ class Releaser:
         settings: UngaterSettings,
         metrics: ReleaserMetrics,
         clock: Callable[[], float] = time.monotonic,
+        guard: Guard | None = None,
+        publish: Publish | None = None,
     ) -> None:
-        """Wire the releaser; call :meth:`mark` as the view's ``on_change``."""
+        """Wire the releaser; call :meth:`mark` as the view's ``on_change``. ``guard`` runs
+        before every Kubernetes write, ``publish`` (default: ``bus.publish``) sends the
+        replacement requests."""
         self.view = view
+        self._guard = guard or (lambda: None)
+        self._publish = publish or bus.publish
         self.kube = kube
         self.bus = bus
         self.cluster = cluster
@@ -192,6 +217,44 @@ class Releaser:
         self._dirty.update(keys)
         if len(self._dirty) != before:
             self._wake.set()
+
+    async def take_over(self) -> int:
+        """Count the releases the bus does not show yet (module docstring); returns how many.
+
+        Reads every pod once from the API server. Call after the followers replayed and
+        before the first round."""
+        listed = await self.kube.list_objects(PODS)
+        by_uid = {_uid(item): item for item in listed.items}
+        seeded = 0
+        now = self.clock()
+        for key in self.view.admitted_keys():
+            admitted = self.view.verdict(key).admitted
+            if admitted is None:
+                continue
+            for pod in self.view.members(key):
+                if not _gated(pod):
+                    continue
+                actual = by_uid.get(pod.uid)
+                if actual is None:
+                    continue
+                if ADMISSION_GATE in _gates(actual):
+                    continue
+                podset = pod.podset or ""
+                assignment = admitted.assignments.get(podset)
+                if assignment is None:
+                    continue
+                domain = slots.domain_of(
+                    assignment.levels, _selector(actual), list(slots.assigned(assignment))
+                )
+                if domain is None:
+                    continue
+                self.expectations.setdefault(key, {})[pod.uid] = Expectation(
+                    workload=key, podset=podset, domain=domain, at=now
+                )
+                seeded += 1
+        if seeded:
+            log.info("ungater: took over with %d releases not yet on the bus", seeded)
+        return seeded
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run rounds until ``stop`` is set; writes of the round in hand that have not started
@@ -501,6 +564,7 @@ class Releaser:
 
     async def _release(self, pod: PodState, selector: dict[str, str]) -> None:
         key = WorkloadKey(pod.workload or "")
+        self._guard()
         try:
             await self.kube.ungate_pod(
                 pod.namespace, pod.name, gate=ADMISSION_GATE, node_selector=selector
@@ -514,7 +578,20 @@ class Releaser:
             self.metrics.errors.labels(operation="release").inc()
             log.warning("ungater: pod %s/%s not released: %s", pod.namespace, pod.name, exc)
         except KubeError as exc:
-            self._forget_expectation(key, pod.uid)
+            applied = await self._applied(pod)
+            if applied:
+                # The answer was lost, not the write: the pod holds its slot.
+                log.warning(
+                    "ungater: releasing pod %s/%s failed (%s) but the API server applied it",
+                    pod.namespace,
+                    pod.name,
+                    exc,
+                )
+                self.metrics.released.inc()
+                return
+            if applied is False:
+                self._forget_expectation(key, pod.uid)
+            # applied is None: unknown; the expectation holds the slot until it times out.
             self.metrics.errors.labels(operation="release").inc()
             log.warning(
                 "ungater: releasing pod %s/%s failed, will retry: %s", pod.namespace, pod.name, exc
@@ -530,7 +607,22 @@ class Releaser:
                 extra={"workload": key, "pod": pod.name},
             )
 
+    async def _applied(self, pod: PodState) -> bool | None:
+        """After an ambiguous failure: True if the pod (this uid) is no longer gated, False if
+        it still is or is gone, None if it cannot be read."""
+        try:
+            current = await self.kube.get(PODS, pod.name, namespace=pod.namespace)
+        except NotFound:
+            return False
+        except KubeError as exc:
+            log.warning("ungater: cannot re-read pod %s/%s: %s", pod.namespace, pod.name, exc)
+            return None
+        if _uid(current) != pod.uid:
+            return False
+        return ADMISSION_GATE not in _gates(current)
+
     async def _evict(self, pod: PodState) -> None:
+        self._guard()
         try:
             await self.kube.evict_pod(pod.namespace, pod.name, uid=pod.uid)
         except NotFound:
@@ -561,9 +653,11 @@ class Releaser:
             source_uid=request.uid,
         )
         try:
-            await self.bus.publish(
+            await self._publish(
                 subjects.decision(self.cluster, "replace-requested", namespace, name), envelope
             )
+        except LeaseLost:
+            raise
         except BusError as exc:
             self._asked.pop(WorkloadKey(request.workload), None)
             log.warning(
@@ -582,6 +676,7 @@ class Releaser:
         self, workload: WorkloadState, desired: dict[str, object], first: bool
     ) -> None:
         key = WorkloadKey(f"{workload.namespace}/{workload.name}")
+        self._guard()
         try:
             if first:
                 desired = await self._carry_over(workload, desired)
@@ -622,6 +717,31 @@ class Releaser:
                 if isinstance(time_, str) and time_:
                     condition["lastTransitionTime"] = time_
         return desired
+
+
+def _uid(obj: Mapping[str, object]) -> str:
+    metadata = obj.get("metadata")
+    return str(metadata.get("uid", "")) if isinstance(metadata, dict) else ""
+
+
+def _spec(obj: Mapping[str, object]) -> dict[str, object]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _gates(obj: Mapping[str, object]) -> list[str]:
+    """Names of an API object's scheduling gates."""
+    gates = _spec(obj).get("schedulingGates")
+    if not isinstance(gates, list):
+        return []
+    return [str(g.get("name")) for g in gates if isinstance(g, dict)]
+
+
+def _selector(obj: Mapping[str, object]) -> dict[str, str]:
+    selector = _spec(obj).get("nodeSelector")
+    if not isinstance(selector, dict):
+        return {}
+    return {str(k): str(v) for k, v in selector.items()}
 
 
 def _gated(pod: PodState) -> bool:

@@ -11,10 +11,11 @@ Two followers feed it (both replay, then follow):
 From these it answers the one question releasing depends on, :meth:`View.admission`: which
 admission is in force for a workload. The newest ``admitted`` (by epoch, then sequence) is in
 force unless a ``released`` of the same object with a later sequence followed it, a
-``preempted`` naming it as a victim came later in the decision stream (its gang is being
-evicted: the pods its controller re-creates must wait for a new admission, even while
-admission has not yet answered with its ``released``), or the workload is gone or was
-re-created under another uid. Older or repeated messages never
+``preempted`` ends it (its gang is being evicted: the pods its controller re-creates must wait
+for a new admission, even while admission has not yet answered with its ``released``; only the
+admission the decision names ends, :meth:`~tidegate.model.Preempted.ends`, so a repeated
+``preempted`` leaves a later admission alone), or the workload is gone or was re-created under
+another uid. Older or repeated messages never
 replace newer ones, so duplicates and reordering are harmless; likewise a pod snapshot that
 still shows tidegate's gate is ignored once the same pod was seen released (gates are never
 added back).
@@ -92,7 +93,10 @@ class View:
         self._admitted_at: dict[WorkloadKey, int] = {}
         """Decision-stream sequence of the admission on record, per workload."""
         self._preempted_at: dict[WorkloadKey, int] = {}
-        """Decision-stream sequence of the newest preemption naming the workload a victim."""
+        """Decision-stream sequence of the newest preemption naming the workload a victim
+        without naming the admission it loses (a writer older than ``Preempted.lost``)."""
+        self._preempted: dict[WorkloadKey, dict[str, Preempted]] = {}
+        """Per victim and uid, the preemption naming the newest admission it loses."""
 
     # ------------------------------------------------------------------ queries
 
@@ -123,6 +127,15 @@ class View:
         if admitted is not None and released is not None and released.sequence > admitted.sequence:
             in_force = None
         if admitted is not None and self._preempted_at.get(key, 0) > self._admitted_at.get(key, 0):
+            in_force = None
+        preempted = self._preempted.get(key, {}).get(uid)
+        if (
+            admitted is not None
+            and preempted is not None
+            and preempted.ends(
+                key, uid=admitted.uid, sequence=admitted.sequence, replaces=admitted.replaces
+            )
+        ):
             in_force = None
         released_at = self._released_at.get(key, 0.0) if released is not None else 0.0
         return Verdict(
@@ -189,6 +202,7 @@ class View:
             case Tombstone(object_kind="workload", namespace=str(namespace), name=name):
                 key = workload_key(namespace, name)
                 self.workloads.pop(key, None)
+                self._preempted.pop(key, None)
                 self._on_change([key])
             case _:
                 return
@@ -218,7 +232,14 @@ class View:
             case Preempted():
                 victims = [WorkloadKey(victim) for victim in body.victims]
                 for victim in victims:
-                    self._preempted_at[victim] = received.stream_sequence
+                    named = body.lost.get(victim)
+                    if named is None:
+                        self._preempted_at[victim] = received.stream_sequence
+                        continue
+                    by_uid = self._preempted.setdefault(victim, {})
+                    seen = by_uid.get(named.uid)
+                    if seen is None or named.sequence > seen.lost[victim].sequence:
+                        by_uid[named.uid] = body
                 self._on_change(victims)
                 return
             case _:

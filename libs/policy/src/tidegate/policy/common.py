@@ -1,0 +1,109 @@
+"""What admission, preemption and the ungater must agree on, written once.
+
+Each rule here used to exist in more than one service, and the copies diverged (preemption
+ignored admission's default queue, so queue-less inference never reclaimed and queue-less
+training was never a victim). The services call these functions; none keeps a copy.
+
+- **Which queue a workload is in** (:func:`queue_of`): the one it names, else the configured
+  default queue. Only admission is configured with the default; the other services take the
+  queue from admission's decisions (``admitted.queue``, ``preempt-requested.queue``), which
+  carry what this function answered there.
+- **Which Topology it is placed on** (:func:`choose_topology`): its queue's, else its own, else
+  the only one known, else the configured default; a workload naming another Topology than
+  its queue is invalid. Admission carries its answer in ``preempt-requested.topology``.
+- **Which pods hold capacity** (:func:`holds_capacity`) and **which run** as members of a
+  running gang (:func:`runs`).
+- **What a queue holds** (:func:`charged_usage`): what admission charged for the admissions in
+  force, per resource and per card model.
+
+Pure: no I/O.
+"""
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from tidegate.model import Admitted, PendingReason, PodState, QueueConfig, WorkloadState
+from tidegate.model import resources as res
+from tidegate.policy.quota import QueueUsage
+
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+"""Pod phases in which a pod holds nothing any more."""
+
+
+def queue_of(workload: WorkloadState, default_queue: str | None) -> str | None:
+    """The queue ``workload`` is in: the one it names, else ``default_queue`` (None: none)."""
+    return workload.queue or default_queue
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyProblem:
+    """Why no Topology can be chosen for a workload (a pending reason and a sentence)."""
+
+    reason: PendingReason
+    message: str
+
+
+def choose_topology(
+    workload: WorkloadState,
+    queue: QueueConfig | None,
+    *,
+    known: Sequence[str],
+    default: str,
+    exists: Callable[[str], bool] | None = None,
+) -> str | TopologyProblem:
+    """The Topology ``workload`` (in ``queue``) is placed on, or why there is none.
+
+    Its queue's Topology, else its own, else the only one ``known``, else ``default`` if
+    known. A workload asking for another Topology than its queue places on is ``Invalid``; a
+    named Topology that does not exist (``exists``, default: is in ``known``) is
+    ``TopologyPlacementFailed``.
+    """
+    queue_topology = queue.topology if queue is not None else None
+    if queue_topology and workload.topology and queue_topology != workload.topology:
+        assert queue is not None
+        return TopologyProblem(
+            "Invalid",
+            f"the workload asks for topology {workload.topology} but queue {queue.name} "
+            f"places on topology {queue_topology}",
+        )
+    name = queue_topology or workload.topology
+    if name is None:
+        if len(known) == 1:
+            name = known[0]
+        elif default in known:
+            name = default
+        else:
+            listed = ", ".join(known) if known else "none exists"
+            queue_name = queue.name if queue is not None else "(none)"
+            return TopologyProblem(
+                "TopologyPlacementFailed",
+                f"no topology chosen: queue {queue_name} names none, the workload names "
+                f"none and there is no single or '{default}' topology ({listed})",
+            )
+    found = exists(name) if exists is not None else name in known
+    if not found:
+        return TopologyProblem("TopologyPlacementFailed", f"topology {name} does not exist")
+    return name
+
+
+def holds_capacity(pod: PodState) -> bool:
+    """Whether ``pod`` holds room on a node: bound and not finished. A terminating pod still
+    does (its room is not free until it is gone)."""
+    return bool(pod.node_name) and pod.phase not in TERMINAL_PHASES
+
+
+def runs(pod: PodState) -> bool:
+    """Whether ``pod`` counts as a member of its running gang: it holds capacity and is not
+    terminating (a terminating pod is on its way out)."""
+    return holds_capacity(pod) and not pod.terminating
+
+
+def charged_usage(admissions: Iterable[Admitted], queue: str) -> QueueUsage:
+    """What ``queue`` holds: the resources and cards admission charged for ``admissions`` (the
+    admissions in force) admitted into it."""
+    charged = [a for a in admissions if a.queue == queue]
+    return QueueUsage(
+        resources=res.non_zero(res.total(a.charged for a in charged)),
+        cards=res.non_zero(res.total(a.charged_cards for a in charged)),
+    )

@@ -1,0 +1,112 @@
+"""The rules admission, preemption and the ungater share: queue, Topology, capacity, usage."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidegate.model import Admitted, PodState, QueueConfig, WorkloadState
+from tidegate.policy.common import (
+    TopologyProblem,
+    charged_usage,
+    choose_topology,
+    holds_capacity,
+    queue_of,
+    runs,
+)
+
+GPU = "nvidia.com/gpu"
+
+
+def workload(queue: str | None = None, topology: str | None = None) -> WorkloadState:
+    return WorkloadState(
+        namespace="ns", name="w", uid="u", owner_kind="Job", queue=queue, topology=topology
+    )
+
+
+def test_a_workload_is_in_its_own_queue_else_the_default() -> None:
+    assert queue_of(workload("a"), "default") == "a"
+    assert queue_of(workload(), "default") == "default"
+    assert queue_of(workload(), None) is None
+
+
+def test_topology_is_the_queues_then_the_workloads_then_the_only_or_default() -> None:
+    known = ["default", "gpu"]
+    assert (
+        choose_topology(workload(), QueueConfig(name="q", topology="gpu"), known=known, default="x")
+        == "gpu"
+    )
+    assert (
+        choose_topology(workload(topology="gpu"), QueueConfig(name="q"), known=known, default="x")
+        == "gpu"
+    )
+    assert choose_topology(workload(), None, known=["only"], default="x") == "only"
+    assert choose_topology(workload(), None, known=known, default="default") == "default"
+    none = choose_topology(workload(), QueueConfig(name="q"), known=known, default="x")
+    assert isinstance(none, TopologyProblem)
+    assert none.reason == "TopologyPlacementFailed"
+    clash = choose_topology(
+        workload(topology="default"),
+        QueueConfig(name="q", topology="gpu"),
+        known=known,
+        default="x",
+    )
+    assert isinstance(clash, TopologyProblem)
+    assert clash.reason == "Invalid"
+    missing = choose_topology(workload(topology="nope"), None, known=known, default="x")
+    assert isinstance(missing, TopologyProblem)
+    assert "nope does not exist" in missing.message
+
+
+@given(
+    queue_topology=st.sampled_from([None, "a", "b", "c"]),
+    own=st.sampled_from([None, "a", "b", "c"]),
+    known=st.lists(st.sampled_from(["a", "b", "default"]), unique=True, max_size=3),
+)
+def test_a_chosen_topology_exists_and_honours_what_was_asked(
+    queue_topology: str | None, own: str | None, known: list[str]
+) -> None:
+    queue = QueueConfig(name="q", topology=queue_topology)
+    chosen = choose_topology(workload(topology=own), queue, known=known, default="default")
+    if isinstance(chosen, TopologyProblem):
+        return
+    assert chosen in known
+    if queue_topology is not None:
+        assert chosen == queue_topology == (own or queue_topology)
+    elif own is not None:
+        assert chosen == own
+
+
+@given(
+    node=st.sampled_from([None, "n1"]),
+    phase=st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]),
+    terminating=st.booleans(),
+)
+def test_a_running_member_always_holds_capacity(
+    node: str | None, phase: str, terminating: bool
+) -> None:
+    pod = PodState(
+        namespace="ns", name="p", uid="u", node_name=node, phase=phase, terminating=terminating
+    )
+    assert not runs(pod) or holds_capacity(pod)
+    assert holds_capacity(pod) == (node is not None and phase in ("Pending", "Running"))
+    assert runs(pod) == (holds_capacity(pod) and not terminating)
+
+
+def test_a_queue_holds_what_admission_charged_to_it() -> None:
+    def admitted(name: str, queue: str, gpus: int) -> Admitted:
+        return Admitted(
+            workload=f"ns/{name}",
+            uid=name,
+            queue=queue,
+            sequence=1,
+            epoch=1,
+            assignments={},
+            charged={GPU: gpus},
+            charged_cards={"H200": gpus},
+        )
+
+    usage = charged_usage(
+        [admitted("a", "q", 2), admitted("b", "q", 3), admitted("c", "r", 5)], "q"
+    )
+    assert usage.resources == {GPU: 5}
+    assert usage.cards == {"H200": 5}
+    assert charged_usage([], "q").resources == {}

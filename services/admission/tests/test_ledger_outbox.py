@@ -1,0 +1,43 @@
+"""Which outbox entries a successor publishes: those whose state change is in the ledger."""
+
+import msgspec
+
+from tidegate.admission.ledger import LedgerRecord, OutboxEntry, deliverable
+from tidegate.model import Admitted, Envelope, Pending, Released
+
+ADMITTED = Admitted(workload="ns/a", uid="u", queue="q", sequence=5, epoch=1, assignments={})
+
+
+def entry(body: Admitted | Released | Pending) -> OutboxEntry:
+    envelope = Envelope(
+        event_id=f"admission-1-{body.sequence}", cluster="c", source="admission", time=0, body=body
+    )
+    return OutboxEntry(subject="tg.c.decision.x.ns.a", envelope=envelope)
+
+
+def test_an_admission_is_delivered_only_if_its_record_was_written() -> None:
+    record = LedgerRecord(admitted=ADMITTED)
+    assert deliverable(entry(ADMITTED), {"ns/a": record})
+    assert not deliverable(entry(ADMITTED), {})  # died before writing it: not committed
+    other = LedgerRecord(admitted=msgspec.structs.replace(ADMITTED, uid="v"))
+    assert not deliverable(entry(ADMITTED), {"ns/a": other})
+
+
+def test_a_release_is_delivered_only_if_its_admission_is_gone() -> None:
+    released = Released(workload="ns/a", uid="u", queue="q", reason="Deleted", sequence=7)
+    assert deliverable(entry(released), {})
+    assert not deliverable(entry(released), {"ns/a": LedgerRecord(admitted=ADMITTED)})
+    later = msgspec.structs.replace(ADMITTED, sequence=9)
+    assert deliverable(entry(released), {"ns/a": LedgerRecord(admitted=later)})
+
+
+def test_decisions_without_ledger_state_are_always_delivered() -> None:
+    pending = Pending(workload="ns/a", uid="u", queue="q", reason="WaitingForCapacity", message="")
+    assert deliverable(entry(pending), {})
+
+
+def test_an_entry_round_trips_byte_for_byte() -> None:
+    original = entry(ADMITTED)
+    encoded = msgspec.json.encode(original)
+    assert msgspec.json.decode(encoded, type=OutboxEntry) == original
+    assert original.key == "outbox.admission-1-5"

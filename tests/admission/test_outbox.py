@@ -1,0 +1,161 @@
+"""Committed decisions are published from the ledger's outbox until stored (issue 12 finding 2).
+
+A real publish failure, not a mock: the decision stream is made to refuse every message (its
+maximum message size shrunk below any decision's) after the workload was admitted, so the
+``released`` admission commits to the ledger cannot be stored. Before the outbox, the
+decision was lost: the leader died on the failed flush, and a successor re-published only
+admissions the capacity view had not applied (never a ``released``).
+"""
+
+import asyncio
+import collections
+import signal
+import typing
+
+from tidegate.bus import Ledger, layout
+from tidegate.model import Admitted, QueueConfig, Released, subjects
+from tidegate.model.subjects import DecisionKind
+from tidegate.testing import until_async
+
+from .conftest import Harness
+from .test_admission_service import (
+    inference_needs_the_victims_room,
+    small_cluster,
+    victim_aborted_for_serve,
+    workers,
+    workload,
+)
+
+DECISION_KINDS: tuple[str, ...] = typing.get_args(DecisionKind)
+
+REFUSING_MAX_BYTES = 16
+"""A maximum message size no decision fits in: the stream refuses every publish."""
+
+
+async def refuse_decisions(harness: Harness, refuse: bool) -> None:
+    """Make the decision stream refuse every message (``refuse``) or take them again."""
+    js = harness.bus.jetstream
+    info = await js.stream_info(layout.decisions_stream(harness.cluster))
+    config = info.config
+    config.max_msg_size = REFUSING_MAX_BYTES if refuse else -1
+    await js.update_stream(config)
+
+
+async def committed_release(harness: Harness, key: str) -> None:
+    """Wait until admission committed the release of ``key``: its ledger key is gone."""
+    ledger = await Ledger.open(harness.bus, harness.cluster)
+
+    async def absent() -> bool:
+        return await ledger.get(key) is None
+
+    await until_async(
+        absent, within=20, what=f"the release of {key} committed", alive=harness.services.check
+    )
+
+
+def released_once(harness: Harness, key: str) -> Released:
+    """The one ``released`` of ``key`` on the stream (fails if stored twice)."""
+    counts = collections.Counter(
+        type(d).__name__ for d in harness.decisions if getattr(d, "workload", None) == key
+    )
+    assert counts["Released"] == 1, f"released of {key} stored {counts['Released']} times"
+    (released,) = harness.of(Released, key)
+    assert isinstance(released, Released)
+    return released
+
+
+async def admitted_train(harness: Harness) -> Admitted:
+    await harness.workload(workload("train", workers(2, 8)))
+    await harness.until(lambda: harness.of(Admitted, "ns/train"), within=30, what="admission")
+    (admitted,) = harness.of(Admitted, "ns/train")
+    assert isinstance(admitted, Admitted)
+    return admitted
+
+
+async def test_a_release_whose_publish_failed_is_sent_again_by_the_same_leader(
+    harness: Harness,
+) -> None:
+    await small_cluster(harness)
+    await harness.start_admission()
+    admitted = await admitted_train(harness)
+    await refuse_decisions(harness, True)
+    try:
+        await harness.delete_workload("ns", "train")
+        await committed_release(harness, "ns/train")
+        await asyncio.sleep(1.0)  # a few failed attempts
+        assert harness.of(Released, "ns/train") == []
+    finally:
+        await refuse_decisions(harness, False)
+    await harness.until(lambda: harness.of(Released, "ns/train"), within=20, what="the release")
+    await asyncio.sleep(1.0)  # a second copy would have arrived by now
+    released = released_once(harness, "ns/train")
+    assert (released.uid, released.reason) == (admitted.uid, "Deleted")
+    assert released.sequence > admitted.sequence
+
+
+async def test_a_release_whose_publish_failed_is_sent_by_the_successor_after_a_crash(
+    harness: Harness,
+) -> None:
+    await small_cluster(harness)
+    first = await harness.spawn_admission("first")
+    admitted = await admitted_train(harness)
+    await refuse_decisions(harness, True)
+    try:
+        await harness.delete_workload("ns", "train")
+        await committed_release(harness, "ns/train")
+        first.signal(signal.SIGKILL)
+        await first.wait()
+    finally:
+        await refuse_decisions(harness, False)
+    assert harness.of(Released, "ns/train") == []
+    await harness.spawn_admission("second")
+    await harness.until(
+        lambda: harness.of(Released, "ns/train"), within=30, what="the successor's release"
+    )
+    await asyncio.sleep(1.0)  # a second copy would have arrived by now
+    released = released_once(harness, "ns/train")
+    assert (released.uid, released.reason) == (admitted.uid, "Deleted")
+
+
+async def refuse_releases(harness: Harness, refuse: bool) -> None:
+    """Make the decision stream take every decision but ``released`` ones (``refuse``), or all
+    of them again: a publish of a release then finds no stream (a real failure)."""
+    js = harness.bus.jetstream
+    info = await js.stream_info(layout.decisions_stream(harness.cluster))
+    config = info.config
+    prefix = f"tg.{harness.cluster}.decision"
+    config.subjects = (
+        [f"{prefix}.{kind}.>" for kind in DECISION_KINDS if kind != "released"]
+        if refuse
+        else [subjects.decision_wildcard(harness.cluster)]
+    )
+    await js.update_stream(config)
+
+
+async def test_a_victims_release_whose_publish_failed_in_the_handler_is_not_lost(
+    harness: Harness,
+) -> None:
+    """The handler path: before the outbox, the failed publish nak'd the ``preempted`` after
+    the policy had already released the victim, so its redelivery released nothing and the
+    ``released`` was never published."""
+    await harness.topology()
+    await harness.node("n1", "r1")
+    await harness.queue(QueueConfig(name="q"))
+    await harness.start_admission()
+    victim = await inference_needs_the_victims_room(harness)
+    await refuse_releases(harness, True)
+    try:
+        preempted = victim_aborted_for_serve()
+        subject = subjects.decision(harness.cluster, "preempted", "ns", "serve")
+        await harness.publish(subject, preempted)
+        await committed_release(harness, "ns/victim")
+        await asyncio.sleep(1.0)  # the message is handled (and acked or redelivered)
+        assert harness.of(Released, "ns/victim") == []
+    finally:
+        await refuse_releases(harness, False)
+    await harness.until(
+        lambda: harness.of(Released, "ns/victim"), within=20, what="the victim's release"
+    )
+    await asyncio.sleep(1.0)  # a second copy would have arrived by now
+    released = released_once(harness, "ns/victim")
+    assert (released.uid, released.reason) == (victim.uid, "Evicted")

@@ -1,0 +1,342 @@
+"""tidegate installed on the session's real control plane, as a platform team would install it.
+
+Why: the simulator has no authorization, emulates the gate webhook in-process and binds pods
+with its own scheduler. Here the five services run as processes against the real API server,
+each with its own ServiceAccount token (TokenRequest) bound to exactly the RBAC the Helm chart
+renders; the CRDs are the chart's; the API server itself calls the ungater's gate webhook
+(MutatingWebhookConfiguration as the chart renders it, with a URL and caBundle instead of a
+Service, over TLS); fake GPU nodes come from ``tidegate nodes``; the real kube-scheduler binds.
+
+The API server's audit log says what every service asked and whether RBAC allowed it:
+:meth:`RealSystem.forbidden` (must be empty) and :meth:`RealSystem.rbac_report` (grants no
+request used, and requests no grant covers).
+"""
+
+import asyncio
+import contextlib
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import yaml
+
+from tidegate.bus.server import free_port
+from tidegate.kube import (
+    CRDS,
+    NAMESPACES,
+    PODS,
+    AlreadyExists,
+    KubeClient,
+    KubeSettings,
+    ResourceType,
+    connect,
+)
+from tidegate.kube.transport import JsonObject
+from tidegate.testing import ServiceProcess, until_async
+from tidegate.testing.controlplane import ControlPlane, serving_certificate
+
+from .system import fast_env
+
+REPO = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO / "deploy" / "helm" / "tidegate"
+CRD_DIR = REPO / "deploy" / "crds"
+MODULES = {
+    "watcher": "watcher",
+    "topology-cache": "topology_cache",
+    "admission": "admission",
+    "preemption": "preemption",
+    "ungater": "ungater",
+}
+
+SERVICEACCOUNTS = ResourceType(
+    group="", version="v1", plural="serviceaccounts", kind="ServiceAccount"
+)
+CLUSTERROLES = ResourceType(
+    group="rbac.authorization.k8s.io", version="v1", plural="clusterroles", kind="ClusterRole"
+)
+CLUSTERROLEBINDINGS = ResourceType(
+    group="rbac.authorization.k8s.io",
+    version="v1",
+    plural="clusterrolebindings",
+    kind="ClusterRoleBinding",
+)
+WEBHOOKS = ResourceType(
+    group="admissionregistration.k8s.io",
+    version="v1",
+    plural="mutatingwebhookconfigurations",
+    kind="MutatingWebhookConfiguration",
+)
+Permission = tuple[str, str, str]
+"""(API group, resource or resource/subresource, verb)."""
+
+
+def render_chart(release_namespace: str, cluster: str) -> list[dict[str, Any]]:
+    """The chart's manifests, as ``helm template`` renders them with default values."""
+    chart = helm.Chart.load(CHART_DIR)
+    try:
+        rendered = chart.render(
+            {"cluster": cluster}, name="tg", namespace=release_namespace, is_install=True
+        )
+    finally:
+        chart.close()
+    documents: list[dict[str, Any]] = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith(".yaml"):
+            documents += [doc for doc in yaml.safe_load_all(text) if doc]
+    return documents
+
+
+def permissions(role: dict[str, Any]) -> set[Permission]:
+    """Every (group, resource, verb) a ClusterRole grants."""
+    return {
+        (group, resource, verb)
+        for rule in role.get("rules") or []
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+@dataclass
+class RealSystem:
+    """tidegate on the real control plane; see the module docstring."""
+
+    plane: ControlPlane
+    admin: KubeClient
+    namespace: str
+    """Where the test's workloads live (labelled ``tidegate.io/managed``)."""
+    release_namespace: str
+    """Where the chart's ServiceAccounts live."""
+    cluster: str
+    workdir: Path
+    nats_url: str
+    accounts: dict[str, str] = field(default_factory=dict)
+    """ServiceAccount name per service."""
+    roles: dict[str, set[Permission]] = field(default_factory=dict)
+    """What the chart grants each service."""
+    services: dict[str, ServiceProcess] = field(default_factory=dict)
+    node_agent: asyncio.subprocess.Process | None = None
+    node_prefix: str = ""
+
+    def user(self, service: str) -> str:
+        """The Kubernetes user name of a service's ServiceAccount."""
+        return f"system:serviceaccount:{self.release_namespace}:{self.accounts[service]}"
+
+    async def install(self) -> None:
+        """Namespaces, CRDs, the chart's ServiceAccounts and RBAC."""
+        for name, labels in (
+            (self.release_namespace, {}),
+            (self.namespace, {"tidegate.io/managed": "true"}),
+        ):
+            await self.admin.create(
+                NAMESPACES,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name, "labels": labels},
+                },
+            )
+        for path in sorted(CRD_DIR.glob("*.yaml")):
+            for crd in yaml.safe_load_all(path.read_text()):
+                if isinstance(crd, dict) and crd.get("kind") == "CustomResourceDefinition":
+                    with contextlib.suppress(AlreadyExists):
+                        await self.admin.create(CRDS, crd)
+        documents = render_chart(self.release_namespace, self.cluster)
+        for doc in documents:
+            kind = doc["kind"]
+            if kind == "Deployment":
+                service = doc["metadata"]["labels"]["app.kubernetes.io/component"]
+                self.accounts[service] = doc["spec"]["template"]["spec"]["serviceAccountName"]
+            elif kind == "ServiceAccount":
+                await self.admin.create(SERVICEACCOUNTS, doc, namespace=self.release_namespace)
+            elif kind == "ClusterRole":
+                service = doc["metadata"]["labels"]["app.kubernetes.io/component"]
+                self.roles[service] = permissions(doc)
+                await self.admin.create(CLUSTERROLES, doc)
+            elif kind == "ClusterRoleBinding":
+                await self.admin.create(CLUSTERROLEBINDINGS, doc)
+        self._webhook = next(d for d in documents if d["kind"] == "MutatingWebhookConfiguration")
+
+    async def start_nodes(self, nodes: str) -> None:
+        """``tidegate nodes`` with admin rights (it plays the kubelets, not tidegate)."""
+        self.node_prefix = f"{self.cluster}-"
+        log = (self.workdir / "nodes.log").open("ab")
+        self.node_agent = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tidegate.cli",
+            "nodes",
+            "--kubeconfig",
+            str(self.plane.kubeconfig),
+            "--nodes",
+            nodes,
+            "--prefix",
+            self.node_prefix,
+            "--delete-nodes",
+            stdout=log,
+            stderr=log,
+        )
+        log.close()
+
+    async def ready_nodes(self) -> list[JsonObject]:
+        """This test's nodes that are Ready and carry no taint."""
+        from tidegate.kube import NODES
+
+        listed = await self.admin.list_objects(NODES)
+        ready = []
+        for node in listed.items:
+            name = str(node["metadata"]["name"])  # type: ignore[index]
+            if not name.startswith(self.node_prefix):
+                continue
+            conditions = node.get("status", {}).get("conditions") or []  # type: ignore[union-attr]
+            is_ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            if is_ready and not (node.get("spec", {}).get("taints")):  # type: ignore[union-attr]
+                ready.append(node)
+        return ready
+
+    async def start_services(self) -> None:
+        """The five services as processes, each with its own ServiceAccount token."""
+        cert_dir = self.workdir / "webhook-tls"
+        serving_certificate(
+            self.plane.ca_file.read_bytes(),
+            self.plane.ca_key_file.read_bytes(),
+            ("127.0.0.1",),
+            cert_dir,
+        )
+        webhook_port = free_port()
+        for service, module in MODULES.items():
+            kubeconfig = await self.plane.service_account_kubeconfig(
+                self.admin,
+                self.release_namespace,
+                self.accounts[service],
+                self.workdir / f"{service}.kubeconfig",
+            )
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")},
+                **fast_env(1.0),
+                "TIDEGATE_CLUSTER": self.cluster,
+                "TIDEGATE_NATS_URL": self.nats_url,
+                "TIDEGATE_KUBECONFIG": str(kubeconfig),
+                "TIDEGATE_KUEUE_TOPOLOGY_VERSION": "v1alpha1",
+                "PYTHONUNBUFFERED": "1",
+            }
+            if service == "ungater":
+                env.update(
+                    {
+                        "TIDEGATE_WEBHOOK": "on",
+                        "TIDEGATE_WEBHOOK_PORT": str(webhook_port),
+                        "TIDEGATE_WEBHOOK_CERT_DIR": str(cert_dir),
+                    }
+                )
+            process = await ServiceProcess.start(module, env, logs=self.workdir)
+            self.services[service] = process
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            for process in self.services.values():
+                await process.ready(http, within=60.0)
+        webhook = dict(self._webhook)
+        hooks = []
+        for hook in webhook["webhooks"]:
+            client_config = {
+                "url": f"https://127.0.0.1:{webhook_port}/mutate-pods",
+                "caBundle": _b64(self.plane.ca_file.read_bytes()),
+            }
+            hooks.append({**hook, "clientConfig": client_config})
+        webhook["webhooks"] = hooks
+        await self.admin.create(WEBHOOKS, webhook)
+
+    def forbidden(self) -> list[str]:
+        """Every request of a tidegate service that the API server refused with 403."""
+        users = {self.user(s): s for s in self.accounts}
+        found = []
+        for event in self.plane.audit_events():
+            user = event.get("user", {}).get("username")  # type: ignore[union-attr]
+            code = event.get("responseStatus", {}).get("code")  # type: ignore[union-attr]
+            if user in users and code == 403:
+                found.append(f"{users[user]}: {event.get('verb')} {event.get('requestURI')}")
+        return found
+
+    def used(self) -> dict[str, set[Permission]]:
+        """What each service asked for, per the audit log (group, resource, verb)."""
+        users = {self.user(s): s for s in self.accounts}
+        asked: dict[str, set[Permission]] = {s: set() for s in self.accounts}
+        for event in self.plane.audit_events():
+            user = event.get("user", {}).get("username")  # type: ignore[union-attr]
+            ref = event.get("objectRef")
+            if user not in users or not isinstance(ref, dict) or "resource" not in ref:
+                continue
+            resource = ref["resource"] + (
+                f"/{ref['subresource']}" if ref.get("subresource") else ""
+            )
+            asked[users[user]].add((ref.get("apiGroup", ""), resource, str(event["verb"])))
+        return asked
+
+    def rbac_report(self) -> tuple[dict[str, set[Permission]], dict[str, set[Permission]]]:
+        """(requests no grant covers, grants no request used), per service."""
+        used = self.used()
+        missing = {s: used[s] - self.roles.get(s, set()) for s in used}
+        unused = {s: self.roles.get(s, set()) - used[s] for s in used}
+        return missing, unused
+
+    async def close(self) -> None:
+        """Stop the services and the node agent; remove the webhook first (else the API
+        server keeps calling a dead ungater)."""
+        with contextlib.suppress(Exception):
+            await self.admin.delete(WEBHOOKS, str(self._webhook["metadata"]["name"]))
+        await asyncio.gather(*(p.close() for p in self.services.values()), return_exceptions=True)
+        if self.node_agent is not None and self.node_agent.returncode is None:
+            self.node_agent.terminate()
+            try:
+                await asyncio.wait_for(self.node_agent.wait(), 30)
+            except TimeoutError:
+                self.node_agent.kill()
+                await self.node_agent.wait()
+        with contextlib.suppress(Exception):
+            await self.admin.delete(NAMESPACES, self.namespace)
+
+    async def pods(self) -> list[JsonObject]:
+        """The test namespace's pods, from the API server."""
+        return (await self.admin.list_objects(PODS, namespace=self.namespace)).items
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+@contextlib.asynccontextmanager
+async def real_system(
+    plane: ControlPlane, nats_url: str, workdir: Path, *, nodes: str
+) -> AsyncIterator[RealSystem]:
+    """Install tidegate on ``plane`` and start it, with fake nodes ``nodes``; tear it down."""
+    run = uuid.uuid4().hex[:6]
+    settings = KubeSettings(source="kubeconfig", kubeconfig=plane.kubeconfig, qps=0.0)
+    async with await connect(settings) as admin:
+        system = RealSystem(
+            plane=plane,
+            admin=admin,
+            namespace=f"tg-e2e-{run}",
+            release_namespace=f"tg-sys-{run}",
+            cluster=f"r{run}",
+            workdir=workdir,
+            nats_url=nats_url,
+        )
+        try:
+            await system.install()
+            await system.start_nodes(nodes)
+            await system.start_services()
+
+            async def nodes_ready() -> bool:
+                return len(await system.ready_nodes()) > 0
+
+            await until_async(nodes_ready, within=90.0, what="fake nodes Ready and untainted")
+            yield system
+        finally:
+            await system.close()
