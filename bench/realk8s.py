@@ -81,6 +81,8 @@ def job_body(name: str, pods: int, *, gated: bool, bench_label: str) -> dict[str
     """A Job of ``pods`` GPU-full pods, rack-preferred, in tidegate's queue."""
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        # The pods run until the scenario's namespace is deleted; then nothing should wait.
+        "terminationGracePeriodSeconds": 0,
         "nodeSelector": {"tidegate.io/bench": bench_label},
         "containers": [
             {"name": "main", "image": "busybox", "resources": {"requests": GPUS, "limits": GPUS}}
@@ -196,20 +198,32 @@ async def scenario(
             finished = await watch.wait(jobs, within=600)
         return {name: finished[name] - created[name] for name in jobs}
     finally:
-        await kube.delete(NAMESPACES, namespace)
-        await wait_gone(kube, namespace, say)
+        await release(kube, namespace, list(jobs), say)
 
 
-async def wait_gone(kube: KubeClient, namespace: str, say: Callable[[str], None]) -> None:
-    """Wait until a deleted namespace (and so its pods, and their GPUs) is gone."""
+async def release(
+    kube: KubeClient, namespace: str, jobs: list[str], say: Callable[[str], None]
+) -> None:
+    """Delete the scenario's Jobs and pods, wait until no pod holds a GPU, drop the namespace."""
+    for name in jobs:
+        with contextlib.suppress(NotFound):
+            await kube.delete(JOBS, name, namespace=namespace, propagation="Background")
     begun = time.monotonic()
     while time.monotonic() - begun < 300:
-        try:
-            await kube.get(NAMESPACES, namespace)
-        except NotFound:
-            return
+        pods = (await kube.list_objects(PODS, namespace=namespace)).items
+        if not pods:
+            break
+        for pod in pods:
+            await kube.delete_pod(
+                namespace,
+                str(pod["metadata"]["name"]),  # type: ignore[index]
+                grace_seconds=0,
+                missing_ok=True,
+            )
         await asyncio.sleep(0.5)
-    say(f"  (namespace {namespace} still terminating after 300 s)")
+    else:
+        say(f"  (pods of {namespace} still there after 300 s)")
+    await kube.delete(NAMESPACES, namespace)
 
 
 def quantile(values: list[float], q: float) -> float:

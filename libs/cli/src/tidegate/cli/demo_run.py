@@ -95,7 +95,29 @@ async def run_demo(
             stack, trace, record, say, time_scale=time_scale, gate=kubeconfig is not None
         )
         failed = await runner.run()
+        if kubeconfig is not None and fake_nodes is not None:
+            # Its workloads could run nowhere once the fake nodes are gone: remove them while
+            # the node agent can still finish their pods' graceful deletions.
+            await remove_namespace(kubeconfig, trace.namespace, say)
     return record, failed
+
+
+async def remove_namespace(
+    kubeconfig: Path, namespace: str, say: Callable[[str], None], *, within: float = 120.0
+) -> None:
+    """Delete the trace's namespace and wait until it is gone."""
+    say(f"  deleting namespace {namespace} (its workloads ran on the fake nodes)")
+    async with await kube_connect(KubeSettings(source="kubeconfig", kubeconfig=kubeconfig)) as kube:
+        with contextlib.suppress(NotFound):
+            await kube.delete(NAMESPACES, namespace)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            try:
+                await kube.get(NAMESPACES, namespace)
+            except NotFound:
+                return
+            await asyncio.sleep(0.5)
+        say(f"  namespace {namespace} is still terminating after {within:.0f}s")
 
 
 def fake_nodes_for(
