@@ -79,6 +79,7 @@ def runs(full: bool) -> list[Run]:
         Run("bus", "bus.py"),
         Run("topology_cache", "topology_cache.py"),
         Run("ungater", "ungater.py"),
+        Run("explain", "explain.py"),
         Run("sim", "sim.py", () if full else tuple(QUICK_SIM)),
         *([Run("e2e_1024", "e2e.py")] if full else []),
     ]

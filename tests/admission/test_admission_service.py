@@ -7,6 +7,7 @@ import time
 
 from tidegate.model import (
     Admitted,
+    LostAdmission,
     Pending,
     PodSetSpec,
     Preempted,
@@ -270,3 +271,38 @@ def victim_aborted_for_serve() -> Preempted:
         mode={"ns/victim": "abort"},
         nominated={"n1": {GPU: 8, "cpu": 1000, "pods": 1}},
     )
+
+
+async def test_a_preempted_stored_twice_leaves_the_victims_readmission_alone(
+    harness: Harness,
+) -> None:
+    """Issue 12 finding 1 against the running service: the same ``preempted`` stored a second
+    time (re-published by a preemption failover after JetStream's duplicate window, so under
+    another stream sequence) after the restart-mode victim was admitted again must not
+    release that new admission."""
+    await harness.topology()
+    await harness.node("n1", "r1")
+    await harness.queue(QueueConfig(name="q"))
+    await harness.start_admission()
+    victim = await inference_needs_the_victims_room(harness)
+    preempted = Preempted(
+        preemptor="ns/serve",
+        preemptor_uid="uid-serve",
+        victims=["ns/victim"],
+        mode={"ns/victim": "restart"},
+        lost={"ns/victim": LostAdmission(uid=victim.uid, sequence=victim.sequence)},
+    )
+    subject = subjects.decision(harness.cluster, "preempted", "ns", "serve")
+    await harness.publish(subject, preempted, event_id="preemption-1")
+    await harness.until(lambda: harness.of(Released, "ns/victim"), what="the victim released")
+    (released,) = harness.of(Released, "ns/victim")
+    assert isinstance(released, Released)
+    # The preemptor goes away; the room is free again and the victim is admitted again.
+    await harness.delete_workload("ns", "serve")
+    await harness.node("n1", "r1", free_gpus=8, applied=released.sequence)
+    await harness.until(
+        lambda: len(harness.of(Admitted, "ns/victim")) == 2, what="the victim admitted again"
+    )
+    await harness.publish(subject, preempted, event_id="preemption-1-again")
+    await asyncio.sleep(1.5)
+    assert len(harness.of(Released, "ns/victim")) == 1, "the re-admission was released"

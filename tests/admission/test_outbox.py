@@ -25,8 +25,11 @@ from .test_admission_service import (
     workers,
     workload,
 )
+from .test_metrics import scrape_until
 
 DECISION_KINDS: tuple[str, ...] = typing.get_args(DecisionKind)
+
+UNSENT = ("tidegate_admission_outbox_unsent", frozenset())
 
 REFUSING_MAX_BYTES = 16
 """A maximum message size no decision fits in: the stream refuses every publish."""
@@ -76,17 +79,18 @@ async def test_a_release_whose_publish_failed_is_sent_again_by_the_same_leader(
     harness: Harness,
 ) -> None:
     await small_cluster(harness)
-    await harness.start_admission()
+    service = await harness.start_admission()
     admitted = await admitted_train(harness)
     await refuse_decisions(harness, True)
     try:
         await harness.delete_workload("ns", "train")
         await committed_release(harness, "ns/train")
-        await asyncio.sleep(1.0)  # a few failed attempts
+        await scrape_until(service, lambda s: s[UNSENT] >= 1, what="the release unsent")
         assert harness.of(Released, "ns/train") == []
     finally:
         await refuse_decisions(harness, False)
     await harness.until(lambda: harness.of(Released, "ns/train"), within=20, what="the release")
+    await scrape_until(service, lambda s: s[UNSENT] == 0, what="the outbox emptied")
     await asyncio.sleep(1.0)  # a second copy would have arrived by now
     released = released_once(harness, "ns/train")
     assert (released.uid, released.reason) == (admitted.uid, "Deleted")

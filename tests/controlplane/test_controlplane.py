@@ -2,6 +2,10 @@
 
 import hashlib
 import lzma
+import os
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -109,3 +113,47 @@ async def test_service_account_tokens_are_authorized_by_rbac_and_audited(
         if event["user"]["username"] == user  # type: ignore[index]
     ]
     assert decisions == [("list", "pods", 403), ("list", "pods", 200)]
+
+
+CHILD = """
+import sys, time
+from pathlib import Path
+from tidegate.testing.controlplane import ControlPlane
+plane = ControlPlane.start(Path(sys.argv[1]), Path(sys.argv[2]))
+print(" ".join(str(pid) for pid in plane.pids().values()), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.real_k8s
+@pytest.mark.slow
+def test_no_component_outlives_a_killed_test_process(
+    real_cluster: ControlPlane, tmp_path: Path
+) -> None:
+    # The session's binaries; a second control plane in a child process, killed with SIGKILL.
+    with subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(real_cluster.binaries), str(tmp_path / "plane")],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
+        try:
+            assert child.stdout is not None
+            pids = [int(p) for p in child.stdout.readline().split()]
+            assert len(pids) == 4
+        finally:
+            child.kill()
+            child.wait()
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        # a zombie is gone too: it no longer runs
+        stat = Path(f"/proc/{pid}/stat")
+        return not stat.exists() or stat.read_text().split()[2] == "Z"
+
+    deadline = time.monotonic() + 20.0
+    while not all(gone(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"components still running: {pids}"
+        time.sleep(0.1)

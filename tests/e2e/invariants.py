@@ -1,33 +1,77 @@
-"""tidegate's invariants, checked on the simulated cluster and on what the bus says.
+"""tidegate's invariants, as functions of Kubernetes API objects and of the decisions on the bus.
 
 Why: an end-to-end test that only looks at the end state misses a gang left half released for
 a while, a node overcommitted for a moment, a workload admitted twice and released in between.
-:class:`Invariants` is fed every decision as it arrives and samples the simulator's objects
-several times a second (:mod:`tests.e2e.system` does both), and records what it finds broken,
-with when and what; the checks of the end state are functions of the simulator and of what was
-observed on the bus. Each check says which invariant broke so a failing test names it:
+And a check that reads the simulator's own store proves nothing about a real control plane.
+So every check here takes what any API server returns — Node and Pod objects as JSON, listed
+over HTTP (``kubectl get -o json`` gives the same) — plus the decisions seen on the decisions
+stream, and nothing else. :mod:`tests.e2e.system` lists nodes and pods through
+:mod:`tidegate.kube` several times a second and feeds every decision as it arrives; a harness
+on a real cluster does the same with its own client.
 
-- sampled (:meth:`Invariants.sample`): no node holds more than its allocatable; no gang stays
-  partly released (some of its live pods released, others still gated) and no released pod
-  stays unscheduled, for longer than a grace period counted from the moment every service is
-  up again; a preempted gang's re-created pods are not released before a new admission; a
-  preempted gang is evicted whole (every pod it had released when the ``preempted`` decision
-  came is deleted within the grace period: preemption announces before it evicts, so a pod
-  released into the victim's old slot meanwhile would stay); never more pods released than
-  admission assigned;
-- from the decision log: no workload admitted twice without a release in between
-  (:func:`double_admissions`), every victim of a preemption released as ``Evicted``
-  (:func:`unreleased_victims`);
-- at the end (:func:`capacity_differences`, :func:`mirror_differences`): the capacity view on
-  the bus equals a recomputation from the simulator's own objects, and the watcher's pods on
-  the bus equal the simulator's pods.
+The API, kept small so that any harness can call it:
 
-It reads the simulator's store directly (read only, in this process) and does no I/O.
+- ``Invariants(managed_namespaces=..., grace_seconds=...)``; ``decided(decision)`` for every
+  decision in stream order; ``sample(nodes, pods, now)`` with the lists of Node and Pod
+  objects (dicts as the API returns them) and ``time.monotonic()``; broken invariants collect
+  in ``violations`` (each names the invariant, the workload or node, and for how long);
+- decision-log checks, pure functions of the decisions in stream order:
+  :func:`double_admissions`, :func:`release_problems`, :func:`eviction_problems`,
+  :func:`unreleased_victims` (and :func:`decision_problems`, all four);
+- end checks, pure functions of API objects and of the last message of every capacity or
+  state subject: :func:`capacity_differences`, :func:`mirror_differences`.
+
+Sampled (:meth:`Invariants.sample`), where a *tidegate pod* is a pod in a managed namespace and
+it is *released* once it no longer carries the ``tidegate.io/admission`` gate:
+
+- **released pods fit**: for every node, the requests of the released, live, not terminating
+  tidegate pods bound to it or pinned to it alone by their node selector (released but not yet
+  scheduled) fit its allocatable minus what the other live pods bound to it use; and for every
+  group of nodes a released pod's selector pins it to, the same summed over the group (the
+  pods of a preempted gang are on their way out and left out: *evicted whole* bounds that). This is
+  computed from the objects, so it fires even when the scheduler refuses to over-bind (the
+  pod then waits) — the over-release is tidegate's, not the scheduler's;
+- **no overcommit**: the bound, unfinished pods of a node request at most its allocatable;
+- **released ≤ assigned, per domain**: the released pods of a workload in each domain of its
+  newest admission's assignment (the node's values at the assignment's levels) are no more
+  than the admission assigned there, and no more than assigned in total;
+- **whole gangs**: no gang stays partly released (some live pods released, others gated), and
+  no released pod stays unscheduled, for longer than a grace period counted from the moment
+  every service is up again;
+- **no early release**: a preempted gang's re-created pods are not released before a new
+  admission of it;
+- **evicted whole**: every pod a preempted gang had released when the ``preempted`` decision
+  came is deleted within the grace period.
+
+From the decision log (a decision seen twice with the same content — a repeated publish or
+delivery — is one decision; these are what "each decision applied once by each consumer" leaves
+visible on the bus):
+
+- **no double admission** (:func:`double_admissions`): an admission of an object while another
+  of it is in force, with no release in between (``replaces`` aside);
+- **a release ends the admission in force** (:func:`release_problems`): every release of a uid
+  follows an admission of that uid still in force, with a lower sequence — a second release of
+  the same admission (a decision applied twice) is named;
+- **one eviction per preemption** (:func:`eviction_problems`): a workload is released as
+  ``Evicted`` no more often than distinct ``preempted`` decisions named it, and never before
+  one did — a repeated ``preempted`` that releases the victim's later admission is named;
+- **victims released** (:func:`unreleased_victims`, at the end): every victim is released as
+  ``Evicted``.
+
+Once the system is quiet: the capacity view on the bus equals a recomputation from the Node
+and Pod objects less the reservations the admissions in force call for (:func:`reservations`:
+so the topology-cache applied every decision and event once — a reservation never ended or
+revived by a stale decision, or a pod counted twice, shows as a difference), and the watcher's
+pods equal the API server's.
+
+Nothing here does I/O.
 """
 
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, cast
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import msgspec
 
 from tidegate.model import (
     Admitted,
@@ -40,31 +84,30 @@ from tidegate.model import (
 from tidegate.model import resources as res
 from tidegate.placement import DEFAULT_MAX_PODS
 from tidegate.placement.accounting import TERMINAL_PHASES
-from tidegate.sim import SimCluster
-from tidegate.sim.kinds import NODES, PODS
-from tidegate.sim.kinds import ResourceType as SimResource
 from tidegate.testing import capacity_differences as compare_capacity
-from tidegate.testing import pod_requests, published_capacity, recompute_capacity
+from tidegate.testing import capacity_of, pod_requests, published_capacity
 
 GATE: Final = "tidegate.io/admission"
 OBSERVER_LAG_SECONDS: Final = 3.0
 """How much later than the services the observer may learn of a decision."""
 
 JsonObject = dict[str, Any]
+Domain = tuple[str, ...]
 
 
 class Invariants:
-    """Sampled checks of a running simulated cluster (module docstring)."""
+    """Sampled checks of a running cluster from its API objects (module docstring)."""
 
     def __init__(
         self,
-        sim: SimCluster,
         *,
+        managed_namespaces: Collection[str],
         grace_seconds: float,
         observer_lag_seconds: float = OBSERVER_LAG_SECONDS,
         note: Callable[[str], None] = lambda text: None,
     ) -> None:
-        self.sim = sim
+        self.managed_namespaces = set(managed_namespaces)
+        """Namespaces whose pods tidegate manages (labelled ``tidegate.io/managed=true``)."""
         self.observer_lag_seconds = observer_lag_seconds
         self.grace_seconds = grace_seconds
         """How long a gang may stay partly released (or a released pod unscheduled) after
@@ -80,10 +123,15 @@ class Invariants:
         """When the last restarted service was ready again (grace periods count from here)."""
         self.assigned: dict[str, int] = {}
         """Workload key → pods its newest admission assigned."""
+        self.admissions: dict[str, Admitted] = {}
+        """Workload key → its newest admission seen."""
         self._started = time.monotonic()
+        self._last_pods: list[JsonObject] = []
+        self._preempted_since_sample: set[str] = set()
         self._partial_since: dict[str, float] = {}
         self._unbound_since: dict[str, float] = {}
         self._early_since: dict[str, float] = {}
+        self._overfull_since: dict[str, float] = {}
         self._evicted_generation: dict[str, set[str]] = {}
         """Victim workload key → uids of its pods released when its preemption was seen; its
         later pods need a new admission before they may be released."""
@@ -91,58 +139,141 @@ class Invariants:
         """Victim workload key → when its preemption was seen and the uids of its pods then
         released, until every one of them is being deleted."""
         self._reported: set[str] = set()
+        self._decided: set[bytes] = set()
+
+    def managed(self, pod: Mapping[str, Any]) -> bool:
+        """Whether tidegate manages the pod (it is in a managed namespace)."""
+        return pod.get("metadata", {}).get("namespace") in self.managed_namespaces
 
     def decided(self, body: Message) -> None:
-        """Take one decision into account (call in stream order, as they arrive)."""
+        """Take one decision into account (call in stream order, as they arrive); one seen
+        before with the same content (a repeated publish or delivery) changes nothing."""
+        key = type(body).__name__.encode() + msgspec.json.encode(body)
+        if key in self._decided:
+            return
+        self._decided.add(key)
         if isinstance(body, Admitted):
+            newest = self.admissions.get(body.workload)
+            if newest is not None and newest.uid == body.uid and newest.sequence > body.sequence:
+                return  # an older admission delivered late changes nothing
+            self.admissions[body.workload] = body
             self.assigned[body.workload] = sum(
                 d.count for a in body.assignments.values() for d in a.domains
             )
             self._evicted_generation.pop(body.workload, None)
         elif isinstance(body, Preempted):
             for victim in body.victims:
+                held = self.admissions.get(victim)
+                if held is not None and not body.ends(
+                    victim, uid=held.uid, sequence=held.sequence, replaces=held.replaces
+                ):
+                    continue  # a late copy about an older admission: the newest one stays
+                # The pods released before the decision (the last sample); those being
+                # deleted at the next sample are of the same generation too.
                 released = {
                     p["metadata"]["uid"]
-                    for p in sim_objects(self.sim, PODS)
+                    for p in self._last_pods
                     if workload_of(p) == victim and not gated(p)
                 }
                 self._evicted_generation[victim] = released
                 self._to_evict.setdefault(victim, (time.monotonic(), set()))[1].update(released)
+                self._preempted_since_sample.add(victim)
 
     # ------------------------------------------------------------------ invariants, sampled
 
-    def sample(self) -> None:
-        """Check the cluster as it is now; record what is broken in :attr:`violations`."""
-        now = time.monotonic()
+    def sample(
+        self,
+        nodes: Sequence[Mapping[str, Any]],
+        pods: Sequence[Mapping[str, Any]],
+        now: float | None = None,
+    ) -> None:
+        """Check the cluster as ``nodes`` and ``pods`` (API objects listed a moment ago) show
+        it; record what is broken in :attr:`violations`."""
+        now = time.monotonic() if now is None else now
+        pod_list = [dict(p) for p in pods]
+        node_list = [dict(n) for n in nodes]
         self.samples += 1
-        pods = sim_objects(self.sim, PODS)
-        live = [p for p in pods if not terminating(p) and pod_phase(p) not in TERMINAL_PHASES]
-        self._check_overcommit(pods)
+        for victim in self._preempted_since_sample:
+            evicted = {
+                p["metadata"]["uid"]
+                for p in pod_list
+                if workload_of(p) == victim and not gated(p) and terminating(p)
+            }
+            self._evicted_generation.get(victim, set()).update(evicted)
+            if victim in self._to_evict:
+                self._to_evict[victim][1].update(evicted)
+        self._preempted_since_sample.clear()
+        self._last_pods = pod_list
+        live = [p for p in pod_list if not terminating(p) and pod_phase(p) not in TERMINAL_PHASES]
+        self._check_overcommit(node_list, pod_list)
+        self._check_released_fit(node_list, pod_list)
         self._check_gangs(live, now)
         self._check_unbound(live, now)
-        self._check_early_release(pods, now)
-        self._check_evicted_whole(pods, now)
-        self._check_overrelease(pods)
+        self._check_early_release(pod_list, now)
+        self._check_evicted_whole(pod_list, now)
+        self._check_overrelease(node_list, pod_list, now)
 
-    def _check_overcommit(self, pods: list[JsonObject]) -> None:
+    def _check_overcommit(self, nodes: list[JsonObject], pods: list[JsonObject]) -> None:
         """No node holds more than its allocatable (bound pods that have not finished)."""
         used: dict[str, dict[str, int]] = {}
         for pod in pods:
             node = pod.get("spec", {}).get("nodeName")
             if node and pod_phase(pod) not in TERMINAL_PHASES:
                 used[node] = res.add(res.add(used.get(node, {}), pod_requests(pod)), {"pods": 1})
-        for node in sim_objects(self.sim, NODES):
+        for node in nodes:
             name = node["metadata"]["name"]
-            allocatable = parse_resources(node.get("status", {}).get("allocatable"))
-            allocatable.setdefault("pods", DEFAULT_MAX_PODS)
-            over = {
-                r: (amount, allocatable.get(r, 0))
-                for r, amount in used.get(name, {}).items()
-                if amount > allocatable.get(r, 0)
-            }
+            over = exceeding(used.get(name, {}), allocatable_of(node))
             if over:
                 self._report(
                     f"overcommit:{name}:{sorted(over)}", f"node {name} overcommitted: {over}"
+                )
+
+    def _check_released_fit(self, nodes: list[JsonObject], pods: list[JsonObject]) -> None:
+        """The tidegate pods released onto a node (bound there, or pinned there by their node
+        selector and waiting for the scheduler) fit its allocatable minus what the other pods
+        bound to it use; the same for every group of nodes a released pod is pinned to."""
+        by_name = {n["metadata"]["name"]: n for n in nodes}
+        room: dict[str, dict[str, int]] = {
+            name: allocatable_of(node) for name, node in by_name.items()
+        }
+        demand: dict[frozenset[str], dict[str, int]] = {}
+        pinned: list[tuple[frozenset[str], dict[str, int]]] = []
+        leaving = {uid for _, uids in self._to_evict.values() for uid in uids}
+        for pod in pods:
+            if terminating(pod) or pod_phase(pod) in TERMINAL_PHASES:
+                continue
+            if pod["metadata"]["uid"] in leaving:
+                continue  # a preempted gang's pod on its way out (checked: evicted whole)
+            bound = pod.get("spec", {}).get("nodeName")
+            need = res.add(pod_requests(pod), {"pods": 1})
+            if not self.managed(pod):
+                if bound in room:
+                    room[bound] = res.subtract(room[bound], need)
+                continue
+            if gated(pod):
+                continue
+            where = frozenset([bound]) if bound else nodes_matching(pod, nodes)
+            if not where:
+                continue  # pinned nowhere: the unscheduled check names it
+            pinned.append((where, need))
+        for group in {where for where, _ in pinned} | {frozenset([n]) for n in by_name}:
+            demand[group] = {}
+            for where, need in pinned:
+                if where <= group:
+                    demand[group] = res.add(demand[group], need)
+        for group, needed in demand.items():
+            if not needed:
+                continue
+            available: dict[str, int] = {}
+            for name in group:
+                available = res.add(available, room[name])
+            over = exceeding(needed, available)
+            if over:
+                what = next(iter(group)) if len(group) == 1 else f"{len(group)} nodes"
+                self._report(
+                    f"released-fit:{sorted(group)}:{sorted(over)}",
+                    f"released tidegate pods do not fit on {what} {sorted(group)[:4]}: "
+                    f"(requested, allocatable minus other pods) {over}",
                 )
 
     def _check_gangs(self, live: list[JsonObject], now: float) -> None:
@@ -151,7 +282,7 @@ class Invariants:
         by_workload: dict[str, list[JsonObject]] = {}
         for pod in live:
             key = workload_of(pod)
-            if key is not None:
+            if key is not None and self.managed(pod):
                 by_workload.setdefault(key, []).append(pod)
         partial = set()
         for key, members in by_workload.items():
@@ -174,7 +305,7 @@ class Invariants:
         """A released pod is scheduled: admission found room for it, so the scheduler must."""
         unbound = set()
         for pod in live:
-            if gated(pod) or pod.get("spec", {}).get("nodeName"):
+            if not self.managed(pod) or gated(pod) or pod.get("spec", {}).get("nodeName"):
                 continue
             name = object_name(pod)
             unbound.add(name)
@@ -230,15 +361,29 @@ class Invariants:
                 f"preempted {victim} not evicted whole: {staying} still running",
             )
 
-    def _check_overrelease(self, pods: list[JsonObject]) -> None:
-        """Never more pods released than assigned: released pods that hold (or held) a slot —
-        not being deleted, not failed — against the newest admission's pod count."""
+    def _check_overrelease(
+        self, nodes: list[JsonObject], pods: list[JsonObject], now: float
+    ) -> None:
+        """Never more pods released than assigned, in total and per domain of the newest
+        admission: released pods that hold (or held) a slot — not being deleted, not failed.
+        Per domain, the observer may see a new admission a moment after the ungater acted on
+        it, so only an excess that lasts longer than that is named."""
+        labels = {n["metadata"]["name"]: labels_of(n) for n in nodes}
         released: dict[str, int] = {}
+        in_domain: dict[tuple[str, Domain], int] = {}
         for pod in pods:
             key = workload_of(pod)
             if key is None or gated(pod) or terminating(pod) or pod_phase(pod) == "Failed":
                 continue
             released[key] = released.get(key, 0) + 1
+            admission = self.admissions.get(key)
+            if admission is None:
+                continue
+            for assignment in admission.assignments.values():
+                domain = domain_of(pod, assignment.levels, labels)
+                if domain is not None:
+                    in_domain[(key, domain)] = in_domain.get((key, domain), 0) + 1
+                    break
         for key, count in released.items():
             assigned = self.assigned.get(key)
             if assigned is not None and count > assigned:
@@ -246,6 +391,28 @@ class Invariants:
                     f"overrelease:{key}:{count}",
                     f"{count} pods of {key} released but its admission assigned {assigned}",
                 )
+        excess = set()
+        for (key, domain), count in in_domain.items():
+            admission = self.admissions[key]
+            allowed = sum(
+                d.count
+                for a in admission.assignments.values()
+                for d in a.domains
+                if tuple(d.values) == domain
+            )
+            if count <= allowed:
+                continue
+            tag = f"{key}:{'/'.join(domain)}"
+            excess.add(tag)
+            since = self._overfull_since.setdefault(tag, now)
+            if now - since > self.observer_lag_seconds:
+                self._report(
+                    f"overrelease-domain:{tag}:{count}",
+                    f"{count} pods of {key} released into domain {'/'.join(domain)} but "
+                    f"admission {admission.sequence} assigned {allowed} there",
+                )
+        for tag in set(self._overfull_since) - excess:
+            del self._overfull_since[tag]
 
     def _overdue(self, tag: str, since: float, now: float, message: str) -> None:
         if self.restarting:
@@ -260,18 +427,37 @@ class Invariants:
             self.note(f"VIOLATION {message}")
 
 
+# ---------------------------------------------------------------------- the decision log
+
+
+def distinct(decisions: Iterable[Message]) -> list[Message]:
+    """The decisions in stream order, each once: a decision seen again with the same content
+    (a retried publish, a redelivery) is the same decision."""
+    seen: set[bytes] = set()
+    out: list[Message] = []
+    for decision in decisions:
+        key = type(decision).__name__.encode() + msgspec.json.encode(decision)
+        if key not in seen:
+            seen.add(key)
+            out.append(decision)
+    return out
+
+
+def _by_sequence(decisions: Iterable[Message]) -> list[Admitted | Released]:
+    """Distinct admissions and releases in the order admission decided them (its sequence is
+    monotonic; a publish retried later may reach the stream out of order)."""
+    found = [d for d in distinct(decisions) if isinstance(d, Admitted | Released)]
+    return sorted(found, key=lambda d: d.sequence)
+
+
 def double_admissions(decisions: Iterable[Message]) -> list[str]:
     """Workloads admitted again while an admission of the same object was in force (no
     release in between), and replacements of an admission that was not in force."""
     problems: list[str] = []
     in_force: dict[str, int] = {}
-    seen: set[tuple[str, int]] = set()
-    for decision in decisions:
+    for decision in _by_sequence(decisions):
         match decision:
             case Admitted():
-                if (decision.uid, decision.sequence) in seen:
-                    continue  # the same decision again (a retried publish): harmless
-                seen.add((decision.uid, decision.sequence))
                 held = in_force.get(decision.uid)
                 if decision.replaces is not None:
                     if held != decision.replaces:
@@ -288,6 +474,76 @@ def double_admissions(decisions: Iterable[Message]) -> list[str]:
                 in_force[decision.uid] = decision.sequence
             case Released():
                 in_force.pop(decision.uid, None)
+    return problems
+
+
+def release_problems(decisions: Iterable[Message]) -> list[str]:
+    """Releases that end no admission: no admission of that uid was in force before the
+    release's sequence (never admitted, or already released — a decision applied twice)."""
+    problems: list[str] = []
+    in_force: dict[str, int] = {}
+    for decision in _by_sequence(decisions):
+        match decision:
+            case Admitted():
+                in_force[decision.uid] = decision.sequence
+            case Released():
+                ended = in_force.pop(decision.uid, None)
+                if ended is None:
+                    problems.append(
+                        f"{decision.workload} (uid {decision.uid}) released "
+                        f"({decision.reason}, sequence {decision.sequence}) but no admission "
+                        f"of it was in force: released twice, or never admitted"
+                    )
+    return problems
+
+
+def eviction_problems(decisions: Iterable[Message]) -> list[str]:
+    """Releases as ``Evicted`` that no distinct ``preempted`` decision accounts for: each
+    preemption of a victim ends at most one admission of it, and only one it names
+    (:meth:`~tidegate.model.Preempted.ends`: the admission in its ``lost``, or any when it names
+    none). A repeated ``preempted`` applied again releases the victim's later admission (its
+    quota returned while its pods run): that release is named. Releases that evict for lost
+    nodes (``evict_pods``) are not preemptions and are left out."""
+    problems: list[str] = []
+    owed: dict[str, list[Preempted]] = {}
+    in_force: dict[str, Admitted] = {}
+    for decision in distinct(decisions):
+        match decision:
+            case Admitted():
+                held = in_force.get(decision.workload)
+                if held is None or held.uid != decision.uid or held.sequence < decision.sequence:
+                    in_force[decision.workload] = decision
+            case Preempted():
+                for victim in decision.victims:
+                    owed.setdefault(victim, []).append(decision)
+            case Released(reason="Evicted", evict_pods=False):
+                key = decision.workload
+                ended = in_force.get(key)
+                match = next(
+                    (
+                        p
+                        for p in owed.get(key, [])
+                        if ended is None
+                        or p.ends(
+                            key, uid=ended.uid, sequence=ended.sequence, replaces=ended.replaces
+                        )
+                    ),
+                    None,
+                )
+                if match is None:
+                    what = "" if ended is None else f" its admission {ended.sequence}"
+                    problems.append(
+                        f"{key} released as Evicted (sequence {decision.sequence}){what} with "
+                        f"no preemption of it left to apply: one preempted decision applied "
+                        f"twice, or to a later admission"
+                    )
+                else:
+                    owed[key].remove(match)
+                in_force.pop(key, None)
+            case Released():
+                held = in_force.get(decision.workload)
+                if held is not None and held.uid == decision.uid:
+                    del in_force[decision.workload]
             case _:
                 pass
     return problems
@@ -295,14 +551,16 @@ def double_admissions(decisions: Iterable[Message]) -> list[str]:
 
 def unreleased_victims(decisions: Iterable[Message]) -> list[str]:
     """Victims of a preemption that admission never released as ``Evicted`` (their quota
-    would leak); only meaningful once the run has settled."""
+    would leak); only meaningful once the run has settled. A preemption delivered again is the
+    same preemption, and one whose victim's admission ended otherwise first (it completed) is
+    owed nothing."""
     waiting: dict[str, str] = {}
-    for decision in decisions:
+    for decision in distinct(decisions):
         match decision:
             case Preempted():
                 for victim in decision.victims:
                     waiting[victim] = decision.preemptor
-            case Released(reason="Evicted"):
+            case Released():
                 waiting.pop(decision.workload, None)
             case _:
                 pass
@@ -312,17 +570,99 @@ def unreleased_victims(decisions: Iterable[Message]) -> list[str]:
     ]
 
 
-def capacity_differences(sim: SimCluster, capacity: Iterable[Message]) -> list[str]:
+def decision_problems(decisions: Sequence[Message], *, settled: bool = False) -> list[str]:
+    """Every decision-log check; with ``settled``, also the victims never released."""
+    found = double_admissions(decisions) + release_problems(decisions)
+    found += eviction_problems(decisions)
+    return found + (unreleased_victims(decisions) if settled else [])
+
+
+# ---------------------------------------------------------------------- checks at the end
+
+
+def reservations(
+    decisions: Iterable[Message],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+) -> dict[str, dict[str, int]] | None:
+    """Node → what the capacity view must hold there for admitted pods not bound yet, from the
+    admissions in force (in stream order: a newer admission of a workload replaces its older
+    one; a release of it, or a ``preempted`` naming it, ends it) and the pods bound (for every
+    podset domain, ``max(0, assigned − bound) × per-pod requests``, docs/topology-cache.md).
+
+    Only domains that are one node have an exact answer (wider ones are spread by the cache's
+    estimate): None when an admission in force has a wider domain with pods still unbound.
+    Pods name no podset, so a workload's bound pods are matched to its podsets in order."""
+    in_force: dict[str, Admitted] = {}
+    for decision in distinct(decisions):
+        match decision:
+            case Admitted():
+                held = in_force.get(decision.workload)
+                if held is None or held.uid != decision.uid or held.sequence < decision.sequence:
+                    in_force[decision.workload] = decision
+            case Released():
+                held = in_force.get(decision.workload)
+                if (
+                    held is not None
+                    and held.uid == decision.uid
+                    and held.sequence < decision.sequence
+                ):
+                    del in_force[decision.workload]
+            case Preempted():
+                for victim in decision.victims:
+                    held = in_force.get(victim)
+                    if held is not None and decision.ends(
+                        victim, uid=held.uid, sequence=held.sequence, replaces=held.replaces
+                    ):
+                        del in_force[victim]
+            case _:
+                pass
+    bound: dict[tuple[str, str], int] = {}
+    for pod in pods:
+        key, node = workload_of(pod), pod.get("spec", {}).get("nodeName")
+        if key is not None and node and pod_phase(pod) not in TERMINAL_PHASES:
+            bound[(key, node)] = bound.get((key, node), 0) + 1
+    out: dict[str, dict[str, int]] = {}
+    for key, admission in in_force.items():
+        for podset, assignment in admission.assignments.items():
+            per_pod = {"pods": 1, **admission.requests.get(podset, {})}
+            for domain in assignment.domains:
+                matching = [
+                    n["metadata"]["name"]
+                    for n in nodes
+                    if [labels_of(n).get(level) for level in assignment.levels] == domain.values
+                ]
+                if len(matching) != 1:
+                    return None
+                (node,) = matching
+                taken = min(domain.count, bound.get((key, node), 0))
+                bound[(key, node)] = bound.get((key, node), 0) - taken
+                if domain.count > taken:
+                    out[node] = res.add(out.get(node, {}), res.scale(per_pod, domain.count - taken))
+    return out
+
+
+def capacity_differences(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    levels: Sequence[str],
+    capacity: Iterable[Message],
+    decisions: Iterable[Message] = (),
+) -> list[str]:
     """Where the capacity view (the last message of every capacity subject) differs from a
-    recomputation from the simulator's objects (:func:`tidegate.testing.recompute_capacity`,
-    shared with tests/topology_cache/test_end_to_end.py)."""
-    want = recompute_capacity(sim.store, sim.levels)
+    recomputation from the Node and Pod objects (:func:`tidegate.testing.capacity_of`, shared
+    with tests/topology_cache/test_end_to_end.py) less the :func:`reservations` the decisions
+    in force call for; ``levels`` are the Topology's level labels, widest first. When the
+    reservations have no exact answer, the view is compared without them (right once every
+    admitted pod is bound)."""
+    reserved = reservations(decisions, nodes, pods)
+    want = capacity_of(nodes, pods, levels, reserved=reserved)
     return compare_capacity(want, published_capacity(capacity))
 
 
-def mirror_differences(sim: SimCluster, state: Iterable[Message]) -> list[str]:
+def mirror_differences(pods: Iterable[Mapping[str, Any]], state: Iterable[Message]) -> list[str]:
     """Where the watcher's pods (the last message of every state subject) differ from the
-    simulator's pods."""
+    Pod objects the API server lists."""
     want = {
         object_name(p): (
             p["metadata"]["uid"],
@@ -331,7 +671,7 @@ def mirror_differences(sim: SimCluster, state: Iterable[Message]) -> list[str]:
             gated(p),
             terminating(p),
         )
-        for p in sim_objects(sim, PODS)
+        for p in pods
     }
     got = {
         f"{p.namespace}/{p.name}": (
@@ -347,18 +687,54 @@ def mirror_differences(sim: SimCluster, state: Iterable[Message]) -> list[str]:
     problems = [f"pod {k} missing on the bus" for k in want.keys() - got.keys()]
     problems += [f"pod {k} on the bus but gone" for k in got.keys() - want.keys()]
     problems += [
-        f"pod {k}: bus says {got[k]}, simulator says {want[k]}"
+        f"pod {k}: bus says {got[k]}, the API server says {want[k]}"
         for k in want.keys() & got.keys()
         if got[k] != want[k]
     ]
     return sorted(problems)
 
 
-def sim_objects(
-    sim: SimCluster, resource: SimResource, namespace: str | None = None
-) -> list[JsonObject]:
-    """Objects of one kind straight from the simulator's store (read only; writes go over HTTP)."""
-    return cast(list[JsonObject], list(sim.store.objects(resource.key, namespace)))
+# ---------------------------------------------------------------------- reading API objects
+
+
+def allocatable_of(node: Mapping[str, Any]) -> dict[str, int]:
+    """A node's allocatable in tidegate units (``pods`` 110 when the node does not say)."""
+    allocatable = parse_resources(node.get("status", {}).get("allocatable"))
+    allocatable.setdefault("pods", DEFAULT_MAX_PODS)
+    return allocatable
+
+
+def exceeding(need: Mapping[str, int], have: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """Resource → (needed, available) for every resource of ``need`` above ``have``."""
+    return {r: (amount, have.get(r, 0)) for r, amount in need.items() if amount > have.get(r, 0)}
+
+
+def nodes_matching(pod: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """Names of the nodes whose labels satisfy the pod's ``nodeSelector`` (empty when it has
+    none: an unpinned pod is pinned nowhere)."""
+    selector = pod.get("spec", {}).get("nodeSelector") or {}
+    if not selector:
+        return frozenset()
+    return frozenset(
+        n["metadata"]["name"]
+        for n in nodes
+        if all(labels_of(n).get(k) == v for k, v in selector.items())
+    )
+
+
+def domain_of(
+    pod: Mapping[str, Any], levels: Sequence[str], node_labels: Mapping[str, Mapping[str, str]]
+) -> Domain | None:
+    """The pod's values at ``levels``: from its node when bound, else from its node selector
+    (the ungater pins a released pod to its domain); None when neither says."""
+    spec = pod.get("spec", {})
+    labels: Mapping[str, str] = (
+        node_labels.get(spec["nodeName"], {})
+        if spec.get("nodeName")
+        else spec.get("nodeSelector") or {}
+    )
+    values = tuple(labels.get(level) for level in levels)
+    return None if any(v is None for v in values) else tuple(str(v) for v in values)
 
 
 def workload_of(pod: Mapping[str, Any]) -> str | None:

@@ -15,6 +15,7 @@ request used, and requests no grant covers).
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -25,10 +26,12 @@ from typing import Any
 import helm_python as helm
 import yaml
 
+from tidegate.bus import ConsumerSettings, DurableConsumer, Received, layout
 from tidegate.bus.server import free_port
 from tidegate.kube import (
     CRDS,
     NAMESPACES,
+    NODES,
     PODS,
     AlreadyExists,
     KubeClient,
@@ -37,9 +40,11 @@ from tidegate.kube import (
     connect,
 )
 from tidegate.kube.transport import JsonObject
-from tidegate.testing import ServiceProcess, until_async
+from tidegate.model import Message, subjects
+from tidegate.testing import ServiceProcess, connected, until_async
 from tidegate.testing.controlplane import ControlPlane, serving_certificate
 
+from .invariants import Invariants, decision_problems
 from .system import fast_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,6 +127,15 @@ class RealSystem:
     services: dict[str, ServiceProcess] = field(default_factory=dict)
     node_agent: asyncio.subprocess.Process | None = None
     node_prefix: str = ""
+    envs: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Each service's environment (to start it again after a crash)."""
+    decisions: list[Message] = field(default_factory=list)
+    """Every decision on the bus, in stream order (while :meth:`observing`)."""
+    seen_pods: list[JsonObject] = field(default_factory=list)
+    """This test's pods as last listed from the API server (while :meth:`observing`)."""
+    seen_nodes: list[JsonObject] = field(default_factory=list)
+    """This test's fake nodes as last listed from the API server."""
+    checks: Invariants | None = None
 
     def user(self, service: str) -> str:
         """The Kubernetes user name of a service's ServiceAccount."""
@@ -185,8 +199,6 @@ class RealSystem:
 
     async def ready_nodes(self) -> list[JsonObject]:
         """This test's nodes that are Ready and carry no taint."""
-        from tidegate.kube import NODES
-
         listed = await self.admin.list_objects(NODES)
         ready = []
         for node in listed.items:
@@ -233,6 +245,7 @@ class RealSystem:
                         "TIDEGATE_WEBHOOK_CERT_DIR": str(cert_dir),
                     }
                 )
+            self.envs[service] = env
             process = await ServiceProcess.start(module, env, logs=self.workdir)
             self.services[service] = process
         import aiohttp
@@ -250,6 +263,77 @@ class RealSystem:
             hooks.append({**hook, "clientConfig": client_config})
         webhook["webhooks"] = hooks
         await self.admin.create(WEBHOOKS, webhook)
+
+    async def crash(self, service: str) -> None:
+        """SIGKILL a service, then start it again with the same identity and settings."""
+        process = self.services[service]
+        process.signal(signal.SIGKILL)
+        await process.wait()
+        await process.close()
+        again = await ServiceProcess.start(MODULES[service], self.envs[service], logs=self.workdir)
+        self.services[service] = again
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            await again.ready(http, within=60.0)
+
+    async def refresh(self) -> None:
+        """Read this test's pods and nodes from the API server."""
+        pods = await self.admin.list_objects(PODS, namespace=self.namespace)
+        nodes = await self.admin.list_objects(NODES)
+        self.seen_pods = list(pods.items)
+        self.seen_nodes = [
+            n
+            for n in nodes.items
+            if str(n["metadata"]["name"]).startswith(self.node_prefix)  # type: ignore[index]
+        ]
+
+    @contextlib.asynccontextmanager
+    async def observing(self, *, grace_seconds: float = 20.0) -> AsyncIterator[Invariants]:
+        """Follow the decisions on the bus and sample the invariants of tests/e2e/invariants.py
+        from the API server's objects about five times a second."""
+        await self.refresh()
+        checks = self.checks = Invariants(
+            managed_namespaces=[self.namespace], grace_seconds=grace_seconds
+        )
+        stop = asyncio.Event()
+
+        async def on_decision(received: Received) -> None:
+            self.decisions.append(received.envelope.body)
+            checks.decided(received.envelope.body)
+
+        async def sampler() -> None:
+            while not stop.is_set():
+                await self.refresh()
+                checks.sample(self.seen_nodes, self.seen_pods)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.2)
+
+        async with connected(self.nats_url, self.cluster, name="e2e-real-observer") as bus:
+            consumer = DurableConsumer(
+                bus,
+                cluster=self.cluster,
+                settings=ConsumerSettings(
+                    durable="e2e-real-observer",
+                    stream=layout.decisions_stream(self.cluster),
+                    subjects=(subjects.decision_wildcard(self.cluster),),
+                    fetch_timeout_seconds=0.25,
+                ),
+                handler=on_decision,
+            )
+            tasks = [asyncio.create_task(consumer.run(stop)), asyncio.create_task(sampler())]
+            try:
+                yield checks
+            finally:
+                stop.set()
+                for result in await asyncio.gather(*tasks, return_exceptions=True):
+                    if isinstance(result, Exception):
+                        raise result
+
+    def problems(self) -> list[str]:
+        """Sampled violations and the decision log's problems (tests/e2e/invariants.py), so far."""
+        sampled = self.checks.violations if self.checks is not None else []
+        return sampled + decision_problems(self.decisions)
 
     def forbidden(self) -> list[str]:
         """Every request of a tidegate service that the API server refused with 403."""
@@ -303,6 +387,42 @@ class RealSystem:
     async def pods(self) -> list[JsonObject]:
         """The test namespace's pods, from the API server."""
         return (await self.admin.list_objects(PODS, namespace=self.namespace)).items
+
+
+@dataclass
+class RbacUsage:
+    """What the chart grants each service and what the services asked for, summed over every
+    real-cluster scenario of a session (the ``rbac_usage`` fixture reports it at the end)."""
+
+    granted: dict[str, set[Permission]] = field(default_factory=dict)
+    used: dict[str, set[Permission]] = field(default_factory=dict)
+
+    def add(self, system: "RealSystem") -> None:
+        """Take in one scenario's grants and requests."""
+        for service, grants in system.roles.items():
+            self.granted.setdefault(service, set()).update(grants)
+        for service, asked in system.used().items():
+            self.used.setdefault(service, set()).update(asked)
+
+    def unused(self) -> dict[str, set[Permission]]:
+        """Grants that no request of any scenario used, per service."""
+        return {
+            service: grants - self.used.get(service, set())
+            for service, grants in sorted(self.granted.items())
+            if grants - self.used.get(service, set())
+        }
+
+    def report(self) -> list[str]:
+        """Lines for the end of the run (empty when nothing ran)."""
+        if not self.granted:
+            return []
+        lines = ["RBAC: granted by the chart, used by no request in the real-cluster scenarios:"]
+        for service, grants in self.unused().items():
+            text = ", ".join(
+                f"{verb} {group or 'core'}/{resource}" for group, resource, verb in sorted(grants)
+            )
+            lines.append(f"  {service}: {text}")
+        return lines
 
 
 def _b64(data: bytes) -> str:

@@ -5,7 +5,8 @@ Why: the crash/restart and malformed-input tests both need the embedded stack
 and the five services as real child processes), a way to submit workloads as users do (through
 the Kubernetes API, built with the demo's trace machinery), control over the service processes
 (SIGKILL one, start it again) and an observer that follows the bus — the state, capacity and
-decision streams — while sampling the simulated cluster several times a second for the
+decision streams — while listing the cluster's nodes and pods through the Kubernetes API (over
+HTTP with :mod:`tidegate.kube`, as against any API server) several times a second for the
 :class:`~tests.e2e.invariants.Invariants`, so that an invariant broken for a moment in the
 middle of a run is caught, not only the state at the end.
 
@@ -35,6 +36,8 @@ from tidegate.kube import (
     EVENTS,
     JOBS,
     NAMESPACES,
+    NODES,
+    PODS,
     PRIORITY_CLASSES,
     QUEUES,
     KubeClient,
@@ -52,22 +55,19 @@ from tidegate.model import (
     subjects,
 )
 from tidegate.sim import SimCluster
-from tidegate.sim.kinds import PODS
 from tidegate.testing import connected, until_async
 
 from .invariants import (
     Invariants,
     JsonObject,
     capacity_differences,
-    double_admissions,
+    decision_problems,
     gated,
     job_complete,
     labels_of,
     mirror_differences,
     pod_phase,
-    sim_objects,
     terminating,
-    unreleased_victims,
 )
 
 CLUSTER: Final = "e2e"
@@ -119,6 +119,8 @@ class System:
         """Last message per capacity subject."""
         self.decisions: list[Message] = []
         """Every decision, in stream order."""
+        self.stored: list[tuple[int, str, Message]] = []
+        """(stream sequence, subject, decision) of every decision, in stream order."""
         self.crashes: list[tuple[str, int, int]] = []
         """(service, pid killed, pid of its successor), in order."""
         self.timeline: list[str] = []
@@ -127,7 +129,18 @@ class System:
         self._killed: dict[str, int] = {}
         self._background: list[asyncio.Task[None]] = []
         self._decision_sequences: set[int] = set()
-        self.checks = Invariants(self.sim, grace_seconds=grace_seconds, note=self.note)
+        self.supervised = False
+        """Whether a supervisor restarts services that exit by themselves (as Kubernetes
+        would; the chaos harness does): their exit is then not a failure of :meth:`dead`."""
+        self.levels: list[str] = stack.sim.levels
+        """The Topology's level labels, widest first (for the capacity view's check)."""
+        self.nodes: list[JsonObject] = []
+        """The cluster's Node objects as last listed through the API."""
+        self.pods: list[JsonObject] = []
+        """The cluster's Pod objects as last listed through the API."""
+        self.checks = Invariants(
+            managed_namespaces=[namespace], grace_seconds=grace_seconds, note=self.note
+        )
         """The sampled invariants (sampled while :meth:`observing`)."""
 
     @property
@@ -179,7 +192,7 @@ class System:
     async def kill(self, name: str) -> None:
         """SIGKILL one service (a crash: no drain, no goodbye); :meth:`start` brings it back."""
         killed = self.pids()[name]
-        held = sum(1 for p in self.sim_pods(self.namespace) if gated(p))
+        held = sum(1 for p in self.cluster_pods(self.namespace) if gated(p))
         self.note(f"SIGKILL {name} (pid {killed}; {held} pods gated)")
         self.checks.restarting.add(name)
         self._killed[name] = killed
@@ -210,7 +223,7 @@ class System:
         return [
             f"{p.name} exited with {p.returncode}:\n{p.log_tail(30)}"
             for p in self.stack.dead_services()
-            if p.name not in self.checks.restarting
+            if p.name not in self.checks.restarting and not self.supervised
         ]
 
     def note(self, text: str) -> None:
@@ -256,7 +269,7 @@ class System:
         """Fail if a service died by itself or an invariant was found broken."""
         dead = self.dead()
         assert not dead, f"{context}: " + "\n".join(dead)
-        doubled = double_admissions(self.decisions)
+        doubled = decision_problems(self.decisions)
         assert not doubled, f"{context}: " + "\n".join(doubled) + "\n" + self.report()
         assert not self.violations, (
             f"{context}: invariants broken:\n" + "\n".join(self.violations) + "\n" + self.report()
@@ -282,15 +295,18 @@ class System:
             f"{m.namespace}/{m.name}": m for m in self.state.values() if isinstance(m, PodState)
         }
 
-    def sim_pods(self, namespace: str | None = None) -> list[JsonObject]:
-        """The simulated cluster's pods, read from its store (the source of truth)."""
-        return sim_objects(self.sim, PODS, namespace)
+    def cluster_pods(self, namespace: str | None = None) -> list[JsonObject]:
+        """The cluster's pods as last listed through the API (the source of truth; the
+        observer lists them several times a second)."""
+        return [
+            p for p in self.pods if namespace is None or p["metadata"].get("namespace") == namespace
+        ]
 
     def pods_of(self, workload: str) -> list[JsonObject]:
-        """Live pods (not being deleted) of a trace workload, from the simulator."""
+        """Live pods (not being deleted) of a trace workload, as last listed."""
         return [
             p
-            for p in self.sim_pods(self.namespace)
+            for p in self.cluster_pods(self.namespace)
             if labels_of(p).get("app") == workload and not terminating(p)
         ]
 
@@ -352,9 +368,13 @@ class System:
         ]
         try:
             await self.until(
-                lambda: state.replayed.is_set() and capacity.replayed.is_set(),
+                lambda: (
+                    state.replayed.is_set()
+                    and capacity.replayed.is_set()
+                    and self.checks.samples > 0
+                ),
                 within=20,
-                what="the observer to replay the bus",
+                what="the observer to replay the bus and list the cluster",
             )
             yield self
         finally:
@@ -380,20 +400,29 @@ class System:
         self._decision_sequences.add(received.stream_sequence)
         body = received.envelope.body
         self.decisions.append(body)
+        self.stored.append((received.stream_sequence, received.subject, body))
         self.note(describe(body))
         self.checks.decided(body)
 
+    async def list_cluster(self) -> tuple[list[JsonObject], list[JsonObject]]:
+        """The cluster's Node and Pod objects, listed through the Kubernetes API now."""
+        nodes = await self.kube.list_objects(NODES)
+        pods = await self.kube.list_objects(PODS)
+        return cast(list[JsonObject], nodes.items), cast(list[JsonObject], pods.items)
+
     async def _sampler(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            self.checks.sample()
+            self.nodes, self.pods = await self.list_cluster()
+            self.checks.sample(self.nodes, self.pods, time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.1)
 
     # ------------------------------------------------------------------ checks at the end
 
     def admission_problems(self) -> list[str]:
-        """Double admissions and unreleased victims in the decision log."""
-        return double_admissions(self.decisions) + unreleased_victims(self.decisions)
+        """Every decision-log check, victims never released included
+        (:func:`~tests.e2e.invariants.decision_problems`)."""
+        return decision_problems(self.decisions, settled=True)
 
     async def until_bus_agrees(self, *, within: float) -> None:
         """Wait until the capacity view and the pod mirror on the bus equal the simulator's
@@ -411,12 +440,14 @@ class System:
             ) from None
 
     def capacity_differences(self) -> list[str]:
-        """Where the capacity view on the bus differs from the simulator's state."""
-        return capacity_differences(self.sim, self.capacity.values())
+        """Where the capacity view on the bus differs from the API objects last listed."""
+        return capacity_differences(
+            self.nodes, self.pods, self.levels, self.capacity.values(), self.decisions
+        )
 
     def mirror_differences(self) -> list[str]:
-        """Where the pods on the bus differ from the simulator's."""
-        return mirror_differences(self.sim, self.state.values())
+        """Where the pods on the bus differ from the API server's (last listed)."""
+        return mirror_differences(self.pods, self.state.values())
 
 
 @contextlib.asynccontextmanager

@@ -4,14 +4,21 @@ Runs `tidegate demo` exactly as a user would (a subprocess) on a small tidal sce
 training gangs each required in one rack fill the cluster; an inference Deployment arrives and
 reclaims a whole training gang; the victim goes back to its queue and is admitted again once
 the other finishes; a malformed workload is marked Invalid and nothing else is disturbed.
+Then the traces the services wrote have the shape docs/operations.md promises (one admission
+trace per workload, no missing parent, victims linked), and ``tidegate explain`` / ``tidegate
+queues`` answer for every workload from the bus the demo left behind.
 """
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tidegate.bus.server import NatsServerProcess
+from tidegate.testing.traces import admission_trace_problems, spans_from_json_lines
 
 TRACE = Path(__file__).with_name("tidal-trace.yaml")
 
@@ -66,19 +73,57 @@ def test_tidal_scenario_end_to_end(tmp_path: Path) -> None:
     assert not workloads["e2e/broken"]["admitted_at"]
 
     # One trace per workload, from the watcher's publish through every service that acted on it.
-    spans = [json.loads(line) for line in (workdir / "traces.jsonl").read_text().splitlines()]
+    spans = spans_from_json_lines(workdir / "traces.jsonl")
     services_by_trace: dict[str, set[str]] = {}
     workload_traces: set[str] = set()
     for span in spans:
-        trace_id = span["context"]["trace_id"]
-        services_by_trace.setdefault(trace_id, set()).add(
-            span["resource"]["attributes"]["service.name"]
-        )
-        if span["name"] == "tg.demo.workload.e2e.serve publish":
-            workload_traces.add(trace_id)
+        services_by_trace.setdefault(span.trace_id, set()).add(span.service)
+        if span.name == "tg.demo.workload.e2e.serve publish":
+            workload_traces.add(span.trace_id)
     assert workload_traces
     assert any(
         {"tidegate-watcher", "tidegate-admission", "tidegate-preemption", "tidegate-ungater"}
         <= services_by_trace[trace_id]
         for trace_id in workload_traces
     ), {t: services_by_trace[t] for t in workload_traces}
+
+    # Every admitted or preempted workload: exactly one admission trace, its root exported, no
+    # missing parent anywhere, decisions naming queue, reason and placement, victims linked.
+    admitted = [name for name, w in workloads.items() if w["admitted_at"]]
+    preemptions = {p["preemptor"]: p["victims"] for p in report["preemptions"]}
+    assert admission_trace_problems(spans, admitted=admitted, preemptions=preemptions) == []
+    # Transport (pods, nodes, capacity) is not traced by default: only workload traces remain.
+    assert not [s for s in spans if ".pod." in s.name or ".capacity." in s.name]
+
+    # `tidegate explain` answers for every workload the demo ran, from the bus it left behind.
+    with NatsServerProcess(store_dir=workdir / "jetstream") as nats:
+        for name, entry in workloads.items():
+            answer = cli("explain", name, "--json", "--cluster", "demo", "--nats-url", nats.url)
+            assert as_reported(answer) == entry["state"], answer
+            assert answer["trace_id"] in services_by_trace
+        table = cli("queues", "--json", "--cluster", "demo", "--nats-url", nats.url)
+        queues = {row["queue"]: row for row in table}
+        assert queues["online"]["admitted"] == 1
+        assert queues["offline"]["pending"] == {"Invalid": 1}
+
+
+def cli(*args: str) -> Any:
+    """Run ``tidegate ARGS`` as a user would; its JSON output."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "tidegate.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)
+
+
+def as_reported(answer: dict[str, str]) -> str:
+    """`tidegate explain`'s state in the demo report's words."""
+    if answer["state"] == "Finished":
+        return answer["reason"]
+    if answer["state"] in ("Pending", "Released"):
+        return f"{answer['state']}({answer['reason']})"
+    return answer["state"]

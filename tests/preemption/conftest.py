@@ -109,6 +109,8 @@ class Harness:
     plays_topology_cache: bool = True
     """Publish capacity from the state stream (off when the real topology-cache runs)."""
     _published_free: dict[str, Resources] = field(default_factory=dict)
+    watcher: Service[Any] | None = None
+    """The watcher the ``harness`` fixture started."""
 
     # ------------------------------------------------------------------ services
 
@@ -131,8 +133,8 @@ class Harness:
         await self.services.start(service)
         return service
 
-    async def start_watcher(self) -> None:
-        """The real watcher on the simulated cluster."""
+    async def start_watcher(self) -> Service[Any]:
+        """The real watcher on the simulated cluster (returned, so a test can stop it)."""
         settings = WatcherSettings(
             cluster=self.cluster,
             nats_url=self.nats_url,
@@ -141,7 +143,7 @@ class Harness:
             kueue_topology_version="v1alpha1",
             absent_retry_seconds=0.5,
         )
-        await self.start(Service("watcher", settings, watcher_setup))
+        return await self.start(Service("watcher", settings, watcher_setup))
 
     async def start_preemption(self, **overrides: object) -> Service[Settings]:
         """A preemption instance; returns once it is ready (standby counts as ready)."""
@@ -471,5 +473,5 @@ async def environment(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIt
 async def harness(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
     """The environment with the real watcher running; the harness publishes capacity."""
     async with environment(tmp_path, nats_url, cluster_id) as h:
-        await h.start_watcher()
+        h.watcher = await h.start_watcher()
         yield h

@@ -10,14 +10,10 @@ import pytest
 
 from tidegate.bus import BusSettings, Lease, LeaseLost, LeaseSettings
 from tidegate.bus import connect as connect_bus
-from tidegate.kube import JOBS, NAMESPACES, PODS, KubeClient, KubeSettings, NotFound
+from tidegate.kube import JOBS, NAMESPACES, PDBS, PODS, KubeClient, KubeSettings, NotFound
 from tidegate.kube import connect as connect_kube
-from tidegate.preemption.evict import (
-    PREEMPTED_BY_ANNOTATION,
-    EvictionFailed,
-    EvictionSettings,
-    Evictor,
-)
+from tidegate.model.names import PREEMPTED_BY_ANNOTATION, RESUME_ANNOTATION
+from tidegate.preemption.evict import EvictionFailed, EvictionRefused, EvictionSettings, Evictor
 from tidegate.preemption.record import PodRef, VictimRecord
 from tidegate.sim import SimCluster, SimSettings
 
@@ -111,6 +107,8 @@ async def test_abort_suspends_and_marks_the_job_then_evicts_its_pods(kube: KubeC
     stored = await kube.get(JOBS, "train", namespace=NAMESPACE)
     assert stored["spec"]["suspend"] is True
     assert stored["metadata"]["annotations"][PREEMPTED_BY_ANNOTATION] == f"{NAMESPACE}/serve"
+    # Suspended by tidegate for good: never taken for a Job queued for tidegate to resume.
+    assert stored["metadata"]["annotations"][RESUME_ANNOTATION] == "manual"
     assert [await exists(kube, p.name) for p in pods] == [None, None]
 
     # The Job gone meanwhile (a restarted preemption) is not an error either.
@@ -169,3 +167,41 @@ async def test_an_expired_lease_evicts_nothing(
         assert await exists(kube, "worker-1") is not None
     finally:
         await bus.close()
+
+
+async def test_a_budget_refusal_is_not_retried_and_names_the_refused_pods(
+    kube: KubeClient,
+) -> None:
+    """Two running pods under a budget that spares one: one is evicted, the other refused with
+    429; the evictor says which and why at once instead of retrying for ``retry_seconds``."""
+    created = []
+    for i in range(2):
+        body = pod(f"guarded-{i}")
+        body["metadata"]["labels"] = {"app": "guarded"}
+        created.append(dict(await kube.create(PODS, body, namespace=NAMESPACE)))
+        status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        await kube.patch(
+            PODS, f"guarded-{i}", {"status": status}, namespace=NAMESPACE, subresource="status"
+        )
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "spare-one"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }
+    await kube.create(PDBS, budget, namespace=NAMESPACE)
+    pods = [ref(p) for p in created]
+    victim = VictimRecord(key=f"{NAMESPACE}/guarded", uid="u", mode="restart", owner_kind="Job")
+    outcomes: list[str] = []
+    evictor = Evictor(
+        kube,
+        EvictionSettings(retry_seconds=60, concurrency=1),
+        observe=outcomes.append,
+    )
+    with pytest.raises(EvictionRefused) as refused:
+        await evictor.preempt(victim, pods, preemptor=f"{NAMESPACE}/serve")
+    assert refused.value.pods == ["guarded-1"]
+    assert "spare-one needs 1 healthy pods and has 1 currently" in refused.value.why
+    assert sorted(outcomes) == ["evicted", "refused"]
+    assert await exists(kube, "guarded-0") is None
+    assert await exists(kube, "guarded-1") is not None

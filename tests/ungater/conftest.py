@@ -253,9 +253,12 @@ class Env:
         gpus: int = 1,
         annotations: dict[str, str] | None = None,
         job_annotations: dict[str, str] | None = None,
+        job_labels: dict[str, str] | None = None,
+        suspend: bool = False,
     ) -> dict[str, Any]:
         """An Indexed Job in queue q (its pods are gated at creation); ``annotations`` go on
-        its pod template, ``job_annotations`` on the Job."""
+        its pod template, ``job_annotations`` and ``job_labels`` on the Job; ``suspend``
+        creates it suspended."""
         template_annotations = dict(annotations or {})
         if duration is not None:
             template_annotations["tidegate.io/sim-duration-seconds"] = str(duration)
@@ -264,10 +267,11 @@ class Env:
             "kind": "Job",
             "metadata": {
                 "name": name,
-                "labels": {QUEUE_LABEL: "q"},
+                "labels": job_labels if job_labels is not None else {QUEUE_LABEL: "q"},
                 "annotations": job_annotations or {},
             },
             "spec": {
+                "suspend": suspend,
                 "parallelism": pods,
                 "completions": completions or pods,
                 "completionMode": "Indexed",

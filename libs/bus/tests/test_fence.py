@@ -2,11 +2,13 @@
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
-from tidegate.bus import Bus, Fence, LeaseLost, Ledger, layout
+from tidegate.bus import Bus, BusSettings, Fence, LeaseLost, Ledger, connect, layout
 from tidegate.bus.lease import Lease, LeaseSettings
+from tidegate.bus.server import NatsCluster
 from tidegate.model import Envelope, NodeState, subjects
 
 
@@ -98,3 +100,36 @@ async def test_a_marker_that_aged_out_is_claimed_again_while_the_lease_is_ours(
     await decisions.publish(subject, envelope(cluster_id, "e1"))
     assert decisions.sequence > first
     assert await decision_count(bus, cluster_id) == 1
+
+
+@pytest.mark.slow
+async def test_concurrent_fenced_writes_all_land_on_a_clustered_stream(
+    tmp_path: Path, cluster_id: str
+) -> None:
+    """A replicated stream refuses a write fenced on a marker another in-flight write is
+    fenced on (error 10164); a Fence sends its writes one at a time, so a leader's concurrent
+    writes (admission commits many keys at once) are never refused by its own fence."""
+    with NatsCluster(size=3, store_dir=tmp_path / "nats") as cluster:
+        bus = await connect(
+            BusSettings(servers=tuple(cluster.urls), stream_replicas=3, wait_for_server_seconds=10)
+        )
+        try:
+            await bus.ensure_layout(cluster_id)
+            leader = contender(bus, cluster_id, "leader")
+            assert await leader.try_acquire()
+            ledger_fence, decisions_fence = await fences(bus, leader, cluster_id)
+            ledger = await Ledger.open(bus, cluster_id)
+            await asyncio.gather(
+                *(ledger.put(f"team/w{i}", b"admitted", fence=ledger_fence) for i in range(20)),
+                *(
+                    decisions_fence.publish(
+                        subjects.decision(cluster_id, "preempted", "ns", f"s{i}"),
+                        envelope(cluster_id, f"e{i}"),
+                    )
+                    for i in range(20)
+                ),
+            )
+            assert len([k for k in await ledger.keys() if k.startswith("team/")]) == 20
+            assert await decision_count(bus, cluster_id) == 20
+        finally:
+            await bus.close()

@@ -6,7 +6,16 @@ import time
 
 import pytest
 
-from tidegate.bus import Bus, BusError, BusSettings, Conflict, LeaseLost, connect, layout
+from tidegate.bus import (
+    Bus,
+    BusError,
+    BusSettings,
+    Conflict,
+    LeaseLost,
+    LeaseUnconfirmed,
+    connect,
+    layout,
+)
 from tidegate.bus.lease import EpochFence, Lease, LeaseRecord, LeaseSettings
 from tidegate.bus.ledger import Ledger
 
@@ -154,3 +163,19 @@ async def test_the_lease_clock_starts_when_the_renewal_is_sent_not_when_it_is_ac
         finally:
             link.delay_seconds = 0
             await slow_bus.close()
+
+
+async def test_a_lease_with_too_little_confirmed_holds_writes_back_before_it_is_lost(
+    bus: Bus, cluster_id: str
+) -> None:
+    """A renewal overdue (NATS electing a leader) is not yet a lost lease: an unfenced write is
+    held back (retryable) while some of the TTL is left, and refused for good after it."""
+    lease = contender(bus, cluster_id, "slow-renewer", ttl=3)
+    assert await lease.try_acquire()
+    lease.ensure_held(margin_seconds=0.5)
+    await asyncio.sleep(0.2)  # no renewal: less than the margin is left, but some
+    with pytest.raises(LeaseUnconfirmed):
+        lease.ensure_held(margin_seconds=2.95)
+    await asyncio.sleep(lease.remaining_seconds + 0.1)
+    with pytest.raises(LeaseLost):
+        lease.ensure_held(margin_seconds=2.95)

@@ -7,8 +7,10 @@ twice. On a single server the same reply means no stream takes the subject: it f
 """
 
 import asyncio
+import time
 from collections.abc import Iterator
 
+import nats.js.errors
 import pytest
 
 from tidegate.bus import (
@@ -20,6 +22,7 @@ from tidegate.bus import (
     connect,
     layout,
 )
+from tidegate.bus.connection import _LeaderWaitingJetStream
 from tidegate.bus.server import NatsCluster
 from tidegate.model import subjects
 
@@ -114,3 +117,26 @@ async def test_on_a_single_server_a_subject_without_a_stream_fails_at_once(
             await publisher.close()
     finally:
         await bus.close()
+
+
+async def test_a_timed_out_expected_sequence_write_is_resolved_by_reading_the_subject(
+    bus: Bus, cluster_id: str
+) -> None:
+    # What a ledger or lease write does after its server died with it in flight: read the
+    # subject's last message to learn whether the write was stored.
+    jetstream = bus.jetstream
+    assert isinstance(jetstream, _LeaderWaitingJetStream)
+    subject = f"$KV.{layout.ledger_bucket(cluster_id)}.some-key"
+    deadline = time.monotonic() + 30
+    first = await jetstream.publish(subject, b"one")
+    # Stored: the last message is ours, so its acknowledgement is the answer.
+    stored = await jetstream._outcome(subject, b"one", 0, deadline)
+    assert stored is not None
+    assert stored.seq == first.seq
+    # Not stored: the subject still has the sequence the write expected; send it again.
+    assert await jetstream._outcome(subject, b"two", first.seq, deadline) is None
+    # Someone else wrote: the conflict JetStream would have answered.
+    await jetstream.publish(subject, b"theirs")
+    with pytest.raises(nats.js.errors.BadRequestError) as conflict:
+        await jetstream._outcome(subject, b"two", first.seq, deadline)
+    assert conflict.value.err_code == 10071

@@ -25,6 +25,7 @@ from tidegate.telemetry import (
     producer_span,
     setup_logging,
 )
+from tidegate.telemetry.messaging import TRANSPORT_ENV, traced_subject
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def test_a_batch_span_links_every_producer_and_has_no_parent(
     tracer, exporter = recorded
     carriers: list[dict[str, str]] = [{}, {}]
     for headers in carriers:
-        with producer_span("s", headers, tracer=tracer):
+        with producer_span("tg.c.workload.ns.w", headers, tracer=tracer):
             pass
     with batch_span("capacity", [*carriers, None], tracer=tracer):
         pass
@@ -87,12 +88,12 @@ def test_trace_file_exporter_writes_json_lines(tmp_path: Path) -> None:
     trace_file = tmp_path / "spans.jsonl"
     provider = build_tracer_provider("tidegate-test", env={"TIDEGATE_TRACE_FILE": str(trace_file)})
     assert provider is not None
-    with producer_span("s", {}, tracer=provider.get_tracer("t")):
+    with producer_span("tg.c.workload.ns.w", {}, tracer=provider.get_tracer("t")):
         pass
     provider.shutdown()
     (line,) = trace_file.read_text().splitlines()
     span = json.loads(line)
-    assert span["name"] == "s publish"
+    assert span["name"] == "tg.c.workload.ns.w publish"
     assert span["kind"] == "SpanKind.PRODUCER"
     assert span["resource"]["attributes"]["service.name"] == "tidegate-test"
 
@@ -126,7 +127,7 @@ def test_otlp_http_exporter_posts_to_the_configured_endpoint() -> None:
             "tidegate-test", env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
         )
         assert provider is not None
-        with producer_span("otlp.subject", {}, tracer=provider.get_tracer("t")):
+        with producer_span("tg.c.decision.pending.ns.otlp", {}, tracer=provider.get_tracer("t")):
             pass
         provider.force_flush()
         provider.shutdown()
@@ -135,7 +136,7 @@ def test_otlp_http_exporter_posts_to_the_configured_endpoint() -> None:
         server.server_close()
     (path, body), *_ = received
     assert path == "/v1/traces"
-    assert b"otlp.subject publish" in body
+    assert b"tg.c.decision.pending.ns.otlp publish" in body
 
 
 def test_log_lines_are_json_with_trace_id_and_extra_fields(
@@ -196,3 +197,26 @@ assert sent["traceparent"] == received["traceparent"], sent
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert completed.returncode == 0, completed.stderr
+
+
+def test_transport_messages_get_no_spans_by_default_but_pass_their_context_on(
+    recorded: tuple[Tracer, InMemorySpanExporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracer, exporter = recorded
+    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    with tracer.start_as_current_span("work") as work:
+        headers: dict[str, str] = {}
+        with producer_span("tg.c.pod.ns.p", headers, tracer=tracer):
+            pass
+    assert [s.name for s in exporter.get_finished_spans()] == ["work"]
+    assert extract(headers)
+    assert headers["traceparent"].split("-")[2] == format(work.get_span_context().span_id, "016x")
+    with consumer_span("tg.c.capacity.t.node.n", headers, tracer=tracer):
+        pass
+    assert traced_subject("tg.c.workload.ns.w")
+    assert traced_subject("tg.c.decision.x.ns.w")
+    assert not traced_subject("tg.c.node.n")
+    monkeypatch.setenv(TRANSPORT_ENV, "true")
+    with producer_span("tg.c.pod.ns.p", {}, tracer=tracer):
+        pass
+    assert [s.name for s in exporter.get_finished_spans()] == ["work", "tg.c.pod.ns.p publish"]

@@ -2,7 +2,13 @@
 
 import msgspec
 
-from tidegate.admission.ledger import LedgerRecord, OutboxEntry, deliverable
+from tidegate.admission.ledger import (
+    LedgerRecord,
+    OutboxChunk,
+    OutboxEntry,
+    chunks,
+    deliverable,
+)
 from tidegate.model import Admitted, Envelope, Pending, Released
 
 ADMITTED = Admitted(workload="ns/a", uid="u", queue="q", sequence=5, epoch=1, assignments={})
@@ -38,6 +44,15 @@ def test_decisions_without_ledger_state_are_always_delivered() -> None:
 
 def test_an_entry_round_trips_byte_for_byte() -> None:
     original = entry(ADMITTED)
-    encoded = msgspec.json.encode(original)
-    assert msgspec.json.decode(encoded, type=OutboxEntry) == original
-    assert original.key == "outbox.admission-1-5"
+    encoded = msgspec.json.encode(OutboxChunk(entries=[original]))
+    assert msgspec.json.decode(encoded, type=OutboxChunk).entries == [original]
+
+
+def test_a_commit_is_cut_into_chunks_that_keep_the_order_and_the_size_limit() -> None:
+    entries = [entry(msgspec.structs.replace(ADMITTED, sequence=i)) for i in range(10, 50)]
+    size = len(msgspec.json.encode(entries[0])) + 1
+    cut = chunks(entries, limit=size * 7)
+    assert [len(c.entries) for c in cut] == [7, 7, 7, 7, 7, 5]
+    assert [e for c in cut for e in c.entries] == entries
+    assert chunks(entries, limit=1)[0].entries == entries[:1]  # too big: a chunk of its own
+    assert chunks([]) == []

@@ -242,6 +242,47 @@ def test_podgroup_members_without_roles_are_grouped_by_shape(k8s: Any) -> None:
     assert all(ps.name.startswith("pods-") for ps in workload(index, "g").podsets)
 
 
+def test_podgroup_members_without_roles_stay_one_podset_after_their_release(k8s: Any) -> None:
+    """deploy/examples/podgroup.yaml: members with no tidegate.io/role. The ungater's release
+    adds the slot's levels (and the GPU product) to each pod's nodeSelector; that must neither
+    split the gang into one-pod podsets nor pin its podset to a host (issue 12, finding 10)."""
+    index = ClusterIndex()
+    levels = ["tidegate.io/block", "tidegate.io/rack", "kubernetes.io/hostname"]
+    feed(index, "Topology", k8s.topology("default", levels))
+    group = {"scheduling.k8s.io/group-name": "pair"}
+    feed(index, "PodGroup", k8s.podgroup("pair", min_member=2, queue="offline"))
+    own = {"pool": "gpu"}
+
+    def member(i: int, host: str | None) -> dict[str, Any]:
+        labels = {**group, "tidegate.io/pod-index": str(i)}
+        if host is None:
+            return k8s.pod(f"pair-{i}", labels=labels, nodeSelector=own)
+        released = {
+            **own,
+            "tidegate.io/block": "b0",
+            "tidegate.io/rack": "b0-r0",
+            "kubernetes.io/hostname": host,
+            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        }
+        return k8s.pod(f"pair-{i}", labels=labels, gated=False, nodeSelector=released)
+
+    feed(index, "Pod", member(0, None), member(1, None))
+    before = workload(index, "pair")
+    assert [(ps.count, ps.node_selector) for ps in before.podsets] == [(2, own)]
+    podset = before.podsets[0].name
+    assert [pod(index, f"pair-{i}").podset for i in (0, 1)] == [podset, podset]
+
+    # The ungater releases them onto two hosts.
+    for obj in (member(0, "b0-r0-n0"), member(1, "b0-r0-n1")):
+        assert index.apply("Pod", "MODIFIED", obj).problems == []
+    after = workload(index, "pair")
+    assert [(ps.name, ps.count, ps.node_selector) for ps in after.podsets] == [(podset, 2, own)]
+    assert [(pod(index, f"pair-{i}").podset, pod(index, f"pair-{i}").rank) for i in (0, 1)] == [
+        (podset, 0),
+        (podset, 1),
+    ]
+
+
 def test_bare_pod_is_a_workload_of_one(k8s: Any) -> None:
     index = ClusterIndex()
     feed(index, "Pod", k8s.pod("solo", labels={"tidegate.io/queue": "q"}))

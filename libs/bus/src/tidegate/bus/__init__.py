@@ -27,7 +27,15 @@ from tidegate.bus.consumer import (
     Reject,
     Retry,
 )
-from tidegate.bus.errors import BusError, Conflict, LeaseLost, Permanent, Retryable, Unavailable
+from tidegate.bus.errors import (
+    BusError,
+    Conflict,
+    LeaseLost,
+    LeaseUnconfirmed,
+    Permanent,
+    Retryable,
+    Unavailable,
+)
 from tidegate.bus.fence import Fence
 from tidegate.bus.follower import StateFollower, StateHandler
 from tidegate.bus.layout import LayoutSettings
@@ -53,6 +61,7 @@ __all__ = [
     "LeaseLost",
     "LeaseRecord",
     "LeaseSettings",
+    "LeaseUnconfirmed",
     "Ledger",
     "LedgerEntry",
     "Outcome",

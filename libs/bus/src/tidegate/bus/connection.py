@@ -8,6 +8,7 @@ ledger in :mod:`.lease` and :mod:`.ledger`.
 
 import asyncio
 import logging
+import math
 import ssl
 import time
 from collections.abc import Sequence
@@ -25,11 +26,14 @@ from nats.js.kv import KeyValue
 from tidegate.bus import layout
 from tidegate.bus._wrap import translate, wrapped
 from tidegate.bus.errors import BusError, Unavailable
-from tidegate.bus.message import EXPECTED_LAST_SUBJECT_SEQUENCE, MSG_ID, Published
-from tidegate.model import Envelope, codec
+from tidegate.bus.message import EXPECTED_LAST_SUBJECT_SEQUENCE, MSG_ID, TTL, Published
+from tidegate.model import Envelope, Tombstone, codec
 from tidegate.telemetry import producer_span
 
 log = logging.getLogger(__name__)
+
+_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+"""The header of a fenced write (:mod:`.fence`): the expected sequence is this subject's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +63,9 @@ class BusSettings:
     """Upper bound of asynchronous publishes awaiting their acknowledgement."""
     drain_timeout_seconds: float = 10.0
     """How long a drain may take before the connection is closed anyway."""
+    tombstone_ttl_seconds: float = layout.TOMBSTONE_RETENTION_SECONDS
+    """A published ``tombstone`` expires after this long (per-message TTL, rounded up to whole
+    seconds; 0: kept for ever): the state streams stay proportional to live objects."""
     leaderless_wait_seconds: float = 20.0
     """On a NATS cluster, how long a publish keeps retrying while no server accepts it because
     the stream has no leader (the cluster electing a new one after a server died: a few
@@ -80,6 +87,8 @@ class BusSettings:
             raise ValueError("leaderless_wait_seconds must not be negative")
         if self.reconnect_wait_seconds < 0:
             raise ValueError("reconnect_wait_seconds must not be negative")
+        if self.tombstone_ttl_seconds < 0:
+            raise ValueError("tombstone_ttl_seconds must not be negative")
 
 
 def _tls_context(settings: BusSettings) -> ssl.SSLContext | None:
@@ -154,24 +163,99 @@ class _LeaderWaitingJetStream(JetStreamContext):
     go through this method too); any other error, and a timeout (which may have been stored),
     is raised as before. Against a single server (no other server known) no responder means
     no stream takes the subject, and the error is raised at once.
+
+    A publish that times out on a cluster (its server died with the request in flight) is sent
+    again within the same window if JetStream would drop a second copy (it carries a
+    ``Nats-Msg-Id`` and no expected sequence). A write with an expected sequence (a ledger or
+    lease write) first reads the subject's last message: ours (the same bytes) means it was
+    stored, the expected sequence still means it was not (send again), anything else is the
+    conflict JetStream would have answered. A fenced write (its expected sequence is the fence
+    marker's) is not resolved this way: its timeout is raised as before.
     """
 
     def __init__(self, conn: Client, *, leaderless_wait_seconds: float, **opts: Any) -> None:
         super().__init__(conn, **opts)
         self._leaderless_wait_seconds = leaderless_wait_seconds
 
-    async def publish(self, *args: Any, **kwargs: Any) -> api.PubAck:
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        timeout: float | None = None,  # noqa: ASYNC109 (nats-py's signature)
+        stream: str | None = None,
+        headers: dict[str, Any] | None = None,
+        msg_ttl: float | None = None,
+    ) -> api.PubAck:
         deadline = time.monotonic() + self._leaderless_wait_seconds
         pause = 0.05
+        sent = dict(headers or {})
+        expected = sent.get(EXPECTED_LAST_SUBJECT_SEQUENCE)
         while True:
             try:
-                return await super().publish(*args, **kwargs)
+                return await super().publish(
+                    subject,
+                    payload,
+                    timeout=timeout,
+                    stream=stream,
+                    headers=dict(sent) if headers is not None else None,
+                    msg_ttl=msg_ttl,
+                )
             except nats.js.errors.NoStreamResponseError:
                 if len(self._nc.servers) < 2 or time.monotonic() + pause > deadline:
                     raise
-                log.info("nats: no leader takes %s yet; retrying in %.2fs", args[:1], pause)
+                log.info("nats: no leader takes %s yet; retrying in %.2fs", subject, pause)
                 await asyncio.sleep(pause)
                 pause = min(2 * pause, 1.0)
+            except nats.errors.TimeoutError:
+                if len(self._nc.servers) < 2 or time.monotonic() > deadline:
+                    raise
+                if expected is None and MSG_ID in sent:
+                    # JetStream drops a second copy with the same Nats-Msg-Id.
+                    log.info("nats: no acknowledgement for %s; sending it again", subject)
+                    continue
+                if expected is None or _EXPECTED_SUBJECT in sent:
+                    # A fenced write's expected sequence is another subject's (the fence
+                    # marker): reading the written subject cannot tell its outcome.
+                    raise
+                # An expected-sequence write (ledger, lease): JetStream checks the sequence
+                # before duplicates, so find out what happened before writing again.
+                stored = await self._outcome(subject, payload, int(expected), deadline)
+                if stored is not None:
+                    return stored
+                log.info("nats: %s was not stored; sending it again", subject)
+
+    async def _outcome(
+        self, subject: str, payload: bytes, expected: int, deadline: float
+    ) -> api.PubAck | None:
+        """After a timed-out write that expected ``subject``'s last sequence to be
+        ``expected``: its acknowledgement if it was stored, None if it was not (the subject is
+        unchanged); the conflict JetStream would have answered if someone else wrote."""
+        while True:
+            try:
+                name = await self.find_stream_name_by_subject(subject)
+                try:
+                    last = await self.get_last_msg(name, subject)
+                    sequence, data = last.seq or 0, last.data or b""
+                except nats.js.errors.NotFoundError:
+                    sequence, data = 0, b""
+                break
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+                if time.monotonic() > deadline:
+                    raise nats.errors.TimeoutError from exc
+                await asyncio.sleep(0.2)
+            except nats.js.errors.ServiceUnavailableError as exc:
+                if time.monotonic() > deadline:
+                    raise nats.errors.TimeoutError from exc
+                await asyncio.sleep(0.2)
+        if sequence == expected:
+            return None
+        if data == payload:
+            return api.PubAck(stream=name, seq=sequence)
+        raise nats.js.errors.BadRequestError(
+            code=400,
+            err_code=10071,
+            description=f"wrong last sequence: {sequence} (found after a timed-out write)",
+        )
 
 
 class Bus:
@@ -240,6 +324,18 @@ class Bus:
         with wrapped(f"opening KV bucket {bucket}"):
             return await self._js.key_value(bucket)
 
+    async def stored_after(self, stream: str, sequence: int, subjects: Sequence[str]) -> bool:
+        """True if ``stream`` holds a message on one of ``subjects`` (wildcards allowed) with
+        a sequence above ``sequence``: a follower that handled up to ``sequence`` is behind."""
+        for subject in subjects:
+            with wrapped(f"reading {stream}"):
+                try:
+                    await self._js.get_msg(stream, seq=sequence + 1, subject=subject, next=True)
+                except nats.js.errors.NotFoundError:
+                    continue
+            return True
+        return False
+
     async def last_sequence(self, stream: str) -> int:
         """The sequence of the newest message in ``stream`` (0 when empty)."""
         with wrapped(f"reading stream {stream}"):
@@ -268,7 +364,11 @@ class Bus:
         ``expected_last_subject_sequence`` the publish fails with :class:`Conflict` unless the
         subject's newest message has that sequence (0: the subject is empty).
         """
-        headers = message_headers(envelope, expected_last_subject_sequence)
+        headers = message_headers(
+            envelope,
+            expected_last_subject_sequence,
+            tombstone_ttl_seconds=self._settings.tombstone_ttl_seconds,
+        )
         payload = codec.encode(envelope)
         with producer_span(subject, headers, message_id=envelope.event_id):
             try:
@@ -302,12 +402,20 @@ class Bus:
 
 
 def message_headers(
-    envelope: Envelope, expected_last_subject_sequence: int | None = None
+    envelope: Envelope,
+    expected_last_subject_sequence: int | None = None,
+    *,
+    tombstone_ttl_seconds: float = 0.0,
 ) -> dict[str, str]:
-    """Headers of a message carrying ``envelope`` (trace context is added when publishing)."""
+    """Headers of a message carrying ``envelope`` (trace context is added when publishing).
+
+    A tombstone gets a per-message TTL of ``tombstone_ttl_seconds`` (when positive): it tells
+    followers about the deletion, then leaves the subject empty."""
     headers = {MSG_ID: envelope.event_id}
     if expected_last_subject_sequence is not None:
         headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_last_subject_sequence)
+    if tombstone_ttl_seconds > 0 and isinstance(envelope.body, Tombstone):
+        headers[TTL] = f"{math.ceil(tombstone_ttl_seconds)}s"
     return headers
 
 

@@ -45,3 +45,9 @@ class Permanent(BusError):  # noqa: N818
 
 class LeaseLost(BusError):  # noqa: N818
     """The lease is no longer ours: it expired, or another holder took it."""
+
+
+class LeaseUnconfirmed(Retryable):
+    """The lease may still be ours, but too little of it is confirmed for a write nobody can
+    fence (a renewal is overdue, e.g. while NATS elects a new leader): hold the write back and
+    try again; :class:`LeaseLost` follows if the renewal never comes."""

@@ -21,6 +21,7 @@ holding a newer epoch raises :class:`LeaseLost`.
 Writes the bus cannot fence (the Kubernetes API) use :meth:`Lease.ensure_held` instead.
 """
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -59,6 +60,10 @@ class Fence:
         self.stream = stream
         self.marker = marker
         self._claimed = 0
+        # One fenced write in flight at a time: a clustered stream refuses a write whose
+        # expected-last-subject-sequence names a subject another in-flight write also names
+        # (error 10164), so concurrent fenced writes would refuse each other.
+        self._lock = asyncio.Lock()
 
     @classmethod
     def on_decisions(cls, bus: Bus, lease: Lease, *, cluster: str) -> "Fence":
@@ -140,31 +145,39 @@ class Fence:
         }
 
     async def write(self, what: str, attempt: Callable[[Mapping[str, str]], Awaitable[T]]) -> T:
-        """Run ``attempt(fence_headers)`` (one JetStream publish into :attr:`stream`).
+        """Run ``attempt(fence_headers)`` (one JetStream publish into :attr:`stream`); fenced
+        writes of one fence are sent one at a time (see ``_lock``).
 
         A refusal of the fence raises :class:`LeaseLost` when another holder has claimed; when
         our claim merely disappeared (age limit) and the lease is still ours, the fence is
         claimed again and the write retried once.
         """
-        try:
-            return await attempt(self.headers())
-        except Conflict as exc:
-            mine = self._lease.epoch
-            epoch, sequence = await self._marker_now()
-            if epoch > mine or (epoch == mine and sequence != self._claimed):
-                # A newer holder claimed; or a claim with our epoch we did not make.
+        async with self._lock:
+            try:
+                return await attempt(self.headers())
+            except Conflict as exc:
+                await self.verify(f"{what}: refused by fence {self.marker}: {exc}")
+            try:
+                return await attempt(self.headers())
+            except Conflict as exc:
                 self._claimed = 0
                 raise LeaseLost(f"{what}: refused by fence {self.marker}: {exc}") from exc
-            if epoch < mine:
-                # Our claim is gone (the marker aged out): claim again if we still lead.
-                await self._lease.check()
-                await self.claim()
-            # else: a concurrent write of ours claimed again meanwhile; retry with that claim.
-        try:
-            return await attempt(self.headers())
-        except Conflict as exc:
+
+    async def verify(self, why: str = "") -> None:
+        """After a write the fence refused: raise :class:`LeaseLost` if another holder has
+        claimed; claim again if our claim merely disappeared (age limit) and the lease is
+        still ours. Returns when the next write may be tried again."""
+        mine = self._lease.epoch
+        epoch, sequence = await self._marker_now()
+        if epoch > mine or (epoch == mine and sequence != self._claimed):
+            # A newer holder claimed; or a claim with our epoch we did not make.
             self._claimed = 0
-            raise LeaseLost(f"{what}: refused by fence {self.marker}: {exc}") from exc
+            raise LeaseLost(why or f"fence {self.marker} was claimed by another holder")
+        if epoch < mine:
+            # Our claim is gone (the marker aged out): claim again if we still lead.
+            await self._lease.check()
+            await self.claim()
+        # else: a concurrent write of ours claimed again meanwhile; retry with that claim.
 
     async def publish(self, subject: str, envelope: Envelope) -> Published:
         """Publish ``envelope`` like :meth:`Bus.publish` (deduplicated by event id), fenced.
@@ -183,12 +196,20 @@ class Fence:
 
         return await self.write(f"publishing to {subject}", attempt)
 
-    async def put_raw(self, subject: str, value: bytes, *, delete: bool = False) -> int:
-        """Write ``value`` (or a KV delete marker) to ``subject`` of :attr:`stream`, fenced;
-        returns the stream sequence (the KV revision)."""
+    async def put_raw(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        delete: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> int:
+        """Write ``value`` (or a KV delete marker) to ``subject`` of :attr:`stream`, fenced,
+        with ``headers`` besides the fence's; returns the stream sequence (the KV revision)."""
+        extra = dict(headers or {})
 
         async def attempt(fence_headers: Mapping[str, str]) -> int:
-            headers = dict(fence_headers)
+            headers = extra | dict(fence_headers)
             if delete:
                 headers[KV_OPERATION] = "DEL"
             try:

@@ -5,8 +5,10 @@ Per cluster id ``<c>`` (one NATS may serve several clusters):
 =============================  ===================================  ===========================
 name                           subjects                             retention
 =============================  ===================================  ===========================
-``tidegate-<c>-state``         ``tg.<c>.{node,pod,workload,config}.>``  last value per subject
-``tidegate-<c>-capacity``      ``tg.<c>.capacity.>``                last value per subject
+``tidegate-<c>-state``         ``tg.<c>.{node,pod,workload,config}.>``  last value per subject;
+                                                                    tombstones expire
+``tidegate-<c>-capacity``      ``tg.<c>.capacity.>``                last value per subject;
+                                                                    tombstones expire
 ``tidegate-<c>-decisions``     ``tg.<c>.decision.>``,               append-only, by age / size
                                ``tg.<c>.fence.>``
 ``tidegate-<c>-deadletter``    ``tg.<c>.deadletter.>``              append-only, by age
@@ -27,6 +29,11 @@ from nats.js import api
 from tidegate.model import subjects
 
 DAY: Final = 24 * 3600.0
+
+TOMBSTONE_RETENTION_SECONDS: Final = 3600.0
+"""How long a deleted object's tombstone stays on the state and capacity streams by default
+(``BusSettings.tombstone_ttl_seconds``): a per-message TTL, after which the subject is empty,
+so a start-up replay reads only live objects and the deletions of the last hour."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +129,7 @@ def _stream(
     last_value: bool,
     max_age: float | None = None,
     max_bytes: int | None = None,
+    allow_msg_ttl: bool = False,
 ) -> api.StreamConfig:
     return api.StreamConfig(
         name=name,
@@ -136,6 +144,7 @@ def _stream(
         num_replicas=settings.replicas,
         storage=_storage(settings),
         allow_direct=True,
+        allow_msg_ttl=allow_msg_ttl or None,
     )
 
 
@@ -149,6 +158,7 @@ def stream_configs(cluster: str, settings: LayoutSettings) -> list[api.StreamCon
             stream_subjects=subjects.state_wildcards(cluster),
             settings=settings,
             last_value=True,
+            allow_msg_ttl=True,  # tombstones expire
         ),
         _stream(
             name=capacity_stream(cluster),
@@ -156,6 +166,7 @@ def stream_configs(cluster: str, settings: LayoutSettings) -> list[api.StreamCon
             stream_subjects=[subjects.capacity_wildcard(cluster)],
             settings=settings,
             last_value=True,
+            allow_msg_ttl=True,  # tombstones expire
         ),
         _stream(
             name=decisions_stream(cluster),

@@ -38,7 +38,7 @@ import nats.js.errors
 from tidegate.bus import layout
 from tidegate.bus._wrap import translate, wrapped
 from tidegate.bus.connection import Bus
-from tidegate.bus.errors import BusError, Conflict, LeaseLost, Unavailable
+from tidegate.bus.errors import BusError, Conflict, LeaseLost, LeaseUnconfirmed, Unavailable
 from tidegate.bus.message import EXPECTED_LAST_SUBJECT_SEQUENCE, TTL
 
 log = logging.getLogger(__name__)
@@ -144,14 +144,22 @@ class Lease:
         return max(0.0, self._renewed_at + self.settings.ttl_seconds - time.monotonic())
 
     def ensure_held(self, margin_seconds: float = 0.0) -> None:
-        """Raise :class:`LeaseLost` unless the lease is held for ``margin_seconds`` more.
+        """Raise unless the lease is held for ``margin_seconds`` more: :class:`LeaseLost` when
+        it is not held at all (lost, or past its TTL), :class:`LeaseUnconfirmed` (retryable)
+        when it is but less than the margin is left (a renewal is overdue).
 
         No I/O: for writes the bus cannot fence (Kubernetes), checked right before each one.
         """
-        if self.remaining_seconds <= margin_seconds:
+        remaining = self.remaining_seconds
+        if remaining <= 0:
             raise LeaseLost(
                 f"lease {self.settings.name} (epoch {self._epoch}) is not held "
-                f"(renewal overdue or lost)"
+                f"(renewal overdue past the TTL, or lost)"
+            )
+        if remaining <= margin_seconds:
+            raise LeaseUnconfirmed(
+                f"lease {self.settings.name}: only {remaining:.1f}s confirmed (a renewal is "
+                f"overdue); write held back"
             )
 
     def _ttl_header(self) -> str:

@@ -5,19 +5,26 @@ write must not overwrite one it has not seen. Every write can name the revision 
 (optimistic concurrency): a mismatch raises :class:`Conflict` (re-read, decide again). The
 values are opaque bytes; the caller picks the encoding (admission uses msgspec JSON).
 Keys may hold letters, digits and ``-/_=.``; a workload key ``ns/name`` is valid as is.
+
+A deleted key leaves a delete marker; opened with :meth:`Ledger.open`, the marker expires
+after the bus's ``tombstone_ttl_seconds`` (per-message TTL), so the bucket — and every
+takeover that reads it — stays proportional to the live keys.
 """
 
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Self
 
+import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
 from tidegate.bus import layout
-from tidegate.bus._wrap import wrapped
+from tidegate.bus._wrap import translate, wrapped
 from tidegate.bus.connection import Bus
 from tidegate.bus.errors import Permanent
+from tidegate.bus.message import EXPECTED_LAST_SUBJECT_SEQUENCE, TTL
 
 if TYPE_CHECKING:
     from tidegate.bus.fence import Fence
@@ -37,8 +44,14 @@ class LedgerEntry:
 class Ledger:
     """Get, put (optionally conditional on a revision), delete and list keys of a KV bucket."""
 
-    def __init__(self, kv: KeyValue, bucket: str) -> None:
+    def __init__(
+        self, kv: KeyValue, bucket: str, *, bus: Bus | None = None, marker_ttl_seconds: float = 0
+    ) -> None:
+        """Wrap a KV handle; with ``bus`` and a positive ``marker_ttl_seconds`` delete markers
+        expire after that long."""
         self._kv = kv
+        self._bus = bus
+        self._marker_ttl = marker_ttl_seconds
         self.bucket = bucket
         """The KV bucket's name."""
 
@@ -46,7 +59,18 @@ class Ledger:
     async def open(cls, bus: Bus, cluster: str) -> Self:
         """The ledger of ``cluster`` (its bucket is created by ``Bus.ensure_layout``)."""
         bucket = layout.ledger_bucket(cluster)
-        return cls(await bus.key_value(bucket), bucket)
+        return cls(
+            await bus.key_value(bucket),
+            bucket,
+            bus=bus,
+            marker_ttl_seconds=bus.settings.tombstone_ttl_seconds,
+        )
+
+    def marker_headers(self) -> dict[str, str]:
+        """Headers a delete marker of this ledger carries (its TTL, when it expires)."""
+        if self._bus is None or self._marker_ttl <= 0:
+            return {}
+        return {TTL: f"{math.ceil(self._marker_ttl)}s"}
 
     def _check(self, key: str) -> None:
         if not _VALID_KEY.match(key) or key.startswith(".") or key.endswith("."):
@@ -97,7 +121,19 @@ class Ledger:
         if fence is not None:
             if revision is not None:
                 raise ValueError("a fenced ledger delete cannot also check a revision")
-            await fence.put_raw(f"$KV.{self.bucket}.{key}", b"", delete=True)
+            await fence.put_raw(
+                f"$KV.{self.bucket}.{key}", b"", delete=True, headers=self.marker_headers()
+            )
+            return
+        expiring = self.marker_headers()
+        if self._bus is not None and expiring:
+            headers = {"KV-Operation": "DEL", **expiring}
+            if revision is not None:
+                headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(revision)
+            try:
+                await self._bus.jetstream.publish(f"$KV.{self.bucket}.{key}", b"", headers=headers)
+            except (TimeoutError, nats.errors.Error) as exc:
+                raise translate(exc, f"deleting ledger key {key}") from exc
             return
         with wrapped(f"deleting ledger key {key}"):
             await self._kv.delete(key, last=revision)

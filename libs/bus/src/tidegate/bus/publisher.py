@@ -13,7 +13,9 @@ the returned future and leaks its in-flight slot (nats-io/nats.py#985).
 On a NATS cluster, a message that finds no responder (its stream is electing a new leader
 after a server died) is sent again, with a growing pause, for up to the bus's
 ``leaderless_wait_seconds``; :meth:`~Publisher.flush` waits for those too. No server stored
-it, so sending it again cannot store it twice.
+it, so sending it again cannot store it twice. A message whose acknowledgement does not come
+within the flush timeout (lost with the server the connection was on) is sent again too, within
+the same window: its ``Nats-Msg-Id`` makes JetStream store it once.
 """
 
 import asyncio
@@ -21,6 +23,7 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Literal, Self
@@ -32,6 +35,7 @@ from nats.aio.subscription import Subscription
 from tidegate.bus._wrap import translate
 from tidegate.bus.connection import Bus, message_headers
 from tidegate.bus.errors import BusError, Conflict, Unavailable
+from tidegate.bus.message import EXPECTED_LAST_SUBJECT_SEQUENCE
 from tidegate.model import Envelope, codec
 from tidegate.telemetry import producer_span
 
@@ -126,11 +130,18 @@ class Publisher:
         envelope: Envelope,
         *,
         expected_last_subject_sequence: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        """Send ``envelope`` to ``subject``; its acknowledgement is collected by :meth:`flush`."""
+        """Send ``envelope`` to ``subject``; its acknowledgement is collected by :meth:`flush`.
+        ``headers`` are added (e.g. a :class:`~tidegate.bus.Fence`'s; a refusal then shows
+        as a :class:`Conflict` failure)."""
         if self._subscription is None:
             await self._open()
-        headers = message_headers(envelope, expected_last_subject_sequence)
+        headers = message_headers(
+            envelope,
+            expected_last_subject_sequence,
+            tombstone_ttl_seconds=self._bus.settings.tombstone_ttl_seconds,
+        ) | dict(headers or {})
         payload = codec.encode(envelope)
         await self._slots.acquire()
         token = str(next(self._tokens))
@@ -230,12 +241,39 @@ class Publisher:
                 if retrying and max(retrying) + timeout > deadline:
                     deadline = max(retrying) + timeout
                     continue
+                if await self._resend_unacknowledged():
+                    deadline = time.monotonic() + timeout
+                    continue
                 for token in list(self._in_flight):
                     self._settle(token, Unavailable(f"no acknowledgement within {timeout}s"))
                 break
         if self._failures:
             failures, self._failures = self._failures, []
             raise PublishError(failures)
+
+    async def _resend_unacknowledged(self) -> bool:
+        """On a NATS cluster, send again what has no acknowledgement (it may have been lost
+        with the server the connection was on); True if anything was sent.
+
+        Safe because the ``Nats-Msg-Id`` makes JetStream store a message once. Not for a
+        message with an expected last sequence: JetStream checks that before duplicates, so a
+        message stored the first time would come back as a conflict.
+        """
+        now = time.monotonic()
+        again = [
+            (token, entry)
+            for token, entry in self._in_flight.items()
+            if entry.retry_until > now and EXPECTED_LAST_SUBJECT_SEQUENCE not in entry.headers
+        ]
+        for token, entry in again:
+            log.info("nats: no acknowledgement for %s yet; sending it again", entry.subject)
+            try:
+                await self._bus.client.publish(
+                    entry.subject, entry.payload, reply=self._inbox + token, headers=entry.headers
+                )
+            except nats.errors.Error as exc:
+                self._settle(token, translate(exc, f"publishing to {entry.subject}"))
+        return bool(again)
 
     async def close(self) -> None:
         """Stop listening for acknowledgements (call :meth:`flush` first)."""

@@ -15,9 +15,11 @@ from typing import Final
 COMMANDS: Final[dict[str, str]] = {
     # command name -> module under tidegate.cli
     "demo": "demo",
+    "explain": "explain",
     "nodes": "nodes",
     "place": "place",
     "preempt": "preempt",
+    "queues": "queues",
     "sim": "sim",
 }
 

@@ -341,8 +341,10 @@ class KubeClient:
         *,
         grace_seconds: int | None = None,
         uid: str | None = None,
+        dry_run: bool = False,
     ) -> None:
-        """Evict through the Eviction subresource (policy/v1), so PodDisruptionBudgets apply.
+        """Evict through the Eviction subresource (policy/v1), so PodDisruptionBudgets apply;
+        with ``dry_run`` the server only checks (``dryRun=All``: budgets, preconditions).
 
         A budget that forbids it raises :class:`~tidegate.kube.errors.TooManyRequests` (after the
         configured retries); a pod that is already gone raises
@@ -365,7 +367,8 @@ class KubeClient:
         await self._transport.request(
             "POST",
             path,
-            operation=f"evict pod {namespace}/{name}",
+            operation=f"{'dry-run ' if dry_run else ''}evict pod {namespace}/{name}",
+            query=(("dryRun", "All"),) if dry_run else (),
             body=eviction,
             idempotent=True,
         )

@@ -76,6 +76,9 @@ CRDS = ResourceType(
     kind="CustomResourceDefinition",
     namespaced=False,
 )
+PDBS = ResourceType(
+    group="policy", version="v1", plural="poddisruptionbudgets", kind="PodDisruptionBudget"
+)
 PRIORITY_CLASSES = ResourceType(
     group="scheduling.k8s.io",
     version="v1",

@@ -38,7 +38,7 @@ PendingReason = Literal[
 ]
 """Stable reason tokens of a pending decision; users alert on them, never change one."""
 
-ReleaseReason = Literal["Completed", "Deleted", "Evicted", "Failed"]
+ReleaseReason = Literal["Completed", "Deleted", "Evicted", "Failed", "Suspended"]
 """Why a workload gave its admitted capacity back."""
 
 CardRequest = dict[str, int]
@@ -180,6 +180,14 @@ class WorkloadState(_Body, frozen=True, kw_only=True, tag="workload"):
     """The workload ran to the end; set by the watcher from the owner's status (a Job's
     Complete/Failed condition, a Pod's phase, …). Admission releases a finished workload's
     quota and never admits it again; None while it may still run."""
+    suspended: bool = False
+    """The top owner (a Job or JobSet) has ``spec.suspend: true``: its controller runs no pods."""
+    resume_on_admission: bool = False
+    """Set with ``suspended`` when tidegate is the one to unsuspend it (docs/workloads.md,
+    "Suspended Jobs"): it was created suspended naming a queue, Kueue's way, and no one has
+    resumed it yet. Admission queues and admits it; the ungater then unsuspends it. A suspended
+    workload without this flag is someone else's suspension: never admitted, and an admission
+    in force is released (reason ``Suspended``)."""
 
 
 class TopologyConfig(_Body, frozen=True, kw_only=True, tag="topology"):
@@ -206,10 +214,27 @@ class QueueConfig(_Body, frozen=True, kw_only=True, tag="queue"):
     invalid_reason: str | None = None
 
 
+class DisruptionBudgetState(_Body, frozen=True, kw_only=True, tag="pdb"):
+    """A PodDisruptionBudget (policy/v1) and the managed workloads whose pods it covers.
+    Subject ``tg.<cluster>.config.pdb.<ns>.<name>``."""
+
+    namespace: str
+    name: str
+    uid: str
+    disruptions_allowed: int = 0
+    """``status.disruptionsAllowed`` as the disruption controller computed it (0 until it has):
+    how many of its pods may be evicted now."""
+    expected_pods: int = 0
+    current_healthy: int = 0
+    desired_healthy: int = 0
+    workloads: dict[str, int] = msgspec.field(default_factory=dict)
+    """Workload key → how many of that workload's live pods the budget's selector selects."""
+
+
 class Tombstone(_Body, frozen=True, kw_only=True, tag="tombstone"):
     """The object on this subject was deleted; last-value streams keep this as its final state."""
 
-    object_kind: Literal["node", "pod", "workload", "topology", "queue"]
+    object_kind: Literal["node", "pod", "workload", "topology", "queue", "pdb"]
     name: str
     namespace: str | None = None
     uid: str | None = None
@@ -389,6 +414,7 @@ Message = (
     | WorkloadState
     | TopologyConfig
     | QueueConfig
+    | DisruptionBudgetState
     | Tombstone
     | CapacityNode
     | CapacityDomain

@@ -4,3 +4,14 @@ from typing import Final
 
 ADMISSION_GATE: Final = "tidegate.io/admission"
 """The scheduling gate that holds a managed pod until admission has placed it."""
+
+RESUME_ANNOTATION: Final = "tidegate.io/resume"
+"""On a Job or JobSet: ``manual`` means tidegate does not unsuspend it (docs/workloads.md,
+"Suspended Jobs and JobSets"). tidegate writes it when it unsuspends an object on admission
+(any later suspension is someone else's) and when it aborts a preemption victim."""
+
+RESUME_MANUAL: Final = "manual"
+"""The value of :data:`RESUME_ANNOTATION` that hands resuming to people."""
+
+PREEMPTED_BY_ANNOTATION: Final = "tidegate.io/preempted-by"
+"""Set on an aborted victim's top owner: the key of the workload it was preempted for."""

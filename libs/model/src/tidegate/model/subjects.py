@@ -63,6 +63,11 @@ def queue(cluster: str, name: str) -> str:
     return f"tg.{cluster}.config.queue.{token(name)}"
 
 
+def disruption_budget(cluster: str, namespace: str, name: str) -> str:
+    """State subject of a PodDisruptionBudget."""
+    return f"tg.{cluster}.config.pdb.{token(namespace)}.{token(name)}"
+
+
 def capacity_node(cluster: str, topology_name: str, node_name: str) -> str:
     """Capacity subject of one node in one topology."""
     return f"tg.{cluster}.capacity.{token(topology_name)}.node.{token(node_name)}"

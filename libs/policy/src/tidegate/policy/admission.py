@@ -34,6 +34,10 @@ A workload whose state says it ``finished`` (it ran to the end) gives its quota 
 (a ``released`` decision with reason ``Completed`` or ``Failed``) and is never admitted again
 under that uid, whether it was admitted, waiting, or (after a leader takeover) only restored
 from the ledger.
+
+A workload suspended by someone else than tidegate (:func:`stopped`) is never admitted and
+does not wait: an admission it holds is released with reason ``Suspended``. One suspended for
+tidegate (``resume_on_admission``, Kueue's way) is queued and admitted like any other.
 """
 
 from collections.abc import Mapping, Sequence
@@ -188,6 +192,8 @@ class Admission:
         self._workloads[key] = workload
         if workload.finished is not None:
             out.extend(self._finish(key, workload))
+        elif stopped(workload):
+            out.extend(self._stop(key, workload))
         return out
 
     def remove_workload(self, key: WorkloadKey) -> list[Decision]:
@@ -380,6 +386,8 @@ class Admission:
                 out.extend([released] if released is not None else [])
             elif workload.finished is not None:
                 out.extend(self._finish(key, workload))
+            elif stopped(workload):
+                out.extend(self._stop(key, workload))
         return out
 
     # ------------------------------------------------------------------ queries
@@ -424,6 +432,8 @@ class Admission:
             if key in self._admitted or key in self._done:
                 continue
             workload = self._workloads[key]
+            if stopped(workload):
+                continue
             name = queue_of(workload, self.settings.default_queue)
             queue = self._queues.get(name) if name is not None else None
             if workload.invalid_reason is not None:
@@ -474,6 +484,19 @@ class Admission:
         verb = "completed" if workload.finished == "Completed" else "failed"
         message = f"{workload.owner_kind} {key} {verb}"
         released = self.release(key, workload.finished, message)
+        return [released] if released is not None else []
+
+    def _stop(self, key: WorkloadKey, workload: WorkloadState) -> list[Decision]:
+        """``workload`` was suspended by someone else: it stops waiting, holds no nomination,
+        and its admission of this uid, if any, is released (``Suspended``)."""
+        self._reasons.pop(key, None)
+        self._awaiting.pop(key, None)
+        self._drop_nomination(key)
+        admitted = self._admitted.get(key)
+        if admitted is None or admitted.uid != workload.uid:
+            return []
+        message = f"{workload.owner_kind} {key} was suspended; it runs again once resumed"
+        released = self.release(key, "Suspended", message)
         return [released] if released is not None else []
 
     def _try(
@@ -661,6 +684,12 @@ class Admission:
     def _next_sequence(self) -> int:
         self.sequence += 1
         return self.sequence
+
+
+def stopped(workload: WorkloadState) -> bool:
+    """Whether ``workload`` is suspended by someone else than tidegate (docs/workloads.md,
+    "Suspended Jobs and JobSets"): never admitted, reserves nothing, until it is resumed."""
+    return workload.suspended and not workload.resume_on_admission
 
 
 def queue_problem(queue: QueueConfig) -> str | None:

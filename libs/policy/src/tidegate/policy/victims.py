@@ -9,6 +9,11 @@ The rules (Volcano's tidal design, seed 002; docs/preemption.md has them for use
   (:func:`tidegate.policy.quota.check_quota`: capability per resource, card quota per card
   model); otherwise no victims are taken and the reason names the limit (Volcano's
   ``PreemptiveFn``).
+- PodDisruptionBudgets: a gang whose whole eviction a budget does not allow now (the budget
+  selects more of its pods than its ``disruptions_allowed``; :func:`budget_blocks`) is not a
+  victim: the search goes on without it, and the decision (or the reason to wait) names the
+  gangs skipped for their budget. Evicting such a gang would leave it partly evicted, its
+  other pods refused with 429, for as long as the budget says.
 - The victims are the set whose eviction lets the *whole* gang be placed (per-node fit, card
   model, topology request: a required rack means room inside one rack) that minimises, in
   order, the highest victim priority, the number of victims, the GPU-seconds lost and the GPUs
@@ -34,6 +39,7 @@ import msgspec
 import numpy as np
 
 from tidegate.model import (
+    DisruptionBudgetState,
     LostAdmission,
     NodeName,
     PodSetSpec,
@@ -113,6 +119,9 @@ class RunningGang:
     """Its workload's uid ("" if unknown)."""
     admission: int = 0
     """The sequence of the admitted decision it runs under (0 if unknown): what it loses."""
+    budget_blocked: str | None = None
+    """Why a PodDisruptionBudget does not allow evicting it whole now (:func:`budget_blocks`);
+    None when the budgets allow it (or none covers it)."""
 
     @property
     def gpus(self) -> int:
@@ -167,6 +176,9 @@ class VictimChoice:
     """False when the search hit its budget: the set is minimal but not proven optimal."""
     ineligible: dict[WorkloadKey, str] = field(default_factory=dict)
     """Running workloads that may not be victims of this preemptor, with why."""
+    budget_skipped: dict[WorkloadKey, str] = field(default_factory=dict)
+    """Gangs that would have been eligible but whose whole eviction a PodDisruptionBudget does
+    not allow now, with the budget's words (also in ``ineligible``)."""
 
     @property
     def admitted(self) -> bool:
@@ -181,6 +193,11 @@ def preempted_decision(preemptor: WorkloadState, choice: VictimChoice) -> Preemp
         raise ValueError(f"no preemption to announce: outcome {choice.outcome}")
     key = workload_key(preemptor.namespace, preemptor.name)
     count = len(choice.victims)
+    skipped = ""
+    if choice.budget_skipped:
+        skipped = "; skipped for their PodDisruptionBudget: " + "; ".join(
+            f"{gang} ({why})" for gang, why in sorted(choice.budget_skipped.items())
+        )
     return Preempted(
         preemptor=key,
         preemptor_uid=preemptor.uid,
@@ -191,9 +208,28 @@ def preempted_decision(preemptor: WorkloadState, choice: VictimChoice) -> Preemp
         message=(
             f"{count} training workload{'s' if count > 1 else ''} preempted for {key}: "
             f"{', '.join(choice.victims)} (top priority {choice.top_priority}, "
-            f"{choice.gpus} GPUs, {choice.gpu_seconds} GPU-seconds lost)"
+            f"{choice.gpus} GPUs, {choice.gpu_seconds} GPU-seconds lost){skipped}"
         ),
     )
+
+
+def budget_blocks(
+    gang: WorkloadKey, budgets: Iterable[DisruptionBudgetState], *, namespace: str
+) -> str | None:
+    """Why the budgets of ``namespace`` do not allow evicting ``gang`` whole now, or None:
+    a budget that selects more of its pods than it allows disruptions."""
+    for budget in sorted(budgets, key=lambda b: (b.namespace, b.name)):
+        if budget.namespace != namespace:
+            continue
+        covered = budget.workloads.get(gang, 0)
+        if covered > budget.disruptions_allowed:
+            return (
+                f"PodDisruptionBudget {budget.namespace}/{budget.name} allows "
+                f"{budget.disruptions_allowed} disruption"
+                f"{'' if budget.disruptions_allowed == 1 else 's'} now and selects {covered} of "
+                f"its pods"
+            )
+    return None
 
 
 def gpus_of(requests: Mapping[str, int]) -> int:
@@ -212,10 +248,12 @@ def running_gang(
     running_seconds: int = 0,
     admission: int = 0,
     queue: str | None = None,
+    budgets: Iterable[DisruptionBudgetState] = (),
 ) -> RunningGang:
     """A running workload as victim selection sees it, from its bus state (``admission``: the
     sequence of the admitted decision it runs under; ``queue``: the queue admission charged
-    it to, default the one it names).
+    it to, default the one it names; ``budgets``: the PodDisruptionBudgets known, see
+    :func:`budget_blocks`).
 
     Only ``pods`` that run (:func:`tidegate.policy.common.runs`) count. Its cards
     are what admission charged (:func:`tidegate.policy.cards.card_demand`); a card request
@@ -241,6 +279,9 @@ def running_gang(
         running_seconds=running_seconds,
         uid=workload.uid,
         admission=admission,
+        budget_blocked=budget_blocks(
+            workload_key(workload.namespace, workload.name), budgets, namespace=workload.namespace
+        ),
     )
 
 
@@ -335,6 +376,7 @@ def select_victims(
         return VictimChoice(outcome="fits", placement=as_is, nominated=_nominated(as_is))
 
     ineligible: dict[WorkloadKey, str] = {}
+    skipped: dict[WorkloadKey, str] = {}
     eligible: list[RunningGang] = []
     for gang in sorted(running, key=lambda g: g.key):
         if gang.key == key:
@@ -342,6 +384,8 @@ def select_victims(
         why = why_not_victim(
             gang, reclaimer=preemptor.service_type, priority=preemptor.priority, queues=queues
         )
+        if why is None and gang.budget_blocked is not None:
+            why = skipped[gang.key] = gang.budget_blocked
         if why is None:
             eligible.append(gang)
         else:
@@ -371,12 +415,17 @@ def select_victims(
         choice = _admit(view, request, eligible, found)
         scope = None
     if choice is None:
+        reason = _no_victims_reason(demand.card_model, podsets, scope, found, len(eligible))
+        if skipped:
+            reason += (
+                f"; {len(skipped)} gang{'s' if len(skipped) > 1 else ''} skipped for their "
+                "PodDisruptionBudget: "
+                + "; ".join(f"{gang} ({why})" for gang, why in sorted(skipped.items()))
+            )
         return VictimChoice(
-            outcome="no-victims",
-            reason=_no_victims_reason(demand.card_model, podsets, scope, found, len(eligible)),
-            ineligible=ineligible,
+            outcome="no-victims", reason=reason, ineligible=ineligible, budget_skipped=skipped
         )
-    return dataclasses.replace(choice, ineligible=ineligible)
+    return dataclasses.replace(choice, ineligible=ineligible, budget_skipped=skipped)
 
 
 # --------------------------------------------------------------------------- internals

@@ -18,7 +18,7 @@ from typing import Final
 
 import msgspec
 
-from tidegate.sim import crds, pods
+from tidegate.sim import crds, disruption, pods
 from tidegate.sim.errors import (
     STALE,
     ApiError,
@@ -37,6 +37,7 @@ from tidegate.sim.kinds import (
     JOBS,
     NAMESPACES,
     NODES,
+    PDBS,
     PODS,
     PRIORITY_CLASSES,
     SCALE,
@@ -744,15 +745,26 @@ class ApiServer:
             "code": 201,
         }
 
-    def evict(self, namespace: str, name: str, body: object) -> JsonObject:
-        """POST pods/<name>/eviction: delete the pod, honouring the given grace period.
-
-        PodDisruptionBudgets are not simulated, so an eviction is always allowed.
-        """
-        if self.store.get(PODS.key, namespace, name) is None:
+    def evict(
+        self, namespace: str, name: str, body: object, *, dry_run: bool = False
+    ) -> JsonObject:
+        """POST pods/<name>/eviction: delete the pod, honouring the given grace period, unless
+        a PodDisruptionBudget forbids it now (429 TooManyRequests, as the real API server
+        answers; :mod:`tidegate.sim.disruption`)."""
+        pod = self.store.get(PODS.key, namespace, name)
+        if pod is None:
             raise not_found("pods", name)
         options = _dict(_dict(body).get("deleteOptions"))
-        self.delete(PODS, namespace, name, options)
+        wanted_uid = _dict(options.get("preconditions")).get("uid")
+        if wanted_uid in (None, _dict(pod.get("metadata")).get("uid")):
+            refusal = disruption.eviction_refusal(
+                pod,
+                list(self.store.objects(PDBS.key, namespace)),
+                list(self.store.objects(PODS.key, namespace)),
+            )
+            if refusal is not None:
+                raise refusal
+        self.delete(PODS, namespace, name, options, dry_run=dry_run)
         return {
             "kind": "Status",
             "apiVersion": "v1",

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from tidegate.sim.apiserver import ApiServer
 from tidegate.sim.bundled import bundled_crds
+from tidegate.sim.disruption import DisruptionController
 from tidegate.sim.errors import ApiError, JsonObject
 from tidegate.sim.http import HttpApi, WatchSettings
 from tidegate.sim.kinds import CRDS, NODES, STATUS, Registry
@@ -123,6 +124,7 @@ class SimCluster:
                     JobSetController(self.api),
                     GarbageCollector(self.api),
                     NamespaceController(self.api),
+                    DisruptionController(self.api),
                     NodeLifecycle(self.api, time_scale=settings.time_scale),
                 )
             )

@@ -285,7 +285,9 @@ class HttpApi:
         if sub == EVICTION:
             if method != "POST" or namespace is None:
                 raise method_not_allowed("eviction supports POST only")
-            return json_response(api.evict(namespace, name, await _body(request)), 201)
+            return json_response(
+                api.evict(namespace, name, await _body(request), dry_run=dry_run), 201
+            )
         if sub == SCALE:
             assert namespace is not None
             if method == "GET":

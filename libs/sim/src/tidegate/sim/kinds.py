@@ -128,6 +128,10 @@ CRDS = _grouped(
 )  # fmt: skip
 EVENTS_V1 = _grouped("events.k8s.io", "v1", "events", "Event", namespaced=True, short=("ev",))
 LEASES = _grouped("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+PDBS = _grouped(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True,
+    short=("pdb",), sub=frozenset({STATUS}),
+)  # fmt: skip
 
 BUILTIN: tuple[ResourceType, ...] = (
     PODS,
@@ -141,6 +145,7 @@ BUILTIN: tuple[ResourceType, ...] = (
     CRDS,
     EVENTS_V1,
     LEASES,
+    PDBS,
 )
 
 _PREFERRED_GROUP_ORDER = [
@@ -148,6 +153,7 @@ _PREFERRED_GROUP_ORDER = [
     "events.k8s.io",
     "batch",
     "coordination.k8s.io",
+    "policy",
     "scheduling.k8s.io",
 ]
 

@@ -6,12 +6,19 @@ Naming follows the OpenTelemetry messaging conventions (as FastStream does): a P
 many messages at once (a batch) cannot have many parents, so it gets one *link* per message
 instead and starts a trace of its own.
 
+Only messages about workloads are traced by default: the subjects ``tg.<c>.workload.…`` (the
+workload's state) and ``tg.<c>.decision.…`` (decisions about it), which carry the workload's
+own trace (:mod:`.workload`). Messages about pods, nodes, capacity and configuration are
+transport: thousands of them, each its own trace, explaining nothing about one workload. Their
+spans are not made unless ``TIDEGATE_TRACE_TRANSPORT=true``; their trace context still flows.
+
 Headers are plain ``dict[str, str]``; this module does not know about NATS. The propagator is
 OpenTelemetry's global one (W3C ``traceparent``/``tracestate`` plus baggage unless
 ``OTEL_PROPAGATORS`` says otherwise). Every function takes an optional tracer so tests can use
 a provider of their own; by default the global provider's tracer is used.
 """
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Final
@@ -22,6 +29,20 @@ from opentelemetry.trace import Link, Span, SpanKind, Tracer
 
 _TRACER_NAME: Final = "tidegate"
 _SYSTEM: Final = "nats"
+
+TRANSPORT_ENV: Final = "TIDEGATE_TRACE_TRANSPORT"
+"""Environment variable: ``true`` records the spans of transport messages too."""
+
+_TRACED_KINDS: Final = frozenset({"workload", "decision"})
+
+
+def traced_subject(subject: str) -> bool:
+    """Whether messages on ``subject`` get spans: workload and decision subjects always,
+    others only when ``TIDEGATE_TRACE_TRANSPORT`` is true."""
+    parts = subject.split(".", 3)
+    if len(parts) >= 3 and parts[0] == "tg" and parts[2] in _TRACED_KINDS:
+        return True
+    return os.environ.get(TRANSPORT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def _tracer(tracer: Tracer | None) -> Tracer:
@@ -75,7 +96,7 @@ def producer_span(
     Its context is injected into ``headers`` before the body runs, so publish the message
     inside the ``with`` block.
     """
-    if _tracing_off(tracer):
+    if _tracing_off(tracer) or not traced_subject(subject):
         inject(headers)
         yield trace.INVALID_SPAN
         return
@@ -100,7 +121,7 @@ def consumer_span(
 
     The span is current inside the block, so logs and further publishes join the same trace.
     """
-    if _tracing_off(tracer):
+    if _tracing_off(tracer) or not traced_subject(subject):
         token = otel_context.attach(extract(headers))
         try:
             yield trace.INVALID_SPAN

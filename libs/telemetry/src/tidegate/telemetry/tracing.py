@@ -10,6 +10,12 @@ any other instrumented program:
   line, the SDK's own JSON form). Handy for the demo and for tests that follow a trace across
   processes.
 * ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` override the service name we pass in.
+* ``TIDEGATE_TRACE_TRANSPORT=true`` also records the messaging spans of pods, nodes, capacity
+  and configuration (off by default: see :mod:`.messaging`).
+
+The provider's id generator can be told the ids of the next span (:func:`forced_ids`): that is
+how the root span of a workload's trace gets the ids its derived ``traceparent`` already named
+(:mod:`.workload`).
 
 With none of these set no provider is installed: no spans are made, but the trace context a
 process receives is passed on to what it publishes (see :mod:`.messaging`), so an untraced
@@ -17,7 +23,9 @@ service does not cut a trace in two. This module does not create spans.
 """
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Final
 
@@ -25,6 +33,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 TRACE_FILE_ENV: Final = "TIDEGATE_TRACE_FILE"
 """Environment variable naming a JSON-lines file that receives every finished span."""
@@ -32,6 +41,37 @@ TRACE_FILE_ENV: Final = "TIDEGATE_TRACE_FILE"
 _OTLP_ENDPOINT_ENVS: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 _installed: TracerProvider | None = None
+
+_forced: ContextVar[tuple[int, int] | None] = ContextVar("tidegate_forced_ids", default=None)
+
+
+class ForcedIdGenerator(RandomIdGenerator):
+    """Random ids, except inside :func:`forced_ids`, where the next root span gets the ids
+    given there (a trace id and a span id named in advance by a derived ``traceparent``)."""
+
+    def generate_trace_id(self) -> int:
+        """The forced trace id if one is set, else a random one."""
+        forced = _forced.get()
+        return forced[0] if forced is not None else super().generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        """The forced span id if one is set, else a random one."""
+        forced = _forced.get()
+        return forced[1] if forced is not None else super().generate_span_id()
+
+
+@contextmanager
+def forced_ids(trace_id: int, span_id: int) -> Iterator[None]:
+    """Inside the block, the span started (with no parent) gets exactly these ids.
+
+    Start exactly one span in the block: every span started there would get the same ids.
+    Only providers built by :func:`build_tracer_provider` honour it.
+    """
+    token = _forced.set((trace_id, span_id))
+    try:
+        yield
+    finally:
+        _forced.reset(token)
 
 
 class JsonLinesSpanExporter(SpanExporter):
@@ -87,7 +127,7 @@ def build_tracer_provider(
         return None
     # Resource.create merges OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME from os.environ.
     resource = Resource.create({SERVICE_NAME: environ.get("OTEL_SERVICE_NAME", service_name)})
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, id_generator=ForcedIdGenerator())
     if otlp:
         # Imported here: the OTLP exporter pulls in requests/protobuf, which a process that
         # only writes a trace file (or nothing) should not pay for at start-up.
@@ -117,6 +157,12 @@ def setup_tracing(service_name: str, *, env: Mapping[str, str] | None = None) ->
         return
     trace.set_tracer_provider(provider)
     _installed = provider
+
+
+def flush_spans(timeout_millis: int = 5000) -> bool:
+    """Export what is buffered now (blocking; run it in a thread from async code). True when
+    everything was exported in time, or when nothing is installed."""
+    return _installed.force_flush(timeout_millis) if _installed is not None else True
 
 
 def shutdown_tracing() -> None:

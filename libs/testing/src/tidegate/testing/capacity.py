@@ -10,7 +10,8 @@ number of schedulable nodes under it and the sum of their free capacity.
 :func:`published_capacity` puts what the bus says in the same shape, and
 :func:`capacity_differences` names every difference.
 
-It reads the store (in this process, read only) and does no I/O; it does not follow the bus
+It reads the store (in this process, read only) or Node and Pod objects listed from any API
+server (:func:`capacity_of`) and does no I/O; it does not follow the bus
 (the tests do) and knows nothing of placement profiles or topologies other than one.
 """
 
@@ -94,17 +95,38 @@ def recompute_capacity(
 ) -> CapacityFigures:
     """The capacity view ``store``'s nodes and pods call for (module docstring), for the
     topology named ``topology`` whose level labels are ``levels``, widest first."""
+    return capacity_of(
+        cast(Iterable[Mapping[str, Any]], store.objects(NODES.key)),
+        cast(Iterable[Mapping[str, Any]], store.objects(PODS.key)),
+        levels,
+        topology=topology,
+    )
+
+
+def capacity_of(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    levels: Sequence[str],
+    *,
+    topology: str = DEFAULT_TOPOLOGY,
+    reserved: Mapping[str, Mapping[str, int]] | None = None,
+) -> CapacityFigures:
+    """The capacity view Node and Pod objects (as any API server lists them) call for, for
+    the topology named ``topology`` whose level labels are ``levels``, widest first; with
+    ``reserved`` (node → resources held for admitted pods not bound yet), less that."""
     used: dict[str, dict[str, int]] = {}
-    for pod in cast(Iterable[Mapping[str, Any]], store.objects(PODS.key)):
+    for node_name, amount in (reserved or {}).items():
+        used[node_name] = res.add(used.get(node_name, {}), amount)
+    for pod in pods:
         node = pod.get("spec", {}).get("nodeName")
         if node and pod.get("status", {}).get("phase") not in TERMINAL_PHASES:
             used[node] = res.add(res.add(used.get(node, {}), pod_requests(pod)), {"pods": 1})
     out: CapacityFigures = {}
     domains: dict[DomainKey, tuple[int, dict[str, int]]] = {}
-    for node in cast(Iterable[Mapping[str, Any]], store.objects(NODES.key)):
+    for node in nodes:
         name = node["metadata"]["name"]
-        labels = node["metadata"].get("labels", {})
-        allocatable = parse_resources(node["status"].get("allocatable"))
+        labels = node["metadata"].get("labels") or {}
+        allocatable = parse_resources(node.get("status", {}).get("allocatable"))
         allocatable.setdefault("pods", DEFAULT_MAX_PODS)
         taken = used.get(name, {})
         free = {

@@ -81,7 +81,7 @@ def find_binaries(environ: Mapping[str, str] | None = None) -> Path | None:
     value = (environ if environ is not None else os.environ).get(ASSETS_ENV)
     if not value:
         return None
-    directory = Path(value)
+    directory = Path(value).resolve()
     return directory if not missing_binaries(directory) else None
 
 
@@ -106,7 +106,7 @@ def unpack_binaries(source: Path, cache: Path) -> Path:
     absent = [name for name in BINARIES if name not in expected]
     if absent:
         raise ControlPlaneError(f"{sums_file} has no checksum for {', '.join(absent)}")
-    target = cache / hashlib.sha256(sums_text.encode()).hexdigest()[:16]
+    target = cache.resolve() / hashlib.sha256(sums_text.encode()).hexdigest()[:16]
     stamp = target / "SHA256SUMS"
     if stamp.is_file() and stamp.read_text() == sums_text and not missing_binaries(target):
         return target
@@ -385,7 +385,7 @@ class ControlPlane:
         missing = missing_binaries(binaries)
         if missing:
             raise ControlPlaneError(f"{binaries} lacks {', '.join(missing)}")
-        plane = cls(binaries=binaries, workdir=workdir)
+        plane = cls(binaries=binaries.resolve(), workdir=workdir.resolve())
         try:
             plane._start(ready_within_seconds)
         except BaseException:

@@ -4,18 +4,20 @@ Every instance follows the state and capacity streams (so a standby is current).
 at a time holds the ``admission`` lease (taken with
 :meth:`~tidegate.runtime.ServiceContext.lead`, which also renews and releases it) and decides:
 
-1. **Take over**: wait until both streams are replayed, load the ledger (admitted workloads,
+1. **Take over**: wait until both streams are replayed, claim the lease's fences on the ledger
+   and the decision stream (:class:`tidegate.bus.Fence`: from then on JetStream refuses every
+   write of a predecessor that still believes it leads), load the ledger (admitted workloads,
    the sequence high-water mark and the outbox), restore them into the policy, release
    admissions of workloads deleted or finished meanwhile, restore the nominations still live
    from the preemption service's ledger records (:mod:`tidegate.admission.nominations`), claim
-   the sequence (which fences off the previous leader's writes), and publish what the outbox
+   the sequence, and publish what the outbox
    holds (the previous leader's committed decisions not known to be stored; same event ids:
    JetStream drops those already stored).
 2. **Decide**: on every wake-up (a handler saw a change) or tick, after a short coalescing
    pause, run one :meth:`~tidegate.policy.admission.Admission.cycle` and commit its decisions
    together with releases queued by handlers; publish again what is still unsent.
 3. **Commit** a batch: claim the sequence, stage every decision in the ledger's outbox, write
-   or delete the workload keys (revision-checked), then publish each decision (continuing the
+   or delete the workload keys (every write fenced), then publish each decision (fenced, continuing the
    workload's trace) and delete the outbox keys of those JetStream stored. A publish that fails
    leaves its decision in the outbox, sent again on the next tick (:mod:`.ledger`).
 
@@ -30,7 +32,6 @@ import logging
 import time
 from collections.abc import Sequence
 
-from opentelemetry import context as otel_context
 from prometheus_client import Counter, Gauge, Histogram
 
 from tidegate.admission.config import Settings
@@ -41,10 +42,9 @@ from tidegate.admission.nominations import restore_nominations
 from tidegate.bus import (
     BusError,
     ConsumerSettings,
+    Fence,
     Lease,
     LeaseLost,
-    Publisher,
-    PublishError,
     StateFollower,
     layout,
 )
@@ -62,7 +62,7 @@ from tidegate.model import (
 from tidegate.model.subjects import DecisionKind
 from tidegate.policy.admission import Admission, Decision
 from tidegate.runtime import ServiceContext
-from tidegate.telemetry import extract
+from tidegate.telemetry import decision_span
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class AdmissionMetrics:
         )
         self.decisions = Counter(
             "tidegate_admission_decisions_total",
-            "Decisions published, by kind and reason (pending reasons, release reasons).",
+            "Decisions committed (then published from the outbox), by kind and reason.",
             ["kind", "reason"],
             registry=registry,
         )
@@ -101,6 +101,11 @@ class AdmissionMetrics:
         )
         self.epoch = Gauge(
             "tidegate_admission_epoch", "Fencing epoch of this instance's lease.", registry=registry
+        )
+        self.unsent = Gauge(
+            "tidegate_admission_outbox_unsent",
+            "Committed decisions in the outbox whose publish has not been stored yet.",
+            registry=registry,
         )
 
 
@@ -151,7 +156,8 @@ class Leader:
         self._queue_metrics = queue_metrics
         self.lease = lease
         self._ledger: AdmissionLedger | None = None
-        self._publisher = Publisher(ctx.bus)
+        self._fence = Fence.on_decisions(ctx.bus, lease, cluster=ctx.cluster)
+        """Every decision is published through this fence (claimed at takeover)."""
         self._unsent: list[OutboxEntry] = []
         """Outbox entries committed and not yet stored on the stream, in decision order."""
 
@@ -162,7 +168,14 @@ class Leader:
         try:
             for follower in self._followers:
                 await follower.replayed.wait()
-            self._ledger = await AdmissionLedger.open(self._ctx.bus, self._ctx.cluster)
+            # Fence the ledger and the decision stream first: from here on a predecessor that
+            # still believes it leads can neither write nor publish (docs/architecture.md).
+            ledger_fence = Fence.on_ledger(self._ctx.bus, self.lease, cluster=self._ctx.cluster)
+            await ledger_fence.claim()
+            await self._fence.claim()
+            self._ledger = await AdmissionLedger.open(
+                self._ctx.bus, self._ctx.cluster, fence=ledger_fence
+            )
             async with self._handlers.lock:
                 await self._take_over()
             self._queue_metrics.leading = True
@@ -183,8 +196,6 @@ class Leader:
         finally:
             self._metrics.leader.set(0)
             self._queue_metrics.leading = False
-            with contextlib.suppress(Exception):
-                await self._publisher.close()
 
     async def _take_over(self) -> None:
         assert self._ledger is not None
@@ -316,24 +327,25 @@ class Leader:
         assert self._ledger is not None
         unsent, self._unsent = self._unsent, []
         failed: set[str] = set()
-        try:
-            for entry in unsent:
-                workload = (workloads or {}).get(entry.envelope.event_id)
-                token = otel_context.attach(extract(workload.trace_context if workload else None))
-                try:
-                    await self._publisher.submit(entry.subject, entry.envelope)
-                finally:
-                    otel_context.detach(token)
-            await self._publisher.flush()
-        except PublishError as exc:
-            failed = {failure.event_id for failure in exc.failures}
-            log.warning(
-                "admission: %d decisions not stored, sent again next tick: %s", len(failed), exc
-            )
-        except BusError as exc:
-            failed = {entry.envelope.event_id for entry in unsent}
-            log.warning("admission: publishing failed, sent again next tick: %s", exc)
+        # One at a time, each through the fence (a clustered stream refuses concurrent writes
+        # fenced on the same marker); a refusal by a successor's claim raises LeaseLost.
+        for index, entry in enumerate(unsent):
+            workload = (workloads or {}).get(entry.envelope.event_id)
+            try:
+                with decision_span(entry.envelope.body, workload, self._admission):
+                    await self._fence.publish(entry.subject, entry.envelope)
+            except LeaseLost:
+                raise
+            except BusError as exc:
+                failed = {e.envelope.event_id for e in unsent[index:]}
+                log.warning(
+                    "admission: %d decisions not stored, sent again next tick: %s",
+                    len(failed),
+                    exc,
+                )
+                break
         self._unsent = [e for e in unsent if e.envelope.event_id in failed] + self._unsent
+        self._metrics.unsent.set(len(self._unsent))
         await self._ledger.unstage([e for e in unsent if e.envelope.event_id not in failed])
 
 

@@ -8,20 +8,23 @@ word only (``stopped.<namespace>.<name>``, a :class:`StoppedRecord`: an aborted 
 victim, or one another service released as finished) keeps a successor from admitting it
 again; it is deleted once the workload is deleted or re-created.
 
-**The outbox.** Every decision is first written under ``outbox.<event id>`` as an
-:class:`OutboxEntry` (subject and envelope, byte for byte what is published), then its state
-change is made (an admission's key written, a release's key deleted), then it is published;
-once JetStream has stored it the outbox key is deleted. A decision whose publish failed stays
+**The outbox.** Every decision is first written to the outbox as an :class:`OutboxEntry`
+(subject and envelope, byte for byte what is published), the decisions of one commit together
+in as few keys as fit (``outbox.<event id of the first>``, an :class:`OutboxChunk` of at most
+:data:`OUTBOX_CHUNK_BYTES`, so a commit costs one write, not one per decision); then their
+state changes are made (an admission's key written, a release's key deleted), then they are
+published; once JetStream has stored every decision of a key, the key is deleted. A decision whose publish failed stays
 in the outbox and is published again, by the same event id (``Nats-Msg-Id``, so JetStream
 drops a copy it already stored), by this leader on its next tick or by a successor at
 takeover: nothing is re-published by comparing sequences to a watermark. An entry whose state
 change was never made (a crash in between) is dropped instead (:func:`deliverable`): the
 decision was not committed, and the successor decides again.
 
-Every write names the revision it expects, so an instance that is no longer the leader cannot
-overwrite what the new leader wrote: its write fails with a conflict and it stops
-(:class:`tidegate.bus.LeaseLost`). A batch of decisions is committed as: claim the sequence
-(the fence), stage the outbox entries, write or delete the workload keys, publish, unstage.
+The leader writes through its ledger :class:`~tidegate.bus.Fence` (claimed at takeover): an
+instance that is no longer the leader cannot write any key once its successor has claimed
+(JetStream refuses it) and stops (:class:`tidegate.bus.LeaseLost`). Without a fence every
+write names the revision it expects instead. A batch of decisions is committed as: claim the
+sequence, stage the outbox entries, write or delete the workload keys, publish, unstage.
 """
 
 import asyncio
@@ -36,7 +39,7 @@ from tidegate.admission.nominations import (
     PreemptionRecord,
     decode_preemption,
 )
-from tidegate.bus import Bus, BusError, Conflict, LeaseLost, Ledger
+from tidegate.bus import Bus, BusError, Conflict, Fence, LeaseLost, Ledger
 from tidegate.model import Admitted, Envelope, Released, Resources
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,9 @@ class LedgerRecord(msgspec.Struct, frozen=True, kw_only=True):
 OUTBOX_PREFIX: Final = "outbox."
 """Prefix of the outbox keys (``outbox.<event id>``; event ids hold no ``/``)."""
 
+OUTBOX_CHUNK_BYTES: Final = 256 * 1024
+"""Largest outbox value written (well below NATS's default 1 MiB maximum payload)."""
+
 
 class OutboxEntry(msgspec.Struct, frozen=True, kw_only=True):
     """A committed decision not yet known to be stored on the decision stream."""
@@ -63,14 +69,33 @@ class OutboxEntry(msgspec.Struct, frozen=True, kw_only=True):
     envelope: Envelope
 
     @property
-    def key(self) -> str:
-        """Its ledger key."""
-        return OUTBOX_PREFIX + self.envelope.event_id
-
-    @property
     def sequence(self) -> int:
         """The decision's sequence (0 for a body without one)."""
         return int(getattr(self.envelope.body, "sequence", 0))
+
+
+class OutboxChunk(msgspec.Struct, frozen=True, kw_only=True):
+    """The value of one outbox key: decisions of one commit, in order."""
+
+    entries: list[OutboxEntry]
+
+
+def chunks(entries: Sequence[OutboxEntry], *, limit: int = OUTBOX_CHUNK_BYTES) -> list[OutboxChunk]:
+    """``entries`` in order, cut into chunks whose encoded entries stay within ``limit``
+    bytes (an entry larger than that gets a chunk of its own)."""
+    out: list[OutboxChunk] = []
+    current: list[OutboxEntry] = []
+    size = 0
+    for entry in entries:
+        length = len(_encoder.encode(entry)) + 1
+        if current and size + length > limit:
+            out.append(OutboxChunk(entries=current))
+            current, size = [], 0
+        current.append(entry)
+        size += length
+    if current:
+        out.append(OutboxChunk(entries=current))
+    return out
 
 
 def deliverable(entry: OutboxEntry, records: dict[str, LedgerRecord]) -> bool:
@@ -123,30 +148,39 @@ class SequenceRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _record_decoder = msgspec.json.Decoder(LedgerRecord)
-_outbox_decoder = msgspec.json.Decoder(OutboxEntry)
+_outbox_decoder = msgspec.json.Decoder(OutboxChunk)
 _stopped_decoder = msgspec.json.Decoder(StoppedRecord)
 _sequence_decoder = msgspec.json.Decoder(SequenceRecord)
 _encoder = msgspec.json.Encoder()
 
 
 class AdmissionLedger:
-    """The ledger with the revisions this leader last saw, written only with revision checks."""
+    """The ledger with the revisions this leader last saw; every write fenced (the service) or,
+    without a fence (tools, tests), revision-checked."""
 
-    def __init__(self, ledger: Ledger) -> None:
-        """Wrap an opened :class:`tidegate.bus.Ledger`."""
+    def __init__(self, ledger: Ledger, *, fence: Fence | None = None) -> None:
+        """Wrap an opened :class:`tidegate.bus.Ledger`. With ``fence`` (claimed on the ledger
+        bucket at takeover) every write is fenced instead of revision-checked: JetStream
+        stores it only while this leader's claim is the newest, so a deposed leader writes
+        nothing, whichever key (issue 12; docs/architecture.md, Fencing)."""
         self._ledger = ledger
+        self._fence = fence
         self._revisions: dict[str, int] = {}
         self.preemptions: list[PreemptionRecord] = []
         """The preemption service's records as of the last :meth:`load` (read, never written)."""
         self.outbox: list[OutboxEntry] = []
         """The outbox as of the last :meth:`load`, in decision order."""
+        self._chunk_of: dict[str, str] = {}
+        """Event id of a staged decision → the outbox key holding it."""
+        self._waiting: dict[str, set[str]] = {}
+        """Outbox key → event ids of its decisions not yet stored on the stream."""
         self.stopped: dict[str, str] = {}
         """Kept-out workloads (key → uid) as stored: loaded, then kept by :meth:`keep_out`."""
 
     @classmethod
-    async def open(cls, bus: Bus, cluster: str) -> "AdmissionLedger":
-        """The ledger of ``cluster``."""
-        return cls(await Ledger.open(bus, cluster))
+    async def open(cls, bus: Bus, cluster: str, *, fence: Fence | None = None) -> "AdmissionLedger":
+        """The ledger of ``cluster`` (written through ``fence`` when given)."""
+        return cls(await Ledger.open(bus, cluster), fence=fence)
 
     async def load(self) -> tuple[SequenceRecord | None, list[LedgerRecord]]:
         """Read everything (at takeover), the preemption service's records into
@@ -156,6 +190,8 @@ class AdmissionLedger:
         self._revisions.clear()
         self.preemptions = []
         self.outbox = []
+        self._chunk_of.clear()
+        self._waiting.clear()
         self.stopped = {}
         for entry in await self._ledger.entries():
             if entry.key.startswith(STOPPED_PREFIX):
@@ -175,7 +211,9 @@ class AdmissionLedger:
             if entry.key.startswith(OUTBOX_PREFIX):
                 self._revisions[entry.key] = entry.revision
                 try:
-                    self.outbox.append(_outbox_decoder.decode(entry.value))
+                    chunk = _outbox_decoder.decode(entry.value)
+                    self._register(entry.key, chunk)
+                    self.outbox.extend(chunk.entries)
                 except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                     log.error("ledger key %s is unreadable, skipped: %s", entry.key, exc)
                 continue
@@ -208,23 +246,44 @@ class AdmissionLedger:
         self.stopped = dict(stopped)
 
     async def stage(self, entries: Sequence[OutboxEntry]) -> None:
-        """Write ``entries`` to the outbox (before their state changes; revision-checked)."""
-        encoded = [(entry.key, _encoder.encode(entry)) for entry in entries]
-        await asyncio.gather(*(self._write(key, value) for key, value in encoded))
+        """Write ``entries`` to the outbox (before their state changes; revision-checked), as
+        few keys as fit (:func:`chunks`)."""
+        writes = []
+        for chunk in chunks(entries):
+            key = OUTBOX_PREFIX + chunk.entries[0].envelope.event_id
+            self._register(key, chunk)
+            writes.append(self._write(key, _encoder.encode(chunk)))
+        await asyncio.gather(*writes)
 
     async def unstage(self, entries: Sequence[OutboxEntry]) -> None:
-        """Delete outbox ``entries`` JetStream has stored. A failure other than a conflict is
-        logged: the entry stays and is published once more (a duplicate JetStream drops)."""
-        results = await asyncio.gather(
-            *(self._delete(entry.key) for entry in entries), return_exceptions=True
-        )
-        for entry, result in zip(entries, results, strict=True):
+        """Mark ``entries`` done (stored on the stream, or dropped as never committed) and
+        delete the outbox keys all of whose decisions are done. A failure other than a
+        conflict is logged: the key stays and its decisions are published once more at the
+        next takeover (copies that JetStream, or else every consumer, ignores)."""
+        done: list[str] = []
+        for entry in entries:
+            key = self._chunk_of.pop(entry.envelope.event_id, None)
+            waiting = self._waiting.get(key) if key is not None else None
+            if key is None or waiting is None:
+                continue
+            waiting.discard(entry.envelope.event_id)
+            if not waiting:
+                del self._waiting[key]
+                done.append(key)
+        results = await asyncio.gather(*(self._delete(key) for key in done), return_exceptions=True)
+        for key, result in zip(done, results, strict=True):
             if isinstance(result, LeaseLost):
                 raise result
             if isinstance(result, BaseException):
                 if not isinstance(result, BusError):
                     raise result
-                log.warning("outbox key %s not deleted (sent again later): %s", entry.key, result)
+                log.warning("outbox key %s not deleted (sent again later): %s", key, result)
+
+    def _register(self, key: str, chunk: OutboxChunk) -> None:
+        ids = {entry.envelope.event_id for entry in chunk.entries}
+        self._waiting[key] = ids
+        for event_id in ids:
+            self._chunk_of[event_id] = key
 
     async def claim(self, *, sequence: int, epoch: int) -> None:
         """Record ``sequence`` as handed out, if nobody else wrote since; else LeaseLost."""
@@ -248,6 +307,9 @@ class AdmissionLedger:
                 await self._write(key, _encoder.encode(change))
 
     async def _write(self, key: str, value: bytes) -> None:
+        if self._fence is not None:
+            self._revisions[key] = await self._ledger.put(key, value, fence=self._fence)
+            return
         try:
             self._revisions[key] = await self._ledger.put(
                 key, value, revision=self._revisions.get(key, 0)
@@ -258,6 +320,9 @@ class AdmissionLedger:
     async def _delete(self, key: str) -> None:
         revision = self._revisions.pop(key, None)
         if revision is None:
+            return
+        if self._fence is not None:
+            await self._ledger.delete(key, fence=self._fence)
             return
         try:
             await self._ledger.delete(key, revision=revision)

@@ -40,9 +40,9 @@ from tidegate.bus import (
     StateFollower,
     layout,
 )
-from tidegate.kube import KubeClient
+from tidegate.kube import KubeClient, ObjectRef
 from tidegate.kube import connect as connect_kube
-from tidegate.model import Envelope, subjects
+from tidegate.model import Envelope, WorkloadKey, subjects
 from tidegate.preemption.config import Settings
 from tidegate.preemption.evict import Evictor
 from tidegate.preemption.handlers import Handlers
@@ -61,6 +61,9 @@ CONSUMER_NAME = "preemption"
 
 EVICTION_MARGIN = 0.25
 """Fraction of the lease TTL that must be left for an eviction to be sent."""
+
+API_VERSIONS = {"Job": "batch/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "Pod": "v1"}
+"""apiVersion of a top owner whose workload message does not say (older writers)."""
 
 
 async def setup(ctx: ServiceContext[Settings]) -> None:
@@ -177,6 +180,7 @@ class Leader:
             publish=self._publish,
             metrics=metrics,
             nomination_timeout_seconds=ctx.settings.nomination_timeout_seconds,
+            report=self._report,
         )
         self._handlers.preempter = preempter
         await preempter.reconcile()
@@ -186,6 +190,27 @@ class Leader:
             len(ledger.records),
         )
         return preempter
+
+    async def _report(self, key: WorkloadKey, reason: str, message: str) -> None:
+        """A Warning Event on the top owner of workload ``key`` (if the view knows it)."""
+        workload = self._handlers.view.workload(key)
+        if workload is None:
+            return
+        self._ensure_held()
+        await self._kube.create_event(
+            ObjectRef(
+                api_version=workload.owner_api_version
+                or API_VERSIONS.get(workload.owner_kind, "v1"),
+                kind=workload.owner_kind,
+                name=workload.name,
+                namespace=workload.namespace,
+                uid=workload.uid,
+            ),
+            reason=reason,
+            message=message,
+            type="Warning",
+            component="tidegate-preemption",
+        )
 
     async def _publish(self, subject: str, envelope: Envelope) -> object:
         return await self._decisions.publish(subject, envelope)

@@ -7,16 +7,22 @@ and the rules for doing it safely live together:
   as precondition, so a newer pod of the same name (a replacement) is never evicted;
 - a pod that is already gone (NotFound) or was replaced (Conflict on the UID) counts as
   evicted: eviction is idempotent, which is what lets a restarted service finish a preemption;
-- transient failures (429 from a budget, 5xx, an unreachable server) are retried for up to
-  ``retry_seconds``; after that :class:`EvictionFailed` is raised and the caller retries later
-  (the preemption record keeps the job);
+- a PodDisruptionBudget that refuses the eviction (429 TooManyRequests) is not retried here:
+  the other pods are still evicted and :class:`EvictionRefused` (an :class:`EvictionFailed`)
+  names the refused pods and the budget's words; the caller reports it and finishes the
+  preemption later, when the budget allows (the preemption record keeps the job);
+- other transient failures (5xx, an unreachable server) are retried for up to
+  ``retry_seconds``; after that :class:`EvictionFailed` is raised and the caller retries later;
 - evictions are rate-limited by a token bucket of their own and run a few at a time;
 - the API server cannot check a fencing token, so every write (each eviction, the suspension
   and mark of an abort) is sent only after ``guard()`` passed: the service's guard raises
   :class:`tidegate.bus.LeaseLost` unless its lease is held, unexpired, for a safety margin
   more (:meth:`tidegate.bus.Lease.ensure_held`); a deposed leader evicts nothing;
 - abort mode suspends the victim's Job or JobSet first (so its controller does not recreate
-  the pods) and annotates it ``tidegate.io/preempted-by``.
+  the pods) and, in the same patch, annotates it ``tidegate.io/preempted-by`` and
+  ``tidegate.io/resume: manual``: the suspension is then never taken for one made for tidegate
+  to undo (docs/workloads.md, "Suspended Jobs and JobSets"), so the victim stays out across
+  any restart of any service, by its own object.
 
 It decides nothing: which pods of which victims is the record's business (:mod:`.record`).
 """
@@ -26,9 +32,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Literal
 
-from tidegate.bus import LeaseLost, Retryable
+from tidegate.bus import LeaseLost, LeaseUnconfirmed, Retryable
 from tidegate.kube import (
     JOBS,
     JOBSETS,
@@ -38,15 +44,15 @@ from tidegate.kube import (
     KubeError,
     NotFound,
     ResourceType,
+    TooManyRequests,
     resource_for_kind,
 )
 from tidegate.kube.ratelimit import TokenBucket
+from tidegate.model.names import PREEMPTED_BY_ANNOTATION, RESUME_ANNOTATION, RESUME_MANUAL
 from tidegate.preemption.record import PodRef, VictimRecord
 
 log = logging.getLogger(__name__)
 
-PREEMPTED_BY_ANNOTATION: Final = "tidegate.io/preempted-by"
-"""Set on an aborted victim's top owner: the key of the workload it was preempted for."""
 
 EvictionResult = Literal["evicted", "gone"]
 """What became of one pod: evicted now, or already gone / replaced."""
@@ -54,6 +60,25 @@ EvictionResult = Literal["evicted", "gone"]
 
 class EvictionFailed(Retryable):
     """A pod could not be evicted within the retry time: try the preemption again later."""
+
+
+class EvictionRefused(EvictionFailed):
+    """A PodDisruptionBudget refused evicting some pods now (429): finish later."""
+
+    def __init__(self, message: str, *, pods: Sequence[str], why: str) -> None:
+        """``pods``: the refused pods' names; ``why``: the API server's message."""
+        super().__init__(message)
+        self.pods = list(pods)
+        self.why = why
+
+
+class _RefusedError(Exception):
+    """One pod's eviction refused by its budget (internal)."""
+
+    def __init__(self, pod: PodRef, why: str) -> None:
+        super().__init__(why)
+        self.pod = pod
+        self.why = why
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +133,15 @@ class Evictor:
         for failure in failures:
             if not isinstance(failure, Exception) or isinstance(failure, LeaseLost):
                 raise failure
+        refused = [f for f in failures if isinstance(f, _RefusedError)]
+        if refused and len(refused) == len(failures):
+            names = [r.pod.name for r in refused]
+            raise EvictionRefused(
+                f"{len(refused)} of {len(pods)} pods of {victim.key} refused by their "
+                f"PodDisruptionBudget ({', '.join(names)}): {refused[0].why}",
+                pods=names,
+                why=refused[0].why,
+            )
         if failures:
             raise EvictionFailed(
                 f"{len(failures)} of {len(pods)} pods of {victim.key} not evicted: {failures[0]}"
@@ -118,13 +152,31 @@ class Evictor:
             if isinstance(result, str)
         }
 
+    async def refusals(self, pods: Sequence[PodRef]) -> dict[str, str]:
+        """Ask the API server, without evicting (``dryRun``), whether each pod may be evicted
+        now: the pods a PodDisruptionBudget refuses, by name, with the budget's words. Other
+        answers (gone, a transient failure) count as not refused: the eviction proper deals
+        with them."""
+        refused: dict[str, str] = {}
+        for pod in pods:
+            await self._bucket.acquire()
+            try:
+                await self._kube.evict_pod(
+                    pod.namespace, pod.name, uid=pod.uid or None, dry_run=True
+                )
+            except TooManyRequests as exc:
+                refused[pod.name] = _budget_words(exc)
+            except KubeError as exc:
+                log.info("dry-run eviction of %s/%s: %s", pod.namespace, pod.name, exc)
+        return refused
+
     async def abort(self, victim: VictimRecord, *, preemptor: str) -> None:
         """Suspend the victim's Job or JobSet and annotate its owner with the preemptor.
         An owner that is gone is fine; other kinds are only annotated (their pods are evicted
         all the same)."""
         namespace, _, name = victim.key.partition("/")
         resource = owner_resource(victim.owner_kind, victim.owner_api_version)
-        self._guard()
+        self._checked()
         try:
             if resource is None:
                 log.warning(
@@ -133,19 +185,27 @@ class Evictor:
                     victim.owner_kind,
                 )
                 return
-            if victim.owner_kind == "Job":
-                await self._kube.suspend_job(namespace, name)
-                self._guard()
-            elif victim.owner_kind == "JobSet":
-                await self._kube.suspend_jobset(namespace, name, resource=resource)
-                self._guard()
-            await self._kube.annotate(
-                resource, namespace, name, {PREEMPTED_BY_ANNOTATION: preemptor}
-            )
+            annotations = {PREEMPTED_BY_ANNOTATION: preemptor}
+            if victim.owner_kind in ("Job", "JobSet"):
+                # One patch: no moment where it is suspended without saying by whom.
+                annotations[RESUME_ANNOTATION] = RESUME_MANUAL
+                patch = {"metadata": {"annotations": annotations}, "spec": {"suspend": True}}
+                await self._kube.patch(resource, name, patch, namespace=namespace)
+                self._checked()
+            else:
+                await self._kube.annotate(resource, namespace, name, annotations)
         except NotFound:
             log.info("abort %s: its %s is gone already", victim.key, victim.owner_kind)
         except KubeError as exc:
             raise EvictionFailed(f"cannot abort {victim.key}: {exc}") from exc
+
+    def _checked(self) -> None:
+        """The guard; a lease not confirmed long enough defers the preemption (retried by the
+        reconcile loop), a lost one stops the service."""
+        try:
+            self._guard()
+        except LeaseUnconfirmed as exc:
+            raise EvictionFailed(str(exc)) from exc
 
     async def evict(self, pod: PodRef) -> EvictionResult:
         """Evict one pod, retrying transient failures (see the module docstring)."""
@@ -153,7 +213,7 @@ class Evictor:
         async with self._slots:
             while True:
                 await self._bucket.acquire()
-                self._guard()
+                self._checked()
                 try:
                     await self._kube.evict_pod(
                         pod.namespace,
@@ -164,6 +224,9 @@ class Evictor:
                 except (NotFound, Conflict):
                     self._observe("gone")
                     return "gone"
+                except TooManyRequests as exc:
+                    self._observe("refused")
+                    raise _RefusedError(pod, _budget_words(exc)) from exc
                 except TRANSIENT as exc:
                     if time.monotonic() >= deadline:
                         self._observe("failed")
@@ -178,6 +241,14 @@ class Evictor:
                     raise EvictionFailed(f"evicting pod {pod.namespace}/{pod.name}: {exc}") from exc
                 self._observe("evicted")
                 return "evicted"
+
+
+def _budget_words(exc: KubeError) -> str:
+    """What the API server said about the budget (its cause, else its message)."""
+    for cause in exc.causes:
+        if cause.message:
+            return cause.message
+    return exc.message or str(exc)
 
 
 def owner_resource(kind: str, api_version: str) -> ResourceType | None:

@@ -22,6 +22,7 @@ from tidegate.model import (
     Admitted,
     CapacityDomain,
     CapacityNode,
+    DisruptionBudgetState,
     NodeState,
     PodState,
     PreemptRequested,
@@ -69,6 +70,10 @@ class Handlers:
                 view.set_topology(body)
             case NodeState():
                 view.set_node(body)
+            case DisruptionBudgetState():
+                view.set_budget(body)
+            case Tombstone(object_kind="pdb", namespace=str(namespace), name=name):
+                view.remove_budget(namespace, name)
             case Tombstone(object_kind="workload", namespace=str(namespace), name=name):
                 view.remove_workload(workload_key(namespace, name))
                 self._touch(workload_key(namespace, name))

@@ -5,7 +5,11 @@ One :class:`Preempter` per leading instance. For a ``preempt-requested`` decisio
 1. checks the request is current: the preemptor exists with that UID and is not admitted, and
    the request is newer than the last one answered for it (a record in the ledger);
 2. runs the victim search on the view (:meth:`tidegate.preemption.view.PreemptionView.choose`,
-   which calls :func:`tidegate.policy.victims.select_victims`);
+   which calls :func:`tidegate.policy.victims.select_victims`; it skips gangs their
+   PodDisruptionBudgets protect), then asks the API server, without evicting (dry run),
+   whether every victim pod may be evicted now: if a budget refuses one, nothing is recorded,
+   published or evicted (the answer is ``budget-blocked``, with a PreemptionBlocked Event on
+   the victims and the preemptor) and admission asks again later;
 3. if the answer evicts someone: writes the preemption record (victims, their pods, modes and
    the nominated room) to the ledger, revision-checked, **before** publishing or evicting;
 4. publishes the ``preempted`` decision (deterministic event id) and marks the record
@@ -44,11 +48,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
 from tidegate.policy.victims import preempted_decision
-from tidegate.preemption.evict import EvictionFailed, Evictor
+from tidegate.preemption.evict import EvictionFailed, EvictionRefused, Evictor
 from tidegate.preemption.ledger import PreemptionLedger
 from tidegate.preemption.record import PodRef, PreemptionRecord, event_id
 from tidegate.preemption.view import PreemptionView, Unanswerable
-from tidegate.telemetry import extract, inject
+from tidegate.telemetry import extract, inject, victim_choice_span
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +61,9 @@ SOURCE: Final = "preemption"
 
 Publish = Callable[[str, Envelope], Awaitable[object]]
 """Publishes one envelope on a subject and waits for JetStream's acknowledgement."""
+
+Report = Callable[[WorkloadKey, str, str], Awaitable[None]]
+"""Records a Warning Event (reason, message) on a workload's top owner."""
 
 
 class PreemptionMetrics:
@@ -68,7 +75,7 @@ class PreemptionMetrics:
             "tidegate_preemption_requests_total",
             "Preempt requests handled, by outcome (preempts, fits, no-victims, "
             "not-a-reclaimer, exceeds-quota, card-quota-exceeded, invalid, queue-not-found, "
-            "unanswerable, stale, duplicate, resumed).",
+            "unanswerable, stale, duplicate, resumed, budget-blocked).",
             ["outcome"],
             registry=registry,
         )
@@ -81,8 +88,14 @@ class PreemptionMetrics:
         )
         self.evictions = Counter(
             "tidegate_preemption_pod_evictions_total",
-            "Pod evictions, by result (evicted, gone, failed).",
+            "Pod evictions, by result (evicted, gone, refused by a PodDisruptionBudget, failed).",
             ["result"],
+            registry=registry,
+        )
+        self.budget_blocked = Counter(
+            "tidegate_preemption_budget_blocked_total",
+            "Preemptions whose evictions a PodDisruptionBudget refused (429): finished later, "
+            "when the budget allows.",
             registry=registry,
         )
         self.search_seconds = Histogram(
@@ -116,8 +129,10 @@ class Preempter:
         publish: Publish,
         metrics: PreemptionMetrics,
         nomination_timeout_seconds: float,
+        report: Report | None = None,
     ) -> None:
-        """Wire the parts; nothing happens until :meth:`handle` or :meth:`reconcile`."""
+        """Wire the parts; nothing happens until :meth:`handle` or :meth:`reconcile`.
+        ``report`` records a Warning Event about a workload (key, reason, message)."""
         self._cluster = cluster
         self._view = view
         self._ledger = ledger
@@ -125,6 +140,7 @@ class Preempter:
         self._publish = publish
         self._metrics = metrics
         self._nomination_timeout = nomination_timeout_seconds
+        self._report = report
         self.lock = asyncio.Lock()
         """Held while a request is answered or records are reconciled: one at a time."""
 
@@ -179,7 +195,11 @@ class Preempter:
             queue=request.queue,
             topology=request.topology,
         )
-        self._metrics.search_seconds.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self._metrics.search_seconds.observe(took)
+        if not isinstance(choice, Unanswerable):
+            traces = {v: self._view.workload(v) for v in choice.victims}
+            victim_choice_span(workload, choice, traces, start=time.time() - took)
         if isinstance(choice, Unanswerable):
             log.warning("no victim search for %s: %s", key, choice.reason)
             return "unanswerable"
@@ -198,6 +218,26 @@ class Preempter:
             chosen = self._view.victim_record(victim, mode=choice.modes.get(victim, "restart"))
             if chosen is not None:
                 victims.append(chosen)
+        refused = await self._evictor.refusals([pod for v in victims for pod in v.pods])
+        if refused:
+            # Rolled back before anything is committed: no record, no decision, no eviction.
+            # The victims keep their admission; admission asks again after its timeout.
+            self._metrics.budget_blocked.inc()
+            names = ", ".join(sorted(refused))
+            why = next(iter(refused.values()))
+            log.warning(
+                "no preemption for %s: a PodDisruptionBudget refuses evicting %s (%s)",
+                key,
+                names,
+                why,
+                extra={"workload": key, "outcome": "budget-blocked"},
+            )
+            await self._tell_all(
+                [*(v.key for v in victims), key],
+                f"preemption for {key} not started: a PodDisruptionBudget refuses evicting "
+                f"{names} ({why}); asked again later",
+            )
+            return "budget-blocked"
         trace: dict[str, str] = {}
         inject(trace)
         record = PreemptionRecord(
@@ -224,12 +264,39 @@ class Preempter:
         """Finish ``record``; False (logged) when an eviction failed and it must wait."""
         try:
             await self.finish(record)
+        except EvictionRefused as exc:
+            self._metrics.budget_blocked.inc()
+            log.warning(
+                "preemption for %s waits for a PodDisruptionBudget, will be retried: %s",
+                record.preemptor,
+                exc,
+            )
+            await self._tell(record, exc)
+            return False
         except EvictionFailed as exc:
             log.warning(
                 "preemption for %s not finished, will be retried: %s", record.preemptor, exc
             )
             return False
         return True
+
+    async def _tell(self, record: PreemptionRecord, exc: EvictionRefused) -> None:
+        """Warning Events on the victims and the preemptor: a budget holds the eviction."""
+        message = (
+            f"eviction of {', '.join(exc.pods)} refused by a PodDisruptionBudget ({exc.why}); "
+            f"the preemption for {record.preemptor} is finished once the budget allows"
+        )
+        await self._tell_all([*(v.key for v in record.victims), record.preemptor], message)
+
+    async def _tell_all(self, keys: list[str], message: str) -> None:
+        """A PreemptionBlocked Warning Event on each workload of ``keys``."""
+        if self._report is None:
+            return
+        for key in keys:
+            try:
+                await self._report(WorkloadKey(key), "PreemptionBlocked", message)
+            except Exception as error:  # an Event is worth a log line, never a failure
+                log.warning("no PreemptionBlocked Event on %s: %s", key, error)
 
     async def finish(self, record: PreemptionRecord) -> None:
         """Publish the decision of ``record`` (unless it is out already) and mark it

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from tidegate.model import (
     Admitted,
     CapacityNode,
+    DisruptionBudgetState,
     NodeName,
     NodeState,
     PodState,
@@ -107,6 +108,8 @@ class PreemptionView:
         self._admitted: dict[WorkloadKey, _Admission] = {}
         self._released: dict[WorkloadKey, tuple[str, int]] = {}
         """Last release seen per workload: (uid, sequence)."""
+        self._budgets: dict[tuple[str, str], DisruptionBudgetState] = {}
+        """PodDisruptionBudgets by (namespace, name)."""
         self._nodes_at: dict[tuple[str, ...], set[NodeName]] = {}
         self._domain_of: dict[tuple[str, NodeName], tuple[str, ...]] = {}
 
@@ -125,6 +128,14 @@ class PreemptionView:
         self._workloads.pop(key, None)
         self._admitted.pop(key, None)
         self._released.pop(key, None)
+
+    def set_budget(self, budget: DisruptionBudgetState) -> None:
+        """A PodDisruptionBudget appeared or changed (the victim search honours it)."""
+        self._budgets[(budget.namespace, budget.name)] = budget
+
+    def remove_budget(self, namespace: str, name: str) -> None:
+        """A PodDisruptionBudget was deleted."""
+        self._budgets.pop((namespace, name), None)
 
     def set_pod(self, pod: PodState) -> None:
         """A pod appeared or changed."""
@@ -273,6 +284,7 @@ class PreemptionView:
                 running_seconds=max(int(now - started), 0),
                 admission=known.admitted.sequence,
                 queue=known.admitted.queue,
+                budgets=self._budgets.values(),
             )
             out.append(gang)
         return out

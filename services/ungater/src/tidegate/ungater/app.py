@@ -32,7 +32,18 @@ import contextlib
 import logging
 from collections.abc import Iterable
 
-from tidegate.bus import ConsumerSettings, Fence, Lease, LeaseLost, Published, StateFollower, layout
+from tidegate.bus import (
+    Bus,
+    ConsumerSettings,
+    Fence,
+    Lease,
+    LeaseLost,
+    Published,
+    Received,
+    StateFollower,
+    StateHandler,
+    layout,
+)
 from tidegate.kube import KubeClient
 from tidegate.kube import connect as connect_kube
 from tidegate.model import Envelope, WorkloadKey
@@ -98,13 +109,15 @@ async def start(
 
     view = View(on_change=changed)
     metrics = ReleaserMetrics(ctx.metrics.registry)
+    leader = _Leadership()
+    handled = _Handled()
     queues = QueueStatusWriter(
         view=view,
         kube=kube,
         interval_seconds=settings.queue_status_interval_seconds,
         errors=metrics.errors,
+        guard=leader.guard,
     )
-    leader = _Leadership()
     releaser = Releaser(
         view=view,
         kube=kube,
@@ -114,6 +127,7 @@ async def start(
         metrics=metrics,
         guard=leader.guard,
         publish=leader.publish,
+        decisions_current=lambda: handled.current(ctx.bus, cluster),
     )
     followers = [
         await ctx.follow(
@@ -126,7 +140,7 @@ async def start(
             "decisions",
             stream=layout.decisions_stream(cluster),
             subjects=decision_subjects(cluster),
-            handler=view.on_decision,
+            handler=handled.wrap(view.on_decision),
         ),
         await ctx.follow(
             "queues",
@@ -173,6 +187,27 @@ async def start(
             settings.webhook_cert_dir,
         )
     return releaser, queues
+
+
+class _Handled:
+    """The newest decision-stream sequence the view has handled."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+
+    def wrap(self, handler: StateHandler) -> StateHandler:
+        """``handler``, remembering the sequence of every message it handled."""
+
+        async def handle(received: Received) -> None:
+            await handler(received)
+            self.sequence = max(self.sequence, received.stream_sequence)
+
+        return handle
+
+    async def current(self, bus: Bus, cluster: str) -> bool:
+        """True unless the decision stream holds a followed decision the view has not seen."""
+        stream = layout.decisions_stream(cluster)
+        return not await bus.stored_after(stream, self.sequence, decision_subjects(cluster))
 
 
 class _Leadership:

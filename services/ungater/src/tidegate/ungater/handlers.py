@@ -13,12 +13,16 @@ Pending        Normal    waiting; message ``<reason token>: <admission's message
 Invalid        Warning   the workload (or its queue) is malformed; admission's message
 Preempted      Warning   evicted for an inference workload (by whom, restart or abort)
 Evicted        Warning   no replacement after a node failure: evicted whole, re-queued
+Suspended      Normal    suspended by someone else: its admission released, nothing reserved
 =============  ========  ==============================================================
 
 Admission publishes a pending decision only when the reason changes; a redelivered decision
 (at-least-once) with the same reason and message is not recorded twice. On an admission the
 workload's trace context is written to its top owner as the annotation
-``tidegate.io/trace-context`` (JSON of the W3C headers), so later steps join the same trace.
+``tidegate.io/trace-context`` (JSON of the W3C headers), so later steps join the same trace;
+an admitted Job or JobSet also gets ``tidegate.io/resume: manual`` there, so a later
+suspension of it is known to be someone else's (docs/workloads.md, "Suspended Jobs and
+JobSets"; one admitted while suspended for tidegate gets it when the releaser unsuspends it).
 
 Releasing pods is not done here (:mod:`tidegate.ungater.releaser` does it from the view);
 this module only reports.
@@ -43,6 +47,7 @@ from tidegate.kube import (
     ResourceType,
 )
 from tidegate.model import Admitted, Pending, Preempted, Released, WorkloadKey, WorkloadState
+from tidegate.model.names import RESUME_ANNOTATION, RESUME_MANUAL
 from tidegate.telemetry import inject
 from tidegate.ungater.status import placement_summary
 from tidegate.ungater.view import View
@@ -129,6 +134,8 @@ class Reporter:
                     return await self._preempted(body, received)
                 case Released(evict_pods=True):
                     return await self._evicted(body, received)
+                case Released(reason="Suspended"):
+                    return await self._suspended(body, received)
                 case _:
                     return Ack()
         except KubeError as exc:
@@ -152,13 +159,17 @@ class Reporter:
             carrier: dict[str, str] = {}
             inject(carrier)  # the decision's context: the workload's trace, continued
             carrier = carrier or dict(workload.trace_context)
+            annotations: dict[str, str] = {}
             if carrier:
+                annotations[TRACE_ANNOTATION] = json.dumps(carrier, sort_keys=True)
+            if workload.owner_kind in ("Job", "JobSet") and not workload.resume_on_admission:
+                # Admitted and running: a later suspension is someone else's (the one admitted
+                # while suspended for tidegate gets it with its unsuspension, by the releaser).
+                annotations[RESUME_ANNOTATION] = RESUME_MANUAL
+            if annotations:
                 with contextlib.suppress(NotFound):
                     await self.kube.annotate(
-                        resource,
-                        workload.namespace,
-                        workload.name,
-                        {TRACE_ANNOTATION: json.dumps(carrier, sort_keys=True)},
+                        resource, workload.namespace, workload.name, annotations
                     )
         return Ack()
 
@@ -199,6 +210,13 @@ class Reporter:
             return self._unknown(body.workload, received)
         message = body.message or "no replacement for slots lost to failed nodes"
         await self._event(workload, "Evicted", f"evicted whole and re-queued: {message}", "Warning")
+        return Ack()
+
+    async def _suspended(self, body: Released, received: Received) -> Outcome:
+        workload = self._workload(body.workload, body.uid)
+        if workload is None:
+            return self._unknown(body.workload, received)
+        await self._event(workload, "Suspended", f"admission released: {body.message}")
         return Ack()
 
     def _workload(self, key: str, uid: str) -> WorkloadState | None:

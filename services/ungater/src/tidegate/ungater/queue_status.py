@@ -35,13 +35,13 @@ counted in neither column for a moment.
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from prometheus_client import Counter
 
-from tidegate.bus import Received
+from tidegate.bus import LeaseUnconfirmed, Received
 from tidegate.kube import Invalid, KubeClient, KubeError, NotFound
 from tidegate.kube.eventrecord import timestamp
 from tidegate.model import QueueConfig, Tombstone, WorkloadKey, WorkloadState, format_quantity
@@ -238,9 +238,13 @@ class QueueStatusWriter:
         kube: KubeClient,
         interval_seconds: float,
         errors: Counter | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         """Write through ``kube`` at most once per queue per ``interval_seconds``; failed
-        writes count in ``errors`` (labelled ``operation="queue-status"``)."""
+        writes count in ``errors`` (labelled ``operation="queue-status"``); ``guard`` runs
+        before each write (the ungater's lease: LeaseUnconfirmed holds it back, LeaseLost
+        stops the service)."""
+        self._guard = guard or (lambda: None)
         self.view = view
         self.kube = kube
         self.interval_seconds = interval_seconds
@@ -333,6 +337,11 @@ class QueueStatusWriter:
                 else (),
             )
             if same_status(shown, desired):
+                return
+            try:
+                self._guard()
+            except LeaseUnconfirmed:
+                self._dirty.add(name)  # written once the lease is confirmed again
                 return
             await self.kube.patch_custom_status(
                 GROUP, VERSION, PLURAL, name, status_patch(desired, shown)

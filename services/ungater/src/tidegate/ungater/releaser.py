@@ -15,7 +15,12 @@ decision changed), and for each:
 4. asks admission for replacement slots when whole domains of the assignment lost their nodes
    (:class:`~tidegate.model.ReplaceRequested`), and evicts the remaining pods when admission
    answered that there is no room (``Released.evict_pods``);
-5. writes PodGroup status when it changed.
+5. writes PodGroup status when it changed;
+6. unsuspends a Job or JobSet admitted while suspended for tidegate (``resume_on_admission``,
+   Kueue's way): one merge patch sets ``spec.suspend: false`` and the annotation
+   ``tidegate.io/resume: manual`` (so any later suspension is someone else's), with the
+   object's uid as precondition (a re-created object of the same name is not touched). Its
+   controller then creates the pods, the webhook gates them, and step 2 releases them.
 
 One releaser acts at a time (the ``ungater`` lease, see :mod:`tidegate.ungater.app`): every
 Kubernetes write is sent only after ``guard()`` passed (the lease is held with a margin), and
@@ -44,12 +49,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
-from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from tidegate.bus import Bus, BusError, LeaseLost, Published
+from tidegate.bus import Bus, BusError, LeaseLost, LeaseUnconfirmed, Published
 from tidegate.kube import (
+    JOBS,
+    JOBSETS,
     PODS,
+    Conflict,
     Invalid,
     KubeClient,
     KubeError,
@@ -68,15 +75,17 @@ from tidegate.model import (
     WorkloadState,
     subjects,
 )
-from tidegate.model.names import ADMISSION_GATE
+from tidegate.model.names import ADMISSION_GATE, RESUME_ANNOTATION, RESUME_MANUAL
 from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, parse_card_name
-from tidegate.telemetry import extract
+from tidegate.telemetry import note_pod_released, release_span
 from tidegate.ungater import slots, status
 from tidegate.ungater.config import UngaterSettings
 from tidegate.ungater.view import View
 
 log = logging.getLogger(__name__)
-tracer = trace.get_tracer("tidegate.ungater")
+
+RESUMABLE: dict[str, ResourceType] = {"Job": JOBS, "JobSet": JOBSETS}
+"""Owner kinds the ungater unsuspends on admission."""
 
 SOURCE = "ungater"
 """The ``source`` of every envelope this service publishes."""
@@ -114,6 +123,11 @@ class ReleaserMetrics:
         self.evicted = Counter(
             "tidegate_ungater_pods_evicted_total",
             "Pods evicted because admission found no replacement after a node failure.",
+            registry=registry,
+        )
+        self.resumed = Counter(
+            "tidegate_ungater_workloads_resumed_total",
+            "Jobs and JobSets unsuspended on admission (created suspended for tidegate).",
             registry=registry,
         )
         self.replacements = Counter(
@@ -181,6 +195,7 @@ class Releaser:
         clock: Callable[[], float] = time.monotonic,
         guard: Guard | None = None,
         publish: Publish | None = None,
+        decisions_current: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """Wire the releaser; call :meth:`mark` as the view's ``on_change``. ``guard`` runs
         before every Kubernetes write, ``publish`` (default: ``bus.publish``) sends the
@@ -188,6 +203,8 @@ class Releaser:
         self.view = view
         self._guard = guard or (lambda: None)
         self._publish = publish or bus.publish
+        self._decisions_current = decisions_current
+        """True when the view has every decision the stream holds (see :meth:`round`)."""
         self.kube = kube
         self.bus = bus
         self.cluster = cluster
@@ -205,6 +222,8 @@ class Releaser:
         self._released_under: dict[WorkloadKey, dict[str, int]] = {}
         """Per workload: pod uid → sequence of the admission this process released it under."""
         self._status: dict[WorkloadKey, dict[str, object]] = {}
+        self._resumed: dict[WorkloadKey, tuple[str, int]] = {}
+        """Per workload: (uid, admission sequence) this process unsuspended it for."""
         self._stop = asyncio.Event()
         self.rounds = 0
         """Rounds completed (tests wait on it)."""
@@ -278,10 +297,19 @@ class Releaser:
         started = time.perf_counter()
         self._wake.clear()
         keys, self._dirty = sorted(self._dirty), set()
+        # Releases only from a view that has every decision stored so far: a `preempted` is
+        # stored before its victims' pods are evicted, so before their replacements exist; a
+        # decision stream that lags the state stream (its leader failing over) must not let
+        # those replacements into the victim's old slots. No await between this check and
+        # the planning below.
+        releasing = await self._decisions_are_current()
         waiting = 0
         work: list[_Work] = []
+        held: list[WorkloadKey] = []
         for key in keys:
-            item, left = self._plan(key)
+            item, left = self._plan(key, releasing=releasing)
+            if not releasing and self.view.verdict(key).admitted is not None:
+                held.append(key)
             waiting += left
             if item.writes:
                 work.append(item)
@@ -292,10 +320,24 @@ class Releaser:
                 tasks.create_task(self._execute(item))
         self.rounds += 1
         self.metrics.round_seconds.observe(time.perf_counter() - started)
+        if held:
+            self.mark(held)
+
+    async def _decisions_are_current(self) -> bool:
+        if self._decisions_current is None:
+            return True
+        try:
+            current = await self._decisions_current()
+        except BusError as exc:
+            log.warning("ungater: cannot tell whether the decisions are current: %s", exc)
+            return False
+        if not current:
+            log.info("ungater: the decision stream is ahead of the view; releases wait")
+        return current
 
     # ------------------------------------------------------------------ planning (no awaits)
 
-    def _plan(self, key: WorkloadKey) -> tuple[_Work, int]:
+    def _plan(self, key: WorkloadKey, *, releasing: bool = True) -> tuple[_Work, int]:
         view = self.view
         workload = view.workloads.get(key)
         verdict = view.verdict(key)
@@ -306,8 +348,11 @@ class Releaser:
         waiting = 0
         admitted = verdict.admitted
         if admitted is not None:
-            waiting = self._plan_releases(item, admitted, members)
+            if releasing:
+                waiting = self._plan_releases(item, admitted, members)
             self._plan_replacement(item, admitted)
+            if releasing:
+                self._plan_resume(item, workload, admitted)
         else:
             self._asked.pop(key, None)
         if verdict.released is not None and verdict.released.evict_pods:
@@ -517,6 +562,27 @@ class Releaser:
             evicting.add(pod.uid)
             item.writes.append(_bind(self._evict, pod))
 
+    def _plan_resume(self, item: _Work, workload: WorkloadState | None, admitted: Admitted) -> None:
+        """Unsuspend a workload admitted while suspended for tidegate (module docstring), once
+        per admission in this process."""
+        if workload is None or workload.uid != admitted.uid:
+            return
+        if not (workload.suspended and workload.resume_on_admission):
+            return
+        resource = RESUMABLE.get(workload.owner_kind)
+        if resource is None:
+            return
+        marker = (workload.uid, admitted.sequence)
+        if self._resumed.get(item.key) == marker:
+            return
+        self._resumed[item.key] = marker
+        if workload.owner_kind == "JobSet" and workload.owner_api_version:
+            group, _, version = workload.owner_api_version.partition("/")
+            resource = ResourceType(
+                group=group, version=version, plural=resource.plural, kind=resource.kind
+            )
+        item.writes.append(_bind(self._resume, workload, resource))
+
     def _plan_status(self, item: _Work, workload: WorkloadState, members: list[PodState]) -> None:
         verdict = self.view.verdict(item.key)
         previous = self._status.get(item.key)
@@ -549,10 +615,7 @@ class Releaser:
     # ------------------------------------------------------------------ writes
 
     async def _execute(self, item: _Work) -> None:
-        context = extract(item.workload.trace_context if item.workload else None)
-        with tracer.start_as_current_span(
-            f"ungate {item.key}", context=context, attributes={"tidegate.workload": item.key}
-        ):
+        with release_span(item.key, item.workload):
             async with asyncio.TaskGroup() as tasks:
                 for write in item.writes:
                     tasks.create_task(self._limited(write))
@@ -562,9 +625,23 @@ class Releaser:
             if not self._stop.is_set():
                 await write()
 
+    def _may_write(self, key: WorkloadKey, what: str) -> bool:
+        """The guard before a Kubernetes write: False (the write is planned again soon) while
+        the lease is not confirmed long enough; LeaseLost (the service stops) once it is
+        lost."""
+        try:
+            self._guard()
+        except LeaseUnconfirmed as exc:
+            log.info("ungater: %s held back: %s", what, exc)
+            self.mark([key])
+            return False
+        return True
+
     async def _release(self, pod: PodState, selector: dict[str, str]) -> None:
         key = WorkloadKey(pod.workload or "")
-        self._guard()
+        if not self._may_write(key, f"release of pod {pod.namespace}/{pod.name}"):
+            self._forget_expectation(key, pod.uid)
+            return
         try:
             await self.kube.ungate_pod(
                 pod.namespace, pod.name, gate=ADMISSION_GATE, node_selector=selector
@@ -598,6 +675,7 @@ class Releaser:
             )
             self.mark([key])
         else:
+            note_pod_released(pod, selector)
             self.metrics.released.inc()
             log.info(
                 "ungater: released pod %s/%s into %s",
@@ -622,7 +700,10 @@ class Releaser:
         return ADMISSION_GATE not in _gates(current)
 
     async def _evict(self, pod: PodState) -> None:
-        self._guard()
+        key = WorkloadKey(pod.workload or "")
+        if not self._may_write(key, f"eviction of pod {pod.namespace}/{pod.name}"):
+            self._evicting.get(key, set()).discard(pod.uid)
+            return
         try:
             await self.kube.evict_pod(pod.namespace, pod.name, uid=pod.uid)
         except NotFound:
@@ -640,6 +721,34 @@ class Releaser:
                 "ungater: evicted pod %s/%s (no replacement after node failure)",
                 pod.namespace,
                 pod.name,
+            )
+
+    async def _resume(self, workload: WorkloadState, resource: ResourceType) -> None:
+        key = WorkloadKey(f"{workload.namespace}/{workload.name}")
+        patch = {
+            "metadata": {
+                "uid": workload.uid,
+                "annotations": {RESUME_ANNOTATION: RESUME_MANUAL},
+            },
+            "spec": {"suspend": False},
+        }
+        self._guard()
+        try:
+            await self.kube.patch(resource, workload.name, patch, namespace=workload.namespace)
+        except (NotFound, Conflict):
+            log.info("ungater: %s %s is gone or was re-created; not resumed", resource.kind, key)
+        except KubeError as exc:
+            self._resumed.pop(key, None)
+            self.metrics.errors.labels(operation="resume").inc()
+            log.warning("ungater: resuming %s %s failed, will retry: %s", resource.kind, key, exc)
+            self.mark([key])
+        else:
+            self.metrics.resumed.inc()
+            log.info(
+                "ungater: unsuspended %s %s on its admission",
+                resource.kind,
+                key,
+                extra={"workload": key},
             )
 
     async def _ask_replacement(self, request: ReplaceRequested, event_id: str) -> None:
@@ -676,7 +785,9 @@ class Releaser:
         self, workload: WorkloadState, desired: dict[str, object], first: bool
     ) -> None:
         key = WorkloadKey(f"{workload.namespace}/{workload.name}")
-        self._guard()
+        if not self._may_write(key, f"status of PodGroup {key}"):
+            self._status.pop(key, None)
+            return
         try:
             if first:
                 desired = await self._carry_over(workload, desired)

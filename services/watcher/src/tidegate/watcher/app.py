@@ -39,6 +39,7 @@ from tidegate.kube import (
     JOBS,
     JOBSETS,
     NODES,
+    PDBS,
     PODGROUPS,
     PODS,
     PRIORITY_CLASSES,
@@ -56,9 +57,17 @@ from tidegate.kube import (
     Synced,
 )
 from tidegate.kube import connect as connect_kube
-from tidegate.model import Tombstone, subjects
+from tidegate.model import PodState, Tombstone, WorkloadState, subjects
 from tidegate.placement import PROFILES
 from tidegate.runtime import ServiceContext
+from tidegate.telemetry import (
+    continuing,
+    export_workload_root,
+    flush_spans,
+    newly_bound,
+    pods_bound_span,
+    workload_trace,
+)
 from tidegate.watcher.config import WatcherSettings
 from tidegate.watcher.handlers import fold
 from tidegate.watcher.index import ClusterIndex, ObjectKind, StateKey
@@ -84,6 +93,7 @@ def resource_types(settings: WatcherSettings) -> dict[ObjectKind, ResourceType]:
         "PodGroup": PODGROUPS,
         "Topology": TOPOLOGIES,
         "Queue": QUEUES,
+        "PodDisruptionBudget": PDBS,
         "KueueTopology": ResourceType(
             group="kueue.x-k8s.io",
             version=settings.kueue_topology_version,
@@ -158,6 +168,10 @@ class Watcher:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue(maxsize=4 * settings.batch_max_events)
         self._unsynced: set[ObjectKind] = set(self.resources)
         self._retry: set[StateKey] = set()
+        self._bound: dict[str, list[PodState]] = {}
+        """Pods this batch of publications showed bound, by workload (for its trace)."""
+        self._roots = 0
+        """Root spans exported by this batch of publications, not flushed yet."""
 
     async def run(self) -> None:
         """Replay, list+watch, reconcile, then follow until cancelled."""
@@ -289,7 +303,8 @@ class Watcher:
         failed: set[str] = set()
         try:
             for publication in plan.publications:
-                await publisher.submit(publication.subject, publication.envelope)
+                with continuing(workload_trace(publication.envelope.body)):
+                    await publisher.submit(publication.subject, publication.envelope)
             await publisher.flush()
         except PublishError as exc:
             failed = {failure.event_id for failure in exc.failures}
@@ -305,8 +320,22 @@ class Watcher:
                 self.stats.publish_failures += 1
                 continue
             self._stored(publication)
+        self._trace_bound()
+        if self._roots:
+            # A root lost in a crash would never be exported again (it is made once): send
+            # the roots now rather than within the exporter's batch delay.
+            self._roots = 0
+            await asyncio.to_thread(flush_spans)
 
     def _stored(self, publication: Publication) -> None:
+        body = publication.envelope.body
+        last = self.mirror.last(publication.key)
+        if isinstance(body, WorkloadState):
+            if not isinstance(last, WorkloadState) or last.uid != body.uid:
+                # Its first publication: the trace's root span.
+                self._roots += export_workload_root(body)
+        elif isinstance(body, PodState) and body.workload and newly_bound(body, last):
+            self._bound.setdefault(body.workload, []).append(body)
         self.mirror.stored(publication)
         if isinstance(publication.envelope.body, Tombstone):
             self.stats.tombstones += 1
@@ -314,6 +343,14 @@ class Watcher:
             self.stats.snapshots += 1
         for problem in publication.problems:
             log.warning("%s", problem, extra={"subject": publication.subject})
+
+    def _trace_bound(self) -> None:
+        """One ``bind pods`` span per workload whose pods this batch showed bound."""
+        for key, pods in self._bound.items():
+            namespace, _, name = key.partition("/")
+            workload = self.mirror.last(StateKey("workload", namespace, name))
+            pods_bound_span(key, workload if isinstance(workload, WorkloadState) else None, pods)
+        self._bound.clear()
 
 
 class WatcherCollector(Collector):

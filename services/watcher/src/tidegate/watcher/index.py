@@ -13,6 +13,8 @@ Rules kept here:
   gate (or, after a restart, once the state stream says it was published before), and stays
   managed while its owner exists. Unmanaged workloads are never published, and their pods are
   published with ``workload`` null (they still count for capacity).
+- A Job or JobSet created suspended that names a queue, Kueue's way, is managed from the
+  start, without pods (it has none until tidegate unsuspends it; :mod:`tidegate.watcher.suspend`).
 - A pod whose owner chain names an object not seen yet (a ReplicaSet whose event has not arrived)
   waits: it is published without a workload until the owner arrives, and its workload is not
   created from it, so no spurious workload keyed by the ReplicaSet ever appears.
@@ -34,7 +36,7 @@ from typing import Literal, NamedTuple
 
 import msgspec
 
-from tidegate.model.events import Message, ServiceType, WorkloadState
+from tidegate.model.events import DisruptionBudgetState, Message, ServiceType, WorkloadState
 from tidegate.model.names import ADMISSION_GATE
 from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
 from tidegate.watcher import keys
@@ -48,6 +50,7 @@ from tidegate.watcher.objects import (
     ObjectError,
     ObjectMeta,
     Pod,
+    PodDisruptionBudget,
     PodGroup,
     PriorityClass,
     ReplicaOwner,
@@ -56,6 +59,7 @@ from tidegate.watcher.objects import (
     describe_error,
 )
 from tidegate.watcher.recognize import Context, Owner, OwnerObject, pod_position, recognize
+from tidegate.watcher.suspend import suspension
 
 ObjectKind = Literal[
     "Node",
@@ -69,11 +73,12 @@ ObjectKind = Literal[
     "KueueTopology",
     "Queue",
     "PriorityClass",
+    "PodDisruptionBudget",
 ]
 """The kinds the watcher follows; "KueueTopology" is kueue.x-k8s.io's Topology."""
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-StateKind = Literal["node", "pod", "workload", "topology", "queue"]
+StateKind = Literal["node", "pod", "workload", "topology", "queue", "pdb"]
 
 OWNER_KINDS: Mapping[ObjectKind, type[Job | JobSet | ReplicaOwner]] = {
     "Job": Job,
@@ -155,6 +160,8 @@ class ClusterIndex:
         self.queues: dict[str, object] = {}
         """Queue objects as received (decoded when published, so errors become invalid_reason)."""
         self.priority_classes: dict[str, PriorityClass] = {}
+        self.budgets: dict[tuple[str, str], PodDisruptionBudget] = {}
+        """PodDisruptionBudgets by (namespace, name)."""
         self.managed: set[tuple[str, str]] = set()
         self._resolution: dict[tuple[str, str], _Resolution] = {}
         self._members: dict[tuple[str, str], set[tuple[str, str]]] = {}
@@ -204,6 +211,13 @@ class ClusterIndex:
             applied.affected.add(StateKey("queue", None, meta.name))
         elif kind == "PriorityClass":
             self._apply_priority_class(meta, obj, deleted, applied)
+        elif kind == "PodDisruptionBudget":
+            self._apply_budget(meta, obj, deleted, applied)
+        if kind == "Pod" or kind in OWNER_KINDS:
+            # A budget counts the managed pods it selects by workload.
+            applied.affected.update(
+                StateKey("pdb", ns, name) for ns, name in self.budgets if ns == meta.namespace
+            )
         if meta.resource_version:
             for key in applied.affected:
                 old = self._versions.get(key)
@@ -240,6 +254,7 @@ class ClusterIndex:
         out.update(StateKey("workload", ns, name) for ns, name in self.managed)
         out.update(StateKey("topology", None, name) for _, name in self.topologies)
         out.update(StateKey("queue", None, name) for name in self.queues)
+        out.update(StateKey("pdb", ns, name) for ns, name in self.budgets)
         return out
 
     def desired(self, key: StateKey) -> Desired:
@@ -258,6 +273,8 @@ class ClusterIndex:
             return self._desired_workload((key.namespace or "", key.name))
         if key.kind == "topology":
             return self._desired_topology(key.name)
+        if key.kind == "pdb":
+            return self._desired_budget((key.namespace or "", key.name))
         raw = self.queues.get(key.name)
         if raw is None:
             return Desired(None)
@@ -334,6 +351,49 @@ class ClusterIndex:
                 applied.problems.append(f"PriorityClass {meta.name}: {describe_error(exc)}")
                 return
         self._context_changed(applied)
+
+    def _apply_budget(
+        self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
+    ) -> None:
+        key = (meta.namespace, meta.name)
+        applied.affected.add(StateKey("pdb", *key))
+        if deleted:
+            self.budgets.pop(key, None)
+            return
+        try:
+            self.budgets[key] = decode(obj, PodDisruptionBudget)
+        except ObjectError as exc:
+            self.budgets.pop(key, None)
+            applied.problems.append(f"PodDisruptionBudget {key[0]}/{key[1]}: {describe_error(exc)}")
+
+    def _desired_budget(self, key: tuple[str, str]) -> Desired:
+        """The budget with the managed workloads whose live pods it selects, counted."""
+        budget = self.budgets.get(key)
+        if budget is None:
+            return Desired(None)
+        covered: dict[str, int] = {}
+        selector = budget.spec.selector
+        if selector is not None:
+            # Only managed workloads count, so only their members are looked at.
+            for workload in sorted(w for w in self.managed if w[0] == key[0]):
+                for pod in self._member_pods(workload):
+                    if settled(pod) or pod.metadata.deletion_timestamp:
+                        continue
+                    if selector.matches(pod.metadata.labels):
+                        name = "/".join(workload)
+                        covered[name] = covered.get(name, 0) + 1
+        status = budget.status
+        message = DisruptionBudgetState(
+            namespace=key[0],
+            name=key[1],
+            uid=budget.metadata.uid,
+            disruptions_allowed=status.disruptions_allowed,
+            expected_pods=status.expected_pods,
+            current_healthy=status.current_healthy,
+            desired_healthy=status.desired_healthy,
+            workloads=dict(sorted(covered.items())),
+        )
+        return Desired(message, budget.metadata.uid)
 
     def _context_changed(self, applied: Applied) -> None:
         self._context = None
@@ -469,7 +529,8 @@ class ClusterIndex:
             owner = self._owner_of(resolution.workload)
             if owner is not None:
                 workload = f"{resolution.workload[0]}/{resolution.workload[1]}"
-                podset, rank, _ = pod_position(owner, pod)
+                placement = self.context().placement_labels
+                podset, rank, _ = pod_position(owner, pod, placement)
         message, problems = pod_state(pod, workload=workload, podset=podset, rank=rank)
         where = f"Pod {key[0]}/{key[1]}"
         return Desired(message, pod.metadata.uid, tuple(f"{where}: {p}" for p in problems))
@@ -497,6 +558,7 @@ class ClusterIndex:
             if parent is not None:
                 self._children.setdefault(parent.uid, set()).add(meta.uid)
             applied.affected.update(self._owner_workloads(owner))
+            self._manage_if_queued(owner)
         self._relink([meta.uid, *self._children.get(meta.uid, ())], applied)
         if deleted:
             self._children.pop(meta.uid, None)
@@ -522,6 +584,14 @@ class ClusterIndex:
         except ObjectError as exc:
             return Owner(kind, api_version, meta, None, describe_error(exc))
         return Owner(kind, api_version, meta, decoded)
+
+    def _manage_if_queued(self, owner: Owner) -> None:
+        """A top owner created suspended for tidegate is managed before it has any pod."""
+        resolution = self._top(owner)
+        if resolution.owner != ("owner", owner.meta.uid) or resolution.workload is None:
+            return
+        if suspension(owner.meta, owner.obj).resume_on_admission:
+            self.managed.add(resolution.workload)
 
     def _owner_workloads(self, owner: Owner) -> set[StateKey]:
         resolution = self._top(owner)

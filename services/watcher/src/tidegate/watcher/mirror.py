@@ -24,6 +24,7 @@ import msgspec
 
 from tidegate.model import subjects
 from tidegate.model.events import (
+    DisruptionBudgetState,
     Envelope,
     Message,
     NodeState,
@@ -76,6 +77,8 @@ def subject_for(cluster: str, key: StateKey) -> str:
         return subjects.workload(cluster, key.namespace or "", key.name)
     if key.kind == "topology":
         return subjects.topology(cluster, key.name)
+    if key.kind == "pdb":
+        return subjects.disruption_budget(cluster, key.namespace or "", key.name)
     return subjects.queue(cluster, key.name)
 
 
@@ -91,6 +94,8 @@ def key_of(message: Message) -> StateKey | None:
         return StateKey("topology", None, message.name)
     if isinstance(message, QueueConfig):
         return StateKey("queue", None, message.name)
+    if isinstance(message, DisruptionBudgetState):
+        return StateKey("pdb", message.namespace, message.name)
     if isinstance(message, Tombstone):
         return StateKey(message.object_kind, message.namespace, message.name)
     return None

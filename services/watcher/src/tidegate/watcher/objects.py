@@ -209,6 +209,7 @@ class JobSpec(_K8s, frozen=True, kw_only=True):
 
     parallelism: int | None = None
     completions: int | None = None
+    suspend: bool | None = None
     template: PodTemplateSpec = msgspec.field(default_factory=PodTemplateSpec)
 
 
@@ -239,6 +240,7 @@ class JobSetSpec(_K8s, frozen=True, kw_only=True):
     """spec of a jobset.x-k8s.io JobSet."""
 
     replicated_jobs: list[ReplicatedJob] = msgspec.field(default_factory=list)
+    suspend: bool | None = None
 
 
 class JobSet(_K8s, frozen=True, kw_only=True):
@@ -326,6 +328,66 @@ class PriorityClass(_K8s, frozen=True, kw_only=True):
     metadata: ObjectMeta
     value: int = 0
     global_default: bool = False
+
+
+class LabelSelectorRequirement(_K8s, frozen=True, kw_only=True):
+    """matchExpressions[] of a LabelSelector."""
+
+    key: str
+    operator: str
+    values: list[str] = msgspec.field(default_factory=list)
+
+
+class LabelSelector(_K8s, frozen=True, kw_only=True):
+    """A metav1.LabelSelector."""
+
+    match_labels: dict[str, str] = msgspec.field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = msgspec.field(default_factory=list)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        """Whether ``labels`` satisfy the selector (an empty selector matches everything)."""
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        for requirement in self.match_expressions:
+            present = requirement.key in labels
+            value = labels.get(requirement.key)
+            match requirement.operator:
+                case "In":
+                    ok = present and value in requirement.values
+                case "NotIn":
+                    ok = not present or value not in requirement.values
+                case "Exists":
+                    ok = present
+                case "DoesNotExist":
+                    ok = not present
+                case _:
+                    ok = False
+            if not ok:
+                return False
+        return True
+
+
+class PodDisruptionBudgetSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a policy/v1 PodDisruptionBudget (only what tidegate reads)."""
+
+    selector: LabelSelector | None = None
+
+
+class PodDisruptionBudgetStatus(_K8s, frozen=True, kw_only=True):
+    """status of a PodDisruptionBudget, as the disruption controller writes it."""
+
+    disruptions_allowed: int = 0
+    expected_pods: int = 0
+    current_healthy: int = 0
+    desired_healthy: int = 0
+
+
+class PodDisruptionBudget(_K8s, frozen=True, kw_only=True):
+    """A policy/v1 PodDisruptionBudget."""
+
+    metadata: ObjectMeta
+    spec: PodDisruptionBudgetSpec = msgspec.field(default_factory=PodDisruptionBudgetSpec)
+    status: PodDisruptionBudgetStatus = msgspec.field(default_factory=PodDisruptionBudgetStatus)
 
 
 # --------------------------------------------------------------------------- decoding

@@ -20,12 +20,15 @@ from dataclasses import dataclass, field
 import msgspec
 
 from tidegate.model.events import PodSetSpec, ServiceType, TopologyRequest, WorkloadState
+from tidegate.model.names import ADMISSION_GATE
+from tidegate.policy.cards import GPU_PRODUCT_LABEL
 from tidegate.policy.service_type import (
     DEFAULT_OWNER_KIND_SERVICE_TYPES,
     SERVICE_TYPES,
     ServiceTypeError,
     resolve_service_type,
 )
+from tidegate.telemetry import workload_trace_context
 from tidegate.watcher import keys
 from tidegate.watcher.annotations import (
     Found,
@@ -50,6 +53,7 @@ from tidegate.watcher.objects import (
     timestamp,
 )
 from tidegate.watcher.requests import pod_requests
+from tidegate.watcher.suspend import suspension
 
 MAIN_PODSET = "main"
 """Name of the only podset of a Job, Deployment, ReplicaSet or bare Pod (as in Kueue)."""
@@ -99,6 +103,13 @@ class Context:
     profiles: Collection[str] | None = None
     """Placement profile names accepted; None accepts any."""
 
+    @property
+    def placement_labels(self) -> frozenset[str]:
+        """Node labels the ungater may add to a pod's nodeSelector when it releases it: every
+        known Topology level and the GPU product label."""
+        levels = {level for topology in self.topologies.values() for level in topology}
+        return frozenset(levels | {GPU_PRODUCT_LABEL})
+
 
 # --------------------------------------------------------------------------- pod positions
 
@@ -130,12 +141,26 @@ def _int_label(meta: ObjectMeta, name: str, problems: list[str]) -> int | None:
     return value
 
 
-def pod_role(pod: Pod) -> str:
+def own_node_selector(pod: Pod, placement_labels: Collection[str]) -> dict[str, str]:
+    """The nodeSelector the pod was created with.
+
+    Once released (tidegate's gate gone) a managed pod also carries what the ungater added —
+    the levels of its slot's domain and the GPU product — which pins it to a host: those keys
+    (``placement_labels``) are not the pod's own. A gated pod's selector is all its own.
+    """
+    selector = pod.spec.node_selector
+    if any(gate.name == ADMISSION_GATE for gate in pod.spec.scheduling_gates):
+        return dict(selector)
+    return {key: value for key, value in selector.items() if key not in placement_labels}
+
+
+def pod_role(pod: Pod, placement_labels: Collection[str] = frozenset()) -> str:
     """The podset of a PodGroup member (or a pod of an owner whose spec tidegate cannot read).
 
     The ``tidegate.io/role`` label, else the ``pod-template-hash`` label, else ``pods-<hash>``
-    of the pod's shape (containers, init containers, overhead, nodeSelector, tolerations), so
-    identical pods share a podset.
+    of the pod's shape (containers, init containers, overhead, its own nodeSelector — without
+    what the ungater added on release, see :func:`own_node_selector` — tolerations), so
+    identical pods share a podset before and after their release.
     """
     labels = pod.metadata.labels
     if labels.get(keys.TG_ROLE):
@@ -148,7 +173,7 @@ def pod_role(pod: Pod) -> str:
             spec.containers,
             spec.init_containers,
             spec.overhead,
-            spec.node_selector,
+            own_node_selector(pod, placement_labels),
             spec.tolerations,
         ],
         order="deterministic",
@@ -156,8 +181,11 @@ def pod_role(pod: Pod) -> str:
     return "pods-" + hashlib.sha256(shape).hexdigest()[:8]
 
 
-def pod_position(owner: Owner, pod: Pod) -> tuple[str, int | None, list[str]]:
-    """The pod's podset and rank within it, and problems with its index labels.
+def pod_position(
+    owner: Owner, pod: Pod, placement_labels: Collection[str] = frozenset()
+) -> tuple[str, int | None, list[str]]:
+    """The pod's podset and rank within it, and problems with its index labels
+    (``placement_labels``: see :func:`own_node_selector`).
 
     Rank: the Job completion index; for a JobSet, job index × pods per job + completion index;
     for a PodGroup member, ``tidegate.io/pod-index`` (else its completion index); else None.
@@ -181,7 +209,7 @@ def pod_position(owner: Owner, pod: Pod) -> tuple[str, int | None, list[str]]:
     if owner.kind == "Pod":
         return MAIN_PODSET, _int_label(meta, keys.TG_POD_INDEX, problems), problems
     rank = _int_label(meta, keys.TG_POD_INDEX, problems)
-    return pod_role(pod), completion if rank is None else rank, problems
+    return pod_role(pod, placement_labels), completion if rank is None else rank, problems
 
 
 # --------------------------------------------------------------------------- podsets
@@ -199,6 +227,8 @@ class _PodSetSource:
     layers: tuple[Layer, ...]
     """Template first, owner last."""
     pods_per_index_group: int | None = None
+    node_selector: Mapping[str, str] | None = None
+    """The podset's nodeSelector when not ``spec``'s (pods released by the ungater)."""
 
 
 def _owner_layer(owner: Owner) -> Layer:
@@ -220,7 +250,12 @@ def _one_template(
     ]
 
 
-def _sources(owner: Owner, members: Sequence[Pod], problems: list[str]) -> list[_PodSetSource]:
+def _sources(
+    owner: Owner,
+    members: Sequence[Pod],
+    problems: list[str],
+    placement_labels: Collection[str] = frozenset(),
+) -> list[_PodSetSource]:
     obj = owner.obj
     top = _owner_layer(owner)
     where = owner.describe()
@@ -269,7 +304,7 @@ def _sources(owner: Owner, members: Sequence[Pod], problems: list[str]) -> list[
     # PodGroup, bare Pod, or an owner tidegate cannot read: podsets from the pods themselves.
     roles: dict[str, list[Pod]] = {}
     for pod in sorted(members, key=lambda p: p.metadata.name):
-        name = MAIN_PODSET if owner.kind == "Pod" else pod_role(pod)
+        name = MAIN_PODSET if owner.kind == "Pod" else pod_role(pod, placement_labels)
         roles.setdefault(name, []).append(pod)
     sources = []
     for name in sorted(roles):
@@ -281,7 +316,16 @@ def _sources(owner: Owner, members: Sequence[Pod], problems: list[str]) -> list[
         )
         if owner.kind != "Pod":
             layers = (*layers, top)
-        sources.append(_PodSetSource(name, len(pods), first.spec, f"{pod_where} spec", layers))
+        sources.append(
+            _PodSetSource(
+                name,
+                len(pods),
+                first.spec,
+                f"{pod_where} spec",
+                layers,
+                node_selector=own_node_selector(first, placement_labels),
+            )
+        )
     return sources
 
 
@@ -303,7 +347,9 @@ def _podset(
         count=source.count,
         requests=requests,
         topology=topology,
-        node_selector=dict(source.spec.node_selector),
+        node_selector=dict(
+            source.spec.node_selector if source.node_selector is None else source.node_selector
+        ),
         tolerations=[toleration(t) for t in source.spec.tolerations],
         group=settings.group,
         pods_per_index_group=source.pods_per_index_group,
@@ -317,8 +363,7 @@ def _podset(
 def derived_trace_context(uid: str) -> dict[str, str]:
     """A W3C traceparent derived from the workload's UID, so every service that continues it
     lands in the same trace, and republishing the workload never changes it."""
-    digest = hashlib.sha256(f"tidegate-workload:{uid}".encode()).hexdigest()
-    return {"traceparent": f"00-{digest[:32]}-{digest[32:48]}-01"}
+    return workload_trace_context(uid)
 
 
 def _priority(
@@ -381,7 +426,8 @@ def recognize(owner: Owner, members: Sequence[Pod], context: Context) -> Workloa
     problems: list[str] = []
     if owner.error is not None:
         problems.append(f"{owner.describe()}: {owner.error}")
-    sources = _sources(owner, members, problems)
+    placement_labels = context.placement_labels
+    sources = _sources(owner, members, problems, placement_labels)
 
     workload_layers: list[Layer] = [_owner_layer(owner)]
     for source in sources:
@@ -421,7 +467,7 @@ def recognize(owner: Owner, members: Sequence[Pod], context: Context) -> Workloa
         podsets.append(_podset(source, ps_settings, topology, problems))
 
     for pod in members:
-        for problem in pod_position(owner, pod)[2]:
+        for problem in pod_position(owner, pod, placement_labels)[2]:
             if problem not in problems:
                 problems.append(problem)
 
@@ -430,6 +476,7 @@ def recognize(owner: Owner, members: Sequence[Pod], context: Context) -> Workloa
         owner, members, settings.service_type, settings.service_type_found, context, problems
     )
     meta = owner.meta
+    suspended, resume_on_admission = suspension(meta, owner.obj)
     return WorkloadState(
         namespace=meta.namespace,
         name=meta.name,
@@ -451,4 +498,6 @@ def recognize(owner: Owner, members: Sequence[Pod], context: Context) -> Workloa
         invalid_reason="; ".join(problems) if problems else None,
         trace_context=settings.trace_context or derived_trace_context(meta.uid),
         finished=workload_finished(owner.obj, members),
+        suspended=suspended,
+        resume_on_admission=resume_on_admission,
     )

@@ -1,0 +1,54 @@
+"""Preempted.ends / Preempted.aborts: the one rule every consumer uses to apply a preemption."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidegate.model import LostAdmission, Preempted
+
+VICTIM = "team/train"
+
+
+def preempted(uid: str, sequence: int, *, mode: str = "restart") -> Preempted:
+    return Preempted(
+        preemptor="team/serve",
+        preemptor_uid="p",
+        victims=[VICTIM],
+        mode={VICTIM: "abort" if mode == "abort" else "restart"},
+        lost={VICTIM: LostAdmission(uid=uid, sequence=sequence)},
+    )
+
+
+@given(
+    named=st.integers(1, 50),
+    held=st.integers(1, 50),
+    replaces=st.one_of(st.none(), st.integers(1, 50)),
+    same_uid=st.booleans(),
+)
+def test_only_the_named_admission_its_elders_and_its_replacement_end(
+    named: int, held: int, replaces: int | None, same_uid: bool
+) -> None:
+    event = preempted("u1", named)
+    ends = event.ends(VICTIM, uid="u1" if same_uid else "u2", sequence=held, replaces=replaces)
+    assert ends == (same_uid and (held <= named or replaces == named))
+
+
+def test_a_later_admission_of_the_victim_never_ends() -> None:
+    event = preempted("u1", 5)
+    assert event.ends(VICTIM, uid="u1", sequence=5)
+    assert not event.ends(VICTIM, uid="u1", sequence=9)  # admitted again since
+    assert event.ends(VICTIM, uid="u1", sequence=9, replaces=5)  # the named one, moved
+    assert not event.ends(VICTIM, uid="u2", sequence=5)  # re-created
+    assert not event.ends("team/other", uid="u1", sequence=5)  # not a victim
+
+
+def test_a_victim_not_named_in_lost_loses_whatever_it_holds() -> None:
+    legacy = Preempted(preemptor="team/serve", preemptor_uid="p", victims=[VICTIM])
+    assert legacy.ends(VICTIM, uid="any", sequence=99)
+    assert not legacy.aborts(VICTIM, uid="any")  # restart by default
+
+
+def test_abort_applies_to_the_named_object_only() -> None:
+    event = preempted("u1", 5, mode="abort")
+    assert event.aborts(VICTIM, uid="u1")
+    assert not event.aborts(VICTIM, uid="u2")
+    assert not preempted("u1", 5).aborts(VICTIM, uid="u1")

@@ -1,0 +1,49 @@
+"""Whose suspension is it: the rule that tells a Job queued for tidegate from a stopped one.
+
+A Job or JobSet with ``spec.suspend: true`` runs no pods. Two very different things look the
+same on the object:
+
+- **queued for tidegate** (Kueue's convention): the object was created suspended and names a
+  queue on itself (label or annotation ``tidegate.io/queue``, ``kueue.x-k8s.io/queue-name`` or
+  ``scheduling.volcano.sh/queue-name``): the queueing system owns ``suspend`` and unsuspends it
+  on admission;
+- **stopped**: someone suspended it — a person, another controller, or tidegate's preemption
+  aborting a victim. That suspension is respected: the workload reserves nothing until it is
+  resumed by whoever suspended it.
+
+tidegate tells them apart with an annotation it writes itself, ``tidegate.io/resume: manual``
+(:data:`~tidegate.model.names.RESUME_ANNOTATION`): the ungater sets it on every admitted Job
+or JobSet (with the trace-context annotation), in the same patch that unsuspends an object
+admitted while suspended, and preemption in the same patch that suspends an aborted victim. So a suspended object is queued for tidegate iff it names a queue and carries neither
+that annotation nor ``tidegate.io/preempted-by``. Everything else suspended is stopped.
+Pure code.
+"""
+
+from typing import NamedTuple
+
+from tidegate.model.names import PREEMPTED_BY_ANNOTATION, RESUME_ANNOTATION, RESUME_MANUAL
+from tidegate.watcher import keys
+from tidegate.watcher.objects import Job, JobSet, ObjectMeta
+
+
+class Suspension(NamedTuple):
+    """``suspended``: spec.suspend is true; ``resume_on_admission``: tidegate unsuspends it."""
+
+    suspended: bool
+    resume_on_admission: bool
+
+
+NOT_SUSPENDED = Suspension(False, False)
+"""What every object that is not a suspended Job or JobSet has."""
+
+
+def suspension(meta: ObjectMeta, obj: object) -> Suspension:
+    """The suspension of a top owner ``obj`` with metadata ``meta`` (module docstring)."""
+    if not isinstance(obj, Job | JobSet) or obj.spec.suspend is not True:
+        return NOT_SUSPENDED
+    names_queue = any(meta.labels.get(k) or meta.annotations.get(k) for k in keys.QUEUE_KEYS)
+    handed_back = (
+        meta.annotations.get(RESUME_ANNOTATION) == RESUME_MANUAL
+        or PREEMPTED_BY_ANNOTATION in meta.annotations
+    )
+    return Suspension(True, names_queue and not handed_back)

@@ -1,0 +1,99 @@
+"""Releases wait for the decision stream: a ``preempted`` decision the view has not seen yet
+(the decision stream lags the state stream, e.g. while its NATS leader fails over) must not let
+the victim's replacement pods into its old slots."""
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from tidegate.bus import Received, layout
+from tidegate.kube import PODS
+from tidegate.model import LostAdmission, Preempted, WorkloadKey, subjects
+from tidegate.testing import following
+from tidegate.ungater.app import decision_subjects, state_subjects
+from tidegate.ungater.releaser import Releaser, ReleaserMetrics
+from tidegate.ungater.view import View
+
+from .conftest import NAMESPACE, Env, gated
+
+
+async def test_replacements_wait_while_the_view_lags_the_decision_stream(
+    env: Env, tmp_path: Path
+) -> None:
+    view = View()
+    key = WorkloadKey("team/victim")
+    handled = {"sequence": 0}
+
+    async def on_decision(received: Received) -> None:
+        await view.on_decision(received)
+        handled["sequence"] = max(handled["sequence"], received.stream_sequence)
+
+    async def current() -> bool:
+        stream = layout.decisions_stream(env.cluster)
+        behind = await env.bus.stored_after(
+            stream, handled["sequence"], decision_subjects(env.cluster)
+        )
+        return not behind
+
+    def releaser(decisions_current: Callable[[], Awaitable[bool]] | None) -> Releaser:
+        return Releaser(
+            view=view,
+            kube=env.kube,
+            bus=env.bus,
+            cluster=env.cluster,
+            settings=env.ungater_settings(),
+            metrics=ReleaserMetrics(CollectorRegistry()),
+            decisions_current=decisions_current,
+        )
+
+    async with following(
+        env.bus,
+        stream=layout.state_stream(env.cluster),
+        subjects=state_subjects(env.cluster),
+        handler=view.on_state,
+    ):
+        job = await env.job("victim", 2)
+        uid = job["metadata"]["uid"]
+        await env.until(
+            lambda: len([p for p in view.members(key) if p.scheduling_gates]) == 2,
+            what="two gated pods in the view",
+        )
+        async with following(
+            env.bus,
+            stream=layout.decisions_stream(env.cluster),
+            subjects=decision_subjects(env.cluster),
+            handler=on_decision,
+        ):
+            admitted = await env.admit("team/victim", uid, {"main": [(env.host(0, 0), 2)]})
+            await env.until(lambda: view.verdict(key).admitted is not None, what="the admission")
+            first = releaser(current)
+            first.mark([key])
+            await first.round()
+        # The view stops seeing decisions: the victim is preempted and its pods evicted; the
+        # Job controller creates replacements, which the (live) state stream shows.
+        preempted = Preempted(
+            preemptor="team/serve",
+            preemptor_uid="u-serve",
+            victims=["team/victim"],
+            lost={"team/victim": LostAdmission(uid=uid, sequence=admitted.sequence)},
+        )
+        await env.publish(subjects.decision(env.cluster, "preempted", "team", "serve"), preempted)
+        originals = {p["metadata"]["uid"] for p in await env.pods("job-name=victim")}
+        for pod in await env.pods("job-name=victim"):
+            await env.kube.delete(PODS, pod["metadata"]["name"], namespace=NAMESPACE)
+
+        def replacements_gated() -> bool:
+            fresh = [p for p in view.members(key) if p.uid not in originals]
+            return len(fresh) == 2 and all(p.scheduling_gates for p in fresh)
+
+        await env.until(replacements_gated, within=30, what="gated replacements in the view")
+
+        late = releaser(current)
+        late.mark([key])
+        await late.round()
+        pods = [
+            p for p in await env.pods("job-name=victim") if p["metadata"]["uid"] not in originals
+        ]
+        assert len(pods) == 2
+        assert all(gated(p) for p in pods), "no replacement released into the victim's slots"
