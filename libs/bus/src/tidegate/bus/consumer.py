@@ -253,8 +253,9 @@ class DurableConsumer:
             raise
         finally:
             keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keepalive
+            # gather: the task's own cancellation is its result, while one of ours still
+            # propagates (suppressing CancelledError here would swallow it).
+            await asyncio.gather(keepalive, return_exceptions=True)
 
     async def _handle(self, msg: Msg) -> None:
         started = time.monotonic()

@@ -9,7 +9,6 @@ stop. :class:`BusView` holds the result and answers the questions both commands 
 """
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -142,8 +141,9 @@ async def _replay(bus: Bus, stream: str, wanted: Sequence[str], handler: StateHa
     finally:
         for pending in (task, replayed):
             pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pending
+            # gather: the task's own cancellation is its result, while one of ours still
+            # propagates (suppressing CancelledError here would swallow it).
+            await asyncio.gather(pending, return_exceptions=True)
 
 
 async def fill_view(bus: Bus, cluster: str, *, pods_of: str | None = None) -> BusView:

@@ -418,8 +418,9 @@ class NodeAgent:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # gather: the task's own cancellation is its result, while one of ours still
+            # propagates (suppressing CancelledError here would swallow it).
+            await asyncio.gather(task, return_exceptions=True)
         self._tasks.clear()
         if self.settings.delete_nodes_on_exit and self._uids:
             names = list(self._uids)

@@ -11,7 +11,6 @@ What it does not do: watch (see :mod:`tidegate.kube.informer`), cache, or decide
 """
 
 import asyncio
-import contextlib
 import os
 import socket
 from collections import OrderedDict
@@ -166,8 +165,9 @@ class KubeClient:
         """Stop token refreshing and close the HTTP session."""
         if self._refresher is not None:
             self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+            # gather: the task's own cancellation is its result, while one of ours still
+            # propagates (suppressing CancelledError here would swallow it).
+            await asyncio.gather(self._refresher, return_exceptions=True)
             self._refresher = None
         await self._transport.close()
 

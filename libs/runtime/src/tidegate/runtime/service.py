@@ -24,7 +24,6 @@ are released once every task is done.
 """
 
 import asyncio
-import contextlib
 import logging
 import signal
 import sys
@@ -291,8 +290,9 @@ class Service(Generic[S]):
             stop.cancel()
             if not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                # gather: the task's own cancellation is its result, while one of ours still
+                # propagates (suppressing CancelledError here would swallow it).
+                await asyncio.gather(task, return_exceptions=True)
         if task.cancelled():
             return False, None
         return True, task.result()

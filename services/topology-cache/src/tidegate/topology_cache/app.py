@@ -132,8 +132,9 @@ async def read_back(follower: StateFollower) -> None:
     finally:
         for pending in (task, replayed):
             pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pending
+            # gather: the task's own cancellation is its result, while one of ours still
+            # propagates (suppressing CancelledError here would swallow it).
+            await asyncio.gather(pending, return_exceptions=True)
 
 
 class Emitter:

@@ -28,7 +28,6 @@ streams (a takeover starts from a current view), share the durable consumer that
 """
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 
@@ -251,8 +250,9 @@ async def _lead_then_release(
         stopped.cancel()
         if not leading.done():
             leading.cancel()  # a standby asked to stop: nothing to hand over
-            with contextlib.suppress(asyncio.CancelledError):
-                await leading
+            # gather: the task's own cancellation is its result, while one of ours still
+            # propagates (suppressing CancelledError here would swallow it).
+            await asyncio.gather(leading, return_exceptions=True)
             return
         lease = leading.result()
         fence = Fence.on_decisions(ctx.bus, lease, cluster=ctx.cluster)
