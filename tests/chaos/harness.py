@@ -93,7 +93,8 @@ NOT_YET_SURVIVABLE: Final[tuple[str, ...]] = ()
 the default run because the system does not survive them yet (docs/testing.md#fault-injection);
 ``TIDEGATE_CHAOS_KINDS=all`` enables them. None today: the topology-cache was listed until a
 restarted cache learnt which admissions had ended from the releases it replays, whatever
-order they come in (seed 38: a Job released while the cache was down kept its reservations;
+order they come in (seeds 38 and 15: a copy of a finished Job's ``admitted``, stored after its
+``released`` by a ``duplicate`` fault, brought its reservations back after a SIGKILL;
 tests/topology_cache/test_restart_decisions.py)."""
 
 LEASE_TTL_SECONDS: Final = 2.0
