@@ -152,8 +152,11 @@ async def test_tidal_preemption_through_the_eviction_api(
 ) -> None:
     """Inference takes a rack from a training Job (restart: evicted through the Eviction API,
     the Job controller re-creates its pods, the gate holds them, it is admitted again once
-    inference is gone); a PodGroup gang of bare pods in the other rack is left whole; a
-    malformed workload sits beside them the whole time."""
+    inference is gone); a PodGroup gang of bare pods in the other rack is left whole until a
+    second inference Deployment needs that rack: then the gang is the victim, evicted whole
+    (its room counted once by the topology-cache: before finding 10b's watcher fix the search
+    answered "at best 0 of 2 pods … fit"); a malformed workload sits beside them the whole
+    time."""
     async with real_system(real_cluster, nats_url, tmp_path, nodes="1x2x2x8gpu") as system:
 
         async def all_nodes_ready() -> bool:
@@ -162,8 +165,10 @@ async def test_tidal_preemption_through_the_eviction_api(
         await until_async(all_nodes_ready, within=90.0, what="4 fake nodes Ready")
         ns, run = system.namespace, system.cluster
         serving, batch = f"serving-{run}", f"batch-{run}"
+        # The gang ranks above train, so the first preemption takes train and the second the gang.
+        batch_high = f"batch-high-{run}"
         online, offline = f"online-{run}", f"offline-{run}"
-        for name, value in ((serving, 100000), (batch, 10000)):
+        for name, value in ((serving, 100000), (batch, 10000), (batch_high, 20000)):
             await system.admin.create(PRIORITY_CLASSES, priority_class_object(name, value))
         for name, spec in (
             (online, {"priority": 100, "reclaimable": False, "cardQuota": {"NVIDIA-H200": 64}}),
@@ -191,13 +196,13 @@ async def test_tidal_preemption_through_the_eviction_api(
                         # bare pods have no owner kind that says "training"
                         "annotations": {"volcano.sh/service.type": "training"},
                     },
-                    "spec": {"minMember": 2, "queue": offline, "priorityClassName": batch},
+                    "spec": {"minMember": 2, "queue": offline, "priorityClassName": batch_high},
                 },
                 namespace=ns,
             )
             for index in range(2):
                 await system.admin.create(
-                    PODS, gang_pod(f"gang-{index}", "gang", offline, batch), namespace=ns
+                    PODS, gang_pod(f"gang-{index}", "gang", offline, batch_high), namespace=ns
                 )
             # Malformed: a blank queue name. It must be refused without disturbing the rest.
             broken = WorkloadEntry(
@@ -259,6 +264,38 @@ async def test_tidal_preemption_through_the_eviction_api(
             assert (
                 len([p for p in await system.pods() if _in_group(p, "gang") and _running(p)]) == 2
             )
+
+            # A second inference Deployment needs the other rack: the PodGroup gang of bare pods
+            # is the victim, evicted whole through the Eviction API (bare pods: none come back).
+            gang_uids = {
+                p["metadata"]["uid"]  # type: ignore[index]
+                for p in await system.pods()
+                if _in_group(p, "gang")
+            }
+            more = WorkloadEntry(
+                name="serve2",
+                kind="Deployment",
+                queue=online,
+                priority_class=serving,
+                pods=2,
+                requests=GPU_JOB,
+                annotations={"volcano.sh/service.type": "inference"},
+            )
+            await system.admin.create(DEPLOYMENTS, workload_object(more, ns), namespace=ns)
+
+            async def more_serving_runs() -> bool:
+                pods = [p for p in await system.pods() if _app(p) == "serve2" and _running(p)]
+                return len(pods) == 2
+
+            await until_async(more_serving_runs, within=150.0, what="serve2's pods Running")
+            preempted = [d for d in system.decisions if isinstance(d, Preempted)]
+            assert [d.victims for d in preempted] == [[f"{ns}/train"], [f"{ns}/gang"]], preempted
+            assert not [
+                p
+                for p in await system.pods()
+                if p["metadata"]["uid"] in gang_uids and _running(p)  # type: ignore[index]
+            ]
+            await system.admin.delete(DEPLOYMENTS, "serve2", namespace=ns)
 
             # The tide goes out: inference leaves, training comes back.
             await system.admin.delete(DEPLOYMENTS, "serve", namespace=ns)

@@ -2,14 +2,18 @@
 ``tidegate.io/role``) stays a victim after its release: the watcher keeps it one podset, not
 one-pod podsets pinned to hosts (issue 12, finding 10)."""
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
-from tidegate.kube import PODS, ResourceType
+import pytest
+
+from tidegate.kube import DEPLOYMENTS, PODS, ResourceType
 from tidegate.model import PodState, Preempted, WorkloadState
 
-from .conftest import GATE, NAMESPACE, Harness, pod_template
+from .conftest import GATE, NAMESPACE, Harness, environment, inference_deployment, pod_template
 from .test_announce_first import nodes_on_the_bus, one_pod_per_node
+from .test_end_to_end import every_service
 from .test_preemption_service import inference_arrives, live
 
 T = TypeVar("T")
@@ -94,3 +98,71 @@ async def test_a_released_podgroup_without_roles_is_still_a_victim(harness: Harn
         return not live(await h.pods("pair-"))
 
     await h.until_async(evicted, what="the gang evicted whole")
+
+
+@pytest.fixture
+async def every_service_running(
+    tmp_path: Path, nats_url: str, cluster_id: str
+) -> AsyncIterator[Harness]:
+    """The simulated cluster with the five services as processes (the real topology-cache)."""
+    async with environment(tmp_path, nats_url, cluster_id) as h:
+        h.plays_topology_cache = False
+        async with every_service(h, tmp_path):
+            yield h
+
+
+@pytest.mark.slow
+async def test_a_podgroup_victim_frees_its_room_in_the_real_capacity_view(
+    every_service_running: Harness,
+) -> None:
+    """The same PodGroup admitted and released by the real services: the topology-cache's
+    view counts its pods once (not its pods plus a reservation its republished podsets no
+    longer match), so evicting it frees room and the inference Deployment runs there. With
+    the members split into one-pod podsets after the release (before finding 10b's fix) the
+    search answered "at best 0 of 2 pods … fit after evicting every eligible workload"."""
+    h = every_service_running
+    await h.create(
+        PODGROUPS,
+        {
+            "apiVersion": "tidegate.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "pair", "annotations": {"volcano.sh/service.type": "training"}},
+            "spec": {"minMember": 4, "queue": "offline"},
+        },
+    )
+    for index in range(4):
+        await h.create(PODS, member(index))
+
+    def pair_pods() -> list[PodState]:
+        return [
+            m
+            for m in h.state.values()
+            if isinstance(m, PodState) and m.workload == f"{NAMESPACE}/pair"
+        ]
+
+    def pair_running() -> bool:
+        pods = pair_pods()
+        return len(pods) == 4 and all(p.phase == "Running" and p.node_name for p in pods)
+
+    await h.until(pair_running, within=60, what="the PodGroup running")
+    first = {p.uid for p in pair_pods()}
+
+    await h.create(DEPLOYMENTS, inference_deployment("serve", replicas=2))
+    await h.until(lambda: h.of(Preempted), within=60, what="a preemption")
+    assert [d.victims for d in h.of(Preempted)] == [[f"{NAMESPACE}/pair"]]
+
+    def serving() -> bool:
+        pods = [
+            m
+            for m in h.state.values()
+            if isinstance(m, PodState)
+            and m.workload == f"{NAMESPACE}/serve"
+            and m.phase == "Running"
+            and not m.terminating
+        ]
+        return len(pods) == 2
+
+    await h.until(serving, within=60, what="the inference pods running")
+    # Bare pods have no controller: the gang is gone whole.
+    assert not first & {p.uid for p in pair_pods()}
+    assert len(h.of(Preempted)) == 1

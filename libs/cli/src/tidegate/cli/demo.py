@@ -7,6 +7,9 @@ processes), sets up priority classes and Queues, replays a workload trace (the b
 would, prints every decision as it appears on the bus, and ends with a report of placements,
 waits, preemptions and GPU utilization (also written as JSON to ``<workdir>/report.json``).
 The trace format and what to look for are in docs/demo.md.
+
+With ``--kubeconfig`` the same runs against an existing cluster (``--fake-nodes`` gives it fake
+GPU nodes for the run, see docs/nodes.md); the embedded simulator stays the default.
 """
 
 import argparse
@@ -42,6 +45,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="logs, traces, kubeconfig and report.json go here (default: %(default)s)",
     )
     parser.add_argument("--cluster", default="demo", help="cluster id on the bus")
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="run against the existing cluster of this kubeconfig instead of a simulated one "
+        "(--nodes is then not used)",
+    )
+    parser.add_argument(
+        "--fake-nodes",
+        metavar="SHAPE",
+        help='with --kubeconfig: give the cluster fake GPU nodes of this shape ("4x8x16x8gpu" '
+        "or a node file) for the length of the demo (tidegate nodes)",
+    )
+    parser.add_argument(
+        "--crds",
+        type=Path,
+        help="with --kubeconfig: directory of the tidegate CRDs to install where missing "
+        "(default: deploy/crds)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the final report")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -51,10 +72,15 @@ def run(args: argparse.Namespace) -> int:
     from tidegate.cli.demo_report import render_text, to_json
     from tidegate.cli.demo_run import run_demo
     from tidegate.cli.demo_trace import TraceError, load_trace
+    from tidegate.cli.nodeagent import AgentError
     from tidegate.cli.stack import StackError
+    from tidegate.kube import KubeError
 
     if args.time_scale <= 0:
         print("tidegate demo: --time-scale must be positive", file=sys.stderr)
+        return 2
+    if args.kubeconfig is None and (args.fake_nodes or args.crds):
+        print("tidegate demo: --fake-nodes and --crds need --kubeconfig", file=sys.stderr)
         return 2
     try:
         trace = load_trace(args.trace)
@@ -77,9 +103,12 @@ def run(args: argparse.Namespace) -> int:
                 cluster=args.cluster,
                 nodes=args.nodes,
                 time_scale=args.time_scale,
+                kubeconfig=args.kubeconfig,
+                fake_nodes=args.fake_nodes,
+                crds=args.crds,
             )
         )
-    except StackError as exc:
+    except (StackError, AgentError, KubeError) as exc:
         print(f"tidegate demo: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from tidegate.bus import BusSettings, ConsumerSettings, DurableConsumer, Received, layout
 from tidegate.bus import connect as bus_connect
 from tidegate.cli.demo_report import DemoRecord, WorkloadRecord
@@ -22,8 +24,11 @@ from tidegate.cli.demo_trace import (
     queue_object,
     workload_object,
 )
-from tidegate.cli.stack import LocalStack, StackSettings
+from tidegate.cli.nodeagent import AgentSettings, NodeAgent
+from tidegate.cli.nodeagent import fake_nodes as agent_nodes
+from tidegate.cli.stack import LocalStack, StackError, StackSettings
 from tidegate.kube import (
+    CRDS,
     DEPLOYMENTS,
     JOBS,
     NAMESPACES,
@@ -34,6 +39,7 @@ from tidegate.kube import (
     AlreadyExists,
     KubeClient,
     KubeSettings,
+    NotFound,
 )
 from tidegate.kube import connect as kube_connect
 from tidegate.model import QuantityError, parse_quantity, subjects
@@ -47,26 +53,152 @@ async def run_demo(
     cluster: str,
     nodes: str,
     time_scale: float,
+    kubeconfig: Path | None = None,
+    fake_nodes: str | None = None,
+    crds: Path | None = None,
 ) -> tuple[DemoRecord, bool]:
     """Run the whole demo in ``workdir`` (an empty directory); returns what it saw, and whether
-    a service died on the way."""
+    a service died on the way.
+
+    With ``kubeconfig`` it runs against that cluster instead of a simulated one: the tidegate
+    CRDs from ``crds`` are created where missing, ``fake_nodes`` (a topology description) are
+    registered for the length of the run by the node agent, and the pod templates carry the
+    scheduling gate themselves (see docs/demo.md, "On a real cluster")."""
     settings = StackSettings(
         workdir=workdir,
         cluster=cluster,
         nodes=nodes,
         time_scale=time_scale,
         extra_env=compressed_timeouts(time_scale),
+        kubeconfig=kubeconfig,
     )
-    say(f"tidegate demo: starting nats-server, a simulated cluster ({nodes}) and 5 services")
-    say(f"  logs, traces and the report go to {workdir}")
     record = DemoRecord()
-    async with LocalStack.running(settings) as stack:
+    async with contextlib.AsyncExitStack() as context:
+        if kubeconfig is None:
+            say(
+                f"tidegate demo: starting nats-server, a simulated cluster ({nodes}) and 5 services"
+            )
+        else:
+            await prepare_cluster(kubeconfig, trace, crds, say)
+            if fake_nodes is not None:
+                agent = await context.enter_async_context(
+                    fake_nodes_for(kubeconfig, fake_nodes, time_scale, say)
+                )
+                await agent.wait_ready(timeout_seconds=300)
+            say(f"tidegate demo: starting nats-server and 5 services against {kubeconfig}")
+        say(f"  logs, traces and the report go to {workdir}")
+        stack = await context.enter_async_context(LocalStack.running(settings))
         for name, process in stack.processes.items():
             pid = process.process.pid if process.process else "?"
             say(f"  {name:<15} ready (pid {pid}, health http://127.0.0.1:{process.http_port})")
-        runner = DemoRunner(stack, trace, record, say, time_scale=time_scale)
+        runner = DemoRunner(
+            stack, trace, record, say, time_scale=time_scale, gate=kubeconfig is not None
+        )
         failed = await runner.run()
+        if kubeconfig is not None and fake_nodes is not None:
+            # Its workloads could run nowhere once the fake nodes are gone: remove them while
+            # the node agent can still finish their pods' graceful deletions.
+            await remove_namespace(kubeconfig, trace.namespace, say)
     return record, failed
+
+
+async def remove_namespace(
+    kubeconfig: Path, namespace: str, say: Callable[[str], None], *, within: float = 120.0
+) -> None:
+    """Delete the trace's namespace and wait until it is gone."""
+    say(f"  deleting namespace {namespace} (its workloads ran on the fake nodes)")
+    async with await kube_connect(KubeSettings(source="kubeconfig", kubeconfig=kubeconfig)) as kube:
+        with contextlib.suppress(NotFound):
+            await kube.delete(NAMESPACES, namespace)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            try:
+                await kube.get(NAMESPACES, namespace)
+            except NotFound:
+                return
+            await asyncio.sleep(0.5)
+        say(f"  namespace {namespace} is still terminating after {within:.0f}s")
+
+
+def fake_nodes_for(
+    kubeconfig: Path, shape: str, time_scale: float, say: Callable[[str], None]
+) -> contextlib.AbstractAsyncContextManager[NodeAgent]:
+    """The node agent the demo runs on a real cluster: ``shape`` nodes, pod durations scaled
+    like the trace, a ``default`` Topology, nodes deleted when the demo ends."""
+    settings = AgentSettings(
+        nodes=shape,
+        time_scale=time_scale,
+        topology_name="default",
+        delete_nodes_on_exit=True,
+    )
+    return agent_nodes(kubeconfig, settings, say=lambda line: say(f"  {line}"))
+
+
+async def prepare_cluster(
+    kubeconfig: Path, trace: Trace, crds: Path | None, say: Callable[[str], None]
+) -> None:
+    """Make an existing cluster ready for the demo: the tidegate CRDs (created where missing,
+    from ``crds``), and no leftover of an earlier run in the trace's namespace."""
+    async with await kube_connect(KubeSettings(source="kubeconfig", kubeconfig=kubeconfig)) as kube:
+        missing = []
+        for crd in load_crds(crds):
+            name = str(_meta(crd).get("name"))
+            try:
+                await kube.get(CRDS, name)
+            except NotFound:
+                missing.append(name)
+                await kube.create(CRDS, crd)
+        if missing:
+            say(f"  installed CRDs: {', '.join(missing)}")
+            await wait_established(kube, missing)
+        try:
+            await kube.get(NAMESPACES, trace.namespace)
+        except NotFound:
+            return
+        raise StackError(
+            f"namespace {trace.namespace} exists already on this cluster (an earlier demo run?): "
+            f"delete it (kubectl delete namespace {trace.namespace}) or use a trace with "
+            "another namespace"
+        )
+
+
+def load_crds(directory: Path | None) -> list[dict[str, object]]:
+    """The CustomResourceDefinitions in the YAML files of ``directory`` (the repository's
+    deploy/crds by default); StackError when there are none."""
+    folder = directory if directory is not None else Path("deploy/crds")
+    documents: list[dict[str, object]] = []
+    try:
+        for path in sorted(folder.glob("*.yaml")):
+            documents.extend(
+                d
+                for d in yaml.safe_load_all(path.read_text())
+                if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"
+            )
+    except (OSError, yaml.YAMLError) as exc:
+        raise StackError(f"cannot read the CRDs in {folder}: {exc}") from exc
+    if not documents:
+        raise StackError(
+            f"no CustomResourceDefinition in {folder}/*.yaml: pass --crds DIR (the "
+            "repository's deploy/crds)"
+        )
+    return documents
+
+
+async def wait_established(kube: KubeClient, names: list[str], within: float = 60.0) -> None:
+    """Wait until the API server serves every CRD of ``names``."""
+    deadline = time.monotonic() + within
+    for name in names:
+        while True:
+            crd = await kube.get(CRDS, name)
+            conditions = _status(crd).get("conditions")
+            if any(
+                isinstance(c, dict) and c.get("type") == "Established" and c.get("status") == "True"
+                for c in (conditions if isinstance(conditions, list) else [])
+            ):
+                break
+            if time.monotonic() > deadline:
+                raise StackError(f"CRD {name} was not established within {within:.0f}s")
+            await asyncio.sleep(0.2)
 
 
 def compressed_timeouts(time_scale: float) -> dict[str, str]:
@@ -88,7 +220,10 @@ class DemoRunner:
         say: Callable[[str], None],
         *,
         time_scale: float,
+        gate: bool = False,
     ) -> None:
+        self.gate = gate
+        """Put the scheduling gate into the pod templates (no gate webhook on the cluster)."""
         self.stack = stack
         self.trace = trace
         self.record = record
@@ -166,7 +301,11 @@ class DemoRunner:
             with contextlib.suppress(AlreadyExists):
                 await kube.create(PRIORITY_CLASSES, priority_class_object(name, value))
         for entry in self.trace.queues:
-            await kube.create(QUEUES, queue_object(entry))
+            try:
+                await kube.create(QUEUES, queue_object(entry))
+            except AlreadyExists:
+                # An existing cluster may keep the Queues of an earlier run: set their spec.
+                await kube.patch(QUEUES, entry.name, {"spec": dict(entry.spec)})
             self.say(f"  queue {entry.name}: {json.dumps(entry.spec)}")
 
     async def _submit_all(self, kube: KubeClient) -> None:
@@ -188,7 +327,7 @@ class DemoRunner:
             resource = JOBS if entry.kind == "Job" else DEPLOYMENTS
             await kube.create(
                 resource,
-                workload_object(entry, self.trace.namespace),
+                workload_object(entry, self.trace.namespace, gate=self.gate),
                 namespace=self.trace.namespace,
             )
             note = f" - {entry.note}" if entry.note else ""

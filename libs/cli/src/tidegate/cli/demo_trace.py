@@ -15,6 +15,8 @@ from typing import Literal
 import msgspec
 import yaml
 
+from tidegate.model.names import ADMISSION_GATE
+
 JsonObject = dict[str, object]
 
 DURATION_ANNOTATION = "tidegate.io/sim-duration-seconds"
@@ -120,8 +122,12 @@ def queue_object(entry: QueueEntry) -> JsonObject:
     }
 
 
-def workload_object(entry: WorkloadEntry, namespace: str) -> JsonObject:
-    """The Job (Indexed, all pods at once) or Deployment an entry submits."""
+def workload_object(entry: WorkloadEntry, namespace: str, *, gate: bool = False) -> JsonObject:
+    """The Job (Indexed, all pods at once) or Deployment an entry submits.
+
+    With ``gate`` the pod template carries tidegate's scheduling gate itself, as the gate
+    webhook would add it to every pod (for clusters where the webhook is not registered).
+    """
     labels = {"app": entry.name}
     if entry.queue is not None:
         labels[QUEUE_LABEL] = entry.queue
@@ -144,6 +150,8 @@ def workload_object(entry: WorkloadEntry, namespace: str) -> JsonObject:
     }
     if entry.priority_class is not None:
         pod_spec["priorityClassName"] = entry.priority_class
+    if gate:
+        pod_spec["schedulingGates"] = [{"name": ADMISSION_GATE}]
     template: JsonObject = {
         "metadata": {"labels": labels, "annotations": template_annotations},
         "spec": pod_spec,

@@ -1,5 +1,8 @@
 """The embedded default: nats-server, a simulated cluster and the five services, on one machine.
 
+With ``StackSettings.kubeconfig`` the services run against that existing cluster instead (a
+real one, e.g. with fake nodes from ``tidegate nodes``); the stack then starts no simulator.
+
 ``tidegate demo`` and the end-to-end tests need the whole system running exactly as it runs in
 production (separate processes talking over NATS and the Kubernetes API), without a cluster.
 :class:`LocalStack` starts a local nats-server with JetStream, a simulated cluster that speaks
@@ -53,6 +56,9 @@ class StackSettings:
     ready_timeout_seconds: float = 90.0
     extra_env: Mapping[str, str] = field(default_factory=dict)
     """More environment for every service (e.g. TIDEGATE_LOG_LEVEL)."""
+    kubeconfig: Path | None = None
+    """Run against the existing cluster of this kubeconfig instead of a simulated one (then
+    ``nodes``, ``time_scale`` and ``gpu_product`` are not used)."""
     nats_servers: int = 1
     """nats-servers to run: 1, or 3 (up to 5) as one JetStream cluster on loopback, with
     every stream and KV bucket replicated on each of them."""
@@ -145,12 +151,21 @@ class LocalStack:
     """A running local tidegate: use :meth:`running` as an async context manager."""
 
     def __init__(
-        self, settings: StackSettings, nats: NatsServerProcess | NatsCluster, sim: SimCluster
+        self,
+        settings: StackSettings,
+        nats: NatsServerProcess | NatsCluster,
+        sim: SimCluster | None,
     ) -> None:
         self.settings = settings
         self.nats = nats
         self.sim = sim
-        self.kubeconfig = sim.write_kubeconfig(settings.workdir / "kubeconfig.yaml")
+        """The simulated cluster, or None when running against ``settings.kubeconfig``."""
+        if sim is not None:
+            self.kubeconfig = sim.write_kubeconfig(settings.workdir / "kubeconfig.yaml")
+        elif settings.kubeconfig is not None:
+            self.kubeconfig = settings.kubeconfig
+        else:
+            raise StackError("a LocalStack needs a simulated cluster or a kubeconfig")
         self.trace_file = settings.workdir / "traces.jsonl"
         self.processes: dict[str, ServiceProcess] = {}
 
@@ -228,12 +243,7 @@ class LocalStack:
         )
         await asyncio.to_thread(nats.start)
         try:
-            sim_settings = SimSettings(
-                nodes=settings.nodes,
-                time_scale=settings.time_scale,
-                gpu_product=settings.gpu_product,
-            )
-            async with SimCluster.running(sim_settings) as sim:
+            async with _cluster(settings) as sim:
                 stack = cls(settings, nats, sim)
                 try:
                     for name in settings.services:
@@ -246,3 +256,16 @@ class LocalStack:
                     )
         finally:
             await asyncio.to_thread(nats.stop)
+
+
+@contextlib.asynccontextmanager
+async def _cluster(settings: StackSettings) -> AsyncIterator[SimCluster | None]:
+    """The simulated cluster the settings ask for, or None for an existing one."""
+    if settings.kubeconfig is not None:
+        yield None
+        return
+    sim_settings = SimSettings(
+        nodes=settings.nodes, time_scale=settings.time_scale, gpu_product=settings.gpu_product
+    )
+    async with SimCluster.running(sim_settings) as sim:
+        yield sim

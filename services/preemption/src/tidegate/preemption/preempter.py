@@ -3,7 +3,10 @@
 One :class:`Preempter` per leading instance. For a ``preempt-requested`` decision it:
 
 1. checks the request is current: the preemptor exists with that UID and is not admitted, and
-   the request is newer than the last one answered for it (a record in the ledger);
+   the request is newer than the last one answered for it (a record in the ledger); a newer
+   request while the preemptor's own preemption is in force (its record not dropped yet) is
+   answered ``nominated`` without a search: one preemption per nomination, never further
+   victims for room already freed but not yet visible in the capacity view;
 2. runs the victim search on the view (:meth:`tidegate.preemption.view.PreemptionView.choose`,
    which calls :func:`tidegate.policy.victims.select_victims`; it skips gangs their
    PodDisruptionBudgets protect), then asks the API server, without evicting (dry run),
@@ -75,7 +78,7 @@ class PreemptionMetrics:
             "tidegate_preemption_requests_total",
             "Preempt requests handled, by outcome (preempts, fits, no-victims, "
             "not-a-reclaimer, exceeds-quota, card-quota-exceeded, invalid, queue-not-found, "
-            "unanswerable, stale, duplicate, resumed, budget-blocked).",
+            "unanswerable, stale, duplicate, nominated, resumed, budget-blocked).",
             ["outcome"],
             registry=registry,
         )
@@ -185,6 +188,18 @@ class Preempter:
         if self._view.is_admitted(key, request.uid):
             log.info("preempt request for %s ignored: it is admitted already", key)
             return "stale"
+        if existing is not None:
+            # A newer request while this preemptor's own preemption is in force (admission
+            # asked again before its room showed in the capacity view): searching now would
+            # see the freed room still taken and evict more victims for the same room.
+            log.info(
+                "preempt request for %s: its preemption of %s is in force, its room is held "
+                "for it until it is admitted or the nomination times out; no further victims",
+                key,
+                ", ".join(existing.decision.victims),
+                extra={"workload": key, "outcome": "nominated"},
+            )
+            return "nominated"
 
         started = time.perf_counter()
         in_flight = list(self._ledger.records.values())
