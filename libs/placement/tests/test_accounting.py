@@ -584,3 +584,32 @@ def test_an_admission_redelivered_after_it_ended_is_ignored() -> None:
     assert accounting.reservation("team/b") == {}
     accounting.apply(admitted({host("n1"): 1}, workload="team/b", uid="ub", sequence=4))
     assert accounting.reservation("team/b") == {"n1": 1}
+
+
+def test_an_admission_replayed_after_the_decision_that_ended_it_is_ignored() -> None:
+    # A restart replays the last decision per subject in stream order: the release (or the
+    # preemption) can come before a re-published copy of the admission it ended.
+    accounting = cluster(node("n1"))
+    accounting.apply(
+        Released(workload="team/b", uid="ub", queue="q", reason="Completed", sequence=5)
+    )
+    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=4))
+    assert accounting.reservation("team/b") == {}
+    accounting.apply(
+        Preempted(
+            preemptor="team/online",
+            preemptor_uid="u",
+            victims=["team/c"],
+            lost={"team/c": LostAdmission(uid="uc", sequence=6)},
+        )
+    )
+    accounting.apply(admitted({host("n1"): 1}, workload="team/c", uid="uc", sequence=6))
+    replacing = msgspec.structs.replace(
+        admitted({host("n1"): 1}, workload="team/c", uid="uc", sequence=9), replaces=6
+    )
+    accounting.apply(replacing)
+    assert accounting.reservation("team/c") == {}
+    assert accounting.reserved("n1") == {}
+    # A later admission (re-admitted after the release) is reserved as usual.
+    accounting.apply(admitted({host("n1"): 1}, workload="team/b", uid="ub", sequence=10))
+    assert accounting.reservation("team/b") == {"n1": 1}

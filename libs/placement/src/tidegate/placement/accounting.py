@@ -353,8 +353,12 @@ class CapacityAccounting:
         self._workload_requests: dict[str, dict[str, Resources]] = {}
         self._admissions: dict[str, _Admission] = {}
         self._ended: dict[str, int] = {}
-        """Workload → sequence of its newest admission that ended (released or preempted): a
-        redelivered admission no newer than that is not reserved again."""
+        """Workload → every admission of it with a sequence up to this one has ended (released
+        or preempted): a redelivered admission no newer than that, or replacing one no newer,
+        is not reserved again. Learnt from the decision that ended it, whether or not the
+        admission was held then, so a replay that meets a release before a re-published copy
+        of the admission (the stream's last message per subject, in stream order) still
+        knows it ended."""
         self._entries_of: dict[_Owner, list[_Entry]] = {}
         self._entries_at: dict[_Domain, list[_Entry]] = {}
         self._indexes: dict[tuple[str, ...], _LevelIndex] = {}
@@ -493,7 +497,10 @@ class CapacityAccounting:
         current = self._admissions.get(key)
         if current is not None and admitted.sequence <= current.sequence:
             return []
-        if admitted.sequence <= self._ended.get(key, 0):
+        ended = self._ended.get(key, 0)
+        if admitted.sequence <= ended or (
+            admitted.replaces is not None and admitted.replaces <= ended
+        ):
             return []  # it ended already: a redelivery
         if current is not None:
             self._drop(key)
@@ -543,8 +550,14 @@ class CapacityAccounting:
 
     def release(self, released: Released) -> bool:
         """End the reservations of a released workload: only the admission of that uid, and only
-        one made before the release (sequence 0: the sender does not know sequences)."""
+        one made before the release (sequence 0: the sender does not know sequences).
+
+        Every admission of the workload made before the release has ended, held or not (one
+        admission per workload at a time, sequences increase): that is remembered, so an
+        admission replayed or redelivered after its release is ignored (:meth:`admit`)."""
         self.applied_sequence = max(self.applied_sequence, released.sequence)
+        if released.sequence:
+            self._end(released.workload, released.sequence - 1)
         current = self._admissions.get(released.workload)
         if current is None or current.uid != released.uid:
             return False
@@ -559,6 +572,9 @@ class CapacityAccounting:
         decision leaves a later admission of the victim alone."""
         dropped = False
         for victim in preempted.victims:
+            named = preempted.lost.get(victim)
+            if named is not None:
+                self._end(victim, named.sequence)
             current = self._admissions.get(victim)
             if current is None or not preempted.ends(
                 victim, uid=current.uid, sequence=current.sequence, replaces=current.replaces
@@ -723,9 +739,14 @@ class CapacityAccounting:
             if entry.decided is None:
                 self._dirty_entries.add(entry)
 
+    def _end(self, workload: str, sequence: int) -> None:
+        """Every admission of ``workload`` up to ``sequence`` has ended."""
+        if sequence > self._ended.get(workload, 0):
+            self._ended[workload] = sequence
+
     def _drop(self, workload: str) -> None:
         admission = self._admissions.pop(workload)
-        self._ended[workload] = max(self._ended.get(workload, 0), admission.sequence)
+        self._end(workload, admission.sequence)
         for entry in admission.entries:
             self._touched.update(self._members(entry.domain))
             if entry.spread:

@@ -6,7 +6,9 @@ Three streams feed :class:`tidegate.placement.accounting.CapacityAccounting` and
 - the state stream (nodes, pods, workloads, Topologies and their tombstones), replayed then
   followed;
 - the decision stream's admitted, released and preempted decisions, replayed (the last one per
-  subject, in stream order, which is all the accounting needs) then followed;
+  subject, in stream order: a release can come before a copy of the admission it ended stored
+  again after it, which the accounting ignores, since it learns which admissions ended from
+  every release whether it holds the admission or not) then followed;
 - the capacity stream (this service's own output), replayed once at start so only records
   that differ from what it holds are published again.
 
