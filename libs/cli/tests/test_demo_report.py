@@ -2,10 +2,19 @@
 
 from tidegate.cli.demo_report import (
     DemoRecord,
+    UsageSample,
     WorkloadRecord,
+    domains_per_level,
+    gang_locality,
+    gpu_hours_lost,
     placement_summary,
+    preemption_losses,
+    render_markdown,
     render_text,
     to_json,
+    usage_by_period,
+    usage_series,
+    waits_per_queue,
 )
 from tidegate.model import (
     Admitted,
@@ -99,3 +108,110 @@ def test_utilization_and_report() -> None:
     report = to_json(record)
     assert report["utilization"] == {"mean": 0.5, "peak": 1.0}
     assert report["workloads"]["ns/a"]["state"] == "Submitted"  # type: ignore[index]
+
+
+def test_gpu_use_by_service_type_per_period_from_samples() -> None:
+    record = DemoRecord(total_gpus=64, day_length=400)
+    samples = [
+        (0.0, {"training": 48, "inference": 8}, {}),
+        (50.0, {"training": 56, "inference": 8}, {}),
+        (150.0, {"training": 16, "inference": 32}, {"inference": 16}),
+        (250.0, {"inference": 40}, {"inference": 8}),
+        (350.0, {"training": 60}, {}),
+    ]
+    for at, running, gated in samples:
+        record.sample_usage(UsageSample(at=at, running=running, gated=gated))
+    periods = usage_by_period(record)
+    assert [(p.start, p.end, p.samples) for p in periods] == [
+        (0, 100, 2),
+        (100, 200, 1),
+        (200, 300, 1),
+        (300, 400, 1),
+    ]
+    assert [p.running["inference"] for p in periods] == [8, 32, 40, 0]
+    assert [p.running["training"] for p in periods] == [52, 16, 0, 60]
+    assert [p.gated["inference"] for p in periods] == [0, 16, 8, 0]
+    series = usage_series(record)
+    assert series["hour"] == [0, 3, 9, 15, 21]
+    assert series["running"] == {
+        "inference": [8, 8, 32, 40, 0],
+        "training": [48, 56, 16, 0, 60],
+    }
+    # The utilization line counts every running GPU, whatever its type.
+    assert record.samples == [(0.0, 56), (50.0, 64), (150.0, 48), (250.0, 40), (350.0, 60)]
+    text = render_text(record)
+    assert "06-12h  inference   32 (+16 gated), training   16" in text
+
+
+def test_gang_locality_counts_gangs_inside_one_rack_and_one_block() -> None:
+    record = record_with("ns/a", "ns/b", "ns/c")
+    in_one_rack = assignment(("b1", "r1", "h1", 2), ("b1", "r1", "h2", 2))
+    two_racks = assignment(("b1", "r1", "h1", 2), ("b1", "r2", "h3", 2))
+    single_pod = assignment(("b2", "r9", "h9", 1))
+    for key, placed in (("ns/a", in_one_rack), ("ns/b", two_racks), ("ns/c", single_pod)):
+        record.decision(
+            1.0,
+            Admitted(workload=key, uid="u", queue="q", sequence=1, epoch=1, assignments=placed),
+        )
+    locality = gang_locality(record)
+    # The single pod is no gang; of the two gangs, one stayed in a rack, both in a block.
+    assert (locality["rack"].gangs, locality["rack"].inside_one) == (2, 1)
+    assert locality["block"].share == 1.0
+    assert locality["host"].inside_one == 0
+
+
+def test_domains_are_full_paths() -> None:
+    # Two racks named alike in two blocks are two racks.
+    placed = assignment(("b1", "r1", "h1", 1), ("b2", "r1", "h2", 1))
+    assert domains_per_level(placed) == {"block": 2, "rack": 2, "host": 2}
+
+
+def test_waits_per_queue() -> None:
+    record = DemoRecord()
+    for key, queue, submitted in (("ns/a", "q1", 0.0), ("ns/b", "q1", 10.0), ("ns/c", "q2", 0.0)):
+        record.workloads[key] = WorkloadRecord(
+            key=key, kind="Job", queue=queue, pods=1, gpus_per_pod=1, submitted_at=submitted
+        )
+    record.workloads["ns/a"].admitted_at.append(4.0)
+    record.workloads["ns/b"].admitted_at.append(30.0)
+    record.decision(
+        1.0, Pending(workload="ns/c", uid="u", queue="q2", reason="QueueNotFound", message="m")
+    )
+    waits = waits_per_queue(record)
+    assert waits["q1"].waits == [4.0, 20.0]
+    assert (waits["q1"].mean, waits["q1"].max, waits["q1"].admitted) == (12.0, 20.0, 2)
+    assert (waits["q2"].admitted, waits["q2"].refused, waits["q2"].mean) == (0, 1, None)
+
+
+def test_gpu_hours_lost_to_preemption() -> None:
+    record = record_with("ns/train", "ns/serve")
+    record.day_length = 2400  # 36 day-clock seconds per simulated second
+    record.decision(
+        5.0,
+        Admitted(
+            workload="ns/train",
+            uid="u",
+            queue="q",
+            sequence=1,
+            epoch=1,
+            assignments=assignment(("b", "r", "h", 2)),
+        ),
+    )
+    record.decision(
+        105.0,
+        Preempted(preemptor="ns/serve", preemptor_uid="s", victims=["ns/train"], mode={}),
+    )
+    (loss,) = preemption_losses(record)
+    assert (loss.victim, loss.gpus, loss.ran_seconds, loss.gpu_seconds) == (
+        "ns/train",
+        16,
+        100.0,
+        1600.0,
+    )
+    assert gpu_hours_lost(record) == 1600 * 36 / 3600
+    report = to_json(record)
+    assert report["preemption_losses"]["gpu_hours"] == 16.0  # type: ignore[index]
+    markdown = render_markdown(record, {"GPU use": "gpu-use.png"})
+    assert "![GPU use](gpu-use.png)" in markdown
+    assert "| 105 | ns/serve | ns/train | 16 | 100 |" in markdown
+    assert "work lost 16.0 day-clock GPU-hours" in markdown

@@ -1,13 +1,24 @@
 """Workload traces of `tidegate demo`: parsing, errors that name the field, objects built."""
 
+import statistics
+
 import pytest
 
-from tidegate.cli.demo_trace import TraceError, load_trace, parse_trace, workload_object
+from tidegate.cli.demo_trace import (
+    Autoscale,
+    TraceError,
+    desired_replicas,
+    load_at,
+    load_trace,
+    parse_trace,
+    service_type,
+    workload_object,
+)
 
 
 def test_the_built_in_trace_parses_and_covers_each_family() -> None:
     trace = load_trace(None)
-    assert {q.name for q in trace.queues} >= {"online", "offline"}
+    assert {q.name for q in trace.queues} >= {"online", "pretrain", "research"}
     annotations = " ".join(
         key for w in trace.workloads for key in {**w.annotations, **w.template_annotations}
     )
@@ -74,3 +85,114 @@ def test_a_deployment_has_replicas_and_runs_until_deleted() -> None:
     assert spec["replicas"] == 3
     assert spec["selector"] == {"matchLabels": {"app": "serve"}}
     assert "tidegate.io/sim-duration-seconds" not in spec["template"]["metadata"]["annotations"]
+
+
+def test_autoscale_is_parsed_and_checked() -> None:
+    trace = parse_trace(
+        """
+        day_length: 2400
+        workloads:
+          - name: serve
+            kind: Deployment
+            pods: 2
+            autoscale: {target_per_replica: 100, min_replicas: 1, max_replicas: 8,
+                        load: [[0, 100], [100, 500]]}
+        """
+    )
+    scale = trace.workloads[0].autoscale
+    assert scale is not None
+    assert (scale.max_replicas, scale.every) == (8, 30.0)
+    assert trace.day_length == 2400
+
+
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        (
+            "{name: a, autoscale: {target_per_replica: 1, max_replicas: 2, load: [[0, 1]]}}",
+            r"workloads\[0\]\.autoscale: only a Deployment scales, not a Job",
+        ),
+        (
+            "{name: a, kind: Deployment, autoscale: {target_per_replica: 1, min_replicas: 3, "
+            "max_replicas: 2, load: [[0, 1]]}}",
+            r"min_replicas <= max_replicas",
+        ),
+        (
+            "{name: a, kind: Deployment, autoscale: {target_per_replica: 0, max_replicas: 2, "
+            "load: [[0, 1]]}}",
+            r"target_per_replica: must be positive",
+        ),
+        (
+            "{name: a, kind: Deployment, autoscale: {target_per_replica: 1, max_replicas: 2, "
+            "load: [[5, 1], [0, 1]]}}",
+            r"autoscale\.load: .* in time order",
+        ),
+    ],
+)
+def test_bad_autoscale_names_the_field(workload: str, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        parse_trace(f"workloads: [{workload}]")
+
+
+def test_load_curve_is_linear_between_points_and_flat_beyond() -> None:
+    points = [(100.0, 10.0), (200.0, 30.0), (300.0, 30.0)]
+    assert load_at(points, 0) == 10.0
+    assert load_at(points, 150) == 20.0
+    assert load_at(points, 250) == 30.0
+    assert load_at(points, 999) == 30.0
+    assert load_at([], 5) == 0.0
+
+
+def test_desired_replicas_follow_the_hpa_rule() -> None:
+    scale = Autoscale(target_per_replica=100, min_replicas=2, max_replicas=10, load=[(0, 0)])
+    assert desired_replicas(scale, load=450, current=2) == 5  # ceil(450 / 100)
+    assert desired_replicas(scale, load=1050, current=10) == 10  # within 10 %: unchanged
+    assert desired_replicas(scale, load=5000, current=4) == 10  # bounded by max
+    assert desired_replicas(scale, load=10, current=4) == 2  # bounded by min
+    assert desired_replicas(scale, load=400, current=0) == 4
+
+
+def test_service_type_follows_volcano_annotation_then_kind() -> None:
+    trace = parse_trace(
+        """
+        workloads:
+          - {name: a, kind: Deployment}
+          - {name: b}
+          - {name: c, annotations: {volcano.sh/service.type: inference}}
+        """
+    )
+    assert [service_type(w) for w in trace.workloads] == ["inference", "training", "inference"]
+
+
+KALOS_MEAN_GPUS = 26.77
+"""GPUs per GPU job in the Kalos cluster (AcmeTrace data/cluster_summary.csv; docs/demo.md)."""
+KALOS_RUN_TIME_MEAN_OVER_MEDIAN = 1259.689 / 124.0
+
+
+def test_the_built_in_trace_is_a_tidal_day_with_the_published_training_mix() -> None:
+    trace = load_trace(None)
+    assert trace.day_length is not None
+    training = [w for w in trace.workloads if w.queue in ("pretrain", "research")]
+    sizes = [w.pods * int(w.requests.get("nvidia.com/gpu", 0)) for w in training]
+    assert len(sizes) >= 30
+    assert statistics.fmean(sizes) == pytest.approx(KALOS_MEAN_GPUS, rel=0.05)
+    assert statistics.median(sizes) == 1
+    assert max(sizes) <= 512
+    durations = [w.duration for w in training if w.duration is not None]
+    assert len(durations) == len(training)
+    # Long-tailed: the mean far above the median, as in Kalos (truncated here at half a day).
+    ratio = statistics.fmean(durations) / statistics.median(durations)
+    assert 3 < ratio <= KALOS_RUN_TIME_MEAN_OVER_MEDIAN
+    # Inference: Deployments driven by an HPA-like curve, higher by day than by night.
+    hour = trace.day_length / 24
+    scaled = [w for w in trace.workloads if w.autoscale is not None]
+    assert len(scaled) >= 3
+    for w in scaled:
+        assert w.kind == "Deployment"
+        assert w.autoscale is not None
+        night = desired_replicas(w.autoscale, load_at(w.autoscale.load, 3 * hour), w.pods)
+        noon = desired_replicas(w.autoscale, load_at(w.autoscale.load, 13 * hour), night)
+        assert noon > night, w.name
+    # Training arrives mostly when inference is low: at night and in the evening.
+    off_peak = [w for w in training if w.at < 6 * hour or w.at >= 18 * hour]
+    assert len(off_peak) > len(training) / 2

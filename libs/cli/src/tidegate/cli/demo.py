@@ -4,8 +4,9 @@ Starts the embedded default (:class:`tidegate.cli.stack.LocalStack`: a local nat
 simulated cluster that speaks the Kubernetes API, and the five services as separate
 processes), sets up priority classes and Queues, replays a workload trace (the built-in one or
 ``--trace FILE``) by creating Jobs and Deployments through the Kubernetes API exactly as users
-would, prints every decision as it appears on the bus, and ends with a report of placements,
-waits, preemptions and GPU utilization (also written as JSON to ``<workdir>/report.json``).
+would (and scales its Deployments like an HPA would), prints every decision as it appears on
+the bus, and ends with a report of placements, waits, preemptions and GPU use by service type
+(also written to ``<workdir>/report.json``, and as ``report.md`` with PNG charts).
 The trace format and what to look for are in docs/demo.md.
 
 With ``--kubeconfig`` the same runs against an existing cluster (``--fake-nodes`` gives it fake
@@ -69,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; exit 0 when it ran to the end, 1 when a part of the system failed."""
-    from tidegate.cli.demo_report import render_text, to_json
+    from tidegate.cli.demo_charts import write_charts
+    from tidegate.cli.demo_report import render_markdown, render_text, to_json
     from tidegate.cli.demo_run import run_demo
     from tidegate.cli.demo_trace import TraceError, load_trace
     from tidegate.cli.nodeagent import AgentError
@@ -115,9 +117,14 @@ def run(args: argparse.Namespace) -> int:
         return 130
     report = to_json(record)
     (workdir / "report.json").write_text(json.dumps(report, indent=2))
+    charts = write_charts(record, workdir)
+    (workdir / "report.md").write_text(render_markdown(record, charts))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(render_text(record))
-        print(f"\nreport: {workdir / 'report.json'}   traces: {workdir / 'traces.jsonl'}")
+        print(
+            f"\nreport: {workdir / 'report.md'} (charts beside it), {workdir / 'report.json'}"
+            f"   traces: {workdir / 'traces.jsonl'}"
+        )
     return 1 if failed else 0

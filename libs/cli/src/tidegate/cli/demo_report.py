@@ -1,11 +1,18 @@
 """What ``tidegate demo`` saw, and the report it prints: placements, waits, preemptions, use.
 
 The demo feeds a :class:`DemoRecord` with every decision from the bus, every submission, every
-GPU-usage sample and every finished Job; :func:`render_text` and :func:`to_json` turn it into
-the report. Pure: no I/O, so the report can be tested on a hand-made record.
+GPU-usage sample (by service type, read from the API server's pods), every replica change of
+its HPA-like driver and every finished Job; :func:`render_text`, :func:`render_markdown` and
+:func:`to_json` turn it into the report, whose figures (:func:`usage_series`,
+:func:`waits_per_queue`, :func:`preemption_losses`, :func:`gang_locality`) are plain functions
+of the record. Pure: no I/O, so the report can be tested on a hand-made record; the charts are
+drawn from :func:`to_json`'s data by :mod:`tidegate.cli.demo_charts`.
 """
 
+import dataclasses
+import statistics
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tidegate.model import (
@@ -27,6 +34,42 @@ PERMANENT_REASONS = frozenset(
 
 _SPARK = " ▁▂▃▄▅▆▇█"
 
+SERVICE_TYPES = ("inference", "training")
+"""The service types of the tidal design (seed 002), in the order the report shows them."""
+
+DAY_SECONDS = 86400.0
+
+
+@dataclass(frozen=True)
+class UsageSample:
+    """GPUs held by the trace's pods at one moment, by service type, as the API server listed
+    them: ``running`` pods are bound and Running, ``gated`` ones still carry tidegate's gate."""
+
+    at: float
+    running: dict[str, int]
+    gated: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GangPlacement:
+    """One admission: how many pods, and how many domains of each topology level they span."""
+
+    at: float
+    workload: str
+    pods: int
+    domains: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """One change of a Deployment's replicas by the demo's HPA-like driver."""
+
+    at: float
+    workload: str
+    before: int
+    after: int
+    load: float
+
 
 @dataclass
 class WorkloadRecord:
@@ -44,6 +87,7 @@ class WorkloadRecord:
     preempted_by: list[tuple[float, str]] = field(default_factory=list)
     released: list[tuple[float, str]] = field(default_factory=list)
     finished_at: float | None = None
+    service_type: str = "training"
 
     @property
     def state(self) -> str:
@@ -82,6 +126,11 @@ class DemoRecord:
     decisions: Counter[str] = field(default_factory=Counter)
     samples: list[tuple[float, int]] = field(default_factory=list)
     preemptions: list[tuple[float, str, list[str]]] = field(default_factory=list)
+    usage: list[UsageSample] = field(default_factory=list)
+    gangs: list[GangPlacement] = field(default_factory=list)
+    scalings: list[Scaling] = field(default_factory=list)
+    day_length: float | None = None
+    """Simulated seconds standing for 24 hours, when the trace is a compressed day."""
 
     def decision(self, at: float, body: Message) -> str | None:
         """Record one decision; returns the line to print live (None for uninteresting ones)."""
@@ -93,6 +142,14 @@ class DemoRecord:
                 if record is not None:
                     record.admitted_at.append(at)
                     record.placements.append(summary)
+                self.gangs.append(
+                    GangPlacement(
+                        at=at,
+                        workload=body.workload,
+                        pods=sum(d.count for a in body.assignments.values() for d in a.domains),
+                        domains=domains_per_level(body.assignments),
+                    )
+                )
                 return f"admitted  {body.workload:<28} queue {body.queue:<8} {summary}"
             case Pending():
                 self.decisions["pending"] += 1
@@ -125,6 +182,16 @@ class DemoRecord:
         """Record how many GPUs running pods hold at ``at``."""
         self.samples.append((at, gpus_in_use))
 
+    def sample_usage(self, sample: UsageSample) -> None:
+        """Record GPU use by service type (and the total, for the utilization line)."""
+        self.usage.append(sample)
+        self.sample(sample.at, sum(sample.running.values()))
+
+    @property
+    def clock(self) -> float:
+        """Day-clock seconds per simulated second (1 unless the trace is a compressed day)."""
+        return DAY_SECONDS / self.day_length if self.day_length else 1.0
+
     def utilization(self) -> tuple[float, float]:
         """Mean and peak share of GPUs held by running pods over the samples."""
         if not self.samples or self.total_gpus == 0:
@@ -152,6 +219,201 @@ def placement_summary(assignments: dict[str, TopologyAssignment]) -> str:
         shown = ", ".join(f"{path} x{count}" for path, count in sorted(per_domain.items()))
         parts.append(f"{total} pods in {len(per_domain)} {level} [{shown}]")
     return "; ".join(parts)
+
+
+def domains_per_level(assignments: dict[str, TopologyAssignment]) -> dict[str, int]:
+    """For each topology level, how many distinct domains the pods of all pod sets occupy
+    (a domain is its full path from the widest level, so equal rack names in two blocks
+    differ)."""
+    paths: dict[str, set[tuple[str, ...]]] = {}
+    for assignment in assignments.values():
+        for domain in assignment.domains:
+            if domain.count <= 0:
+                continue
+            for depth, level in enumerate(assignment.levels, start=1):
+                paths.setdefault(level, set()).add(tuple(domain.values[:depth]))
+    return {level: len(found) for level, found in paths.items()}
+
+
+@dataclass(frozen=True)
+class Locality:
+    """Of ``gangs`` placements of 2 or more pods, ``inside_one`` stayed in one domain."""
+
+    gangs: int
+    inside_one: int
+
+    @property
+    def share(self) -> float:
+        """The share of gangs inside one domain (0 when there were none)."""
+        return self.inside_one / self.gangs if self.gangs else 0.0
+
+
+def gang_locality(record: DemoRecord) -> dict[str, Locality]:
+    """Per topology level, how many gang placements (admissions of 2 or more pods) stayed
+    inside one domain of that level."""
+    gangs = [g for g in record.gangs if g.pods >= 2]
+    levels: list[str] = []
+    for gang in gangs:
+        levels.extend(level for level in gang.domains if level not in levels)
+    return {
+        level: Locality(
+            gangs=len(gangs), inside_one=sum(1 for g in gangs if g.domains.get(level) == 1)
+        )
+        for level in levels
+    }
+
+
+def usage_series(record: DemoRecord) -> JsonObject:
+    """GPU use over time by service type: columns ``at`` (simulated seconds), ``hour`` (of the
+    compressed day, or None), ``running`` and ``gated`` (per service type, GPUs)."""
+    types = _types(record.usage)
+    at = [s.at for s in record.usage]
+    return {
+        "at": at,
+        "hour": [t * 24 / record.day_length for t in at] if record.day_length else None,
+        "running": {t: [s.running.get(t, 0) for s in record.usage] for t in types},
+        "gated": {t: [s.gated.get(t, 0) for s in record.usage] for t in types},
+    }
+
+
+@dataclass(frozen=True)
+class PeriodUsage:
+    """Mean GPUs per service type over the samples of one slice ``[start, end)`` of the run."""
+
+    start: float
+    end: float
+    samples: int
+    running: dict[str, float]
+    gated: dict[str, float]
+
+
+def usage_by_period(record: DemoRecord, periods: int = 4) -> list[PeriodUsage]:
+    """Mean GPUs per service type in each of ``periods`` equal slices of the run (of the day
+    when the trace is a compressed day: 4 slices are 6 hours each)."""
+    if not record.usage:
+        return []
+    span = record.day_length or max(s.at for s in record.usage) or 1.0
+    types = _types(record.usage)
+    rows: list[PeriodUsage] = []
+    for index in range(periods):
+        start, end = span * index / periods, span * (index + 1) / periods
+        inside = [s for s in record.usage if start <= s.at < end]
+        rows.append(
+            PeriodUsage(
+                start=start,
+                end=end,
+                samples=len(inside),
+                running={t: _mean([s.running.get(t, 0) for s in inside]) for t in types},
+                gated={t: _mean([s.gated.get(t, 0) for s in inside]) for t in types},
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class QueueWaits:
+    """A queue's waits until first admission, in simulated seconds."""
+
+    waits: list[float]
+    waiting: int
+    """Never admitted, for a reason waiting could cure."""
+    refused: int
+    """Never admitted, for a reason waiting will not cure (Invalid, QueueNotFound, ...)."""
+
+    @property
+    def admitted(self) -> int:
+        """Workloads admitted at least once."""
+        return len(self.waits)
+
+    @property
+    def mean(self) -> float | None:
+        """Mean wait of the admitted ones."""
+        return statistics.fmean(self.waits) if self.waits else None
+
+    @property
+    def median(self) -> float | None:
+        """Median wait of the admitted ones."""
+        return statistics.median(self.waits) if self.waits else None
+
+    @property
+    def max(self) -> float | None:
+        """Longest wait of the admitted ones."""
+        return max(self.waits) if self.waits else None
+
+
+def waits_per_queue(record: DemoRecord) -> dict[str, QueueWaits]:
+    """Per queue (``-`` for none): the waits until first admission, and how many workloads
+    were never admitted."""
+    queues: dict[str, list[WorkloadRecord]] = {}
+    for workload in record.workloads.values():
+        queues.setdefault(workload.queue or "-", []).append(workload)
+    return {
+        queue: QueueWaits(
+            waits=[w.first_wait for w in members if w.first_wait is not None],
+            waiting=sum(1 for w in members if not w.admitted_at and not w.waiting_permanently),
+            refused=sum(1 for w in members if w.waiting_permanently),
+        )
+        for queue, members in sorted(queues.items())
+    }
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One victim of one preemption: its GPUs and how long it had run since its admission."""
+
+    at: float
+    preemptor: str
+    victim: str
+    gpus: int
+    ran_seconds: float
+
+    @property
+    def gpu_seconds(self) -> float:
+        """The work thrown away, in simulated GPU-seconds (an evicted gang starts over)."""
+        return self.gpus * self.ran_seconds
+
+
+def preemption_losses(record: DemoRecord) -> list[Loss]:
+    """The work preemption threw away: per victim of each preemption, the GPUs of its last
+    placement and the time it had run since its last admission."""
+    losses: list[Loss] = []
+    for at, preemptor, victims in record.preemptions:
+        for victim in victims:
+            workload = record.workloads.get(victim)
+            if workload is None:
+                losses.append(
+                    Loss(at=at, preemptor=preemptor, victim=victim, gpus=0, ran_seconds=0)
+                )
+                continue
+            before = [t for t in workload.admitted_at if t <= at]
+            placed = [g.pods for g in record.gangs if g.workload == victim and g.at <= at]
+            pods = placed[-1] if placed else workload.pods
+            losses.append(
+                Loss(
+                    at=at,
+                    preemptor=preemptor,
+                    victim=victim,
+                    gpus=pods * workload.gpus_per_pod,
+                    ran_seconds=at - before[-1] if before else 0.0,
+                )
+            )
+    return losses
+
+
+def gpu_hours_lost(record: DemoRecord) -> float:
+    """GPU-hours preemption threw away, on the day clock when the trace is a compressed day."""
+    return sum(loss.gpu_seconds for loss in preemption_losses(record)) * record.clock / 3600
+
+
+def _mean(values: list[int]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def _types(samples: Iterable[UsageSample]) -> list[str]:
+    seen = list(SERVICE_TYPES)
+    for sample in samples:
+        seen.extend(t for t in [*sample.running, *sample.gated] if t not in seen)
+    return seen
 
 
 def sparkline(values: list[float]) -> str:
@@ -186,9 +448,142 @@ def render_text(record: DemoRecord, *, width: int = 60) -> str:
             for _, used in record.samples[::step]
         ]
         lines.append(f"  |{sparkline(shares)}|")
+    lines.extend(_tidal_lines(record))
     counts = ", ".join(f"{kind} {n}" for kind, n in sorted(record.decisions.items()))
     lines.append(f"decisions: {counts or 'none'}")
     return "\n".join(lines)
+
+
+def _period_name(record: DemoRecord, row: PeriodUsage) -> str:
+    if record.day_length:
+        hours = 24 / record.day_length
+        return f"{row.start * hours:02.0f}-{row.end * hours:02.0f}h"
+    return f"{row.start:.0f}-{row.end:.0f}s"
+
+
+def _unit(record: DemoRecord) -> str:
+    return "day-clock GPU-hours" if record.day_length else "GPU-hours"
+
+
+def _tidal_lines(record: DemoRecord) -> list[str]:
+    """GPU use by service type per period, waits per queue, losses, locality, scalings."""
+    lines: list[str] = []
+    if record.usage:
+        lines.append("GPUs in use by service type (mean; gated: pods still held by the gate):")
+        for row in usage_by_period(record):
+            parts = []
+            for kind, running in row.running.items():
+                gated = row.gated.get(kind, 0.0)
+                parts.append(f"{kind} {running:4.0f}" + (f" (+{gated:.0f} gated)" if gated else ""))
+            lines.append(f"  {_period_name(record, row):>10}  " + ", ".join(parts))
+    if record.scalings:
+        ups = sum(1 for s in record.scalings if s.after > s.before)
+        lines.append(
+            f"autoscaler: {len(record.scalings)} replica changes ({ups} up, "
+            f"{len(record.scalings) - ups} down)"
+        )
+    waits = waits_per_queue(record)
+    if waits:
+        lines.append("waits until first admission, per queue:")
+        for queue, waited in waits.items():
+            shown = (
+                f"mean {waited.mean:5.0f}s, max {waited.max:5.0f}s"
+                if waited.mean is not None and waited.max is not None
+                else "none admitted"
+            )
+            lines.append(
+                f"  {queue:<14} {waited.admitted:>3} admitted, {shown}, "
+                f"{waited.waiting} still waiting, {waited.refused} refused"
+            )
+    lines.append(
+        f"preemptions: {len(record.preemptions)}, work lost: "
+        f"{gpu_hours_lost(record):.1f} {_unit(record)}"
+    )
+    lines.extend(
+        f"gangs inside one {level}: {row.inside_one} of {row.gangs} ({row.share:.0%})"
+        for level, row in gang_locality(record).items()
+    )
+    return lines
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def render_markdown(record: DemoRecord, charts: dict[str, str] | None = None) -> str:
+    """The report as Markdown (report.md), with the charts (title -> file name) beside it."""
+    mean, peak = record.utilization()
+    counts = ", ".join(f"{kind} {n}" for kind, n in sorted(record.decisions.items()))
+    lines = [
+        "# tidegate demo report",
+        "",
+        f"{record.total_gpus} GPUs; utilization mean {mean:.0%}, peak {peak:.0%}; "
+        f"{len(record.workloads)} workloads; decisions: {counts or 'none'}.",
+        "",
+    ]
+    for title, name in (charts or {}).items():
+        lines.extend([f"![{title}]({name})", ""])
+    periods = usage_by_period(record)
+    if periods:
+        types = _types(record.usage)
+        lines.extend(["## GPU use by service type (mean GPUs)", ""])
+        lines.append("| period | " + " | ".join(f"{t} running | {t} gated" for t in types) + " |")
+        lines.append("|---|" + "---:|---:|" * len(types))
+        for row in periods:
+            cells = " | ".join(f"{row.running[t]:.0f} | {row.gated[t]:.0f}" for t in types)
+            lines.append(f"| {_period_name(record, row)} | {cells} |")
+        lines.append("")
+    if record.scalings:
+        ups = sum(1 for s in record.scalings if s.after > s.before)
+        lines.extend(
+            [
+                f"The autoscaler changed replicas {len(record.scalings)} times ({ups} up, "
+                f"{len(record.scalings) - ups} down).",
+                "",
+            ]
+        )
+    lines.extend(["## Waits per queue", ""])
+    lines.append("| queue | admitted | mean s | median s | max s | still waiting | refused |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    lines.extend(
+        f"| {queue} | {row.admitted} | {_seconds(row.mean)} | {_seconds(row.median)} | "
+        f"{_seconds(row.max)} | {row.waiting} | {row.refused} |"
+        for queue, row in waits_per_queue(record).items()
+    )
+    losses = preemption_losses(record)
+    lines.extend(
+        [
+            "",
+            "## Preemptions",
+            "",
+            f"{len(record.preemptions)} preemptions; work lost "
+            f"{gpu_hours_lost(record):.1f} {_unit(record)} "
+            f"({sum(loss.gpu_seconds for loss in losses):.0f} simulated GPU-seconds).",
+            "",
+        ]
+    )
+    if losses:
+        lines.extend(["| at s | preemptor | victim | GPUs | ran s |", "|---:|---|---|---:|---:|"])
+        lines.extend(
+            f"| {loss.at:.0f} | {loss.preemptor} | {loss.victim} | {loss.gpus} | "
+            f"{loss.ran_seconds:.0f} |"
+            for loss in losses
+        )
+        lines.append("")
+    lines.extend(["## Gang placement", "", "| level | gangs | inside one domain | share |"])
+    lines.append("|---|---:|---:|---:|")
+    lines.extend(
+        f"| {level} | {row.gangs} | {row.inside_one} | {row.share:.0%} |"
+        for level, row in gang_locality(record).items()
+    )
+    lines.extend(["", "## Workloads", "", "| workload | type | queue | pods | wait s | state |"])
+    lines.append("|---|---|---|---:|---:|---|")
+    lines.extend(
+        f"| {w.key} | {w.service_type} | {w.queue or '-'} | {w.pods} | "
+        f"{_seconds(w.first_wait)} | {w.state} |"
+        for w in sorted(record.workloads.values(), key=lambda r: r.submitted_at)
+    )
+    return "\n".join(lines) + "\n"
 
 
 def to_json(record: DemoRecord) -> JsonObject:
@@ -196,7 +591,38 @@ def to_json(record: DemoRecord) -> JsonObject:
     mean, peak = record.utilization()
     return {
         "total_gpus": record.total_gpus,
+        "day_length": record.day_length,
         "utilization": {"mean": mean, "peak": peak},
+        "usage": usage_series(record),
+        "usage_by_period": [dataclasses.asdict(row) for row in usage_by_period(record)],
+        "waits_per_queue": {
+            queue: {
+                "admitted": row.admitted,
+                "mean": row.mean,
+                "median": row.median,
+                "max": row.max,
+                "waiting": row.waiting,
+                "refused": row.refused,
+                "waits": row.waits,
+            }
+            for queue, row in waits_per_queue(record).items()
+        },
+        "preemption_losses": {
+            "gpu_hours": gpu_hours_lost(record),
+            "gpu_hours_unit": _unit(record),
+            "victims": [
+                {**dataclasses.asdict(loss), "gpu_seconds": loss.gpu_seconds}
+                for loss in preemption_losses(record)
+            ],
+        },
+        "gang_locality": {
+            level: {"gangs": row.gangs, "inside_one": row.inside_one, "share": row.share}
+            for level, row in gang_locality(record).items()
+        },
+        "scalings": [
+            {"at": s.at, "workload": s.workload, "from": s.before, "to": s.after, "load": s.load}
+            for s in record.scalings
+        ],
         "decisions": dict(record.decisions),
         "preemptions": [
             {"at": at, "preemptor": p, "victims": v} for at, p, v in record.preemptions
@@ -204,6 +630,7 @@ def to_json(record: DemoRecord) -> JsonObject:
         "workloads": {
             w.key: {
                 "kind": w.kind,
+                "service_type": w.service_type,
                 "queue": w.queue,
                 "pods": w.pods,
                 "state": w.state,

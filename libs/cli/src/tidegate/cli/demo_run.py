@@ -17,11 +17,15 @@ import yaml
 
 from tidegate.bus import BusSettings, ConsumerSettings, DurableConsumer, Received, layout
 from tidegate.bus import connect as bus_connect
-from tidegate.cli.demo_report import DemoRecord, WorkloadRecord
+from tidegate.cli.demo_report import DemoRecord, Scaling, UsageSample, WorkloadRecord
 from tidegate.cli.demo_trace import (
     Trace,
+    WorkloadEntry,
+    desired_replicas,
+    load_at,
     priority_class_object,
     queue_object,
+    service_type,
     workload_object,
 )
 from tidegate.cli.nodeagent import AgentSettings, NodeAgent
@@ -43,6 +47,7 @@ from tidegate.kube import (
 )
 from tidegate.kube import connect as kube_connect
 from tidegate.model import QuantityError, parse_quantity, subjects
+from tidegate.model.names import ADMISSION_GATE
 
 
 async def run_demo(
@@ -72,7 +77,7 @@ async def run_demo(
         extra_env=compressed_timeouts(time_scale),
         kubeconfig=kubeconfig,
     )
-    record = DemoRecord()
+    record = DemoRecord(day_length=trace.day_length)
     async with contextlib.AsyncExitStack() as context:
         if kubeconfig is None:
             say(
@@ -276,6 +281,9 @@ class DemoRunner:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(consumer.run(stop))
                 tasks.create_task(self._submit_all(kube))
+                for entry in self.trace.workloads:
+                    if entry.autoscale is not None:
+                        tasks.create_task(self._autoscale(kube, entry, stop))
                 return await self._watch(kube, stop)
 
     async def _set_up(self, kube: KubeClient) -> None:
@@ -323,6 +331,7 @@ class DemoRunner:
                 pods=entry.pods,
                 gpus_per_pod=parse_quantity("nvidia.com/gpu", gpus),
                 submitted_at=self.now(),
+                service_type=service_type(entry),
             )
             resource = JOBS if entry.kind == "Job" else DEPLOYMENTS
             await kube.create(
@@ -332,6 +341,66 @@ class DemoRunner:
             )
             note = f" - {entry.note}" if entry.note else ""
             self.line(f"submit    {key:<28} {entry.kind} x{entry.pods}{note}")
+
+    async def _autoscale(self, kube: KubeClient, entry: WorkloadEntry, stop: asyncio.Event) -> None:
+        """The HPA-like driver of one Deployment: every ``autoscale.every`` simulated seconds,
+        the replicas its load curve wants, set through the ``scale`` subresource."""
+        scale = entry.autoscale
+        assert scale is not None
+        key = f"{self.trace.namespace}/{entry.name}"
+        next_look = entry.at + scale.every
+        while not stop.is_set():
+            delay = next_look * self.time_scale - (time.monotonic() - self.started)
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                if stop.is_set():
+                    return
+            next_look += scale.every
+            try:
+                current_scale = await kube.get(
+                    DEPLOYMENTS, entry.name, namespace=self.trace.namespace, subresource="scale"
+                )
+            except NotFound:
+                continue
+            current = _spec(current_scale).get("replicas")
+            if not isinstance(current, int):
+                continue
+            load = load_at(scale.load, self.now())
+            wanted = desired_replicas(scale, load, current)
+            if wanted == current:
+                continue
+            await kube.patch(
+                DEPLOYMENTS,
+                entry.name,
+                {"spec": {"replicas": wanted}},
+                namespace=self.trace.namespace,
+                subresource="scale",
+            )
+            self.record.scalings.append(
+                Scaling(at=self.now(), workload=key, before=current, after=wanted, load=load)
+            )
+            self.line(f"scale     {key:<28} {current} -> {wanted} replicas (load {load:.0f})")
+
+    def _usage(self, pods: list[dict[str, object]]) -> UsageSample:
+        """GPUs of the trace's pods by service type: running, and still held by the gate."""
+        types = {entry.name: service_type(entry) for entry in self.trace.workloads}
+        running: dict[str, int] = {}
+        gated: dict[str, int] = {}
+        for pod in pods:
+            labels = _meta(pod).get("labels")
+            app = labels.get("app") if isinstance(labels, dict) else None
+            kind = types.get(app) if isinstance(app, str) else None
+            if kind is None:
+                continue
+            gates = _spec(pod).get("schedulingGates")
+            if _spec(pod).get("nodeName") and _status(pod).get("phase") == "Running":
+                running[kind] = running.get(kind, 0) + _pod_gpus(pod)
+            elif isinstance(gates, list) and any(
+                isinstance(g, dict) and g.get("name") == ADMISSION_GATE for g in gates
+            ):
+                gated[kind] = gated.get(kind, 0) + _pod_gpus(pod)
+        return UsageSample(at=self.now(), running=running, gated=gated)
 
     async def _watch(self, kube: KubeClient, stop: asyncio.Event) -> bool:
         """Sample GPU use and Job completion until the trace is done; True if a service died."""
@@ -352,13 +421,8 @@ class DemoRunner:
                         )
                     failed = True
                     break
-                pods = await kube.list_objects(PODS)
-                in_use = sum(
-                    _pod_gpus(pod)
-                    for pod in pods.items
-                    if _spec(pod).get("nodeName") and _status(pod).get("phase") == "Running"
-                )
-                self.record.sample(self.now(), in_use)
+                pods = await kube.list_objects(PODS, namespace=self.trace.namespace)
+                self.record.sample_usage(self._usage(pods.items))
                 jobs = await kube.list_objects(JOBS, namespace=self.trace.namespace)
                 for job in jobs.items:
                     key = f"{self.trace.namespace}/{_meta(job).get('name')}"

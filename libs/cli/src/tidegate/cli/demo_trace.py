@@ -8,6 +8,8 @@ file. The format is documented in docs/demo.md; the built-in trace is ``traces/d
 beside this module.
 """
 
+import itertools
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -34,6 +36,52 @@ class QueueEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     spec: dict[str, object] = msgspec.field(default_factory=dict)
 
 
+class Autoscale(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An HPA-like driver for a Deployment: its replicas follow a load curve.
+
+    Every ``every`` simulated seconds the demo computes the replicas the Kubernetes Horizontal
+    Pod Autoscaler would want for the load at that moment (:func:`desired_replicas`) and, when
+    they differ, sets them through the Deployment's ``scale`` subresource, as the HPA does.
+    """
+
+    load: list[tuple[float, float]]
+    """``[simulated second, load]`` points, linear in between and flat beyond the ends."""
+    target_per_replica: float
+    """The load one replica should carry (the HPA's target average value)."""
+    min_replicas: int = 1
+    max_replicas: int
+    every: float = 30.0
+    """Seconds (simulated) between two looks, like the HPA's sync period."""
+
+
+HPA_TOLERANCE = 0.1
+"""The HPA's default tolerance: no change while the usage ratio stays within 10 % of 1."""
+
+
+def load_at(points: list[tuple[float, float]], at: float) -> float:
+    """The load of a piecewise-linear curve at ``at`` (flat before the first and after the
+    last point)."""
+    if not points:
+        return 0.0
+    if at <= points[0][0]:
+        return points[0][1]
+    for (t0, v0), (t1, v1) in itertools.pairwise(points):
+        if at <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (at - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+def desired_replicas(autoscale: Autoscale, load: float, current: int) -> int:
+    """The HPA's rule for an average-value target: ``ceil(load / target)``, kept at
+    ``current`` while the ratio is within the tolerance, and bounded by min and max."""
+    if current > 0:
+        ratio = load / (current * autoscale.target_per_replica)
+        if abs(ratio - 1.0) <= HPA_TOLERANCE:
+            return max(autoscale.min_replicas, min(autoscale.max_replicas, current))
+    wanted = math.ceil(load / autoscale.target_per_replica - 1e-9)
+    return max(autoscale.min_replicas, min(autoscale.max_replicas, wanted))
+
+
 class WorkloadEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One submission: at ``at`` simulated seconds, create a Job or Deployment of ``pods`` pods."""
 
@@ -52,6 +100,8 @@ class WorkloadEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """On the pod template (per-podset settings)."""
     note: str = ""
     """What this entry shows, printed when it is submitted."""
+    autoscale: Autoscale | None = None
+    """Deployments only: replicas driven by an HPA-like load curve (``pods`` is the start)."""
 
 
 class Trace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -63,6 +113,9 @@ class Trace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     workloads: list[WorkloadEntry] = msgspec.field(default_factory=list)
     end_after: float | None = None
     """Stop the demo this many simulated seconds after the start even if work remains."""
+    day_length: float | None = None
+    """Simulated seconds that stand for 24 hours (a compressed day): the report then shows
+    the hour of the day and GPU-hours on that clock."""
 
 
 def load_trace(path: Path | None) -> Trace:
@@ -99,7 +152,44 @@ def parse_trace(text: str, *, origin: str = "trace") -> Trace:
         if workload.name in names:
             raise TraceError(f"{where}.name: {workload.name!r} appears twice")
         names.add(workload.name)
+        if workload.autoscale is not None:
+            _check_autoscale(workload, where)
+    if trace.day_length is not None and trace.day_length <= 0:
+        raise TraceError(f"{origin}: day_length: must be positive, got {trace.day_length}")
     return trace
+
+
+def _check_autoscale(workload: WorkloadEntry, where: str) -> None:
+    scale = workload.autoscale
+    assert scale is not None
+    if workload.kind != "Deployment":
+        raise TraceError(f"{where}.autoscale: only a Deployment scales, not a {workload.kind}")
+    if scale.target_per_replica <= 0:
+        raise TraceError(f"{where}.autoscale.target_per_replica: must be positive")
+    if not 0 <= scale.min_replicas <= scale.max_replicas:
+        raise TraceError(
+            f"{where}.autoscale: need 0 <= min_replicas <= max_replicas, got "
+            f"{scale.min_replicas} and {scale.max_replicas}"
+        )
+    if scale.every <= 0:
+        raise TraceError(f"{where}.autoscale.every: must be positive, got {scale.every}")
+    times = [t for t, _ in scale.load]
+    if not times or times != sorted(times) or any(v < 0 for _, v in scale.load):
+        raise TraceError(
+            f"{where}.autoscale.load: [second, load] points in time order, loads not negative"
+        )
+
+
+SERVICE_TYPE_ANNOTATION = "volcano.sh/service.type"
+
+
+def service_type(entry: WorkloadEntry) -> str:
+    """``inference`` or ``training``: Volcano's service-type annotation when set, else by kind
+    (a Deployment serves, a Job trains), as in the tidal design (seed 002)."""
+    declared = entry.annotations.get(SERVICE_TYPE_ANNOTATION)
+    if declared in ("inference", "training"):
+        return declared
+    return "inference" if entry.kind == "Deployment" else "training"
 
 
 def priority_class_object(name: str, value: int) -> JsonObject:
