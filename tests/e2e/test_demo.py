@@ -127,3 +127,94 @@ def as_reported(answer: dict[str, str]) -> str:
     if answer["state"] in ("Pending", "Released"):
         return f"{answer['state']}({answer['reason']})"
     return answer["state"]
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_the_built_in_tidal_day(tmp_path: Path) -> None:
+    """`tidegate demo` as shipped: a compressed day on 512 GPUs. The report, computed from the
+    pods the API server listed and the decisions on the bus, shows the HPA-like driver scaling
+    inference up by day and down at night, inference running more by day, training filling
+    the night, and charts beside report.md."""
+    workdir = tmp_path / "demo"
+    result = subprocess.run(
+        [sys.executable, "-m", "tidegate.cli", "demo", "--workdir", str(workdir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["total_gpus"] >= 512
+    day = report["day_length"]
+    hour = day / 24
+
+    # The driver changed replicas through the API: up in the morning, down in the evening.
+    scalings = report["scalings"]
+    for name in ("research/chat", "research/code-assist", "research/embed"):
+        ups = [s for s in scalings if s["workload"] == name and s["to"] > s["from"]]
+        downs = [s for s in scalings if s["workload"] == name and s["to"] < s["from"]]
+        assert ups, name
+        assert downs, name
+        assert min(s["at"] for s in ups) < 12 * hour < max(s["at"] for s in downs), name
+
+    # GPU use by service type, per 6 hours, from the sampled pods.
+    night, morning, afternoon, evening = report["usage_by_period"]
+
+    def wanted(period: dict[str, Any]) -> float:
+        return float(period["running"]["inference"] + period["gated"]["inference"])
+
+    assert wanted(morning) > wanted(night)
+    assert wanted(afternoon) > wanted(night)
+    assert wanted(evening) < wanted(afternoon)
+    # Inference runs more by day than at night (the ranking service starts in the morning;
+    # replicas added to a running Deployment run only once elastic growth is admitted).
+    assert afternoon["running"]["inference"] > night["running"]["inference"]
+    # Training fills what inference leaves: at some moment of each night, most GPUs are busy.
+    usage = report["usage"]
+    total = report["total_gpus"]
+    for start, end in ((0, 6 * hour), (18 * hour, day)):
+        busiest = max(
+            inference + training
+            for at, inference, training in zip(
+                usage["at"],
+                usage["running"]["inference"],
+                usage["running"]["training"],
+                strict=True,
+            )
+            if start <= at < end
+        )
+        assert busiest >= 0.8 * total, (start, busiest)
+    assert night["running"]["training"] > night["running"]["inference"]
+    assert evening["running"]["training"] > evening["running"]["inference"]
+
+    # Waits per queue; preemptions only of training by inference, with the work they cost.
+    queues = report["waits_per_queue"]
+    assert queues["research"]["admitted"] > 0
+    assert queues["pretrain"]["admitted"] > 0
+    workloads = report["workloads"]
+    for preemption in report["preemptions"]:
+        assert workloads[preemption["preemptor"]]["service_type"] == "inference"
+        for victim in preemption["victims"]:
+            assert workloads[victim]["service_type"] == "training"
+    losses = report["preemption_losses"]
+    assert len(losses["victims"]) == sum(len(p["victims"]) for p in report["preemptions"])
+    assert losses["gpu_hours"] == pytest.approx(
+        sum(v["gpu_seconds"] for v in losses["victims"]) * (86400 / day) / 3600
+    )
+    locality = report["gang_locality"]
+    assert {"tidegate.io/rack", "tidegate.io/block"} <= set(locality)
+    assert locality["tidegate.io/block"]["share"] >= locality["tidegate.io/rack"]["share"] > 0
+
+    # report.md with its charts beside report.json.
+    markdown = (workdir / "report.md").read_text()
+    for chart in ("gpu-use.png", "waits.png", "placement.png"):
+        assert f"]({chart})" in markdown
+        data = (workdir / chart).read_bytes()
+        assert data.startswith(PNG_SIGNATURE)
+        assert len(data) > 10_000, chart
+    assert json.loads((workdir / "report.json").read_text()) == report

@@ -7,6 +7,7 @@ from tidegate.cli.demo_report import (
     domains_per_level,
     gang_locality,
     gpu_hours_lost,
+    permanent,
     placement_summary,
     preemption_losses,
     render_markdown,
@@ -215,3 +216,12 @@ def test_gpu_hours_lost_to_preemption() -> None:
     assert "![GPU use](gpu-use.png)" in markdown
     assert "| 105 | ns/serve | ns/train | 16 | 100 |" in markdown
     assert "work lost 16.0 day-clock GPU-hours" in markdown
+
+
+def test_a_quota_reason_is_permanent_only_when_the_request_alone_is_over() -> None:
+    alone = "queue scratch: NVIDIA-H200 cards 0 in use + 32 requested > card quota 16"
+    behind = "queue pretrain: nvidia.com/gpu 448 in use + 128 requested > quota 512"
+    assert permanent("CardQuotaExceeded", alone)
+    assert not permanent("ExceedsQuota", behind)
+    assert permanent("Invalid", "bad annotation")
+    assert not permanent("WaitingForCapacity", "the cluster fits 10")

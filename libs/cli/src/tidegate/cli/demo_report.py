@@ -10,6 +10,7 @@ drawn from :func:`to_json`'s data by :mod:`tidegate.cli.demo_charts`.
 """
 
 import dataclasses
+import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable
@@ -30,7 +31,22 @@ JsonObject = dict[str, object]
 PERMANENT_REASONS = frozenset(
     {"Invalid", "QueueNotFound", "ExceedsQuota", "CardQuotaExceeded", "TopologyPlacementFailed"}
 )
-"""Pending reasons that will not change by waiting; the demo does not wait for such workloads."""
+"""Pending reasons that may not change by waiting; the demo does not wait for such workloads
+(a quota reason only when nothing else holds the quota: see :func:`permanent`)."""
+
+QUOTA_REASONS = frozenset({"ExceedsQuota", "CardQuotaExceeded"})
+
+_NOTHING_IN_USE = re.compile(r" 0 in use \+ ")
+
+
+def permanent(reason: str, message: str) -> bool:
+    """Whether waiting cannot cure a Pending reason. A quota reason is permanent only when the
+    request alone is over the quota ("... 0 in use + 32 requested > card quota 16", the
+    message format of docs/queues.md); with something in use, it waits for that to go."""
+    if reason in QUOTA_REASONS:
+        return _NOTHING_IN_USE.search(message) is not None
+    return reason in PERMANENT_REASONS
+
 
 _SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -108,7 +124,9 @@ class WorkloadRecord:
     def waiting_permanently(self) -> bool:
         """Pending for a reason that waiting will not cure."""
         return (
-            not self.admitted_at and bool(self.pending) and self.pending[-1][1] in PERMANENT_REASONS
+            not self.admitted_at
+            and bool(self.pending)
+            and permanent(self.pending[-1][1], self.pending[-1][2])
         )
 
     @property
