@@ -2,8 +2,9 @@
 
 Both run as a user runs them (subprocesses) against the real kube-apiserver, controller-manager
 and scheduler, with fake nodes from the node agent. The demo replays the end-to-end test's tidal
-trace (in a namespace and queues of its own): the outcome is read from its report, which it
-builds from the bus and the real API server. The benchmark runs at its smoke size only.
+trace (in a namespace and queues of its own, the inference Deployment scaled down by the demo's
+HPA-like driver through the real scale subresource): the outcome is read from its report,
+which it builds from the bus and the real API server. The benchmark runs at its smoke size only.
 """
 
 import json
@@ -31,6 +32,16 @@ def own_trace(path: Path, suffix: str) -> tuple[Path, str]:
         queue["name"] = f"{queue['name']}-{suffix}"
     for workload in trace["workloads"]:
         workload["queue"] = f"{workload['queue']}-{suffix}"
+        if workload["name"] == "serve":
+            # The demo's HPA-like driver, through the real scale subresource: 4 -> 3 -> 2
+            # (or 4 -> 2 when a look comes late).
+            workload["autoscale"] = {
+                "target_per_replica": 100,
+                "min_replicas": 1,
+                "max_replicas": 4,
+                "every": 30,
+                "load": [[0, 400], [150, 400], [200, 150]],
+            }
     path.write_text(yaml.safe_dump(trace))
     return path, namespace
 
@@ -78,6 +89,11 @@ def test_demo_runs_on_the_real_control_plane_with_fake_nodes(
         assert "8 pods in 1 tidegate.io/rack" in first, first
     serve = f"{namespace}/serve"
     assert workloads[serve]["state"] == "Admitted"
+    scalings = [s for s in report["scalings"] if s["workload"] == serve]
+    assert scalings, report["scalings"]
+    assert scalings[0]["from"] == 4
+    assert scalings[-1]["to"] == 2
+    assert all(s["to"] < s["from"] for s in scalings), scalings
     [preemption] = report["preemptions"]
     assert preemption["preemptor"] == serve
     (victim,) = preemption["victims"]
