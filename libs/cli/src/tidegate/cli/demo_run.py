@@ -353,7 +353,8 @@ class DemoRunner:
             delay = next_look * self.time_scale - (time.monotonic() - self.started)
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await stop.wait()
                 if stop.is_set():
                     return
             next_look += scale.every
