@@ -190,7 +190,8 @@ def test_the_built_in_tidal_day(tmp_path: Path) -> None:
         )
         assert busiest >= 0.8 * total, (start, busiest)
     assert night["running"]["training"] > night["running"]["inference"]
-    assert evening["running"]["training"] > evening["running"]["inference"]
+    # As the tide goes out in the evening, training takes the room back.
+    assert evening["running"]["training"] > afternoon["running"]["training"]
 
     # Waits per queue; preemptions only of training by inference, with the work they cost.
     queues = report["waits_per_queue"]
