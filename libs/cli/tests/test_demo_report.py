@@ -225,3 +225,32 @@ def test_a_quota_reason_is_permanent_only_when_the_request_alone_is_over() -> No
     assert not permanent("ExceedsQuota", behind)
     assert permanent("Invalid", "bad annotation")
     assert not permanent("WaitingForCapacity", "the cluster fits 10")
+
+
+def test_a_re_placement_is_no_new_admission_nor_gang() -> None:
+    record = record_with("ns/serve")
+    first = Admitted(
+        workload="ns/serve",
+        uid="u",
+        queue="q",
+        sequence=1,
+        epoch=1,
+        assignments=assignment(("b", "r1", "h", 2)),
+    )
+    grown = Admitted(
+        workload="ns/serve",
+        uid="u",
+        queue="q",
+        sequence=2,
+        epoch=1,
+        replaces=1,
+        assignments=assignment(("b", "r1", "h", 2), ("b", "r2", "h2", 2)),
+    )
+    record.decision(2.0, first)
+    line = record.decision(50.0, grown)
+    assert line is not None
+    assert "re-placed, replaces #1" in line
+    serve = record.workloads["ns/serve"]
+    assert serve.admitted_at == [2.0]
+    assert [g.at for g in record.gangs] == [2.0]
+    assert gang_locality(record)["rack"].inside_one == 1

@@ -156,6 +156,13 @@ class DemoRecord:
             case Admitted():
                 self.decisions["admitted"] += 1
                 summary = placement_summary(body.assignments)
+                if body.replaces is not None:
+                    # The same admission placed anew (slots moved off failed nodes, or the
+                    # workload resized): neither a new admission nor a new gang placement.
+                    return (
+                        f"admitted  {body.workload:<28} queue {body.queue:<8} {summary} "
+                        f"(re-placed, replaces #{body.replaces})"
+                    )
                 record = self.workloads.get(body.workload)
                 if record is not None:
                     record.admitted_at.append(at)
