@@ -69,6 +69,7 @@ from tidegate.sim import SimCluster, SimSettings
 from tidegate.testing import connected
 from tidegate.testing.faultproxy import (
     KubeFaultProxy,
+    LoseAnswer,
     NatsFaultProxy,
     kube_fault_proxy,
     nats_fault_proxy,
@@ -345,7 +346,7 @@ class Chaos:
                 system.note(f"armed: next publish to {fault.targets[0]}* stored, ack dropped")
             case "kube-lost":
                 method, path = fault.targets
-                self.kube_proxy.drop_after_apply(method, path)
+                self.kube_proxy.arm(method, path, LoseAnswer(drop=True))
                 system.note(f"armed: next {method} *{path}* applied, answer dropped")
             case "nats-restart":
                 await self._restart_nats(fault.hold)
