@@ -60,7 +60,7 @@ from typing import Final
 
 from tidegate.bus import layout
 from tidegate.bus.server import NatsServerProcess
-from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry
+from tidegate.cli.demo_trace import WorkloadEntry
 from tidegate.cli.stack import SERVICES, LocalStack, StackSettings
 from tidegate.kube import DEPLOYMENTS, KubeSettings
 from tidegate.kube import connect as kube_connect
@@ -77,6 +77,7 @@ from tidegate.testing.faultproxy import (
 
 from ..e2e.invariants import distinct
 from ..e2e.system import CLUSTER, System, fast_env
+from ..e2e.tidal import PRIORITY_CLASSES, QUEUES, inference, training
 
 FAULT_KINDS: Final = (
     "kill",
@@ -103,12 +104,6 @@ LEASE_TTL_SECONDS: Final = 2.0
 TIME_SCALE: Final = 0.02
 """Wall seconds per simulated second (a 100 s training pod runs 2 s)."""
 NAMESPACE: Final = "chaos"
-RACK: Final = "tidegate.io/rack"
-QUEUES: Final = [
-    QueueEntry(name="online", spec={"priority": 100, "reclaimable": False}),
-    QueueEntry(name="offline", spec={"priority": 10, "reclaimable": True}),
-]
-PRIORITY_CLASSES: Final = {"serving": 100_000, "batch": 10_000}
 KUBE_WRITES: Final = (
     ("PATCH", "/pods/"),  # the ungater's release (gate removal)
     ("PATCH", "/pods/"),
@@ -159,35 +154,9 @@ class Schedule:
         return f"seed {self.seed}: submit {', '.join(work)}; faults {', '.join(faults)}"
 
 
-def training(name: str, *, pods: int, duration: float | None) -> WorkloadEntry:
-    """A training Job of ``pods`` 8-GPU pods in the reclaimable queue, all in one rack."""
-    return WorkloadEntry(
-        name=name,
-        queue="offline",
-        priority_class="batch",
-        pods=pods,
-        requests={"cpu": "4", "nvidia.com/gpu": 8},
-        duration=duration,
-        annotations={"tidegate.io/topology-required": RACK},
-    )
-
-
-def inference(name: str) -> WorkloadEntry:
-    """An inference Deployment of one 8-GPU pod in the non-reclaimable queue."""
-    return WorkloadEntry(
-        name=name,
-        kind="Deployment",
-        queue="online",
-        priority_class="serving",
-        pods=1,
-        requests={"cpu": "4", "nvidia.com/gpu": 8},
-        annotations={"volcano.sh/service.type": "inference"},
-    )
-
-
 BASELINE: Final = (
-    training("base-a", pods=2, duration=None),
-    training("base-b", pods=2, duration=None),
+    training("base-a", pods=2, duration=None, cpu="4"),
+    training("base-b", pods=2, duration=None, cpu="4"),
 )
 """Long-running gangs that fill half of each rack (1 block x 2 racks x 4 nodes), so that the
 schedules' Jobs compete for the rest and inference reclaims."""
@@ -198,10 +167,10 @@ def plan(seed: int, kinds: tuple[str, ...], *, spared: tuple[str, ...] = ()) -> 
     stopping a service in ``spared``."""
     rng = random.Random(seed)
     jobs = tuple(
-        training(f"job-{seed}-{i}", pods=rng.randint(1, 2), duration=rng.uniform(40, 150))
+        training(f"job-{seed}-{i}", pods=rng.randint(1, 2), duration=rng.uniform(40, 150), cpu="4")
         for i in range(rng.randint(1, 2))
     )
-    serve = inference(f"serve-{seed}") if rng.random() < 0.4 else None
+    serve = inference(f"serve-{seed}", pods=1, cpu="4") if rng.random() < 0.4 else None
     services = [s for s in SERVICES if s not in spared]  # each the target of one fault at most
     faults = []
     for _ in range(rng.choice((1, 1, 2))):
