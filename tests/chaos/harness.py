@@ -62,11 +62,9 @@ from tidegate.bus import layout
 from tidegate.bus.server import NatsServerProcess
 from tidegate.cli.demo_trace import WorkloadEntry
 from tidegate.cli.stack import SERVICES, LocalStack, StackSettings
-from tidegate.kube import DEPLOYMENTS, KubeSettings
-from tidegate.kube import connect as kube_connect
+from tidegate.kube import DEPLOYMENTS
 from tidegate.model import Admitted, Message, Pending, Preempted, Released
 from tidegate.sim import SimCluster, SimSettings
-from tidegate.testing import connected
 from tidegate.testing.faultproxy import (
     KubeFaultProxy,
     LoseAnswer,
@@ -76,7 +74,7 @@ from tidegate.testing.faultproxy import (
 )
 
 from ..e2e.invariants import distinct
-from ..e2e.system import CLUSTER, System, fast_env
+from ..e2e.system import CLUSTER, System, fast_env, observed
 from ..e2e.tidal import PRIORITY_CLASSES, QUEUES, inference, training
 
 FAULT_KINDS: Final = (
@@ -521,33 +519,24 @@ async def chaos_system(
             try:
                 for name in settings.services:
                     await stack.start_service(name)
-                async with (
-                    await kube_connect(
-                        KubeSettings(source="kubeconfig", kubeconfig=stack.kubeconfig)
-                    ) as kube,
-                    connected(
-                        nats.url, CLUSTER, name="tidegate-chaos", wait_for_server_seconds=10
-                    ) as bus,
-                ):
-                    system = System(
-                        stack, kube, bus, namespace=NAMESPACE, grace_seconds=grace_seconds
-                    )
-                    async with system.observing():
-                        await system.set_up(priority_classes=PRIORITY_CLASSES, queues=QUEUES)
-                        chaos = Chaos(system, nats, nats_proxy, kube_proxy)
-                        stop = asyncio.Event()
-                        supervisor = asyncio.create_task(chaos.supervise(stop))
-                        try:
-                            await system.submit(*BASELINE)
-                            await system.until(
-                                lambda: all(system.running(b.name, b.pods) for b in BASELINE),
-                                within=60,
-                                what="the baseline gangs running",
-                            )
-                            yield chaos
-                        finally:
-                            stop.set()
-                            await supervisor
+                async with observed(
+                    stack, namespace=NAMESPACE, grace_seconds=grace_seconds, name="tidegate-chaos"
+                ) as system:
+                    await system.set_up(priority_classes=PRIORITY_CLASSES, queues=QUEUES)
+                    chaos = Chaos(system, nats, nats_proxy, kube_proxy)
+                    stop = asyncio.Event()
+                    supervisor = asyncio.create_task(chaos.supervise(stop))
+                    try:
+                        await system.submit(*BASELINE)
+                        await system.until(
+                            lambda: all(system.running(b.name, b.pods) for b in BASELINE),
+                            within=60,
+                            what="the baseline gangs running",
+                        )
+                        yield chaos
+                    finally:
+                        stop.set()
+                        await supervisor
             finally:
                 await asyncio.gather(
                     *(p.stop() for p in reversed(stack.processes.values())),
