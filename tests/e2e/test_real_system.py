@@ -285,28 +285,9 @@ def jobset(name: str, queue: str, *, replicas: int, level: str) -> dict[str, obj
     """A JobSet of ``replicas`` one-pod Jobs of a whole 8-GPU node each, all required in one
     ``level`` domain by KAI's annotation on the JobSet itself (a per-podset setting, read from
     the pod template first, then the job template, then the top owner: docs/workloads.md)."""
-    pod_spec = {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "main",
-                "image": "busybox:1.36",
-                "resources": {
-                    "requests": {k: str(v) for k, v in GPU_JOB.items()},
-                    "limits": {"nvidia.com/gpu": str(GPU_JOB["nvidia.com/gpu"])},
-                },
-            }
-        ],
-    }
-    job_template = {
-        "spec": {
-            "parallelism": 1,
-            "completions": 1,
-            "completionMode": "Indexed",
-            "backoffLimit": 0,
-            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec},
-        }
-    }
+    # Each Job as the demo's trace writes one (its labels, limits and Indexed completion mode).
+    job = workload_object(WorkloadEntry(name=name, pods=1, requests=GPU_JOB), "")
+    job_template = {"spec": job["spec"]}
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
