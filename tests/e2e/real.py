@@ -3,9 +3,11 @@
 Why: the simulator has no authorization, emulates the gate webhook in-process and binds pods
 with its own scheduler. Here the five services run as processes against the real API server,
 each with its own ServiceAccount token (TokenRequest) bound to exactly the RBAC the Helm chart
-renders; the CRDs are the chart's; the API server itself calls the ungater's gate webhook
+renders; the CRDs are the chart's (plus JobSet's, whose controller the test plays: see
+:meth:`RealSystem.create_jobset`); the API server itself calls the ungater's gate webhook
 (MutatingWebhookConfiguration as the chart renders it, with a URL and caBundle instead of a
 Service, over TLS); fake GPU nodes come from ``tidegate nodes``; the real kube-scheduler binds.
+Tests take it through the ``real_tidegate`` fixture (tests/e2e/conftest.py).
 
 The API server's audit log says what every service asked and whether RBAC allowed it:
 :meth:`RealSystem.forbidden` (must be empty) and :meth:`RealSystem.rbac_report` (grants no
