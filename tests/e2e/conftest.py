@@ -1,10 +1,14 @@
 """Fixtures of the end-to-end tests on the real control plane."""
 
+import functools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from .real import RbacUsage
+from tidegate.testing.controlplane import ControlPlane
+
+from .real import RbacUsage, RealTidegate, real_system
 
 _REPORT = pytest.StashKey[list[str]]()
 
@@ -16,6 +20,15 @@ def rbac_usage(request: pytest.FixtureRequest) -> Iterator[RbacUsage]:
     usage = RbacUsage()
     yield usage
     request.config.stash[_REPORT] = usage.report()
+
+
+@pytest.fixture
+def real_tidegate(
+    real_cluster: ControlPlane, nats_url: str, tmp_path: Path, rbac_usage: RbacUsage
+) -> RealTidegate:
+    """Starts tidegate on the real control plane: ``async with real_tidegate(nodes=…) as
+    system``; see :func:`tests.e2e.real.real_system` for what it checks on a clean exit."""
+    return functools.partial(real_system, real_cluster, nats_url, tmp_path, usage=rbac_usage)
 
 
 def pytest_terminal_summary(

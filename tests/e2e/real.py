@@ -3,9 +3,11 @@
 Why: the simulator has no authorization, emulates the gate webhook in-process and binds pods
 with its own scheduler. Here the five services run as processes against the real API server,
 each with its own ServiceAccount token (TokenRequest) bound to exactly the RBAC the Helm chart
-renders; the CRDs are the chart's; the API server itself calls the ungater's gate webhook
+renders; the CRDs are the chart's (plus JobSet's, whose controller the test plays: see
+:meth:`RealSystem.create_jobset`); the API server itself calls the ungater's gate webhook
 (MutatingWebhookConfiguration as the chart renders it, with a URL and caBundle instead of a
 Service, over TLS); fake GPU nodes come from ``tidegate nodes``; the real kube-scheduler binds.
+Tests take it through the ``real_tidegate`` fixture (tests/e2e/conftest.py).
 
 The API server's audit log says what every service asked and whether RBAC allowed it:
 :meth:`RealSystem.forbidden` (must be empty) and :meth:`RealSystem.rbac_report` (grants no
@@ -18,7 +20,7 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,17 +32,23 @@ from tidegate.bus import ConsumerSettings, DurableConsumer, Received, layout
 from tidegate.bus.server import free_port
 from tidegate.kube import (
     CRDS,
+    JOBS,
+    JOBSETS,
     NAMESPACES,
     NODES,
     PODS,
     AlreadyExists,
     KubeClient,
     KubeSettings,
+    NotFound,
     ResourceType,
     connect,
 )
 from tidegate.kube.transport import JsonObject
 from tidegate.model import Message, subjects
+from tidegate.sim.bundled import bundled_crds
+from tidegate.sim.topology import layout_for
+from tidegate.sim.workloads import jobset_child_job
 from tidegate.testing import ServiceProcess, connected, until_async
 from tidegate.testing.controlplane import ControlPlane, serving_certificate
 
@@ -78,6 +86,15 @@ WEBHOOKS = ResourceType(
 )
 Permission = tuple[str, str, str]
 """(API group, resource or resource/subresource, verb)."""
+
+TIME_SCALE = 0.05
+"""Wall seconds per simulated second, for the fake kubelets (grace periods: a deleted pod's
+default 30 s become 1.5 s) and the services' timeouts in simulated time (``fast_env``), as the
+simulator's end-to-end tests compress them."""
+
+JOBSET_CRD = next(c for c in bundled_crds() if c["metadata"]["name"] == "jobsets.jobset.x-k8s.io")  # type: ignore[index]
+"""The JobSet CRD as the simulator serves it (open schema). No JobSet controller runs on the
+real control plane: :meth:`RealSystem.create_jobset` creates the child Jobs as it would."""
 
 
 def render_chart(release_namespace: str, cluster: str) -> list[dict[str, Any]]:
@@ -120,6 +137,7 @@ class RealSystem:
     cluster: str
     workdir: Path
     nats_url: str
+    time_scale: float = TIME_SCALE
     accounts: dict[str, str] = field(default_factory=dict)
     """ServiceAccount name per service."""
     roles: dict[str, set[Permission]] = field(default_factory=dict)
@@ -137,12 +155,36 @@ class RealSystem:
     """This test's fake nodes as last listed from the API server."""
     checks: Invariants | None = None
 
+    @classmethod
+    def fresh(
+        cls,
+        plane: ControlPlane,
+        admin: KubeClient,
+        workdir: Path,
+        nats_url: str = "",
+        *,
+        prefix: str = "tg-e2e",
+        time_scale: float = TIME_SCALE,
+    ) -> "RealSystem":
+        """A system with names of its own (namespaces, cluster id), not installed yet."""
+        run = uuid.uuid4().hex[:6]
+        return cls(
+            plane=plane,
+            admin=admin,
+            namespace=f"{prefix}-{run}",
+            release_namespace=f"{prefix}-sys-{run}",
+            cluster=f"r{run}",
+            workdir=workdir,
+            nats_url=nats_url,
+            time_scale=time_scale,
+        )
+
     def user(self, service: str) -> str:
         """The Kubernetes user name of a service's ServiceAccount."""
         return f"system:serviceaccount:{self.release_namespace}:{self.accounts[service]}"
 
     async def install(self) -> None:
-        """Namespaces, CRDs, the chart's ServiceAccounts and RBAC."""
+        """Namespaces, the chart's CRDs (and JobSet's), the chart's ServiceAccounts and RBAC."""
         for name, labels in (
             (self.release_namespace, {}),
             (self.namespace, {"tidegate.io/managed": "true"}),
@@ -155,11 +197,15 @@ class RealSystem:
                     "metadata": {"name": name, "labels": labels},
                 },
             )
-        for path in sorted(CRD_DIR.glob("*.yaml")):
-            for crd in yaml.safe_load_all(path.read_text()):
-                if isinstance(crd, dict) and crd.get("kind") == "CustomResourceDefinition":
-                    with contextlib.suppress(AlreadyExists):
-                        await self.admin.create(CRDS, crd)
+        crds = [
+            crd
+            for path in sorted(CRD_DIR.glob("*.yaml"))
+            for crd in yaml.safe_load_all(path.read_text())
+            if isinstance(crd, dict) and crd.get("kind") == "CustomResourceDefinition"
+        ]
+        for crd in [*crds, JOBSET_CRD]:
+            with contextlib.suppress(AlreadyExists):
+                await self.admin.create(CRDS, crd)
         documents = render_chart(self.release_namespace, self.cluster)
         for doc in documents:
             kind = doc["kind"]
@@ -192,6 +238,8 @@ class RealSystem:
             "--prefix",
             self.node_prefix,
             "--delete-nodes",
+            "--time-scale",
+            f"{self.time_scale:g}",
             stdout=log,
             stderr=log,
         )
@@ -230,7 +278,7 @@ class RealSystem:
             )
             env = {
                 **{k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")},
-                **fast_env(1.0),
+                **fast_env(self.time_scale),
                 "TIDEGATE_CLUSTER": self.cluster,
                 "TIDEGATE_NATS_URL": self.nats_url,
                 "TIDEGATE_KUBECONFIG": str(kubeconfig),
@@ -329,6 +377,41 @@ class RealSystem:
                 for result in await asyncio.gather(*tasks, return_exceptions=True):
                     if isinstance(result, Exception):
                         raise result
+
+    def healthy(self, what: str) -> None:
+        """Fail, naming ``what``, when a service died or the API server refused one a
+        request (403)."""
+        for process in self.services.values():
+            process.check()
+        assert self.forbidden() == [], what
+
+    def assert_rbac(self, usage: "RbacUsage | None" = None) -> None:
+        """No request refused, none outside the chart's grants; add to ``usage``."""
+        assert self.forbidden() == []
+        missing, _ = self.rbac_report()
+        assert {s: m for s, m in missing.items() if m} == {}
+        if usage is not None:
+            usage.add(self)
+
+    async def create_jobset(self, body: JsonObject) -> JsonObject:
+        """Create a JobSet and then its child Jobs as the JobSet controller would
+        (:func:`tidegate.sim.workloads.jobset_child_job`, the simulator's controller's own
+        bodies); none runs here. Everything after (pods by the Job controller, the gate
+        webhook, tidegate, kube-scheduler, garbage collection by the ownerReference) is real."""
+
+        async def created() -> JsonObject | None:
+            try:
+                return await self.admin.create(JOBSETS, body, namespace=self.namespace)
+            except NotFound:  # the CRD is not established yet
+                return None
+
+        jobset = await until_async(created, within=30.0, what="the JobSet CRD served")
+        suspended = jobset["spec"].get("suspend") is True  # type: ignore[union-attr]
+        for entry in jobset["spec"]["replicatedJobs"]:  # type: ignore[index, union-attr]
+            for index in range(int(entry.get("replicas", 1))):  # type: ignore[union-attr]
+                job = jobset_child_job(jobset, entry, index, suspended=suspended)  # type: ignore[arg-type]
+                await self.admin.create(JOBS, job, namespace=self.namespace)
+        return jobset
 
     def problems(self) -> list[str]:
         """Sampled violations and the decision log's problems (tests/e2e/invariants.py), so far."""
@@ -433,30 +516,41 @@ def _b64(data: bytes) -> str:
 
 @contextlib.asynccontextmanager
 async def real_system(
-    plane: ControlPlane, nats_url: str, workdir: Path, *, nodes: str
+    plane: ControlPlane,
+    nats_url: str,
+    workdir: Path,
+    *,
+    nodes: str,
+    usage: RbacUsage | None = None,
+    time_scale: float = TIME_SCALE,
 ) -> AsyncIterator[RealSystem]:
-    """Install tidegate on ``plane`` and start it, with fake nodes ``nodes``; tear it down."""
-    run = uuid.uuid4().hex[:6]
+    """Install tidegate on ``plane`` and start it, with fake nodes ``nodes``, all of them Ready
+    and untainted when it yields; tear it down. On a clean exit it checks that every service
+    is alive, that the API server refused none of their requests and that none asked beyond the
+    chart's RBAC (adding what they asked to ``usage``)."""
     settings = KubeSettings(source="kubeconfig", kubeconfig=plane.kubeconfig, qps=0.0)
+    expected = len(layout_for(nodes).nodes)
     async with await connect(settings) as admin:
-        system = RealSystem(
-            plane=plane,
-            admin=admin,
-            namespace=f"tg-e2e-{run}",
-            release_namespace=f"tg-sys-{run}",
-            cluster=f"r{run}",
-            workdir=workdir,
-            nats_url=nats_url,
-        )
+        system = RealSystem.fresh(plane, admin, workdir, nats_url, time_scale=time_scale)
         try:
             await system.install()
             await system.start_nodes(nodes)
             await system.start_services()
 
             async def nodes_ready() -> bool:
-                return len(await system.ready_nodes()) > 0
+                return len(await system.ready_nodes()) == expected
 
-            await until_async(nodes_ready, within=90.0, what="fake nodes Ready and untainted")
+            await until_async(
+                nodes_ready, within=90.0, what=f"{expected} fake nodes Ready and untainted"
+            )
             yield system
+            system.healthy("the end")
+            system.assert_rbac(usage)
         finally:
             await system.close()
+
+
+RealTidegate = Callable[..., contextlib.AbstractAsyncContextManager[RealSystem]]
+"""The ``real_tidegate`` fixture: ``real_tidegate(nodes="1x2x2x8gpu")`` is :func:`real_system`
+on the session's control plane and nats-server, in the test's temporary directory, its RBAC
+use summed up for the end-of-run report."""

@@ -13,11 +13,7 @@ evicted whole, no overcommit, …); on the real control plane the audit log (no 
 none outside the chart's RBAC: the watcher's new grant on poddisruptionbudgets is used).
 """
 
-import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,65 +25,24 @@ from tidegate.cli.demo_trace import (
     queue_object,
     workload_object,
 )
-from tidegate.kube import (
-    DEPLOYMENTS,
-    EVENTS,
-    JOBS,
-    PDBS,
-    PODS,
-    PRIORITY_CLASSES,
-    QUEUES,
-    KubeClient,
-)
+from tidegate.kube import DEPLOYMENTS, EVENTS, JOBS, PDBS, PRIORITY_CLASSES, QUEUES
 from tidegate.model import DisruptionBudgetState, Preempted, subjects
-from tidegate.testing import connected, following, until_async
-from tidegate.testing.controlplane import ControlPlane
+from tidegate.testing import connected, following
 
-from .real import real_system
-from .system import CLUSTER, running_system
+from .platform import JsonObject, Platform, live_pods, wait
+from .real import RealTidegate
+from .system import running_system
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 NODES = "1x2x2x8gpu"
 GANG = {"cpu": "4", "nvidia.com/gpu": 8}
 
-JsonObject = dict[str, Any]
-
-
-@dataclass
-class Platform:
-    """What the scenario needs of the cluster it runs on."""
-
-    kube: KubeClient
-    namespace: str
-    nats_url: str
-    cluster: str
-    suffix: str
-    """Appended to cluster-scoped names (Queues, PriorityClasses) shared by a session."""
-    healthy: Callable[[str], None]
-
-
-async def live_pods(platform: Platform, app: str) -> list[JsonObject]:
-    listed = await platform.kube.list_objects(
-        PODS, namespace=platform.namespace, label_selector=f"app={app}"
-    )
-    return [dict(p) for p in listed.items if not p["metadata"].get("deletionTimestamp")]
-
 
 def running(pods: list[JsonObject], count: int) -> bool:
     return len(pods) == count and all(
         p["status"].get("phase") == "Running" and not p["spec"].get("schedulingGates") for p in pods
     )
-
-
-async def wait(
-    platform: Platform, check: Callable[[], Awaitable[object]], what: str, within: float = 120.0
-) -> Any:
-    async def checked() -> object:
-        platform.healthy(what)
-        return await check()
-
-    return await until_async(checked, within=within, what=what, interval=0.25)
 
 
 async def scenario(platform: Platform) -> None:
@@ -172,10 +127,7 @@ async def scenario(platform: Platform) -> None:
 async def test_a_budget_protected_gang_is_skipped_on_the_simulator(tmp_path: Path) -> None:
     async with running_system(tmp_path, nodes=NODES, time_scale=0.02, namespace="pdb") as system:
         await system.set_up(priority_classes={}, queues=[])
-        platform = Platform(
-            system.kube, "pdb", system.stack.nats_url, CLUSTER, "", system.assert_healthy
-        )
-        await scenario(platform)
+        await scenario(Platform.of_sim(system))
         (decision,) = system.of(Preempted)
         assert decision.victims == ["pdb/b"]
         assert "skipped for their PodDisruptionBudget: pdb/a (PodDisruptionBudget pdb/keep-a" in (
@@ -186,28 +138,7 @@ async def test_a_budget_protected_gang_is_skipped_on_the_simulator(tmp_path: Pat
 
 @pytest.mark.real_k8s
 async def test_a_budget_protected_gang_is_skipped_on_real_kubernetes(
-    real_cluster: ControlPlane, nats_url: str, tmp_path: Path
+    real_tidegate: RealTidegate,
 ) -> None:
-    async with real_system(real_cluster, nats_url, tmp_path, nodes=NODES) as system:
-
-        async def all_nodes() -> bool:
-            return len(await system.ready_nodes()) == 4
-
-        await until_async(all_nodes, within=90.0, what="4 fake nodes Ready")
-
-        def healthy(what: str) -> None:
-            for process in system.services.values():
-                process.check()
-            assert system.forbidden() == [], what
-
-        platform = Platform(
-            system.admin,
-            system.namespace,
-            nats_url,
-            system.cluster,
-            f"-{uuid.uuid4().hex[:6]}",
-            healthy,
-        )
-        await scenario(platform)
-        missing, _ = system.rbac_report()
-        assert {s: m for s, m in missing.items() if m} == {}
+    async with real_tidegate(nodes=NODES) as system:
+        await scenario(Platform.of_real(system))

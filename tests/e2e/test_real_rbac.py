@@ -23,20 +23,9 @@ pytestmark = [pytest.mark.real_k8s]
 async def test_preemption_may_abort_a_podgroup_victim(
     real_cluster: ControlPlane, tmp_path: Path, rbac_usage: RbacUsage
 ) -> None:
-    import uuid
-
-    run = uuid.uuid4().hex[:6]
     admin_settings = KubeSettings(source="kubeconfig", kubeconfig=real_cluster.kubeconfig)
     async with await connect(admin_settings) as admin:
-        system = RealSystem(
-            plane=real_cluster,
-            admin=admin,
-            namespace=f"tg-rbac-{run}",
-            release_namespace=f"tg-rbac-sys-{run}",
-            cluster=f"b{run}",
-            workdir=tmp_path,
-            nats_url="",
-        )
+        system = RealSystem.fresh(real_cluster, admin, tmp_path, prefix="tg-rbac")
         await system.install()
         ns = system.namespace
         await admin.create(
@@ -83,10 +72,7 @@ async def test_preemption_may_abort_a_podgroup_victim(
             await evictor.preempt(victim, victim.pods, preemptor=f"{ns}/serve")
         group = await admin.get(PODGROUPS, "gang", namespace=ns)
         assert group["metadata"]["annotations"]["tidegate.io/preempted-by"] == f"{ns}/serve"  # type: ignore[index]
-        assert system.forbidden() == []
-        missing, _ = system.rbac_report()
-        assert {s: m for s, m in missing.items() if m} == {}
-        rbac_usage.add(system)
+        system.assert_rbac(rbac_usage)
         await system.close()
 
 

@@ -2,8 +2,6 @@
 the real kube-scheduler, fake nodes from ``tidegate nodes``; every check reads the real API
 server's objects or its audit log."""
 
-from pathlib import Path
-
 import pytest
 
 from tidegate.cli.demo_trace import (
@@ -13,43 +11,59 @@ from tidegate.cli.demo_trace import (
     queue_object,
     workload_object,
 )
-from tidegate.kube import DEPLOYMENTS, JOBS, NODES, PODGROUPS, PODS, PRIORITY_CLASSES, QUEUES
-from tidegate.model import Admitted, Preempted
+from tidegate.kube import (
+    DEPLOYMENTS,
+    JOBS,
+    JOBSETS,
+    NODES,
+    PODGROUPS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+)
+from tidegate.model import Admitted, Pending, Preempted, Released
+from tidegate.model.names import RESUME_ANNOTATION
 from tidegate.testing import until_async
-from tidegate.testing.controlplane import ControlPlane
 
-from .real import RbacUsage, RealSystem, real_system
+from .real import RealSystem, RealTidegate
 
 pytestmark = [pytest.mark.real_k8s, pytest.mark.slow, pytest.mark.timeout(300)]
 
 GPU_JOB = {"cpu": "8", "nvidia.com/gpu": 8}
 
 
+RACK, BLOCK = "tidegate.io/rack", "tidegate.io/block"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+
+
 def rack_of(nodes: dict[str, dict[str, object]], pod: dict[str, object]) -> str:
+    return level_of(nodes, pod, RACK)
+
+
+def level_of(nodes: dict[str, dict[str, object]], pod: dict[str, object], level: str) -> str:
+    """The ``level`` label of the node the pod is bound to, as the API server has it."""
     node = nodes[pod["spec"]["nodeName"]]  # type: ignore[index]
-    return str(node["metadata"]["labels"]["tidegate.io/rack"])  # type: ignore[index]
+    return str(node["metadata"]["labels"][level])  # type: ignore[index]
 
 
-async def running_pods(system: RealSystem, job: str, count: int) -> list[dict[str, object]] | None:
-    pods = [
-        p
-        for p in await system.pods()
-        if p["metadata"].get("labels", {}).get("job-name") == job  # type: ignore[union-attr]
-        and p["status"].get("phase") == "Running"  # type: ignore[union-attr]
-        and not p["metadata"].get("deletionTimestamp")  # type: ignore[union-attr]
-    ]
+async def running_pods(
+    system: RealSystem, job: str, count: int, *, label: str = "job-name"
+) -> list[dict[str, object]] | None:
+    """The ``count`` running pods whose ``label`` is ``job``, or None while there are not."""
+    pods = [p for p in await system.pods() if _labels(p).get(label) == job and _running(p)]
     return pods if len(pods) == count else None
 
 
+async def all_nodes(system: RealSystem) -> dict[str, dict[str, object]]:
+    """Every Node object by name, from the API server."""
+    listed = await system.admin.list_objects(NODES)
+    return {str(n["metadata"]["name"]): n for n in listed.items}  # type: ignore[index]
+
+
 async def test_kueue_and_kai_jobs_land_in_one_rack_through_a_watcher_crash(
-    real_cluster: ControlPlane, nats_url: str, tmp_path: Path, rbac_usage: RbacUsage
+    real_tidegate: RealTidegate,
 ) -> None:
-    async with real_system(real_cluster, nats_url, tmp_path, nodes="1x2x2x8gpu") as system:
-
-        async def all_nodes_ready() -> bool:
-            return len(await system.ready_nodes()) == 4
-
-        await until_async(all_nodes_ready, within=90.0, what="4 fake nodes Ready")
+    async with real_tidegate(nodes="1x2x2x8gpu") as system:
         queue = f"offline-{system.cluster}"
         await system.admin.create(
             QUEUES,
@@ -97,10 +111,7 @@ async def test_kueue_and_kai_jobs_land_in_one_rack_through_a_watcher_crash(
         assert system.checks.samples > 0
         admitted = {d.workload for d in system.decisions if isinstance(d, Admitted)}
         assert admitted == {f"{system.namespace}/kueue", f"{system.namespace}/kai"}, admitted
-        nodes = {
-            str(n["metadata"]["name"]): n  # type: ignore[index]
-            for n in (await system.admin.list_objects(NODES)).items
-        }
+        nodes = await all_nodes(system)
         racks = {job: {rack_of(nodes, p) for p in pods} for job, pods in placed.items()}
         assert all(len(r) == 1 for r in racks.values()), racks
         assert racks["kueue"] != racks["kai"], racks  # 16 GPUs each: one whole rack apiece
@@ -111,14 +122,6 @@ async def test_kueue_and_kai_jobs_land_in_one_rack_through_a_watcher_crash(
                 selector = pod["spec"].get("nodeSelector") or {}  # type: ignore[union-attr]
                 assert "tidegate.io/rack" in selector, pod["metadata"]  # type: ignore[index]
                 assert not pod["spec"].get("schedulingGates")  # type: ignore[union-attr]
-        for service, process in system.services.items():
-            process.check()
-            assert service
-
-        assert system.forbidden() == []
-        missing, _ = system.rbac_report()
-        assert {s: m for s, m in missing.items() if m} == {}
-        rbac_usage.add(system)
 
 
 def gang_pod(name: str, group: str, queue: str, priority_class: str) -> dict[str, object]:
@@ -148,7 +151,7 @@ def gang_pod(name: str, group: str, queue: str, priority_class: str) -> dict[str
 
 
 async def test_tidal_preemption_through_the_eviction_api(
-    real_cluster: ControlPlane, nats_url: str, tmp_path: Path, rbac_usage: RbacUsage
+    real_tidegate: RealTidegate,
 ) -> None:
     """Inference takes a rack from a training Job (restart: evicted through the Eviction API,
     the Job controller re-creates its pods, the gate holds them, it is admitted again once
@@ -157,12 +160,7 @@ async def test_tidal_preemption_through_the_eviction_api(
     (its room counted once by the topology-cache: before finding 10b's watcher fix the search
     answered "at best 0 of 2 pods … fit"); a malformed workload sits beside them the whole
     time."""
-    async with real_system(real_cluster, nats_url, tmp_path, nodes="1x2x2x8gpu") as system:
-
-        async def all_nodes_ready() -> bool:
-            return len(await system.ready_nodes()) == 4
-
-        await until_async(all_nodes_ready, within=90.0, what="4 fake nodes Ready")
+    async with real_tidegate(nodes="1x2x2x8gpu") as system:
         ns, run = system.namespace, system.cluster
         serving, batch = f"serving-{run}", f"batch-{run}"
         # The gang ranks above train, so the first preemption takes train and the second the gang.
@@ -226,39 +224,27 @@ async def test_tidal_preemption_through_the_eviction_api(
                 if p["metadata"].get("labels", {}).get("job-name") == "train"  # type: ignore[union-attr]
             }
 
-            serve = WorkloadEntry(
-                name="serve",
-                kind="Deployment",
-                queue=online,
-                priority_class=serving,
-                pods=2,
-                requests=GPU_JOB,
-                annotations={"volcano.sh/service.type": "inference"},
-            )
-            await system.admin.create(DEPLOYMENTS, workload_object(serve, ns), namespace=ns)
-
-            async def serving_runs() -> bool:
-                pods = [p for p in await system.pods() if _app(p) == "serve" and _running(p)]
-                return len(pods) == 2
-
-            await until_async(serving_runs, within=150.0, what="both inference pods Running")
+            await start_inference(system, "serve", online, serving)
             preempted = [d for d in system.decisions if isinstance(d, Preempted)]
             victims = {v for d in preempted for v in d.victims}
             assert victims == {f"{ns}/train"}, victims
-            # The Job controller re-created train's pods; the gate holds them.
-            pods = await system.pods()
-            again = [
-                p
-                for p in pods
-                if p["metadata"].get("labels", {}).get("job-name") == "train"  # type: ignore[union-attr]
-                and not p["metadata"].get("deletionTimestamp")  # type: ignore[union-attr]
-            ]
-            assert again
-            assert all(p["metadata"]["uid"] not in first_train for p in again)  # type: ignore[index]
-            assert all(
-                {"name": "tidegate.io/admission"} in (p["spec"].get("schedulingGates") or [])  # type: ignore[union-attr]
-                for p in again
-            ), again
+
+            # The Job controller re-creates train's pods (after its failure backoff: evicted
+            # pods count as failed); the gate holds them.
+            async def train_again() -> list[dict[str, object]] | None:
+                again = [
+                    p
+                    for p in await system.pods()
+                    if _labels(p).get("job-name") == "train"
+                    and not p["metadata"].get("deletionTimestamp")  # type: ignore[union-attr]
+                    and p["metadata"]["uid"] not in first_train  # type: ignore[index]
+                ]
+                return again if len(again) == 2 else None
+
+            again = await until_async(
+                train_again, within=90.0, what="train's pods re-created by the Job controller"
+            )
+            assert all(_gated(p) for p in again), again
 
             # The PodGroup was not needed: it runs on, whole.
             assert (
@@ -272,22 +258,7 @@ async def test_tidal_preemption_through_the_eviction_api(
                 for p in await system.pods()
                 if _in_group(p, "gang")
             }
-            more = WorkloadEntry(
-                name="serve2",
-                kind="Deployment",
-                queue=online,
-                priority_class=serving,
-                pods=2,
-                requests=GPU_JOB,
-                annotations={"volcano.sh/service.type": "inference"},
-            )
-            await system.admin.create(DEPLOYMENTS, workload_object(more, ns), namespace=ns)
-
-            async def more_serving_runs() -> bool:
-                pods = [p for p in await system.pods() if _app(p) == "serve2" and _running(p)]
-                return len(pods) == 2
-
-            await until_async(more_serving_runs, within=150.0, what="serve2's pods Running")
+            await start_inference(system, "serve2", online, serving)
             preempted = [d for d in system.decisions if isinstance(d, Preempted)]
             assert [d.victims for d in preempted] == [[f"{ns}/train"], [f"{ns}/gang"]], preempted
             assert not [
@@ -304,16 +275,171 @@ async def test_tidal_preemption_through_the_eviction_api(
                 return await running_pods(system, "train", 2) is not None
 
             await until_async(train_back, within=150.0, what="train re-admitted and Running")
-            for process in system.services.values():
-                process.check()
         assert system.problems() == []
         admitted = [d.workload for d in system.decisions if isinstance(d, Admitted)]
         assert admitted.count(f"{ns}/train") == 2, admitted
         assert f"{ns}/broken" not in admitted
-        assert system.forbidden() == []
-        missing, _ = system.rbac_report()
-        assert {s: m for s, m in missing.items() if m} == {}
-        rbac_usage.add(system)
+
+
+def jobset(name: str, queue: str, *, replicas: int, level: str) -> dict[str, object]:
+    """A JobSet of ``replicas`` one-pod Jobs of a whole 8-GPU node each, all required in one
+    ``level`` domain by KAI's annotation on the JobSet itself (a per-podset setting, read from
+    the pod template first, then the job template, then the top owner: docs/workloads.md)."""
+    # Each Job as the demo's trace writes one (its labels, limits and Indexed completion mode).
+    job = workload_object(WorkloadEntry(name=name, pods=1, requests=GPU_JOB), "")
+    job_template = {"spec": job["spec"]}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": name,
+            "labels": {"tidegate.io/queue": queue},
+            "annotations": {"kai.scheduler/topology-required-placement": level},
+        },
+        "spec": {
+            "replicatedJobs": [{"name": "workers", "replicas": replicas, "template": job_template}]
+        },
+    }
+
+
+async def test_a_jobset_in_one_rack_and_a_kueue_job_in_one_block(
+    real_tidegate: RealTidegate,
+) -> None:
+    """Two blocks of two racks of two 8-GPU nodes. A JobSet of two one-pod Jobs is required
+    in one rack (KAI's annotation), a Kueue Job of four whole-node pods in one block (Kueue's
+    ``podset-required-topology`` at block level): read from the bound pods' nodes' labels, the
+    JobSet sits in one rack and the Kueue Job fills the other block. A third Job waits for its
+    queue's quota (48 GPUs: both are in), though a rack is free, and is admitted once the
+    JobSet is deleted (the garbage collector removes its Jobs and pods by their
+    ownerReferences) and its quota is returned.
+
+    The JobSet CRD is installed but no JobSet controller runs: the test creates the JobSet's
+    child Jobs as the controller would (:meth:`RealSystem.create_jobset`); all the rest is real
+    (the Job controller, the API server's call to the gate webhook, tidegate, kube-scheduler,
+    garbage collection)."""
+    async with real_tidegate(nodes="2x2x2x8gpu") as system:
+        ns = system.namespace
+        queue = f"q-{system.cluster}"
+        await system.admin.create(
+            QUEUES,
+            queue_object(
+                QueueEntry(
+                    name=queue, spec={"priority": 10, "capability": {"nvidia.com/gpu": "48"}}
+                )
+            ),
+        )
+        wide = WorkloadEntry(
+            name="wide",
+            queue=queue,
+            pods=4,
+            requests=GPU_JOB,
+            template_annotations={"kueue.x-k8s.io/podset-required-topology": BLOCK},
+        )
+        after = WorkloadEntry(
+            name="after",
+            queue=queue,
+            pods=2,
+            requests=GPU_JOB,
+            annotations={"tidegate.io/topology-required": RACK},
+        )
+        async with system.observing():
+            await system.create_jobset(jobset("js", queue, replicas=2, level=RACK))
+            await system.admin.create(JOBS, workload_object(wide, ns), namespace=ns)
+
+            async def js_runs() -> list[dict[str, object]] | None:
+                return await running_pods(system, "js", 2, label=JOBSET_NAME)
+
+            async def wide_runs() -> list[dict[str, object]] | None:
+                return await running_pods(system, "wide", 4)
+
+            js_pods = await until_async(js_runs, within=120.0, what="the JobSet's pods Running")
+            wide_pods = await until_async(wide_runs, within=120.0, what="wide's pods Running")
+
+            # Admitted: the ungater marked the JobSet (a merge patch on the custom resource).
+            stored = await system.admin.get(JOBSETS, "js", namespace=ns)
+            annotations = stored["metadata"].get("annotations") or {}  # type: ignore[union-attr]
+            assert annotations.get(RESUME_ANNOTATION) == "manual", annotations
+
+            # The queue's 48 GPUs are all held: after waits, gated, for quota.
+            await system.admin.create(JOBS, workload_object(after, ns), namespace=ns)
+
+            async def after_waits_for_quota() -> bool:
+                return any(
+                    isinstance(d, Pending)
+                    and d.workload == f"{ns}/after"
+                    and d.reason == "ExceedsQuota"
+                    for d in system.decisions
+                )
+
+            def about_after() -> str:
+                seen = [d for d in system.decisions if getattr(d, "workload", "") == f"{ns}/after"]
+                return f"; decisions about after: {seen}"
+
+            await until_async(
+                after_waits_for_quota,
+                within=60.0,
+                what="after pending on quota",
+                describe=about_after,
+            )
+            assert all(_gated(p) for p in await system.pods() if _labels(p).get("app") == "after")
+
+            await system.admin.delete(JOBSETS, "js", namespace=ns, propagation="Background")
+
+            async def after_runs() -> list[dict[str, object]] | None:
+                return await running_pods(system, "after", 2)
+
+            after_pods = await until_async(
+                after_runs, within=120.0, what="after admitted once the JobSet is gone"
+            )
+
+            async def child_jobs_gone() -> bool:
+                listed = await system.admin.list_objects(
+                    JOBS, namespace=ns, label_selector=f"{JOBSET_NAME}=js"
+                )
+                return not listed.items
+
+            await until_async(child_jobs_gone, within=60.0, what="the JobSet's Jobs collected")
+        assert system.problems() == []
+        assert system.checks is not None
+        assert system.checks.samples > 0
+        admitted = [d.workload for d in system.decisions if isinstance(d, Admitted)]
+        assert sorted(admitted) == sorted(f"{ns}/{w}" for w in ("js", "wide", "after")), admitted
+        released = [d for d in system.decisions if isinstance(d, Released)]
+        assert [(d.workload, d.reason) for d in released] == [(f"{ns}/js", "Deleted")], released
+
+        nodes = await all_nodes(system)
+        js_racks = {level_of(nodes, p, RACK) for p in js_pods}
+        wide_blocks = {level_of(nodes, p, BLOCK) for p in wide_pods}
+        js_blocks = {level_of(nodes, p, BLOCK) for p in js_pods}
+        assert len(js_racks) == 1, js_racks
+        assert len(wide_blocks) == 1, wide_blocks
+        assert wide_blocks != js_blocks, (wide_blocks, js_blocks)  # a block has 4 nodes
+        assert len({level_of(nodes, p, RACK) for p in after_pods}) == 1
+        for pod in js_pods:
+            assert RACK in (pod["spec"].get("nodeSelector") or {}), pod["metadata"]  # type: ignore[union-attr, index]
+        for pod in wide_pods:
+            assert BLOCK in (pod["spec"].get("nodeSelector") or {}), pod["metadata"]  # type: ignore[union-attr, index]
+
+
+async def start_inference(system: RealSystem, name: str, queue: str, priority_class: str) -> None:
+    """An inference Deployment of two whole-node pods; returns once both run."""
+    entry = WorkloadEntry(
+        name=name,
+        kind="Deployment",
+        queue=queue,
+        priority_class=priority_class,
+        pods=2,
+        requests=GPU_JOB,
+        annotations={"volcano.sh/service.type": "inference"},
+    )
+    body = workload_object(entry, system.namespace)
+    await system.admin.create(DEPLOYMENTS, body, namespace=system.namespace)
+
+    async def both_run() -> bool:
+        pods = [p for p in await system.pods() if _app(p) == name and _running(p)]
+        return len(pods) == 2
+
+    await until_async(both_run, within=150.0, what=f"both pods of {name} Running")
 
 
 def _labels(pod: dict[str, object]) -> dict[str, str]:
@@ -326,6 +452,10 @@ def _app(pod: dict[str, object]) -> str | None:
 
 def _in_group(pod: dict[str, object], group: str) -> bool:
     return _labels(pod).get("scheduling.k8s.io/group-name") == group
+
+
+def _gated(pod: dict[str, object]) -> bool:
+    return {"name": "tidegate.io/admission"} in (pod["spec"].get("schedulingGates") or [])  # type: ignore[union-attr]
 
 
 def _running(pod: dict[str, object]) -> bool:

@@ -17,21 +17,18 @@ invariants (tests/e2e/invariants.py) and the decision log are checked too, on th
 plane the audit log (no request refused, none outside the chart's RBAC).
 """
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry, queue_object, workload_object
-from tidegate.kube import EVENTS, JOBS, PODS, QUEUES, KubeClient
+from tidegate.kube import EVENTS, JOBS, QUEUES
 from tidegate.model import Released
 from tidegate.model.names import RESUME_ANNOTATION
-from tidegate.testing import until_async
-from tidegate.testing.controlplane import ControlPlane
 
-from .real import real_system
+from .platform import JsonObject, Platform, live_pods, wait
+from .real import RealTidegate
 from .system import running_system
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -40,19 +37,6 @@ NODES = "1x1x2x8gpu"
 GANG = {"cpu": "4", "nvidia.com/gpu": 8}
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 TIDEGATE_QUEUE = "tidegate.io/queue"
-
-JsonObject = dict[str, Any]
-
-
-@dataclass
-class Platform:
-    """What the scenario needs of the cluster it runs on."""
-
-    kube: KubeClient
-    namespace: str
-    queue: str
-    healthy: Callable[[str], None]
-    """Fails (naming ``what``) when a service died or an invariant broke."""
 
 
 def job(name: str, queue: str, *, kueue: bool = False) -> JsonObject:
@@ -67,37 +51,17 @@ def job(name: str, queue: str, *, kueue: bool = False) -> JsonObject:
     return body
 
 
-async def pods_of(platform: Platform, name: str) -> list[JsonObject]:
-    """The Job's live pods (not being deleted), from the API server."""
-    listed = await platform.kube.list_objects(
-        PODS,
-        namespace=platform.namespace,
-        label_selector=f"app={name}",
-    )
-    return [dict(p) for p in listed.items if not p["metadata"].get("deletionTimestamp")]
-
-
 def is_gated(pod: JsonObject) -> bool:
     return any(
         g.get("name") == "tidegate.io/admission" for g in pod["spec"].get("schedulingGates") or []
     )
 
 
-async def wait(
-    platform: Platform, check: Callable[[], Awaitable[object]], what: str, within: float = 120.0
-) -> Any:
-    async def checked() -> object:
-        platform.healthy(what)
-        return await check()
-
-    return await until_async(checked, within=within, what=what, interval=0.25)
-
-
-async def scenario(platform: Platform) -> None:
+async def scenario(platform: Platform, queue: str) -> None:
     kube, ns = platform.kube, platform.namespace
 
     async def running(name: str) -> bool:
-        pods = await pods_of(platform, name)
+        pods = await live_pods(platform, name)
         return len(pods) == 2 and all(
             p["status"].get("phase") == "Running" and not is_gated(p) for p in pods
         )
@@ -114,7 +78,7 @@ async def scenario(platform: Platform) -> None:
         return None
 
     # 1. held runs.
-    await kube.create(JOBS, job("held", platform.queue), namespace=ns)
+    await kube.create(JOBS, job("held", queue), namespace=ns)
     await wait(platform, lambda: running("held"), "held running")
 
     async def marked() -> bool:
@@ -126,23 +90,23 @@ async def scenario(platform: Platform) -> None:
 
     # 2. suspended by its user: pods gone, admission released (Event on the Job).
     await kube.patch(JOBS, "held", {"spec": {"suspend": True}}, namespace=ns)
-    await wait(platform, lambda: _none(pods_of(platform, "held")), "held's pods deleted")
+    await wait(platform, lambda: _none(live_pods(platform, "held")), "held's pods deleted")
     suspended = await wait(platform, lambda: event("held", "Suspended"), "Suspended Event")
     assert "was suspended" in suspended["message"]
 
     # 3. Kueue's way: created suspended with only Kueue's queue label; runs on the whole room.
-    await kube.create(JOBS, job("kq", platform.queue, kueue=True), namespace=ns)
+    await kube.create(JOBS, job("kq", queue, kueue=True), namespace=ns)
     await wait(platform, lambda: running("kq"), "the Kueue-style Job unsuspended and running")
     stored = await kube.get(JOBS, "kq", namespace=ns)
     assert stored["spec"]["suspend"] is False
     assert stored["metadata"]["annotations"][RESUME_ANNOTATION] == "manual"
-    assert await pods_of(platform, "held") == []  # still suspended: respected
+    assert await live_pods(platform, "held") == []  # still suspended: respected
 
     # 4. resumed: gated while kq holds the room, runs once kq is gone.
     await kube.patch(JOBS, "held", {"spec": {"suspend": False}}, namespace=ns)
 
     async def held_gated() -> bool:
-        pods = await pods_of(platform, "held")
+        pods = await live_pods(platform, "held")
         return len(pods) == 2 and all(is_gated(p) for p in pods)
 
     await wait(platform, held_gated, "held's new pods gated while kq runs")
@@ -158,7 +122,7 @@ async def _none(pods: Awaitable[list[JsonObject]]) -> bool:
 async def test_suspend_resume_and_kueue_style_jobs_on_the_simulator(tmp_path: Path) -> None:
     async with running_system(tmp_path, nodes=NODES, time_scale=0.02, namespace="sus") as system:
         await system.set_up(priority_classes={}, queues=[QueueEntry(name="q", spec={})])
-        await scenario(Platform(system.kube, "sus", "q", system.assert_healthy))
+        await scenario(Platform.of_sim(system), "q")
         released = [r for r in system.of(Released, "held") if r.reason == "Suspended"]
         assert len(released) == 1, system.report()
         assert system.admission_problems() == [], system.report()
@@ -166,24 +130,12 @@ async def test_suspend_resume_and_kueue_style_jobs_on_the_simulator(tmp_path: Pa
 
 @pytest.mark.real_k8s
 async def test_suspend_resume_and_kueue_style_jobs_on_real_kubernetes(
-    real_cluster: ControlPlane, nats_url: str, tmp_path: Path
+    real_tidegate: RealTidegate,
 ) -> None:
-    async with real_system(real_cluster, nats_url, tmp_path, nodes=NODES) as system:
-
-        async def both_nodes() -> bool:
-            return len(await system.ready_nodes()) == 2
-
-        await until_async(both_nodes, within=90.0, what="2 fake nodes Ready")
-        queue = f"q-{system.cluster}"
+    async with real_tidegate(nodes=NODES) as system:
+        platform = Platform.of_real(system)
+        queue = f"q{platform.suffix}"
         await system.admin.create(
             QUEUES, queue_object(QueueEntry(name=queue, spec={"cardQuota": {"NVIDIA-H200": 64}}))
         )
-
-        def healthy(what: str) -> None:
-            for process in system.services.values():
-                process.check()
-            assert system.forbidden() == [], what
-
-        await scenario(Platform(system.admin, system.namespace, queue, healthy))
-        missing, _ = system.rbac_report()
-        assert {s: m for s, m in missing.items() if m} == {}
+        await scenario(platform, queue)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tidegate.kube import PODS, Conflict, Invalid, NotFound
+from tidegate.kube import JOBS, PODS, Conflict, Invalid, NotFound
 
 from .conftest import GATE, ContractEnv
 
@@ -112,3 +112,76 @@ async def test_bind(env: ContractEnv) -> None:
     assert bound["spec"]["nodeName"] == env.nodes[1]  # type: ignore[index]
     with pytest.raises(Conflict):
         await env.client.bind_pod(env.namespace, "ready", env.nodes[0])
+
+
+@pytest.mark.parametrize(
+    ("requests", "limits", "field", "reason", "message"),
+    [
+        (
+            {"nvidia.com/gpu": "8"},
+            None,
+            "spec.containers[0].resources.limits",
+            "FieldValueRequired",
+            "Required value: Limit must be set for non overcommitable resources",
+        ),
+        (
+            {"nvidia.com/gpu": "4"},
+            {"nvidia.com/gpu": "8"},
+            "spec.containers[0].resources.requests",
+            "FieldValueInvalid",
+            'Invalid value: "4": must be equal to nvidia.com/gpu limit of 8',
+        ),
+        (
+            {"cpu": "2"},
+            {"cpu": "1500m"},
+            "spec.containers[0].resources.requests",
+            "FieldValueInvalid",
+            'Invalid value: "2": must be less than or equal to cpu limit of 1500m',
+        ),
+    ],
+    ids=["no-limit", "request-below-limit", "cpu-above-limit"],
+)
+async def test_an_extended_resource_request_needs_an_equal_limit(
+    env: ContractEnv,
+    requests: dict[str, str],
+    limits: dict[str, str] | None,
+    field: str,
+    reason: str,
+    message: str,
+) -> None:
+    """Kubernetes' validation: an extended resource's request must have a limit, and equal it
+    (422, one cause per field, worded as below); native resources only need request ≤ limit."""
+    body = env.pod("gpu")
+    resources: dict[str, object] = {"requests": requests}
+    if limits is not None:
+        resources["limits"] = limits
+    body["spec"]["containers"][0]["resources"] = resources  # type: ignore[index]
+    with pytest.raises(Invalid) as refused:
+        await env.client.create(PODS, body, namespace=env.namespace)
+    assert refused.value.status == 422
+    assert refused.value.reason == "Invalid"
+    assert [(c.field, c.reason, c.message) for c in refused.value.causes] == [
+        (field, reason, message)
+    ]
+    assert refused.value.message == f'Pod "gpu" is invalid: {field}: {message}'
+
+
+async def test_a_job_whose_template_asks_for_a_gpu_without_a_limit_is_invalid(
+    env: ContractEnv,
+) -> None:
+    """The pod template of a Job is validated as a pod: the Job itself is refused."""
+    template = env.pod("unused")
+    template["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "8"}}  # type: ignore[index]
+    template["spec"]["restartPolicy"] = "Never"  # type: ignore[index]
+    del template["spec"]["schedulingGates"]  # type: ignore[attr-defined]
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "gpu"},
+        "spec": {"template": {"spec": template["spec"]}},
+    }
+    with pytest.raises(Invalid) as refused:
+        await env.client.create(JOBS, job, namespace=env.namespace)
+    field = "spec.template.spec.containers[0].resources.limits"
+    assert [(c.field, c.reason) for c in refused.value.causes] == [(field, "FieldValueRequired")]
+    assert refused.value.message.startswith(f'Job.batch "gpu" is invalid: {field}: Required value')

@@ -381,7 +381,10 @@ def pod_template(
                 {
                     "name": "main",
                     "image": "trainer:1",
-                    "resources": {"requests": {"cpu": "1", GPU: str(gpus)}},
+                    "resources": {
+                        "requests": {"cpu": "1", GPU: str(gpus)},
+                        "limits": {GPU: str(gpus)},
+                    },
                 }
             ],
             "restartPolicy": "Never",

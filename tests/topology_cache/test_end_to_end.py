@@ -124,8 +124,8 @@ async def watcher(
 def pod_body(name: str, rng: random.Random) -> dict[str, Any]:
     requests: dict[str, Any] = {"cpu": f"{rng.choice([100, 500, 2000])}m", "memory": "1Gi"}
     gpus = rng.choice([0, 0, 1, 2, 4, 8])
-    if gpus:
-        requests["nvidia.com/gpu"] = str(gpus)
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    requests.update(limits)
     annotations = {}
     if rng.random() < 0.3:  # finishes after 0.5-2 s of wall time
         annotations["tidegate.io/sim-duration-seconds"] = str(rng.choice([50, 100, 200]))
@@ -136,7 +136,11 @@ def pod_body(name: str, rng: random.Random) -> dict[str, Any]:
         "spec": {
             "restartPolicy": "Never",
             "containers": [
-                {"name": "main", "image": "busybox", "resources": {"requests": requests}}
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": requests, "limits": limits},
+                }
             ],
         },
     }

@@ -285,7 +285,8 @@ class Env:
                                 "name": "main",
                                 "image": "busybox",
                                 "resources": {
-                                    "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}
+                                    "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)},
+                                    "limits": {"nvidia.com/gpu": str(gpus)},
                                 },
                             }
                         ],

@@ -53,7 +53,10 @@ async def test_a_kueue_style_suspended_jobset_is_unsuspended_on_admission_and_ru
                 {
                     "name": "main",
                     "image": "busybox",
-                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}},
+                    "resources": {
+                        "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
                 }
             ],
         },

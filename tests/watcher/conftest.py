@@ -129,10 +129,11 @@ def pod_body(
 ) -> dict[str, Any]:
     """A pod as a controller (or a user) would create it, gated as tidegate's webhook would."""
     requests: dict[str, Any] = {"cpu": cpu, "memory": "1Gi"}
-    if gpu:
-        requests["nvidia.com/gpu"] = str(gpu)
+    limits = {"nvidia.com/gpu": str(gpu)} if gpu else {}
+    requests.update(limits)
+    resources = {"requests": requests, "limits": limits}
     spec: dict[str, Any] = {
-        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests}}]
+        "containers": [{"name": "main", "image": "busybox", "resources": resources}]
     }
     if gated:
         spec["schedulingGates"] = [{"name": GATE}]

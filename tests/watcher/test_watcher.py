@@ -225,7 +225,10 @@ async def test_volcano_deployment_end_to_end(harness: Harness) -> None:
                             {
                                 "name": "main",
                                 "image": "busybox",
-                                "resources": {"requests": {"nvidia.com/gpu": "1"}},
+                                "resources": {
+                                    "requests": {"nvidia.com/gpu": "1"},
+                                    "limits": {"nvidia.com/gpu": "1"},
+                                },
                             }
                         ],
                     },

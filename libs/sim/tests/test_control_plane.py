@@ -66,7 +66,10 @@ def template(
                 {
                     "name": "main",
                     "image": "trainer",
-                    "resources": {"requests": {"nvidia.com/gpu": str(gpus)}},
+                    "resources": {
+                        "requests": {"nvidia.com/gpu": str(gpus)},
+                        "limits": {"nvidia.com/gpu": str(gpus)},
+                    },
                 }
             ],
         },

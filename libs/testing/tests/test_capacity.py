@@ -46,7 +46,11 @@ def pod(name: str, node: str, gpus: int) -> dict[str, Any]:
         "spec": {
             "nodeName": node,
             "containers": [
-                {"name": "m", "image": "m", "resources": {"requests": {"cpu": "1", GPU: gpus}}}
+                {
+                    "name": "m",
+                    "image": "m",
+                    "resources": {"requests": {"cpu": "1", GPU: gpus}, "limits": {GPU: gpus}},
+                }
             ],
         },
     }

@@ -100,7 +100,7 @@ def invalid(kind: str, name: str, causes: list[tuple[str, str]], *, group: str =
     text = ", ".join(f"{field}: {message}" for field, message in causes)
     details = _details(kind, name, group)
     details["causes"] = [
-        {"reason": "FieldValueInvalid", "message": message, "field": field}
+        {"reason": _cause_reason(message), "message": message, "field": field}
         for field, message in causes
     ]
     return ApiError(
@@ -109,6 +109,23 @@ def invalid(kind: str, name: str, causes: list[tuple[str, str]], *, group: str =
         f'{kind}{"." + group if group else ""} "{name}" is invalid: {text}',
         details=details,
     )
+
+
+_CAUSE_REASONS: Final = (
+    ("Required value", "FieldValueRequired"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Unsupported value", "FieldValueNotSupported"),
+)
+
+
+def _cause_reason(message: str) -> str:
+    """The cause's reason token, as the real server derives it from the error's type (the
+    message starts with the type's words)."""
+    for words, reason in _CAUSE_REASONS:
+        if message.startswith(words):
+            return reason
+    return "FieldValueInvalid"
 
 
 def bad_request(message: str) -> ApiError:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from tidegate.model.names import ADMISSION_GATE
-from tidegate.model.quantity import QuantityError, parse_quantity
+from tidegate.model.quantity import QuantityError, format_quantity, parse_quantity
 from tidegate.sim.errors import JsonObject
 from tidegate.sim.names import label_name_problem, qualified_name_problem, rfc3339
 
@@ -167,15 +167,40 @@ def _quantity_causes(container: JsonObject, path: str) -> list[Cause]:
                 )
     for name, request in parsed.get("requests", {}).items():
         limit = parsed.get("limits", {}).get(name)
-        if limit is not None and request > limit:
+        shown = format_quantity(name, request)
+        if limit is None:
+            if not overcommit_allowed(name):
+                causes.append(
+                    (
+                        f"{path}.resources.limits",
+                        "Required value: Limit must be set for non overcommitable resources",
+                    )
+                )
+        elif request != limit and not overcommit_allowed(name):
             causes.append(
                 (
                     f"{path}.resources.requests",
-                    f"Invalid value: {resources['requests']!r}: must be less than or equal to "
-                    f"{name} limit of {resources['limits']!r}",
+                    f'Invalid value: "{shown}": must be equal to {name} limit of '
+                    f"{format_quantity(name, limit)}",
+                )
+            )
+        elif request > limit:
+            causes.append(
+                (
+                    f"{path}.resources.requests",
+                    f'Invalid value: "{shown}": must be less than or equal to {name} limit of '
+                    f"{format_quantity(name, limit)}",
                 )
             )
     return causes
+
+
+def overcommit_allowed(resource: str) -> bool:
+    """Whether a request may differ from its limit: native resources (no domain, or a
+    ``kubernetes.io/`` one) other than hugepages. Extended resources (``nvidia.com/gpu``) must
+    have a limit equal to their request, as Kubernetes' validation requires."""
+    native = "/" not in resource or "kubernetes.io/" in resource
+    return native and not resource.startswith("hugepages-")
 
 
 def validate_create(pod: JsonObject) -> list[Cause]:

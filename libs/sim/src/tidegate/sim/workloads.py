@@ -700,9 +700,8 @@ class JobSetController(_OwnedPods):
                 job_name = f"{name}-{rj_name}-{index}"
                 job = jobs.get(job_name)
                 if job is None and not finished:
-                    job = self._create_job(
-                        jobset, entry, rj_name, replicas, index, job_name, suspended
-                    )
+                    body = jobset_child_job(jobset, entry, index, suspended=suspended)
+                    job = self.api.create(JOBS, key[0], body)
                 if job is None:
                     all_complete = False
                     continue
@@ -746,45 +745,47 @@ class JobSetController(_OwnedPods):
             )
         self.write_status(served, jobset, status)
 
-    def _create_job(
-        self,
-        jobset: JsonObject,
-        entry: JsonObject,
-        rj_name: str,
-        replicas: int,
-        index: int,
-        job_name: str,
-        suspended: bool,
-    ) -> JsonObject:
-        metadata = _dict(jobset.get("metadata"))
-        template = _copy(_dict(entry.get("template")))
-        tags = dict(
-            zip(
-                JOBSET_LABELS,
-                (str(metadata.get("name")), rj_name, str(replicas), str(index)),
-                strict=True,
-            )
+
+def jobset_child_job(
+    jobset: JsonObject, replicated_job: JsonObject, index: int, *, suspended: bool
+) -> JsonObject:
+    """The Job a JobSet controller creates for index ``index`` of ``replicated_job`` (one entry
+    of ``spec.replicatedJobs``): named ``<jobset>-<replicatedJob>-<index>``, the job template
+    with the JobSet labels and annotations (name, replicated job, replicas, index) on the Job
+    and its pod template, a controller ownerReference to the JobSet, ``spec.suspend`` as given.
+
+    Pure: the simulator's :class:`JobSetController` creates these, and tests on a real control
+    plane (where no JobSet controller runs) create the same bodies through the API."""
+    metadata = _dict(jobset.get("metadata"))
+    rj_name = str(replicated_job.get("name"))
+    replicas = _int(replicated_job.get("replicas"), 1)
+    template = _copy(_dict(replicated_job.get("template")))
+    tags = dict(
+        zip(
+            JOBSET_LABELS,
+            (str(metadata.get("name")), rj_name, str(replicas), str(index)),
+            strict=True,
         )
-        job_meta = _dict(template.get("metadata"))
-        job_spec = _dict(template.get("spec"))
-        pod_template = _dict(job_spec.get("template"))
-        pod_meta = _dict(pod_template.get("metadata"))
-        pod_meta["labels"] = {**_dict(pod_meta.get("labels")), **tags}
-        pod_meta["annotations"] = {**_dict(pod_meta.get("annotations")), **tags}
-        pod_template["metadata"] = pod_meta
-        job_spec["template"] = pod_template
-        job_spec["suspend"] = suspended
-        labels: JsonObject = {**_dict(job_meta.get("labels")), **tags}
-        annotations: JsonObject = {**_dict(job_meta.get("annotations")), **tags}
-        body: JsonObject = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": job_name,
-                "labels": labels,
-                "annotations": annotations,
-                "ownerReferences": [owner_reference(jobset, JOBSET_TYPE)],
-            },
-            "spec": job_spec,
-        }
-        return self.api.create(JOBS, str(metadata.get("namespace")), body)
+    )
+    job_meta = _dict(template.get("metadata"))
+    job_spec = _dict(template.get("spec"))
+    pod_template = _dict(job_spec.get("template"))
+    pod_meta = _dict(pod_template.get("metadata"))
+    pod_meta["labels"] = {**_dict(pod_meta.get("labels")), **tags}
+    pod_meta["annotations"] = {**_dict(pod_meta.get("annotations")), **tags}
+    pod_template["metadata"] = pod_meta
+    job_spec["template"] = pod_template
+    job_spec["suspend"] = suspended
+    labels: JsonObject = {**_dict(job_meta.get("labels")), **tags}
+    annotations: JsonObject = {**_dict(job_meta.get("annotations")), **tags}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{metadata.get('name')}-{rj_name}-{index}",
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(jobset, JOBSET_TYPE)],
+        },
+        "spec": job_spec,
+    }
