@@ -32,6 +32,8 @@ from .test_crash_restart import JOBS, NAMESPACE, SERVE, TIME_SCALE, run_to_the_e
 from .tidal import PRIORITY_CLASSES, QUEUES, training
 
 SERVERS = 3
+TRAINING_SECONDS = 1500
+"""Simulated run time of the two big training gangs (30 s wall at the time scale)."""
 PREEMPTION_TIMEOUT_SECONDS = 30
 """The production default: admission asks preemption again only after this long. The
 crash/restart test compresses it to 1 s; here, with publishes held for seconds while a stream
@@ -65,9 +67,12 @@ async def test_the_stream_leader_dies_mid_run_and_nothing_is_lost_or_repeated(
         pids = system.pids()
         decisions = layout.decisions_stream(CLUSTER)
         await system.set_up(priority_classes=PRIORITY_CLASSES, queues=QUEUES)
+        # Longer than the crash/restart test's 600 s (12 s wall): with a server down and a
+        # loaded machine the preemption round trip has taken 9 s, and a gang that completes
+        # first leaves no victim to evict.
         await system.submit(
-            training("train-a", pods=4, duration=600),
-            training("train-b", pods=4, duration=600),
+            training("train-a", pods=4, duration=TRAINING_SECONDS),
+            training("train-b", pods=4, duration=TRAINING_SECONDS),
             training("train-c", pods=2, duration=150),
         )
         await system.until(lambda: system.of(Admitted), within=30, what="a first admission")
