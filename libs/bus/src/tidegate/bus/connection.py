@@ -389,12 +389,17 @@ class Bus:
             # Reconnecting (the server restarted) or the socket reset mid-drain: nothing more
             # can be flushed, so close.
             log.warning("nats: drain did not finish cleanly: %s", exc)
-            await self._client.close()
+            await self.close()
 
     async def close(self) -> None:
         """Close the connection at once (buffered messages may be lost; prefer :meth:`drain`)."""
         if not self._client.is_closed:
-            await self._client.close()
+            try:
+                await self._client.close()
+            except OSError as exc:
+                # nats-py flushes what is buffered before closing; on a socket that was lost
+                # meanwhile (a server restart) that raises, after the client is marked closed.
+                log.warning("nats: closed with the socket already lost: %s", exc)
 
     async def __aenter__(self) -> Self:
         return self
