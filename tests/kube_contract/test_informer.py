@@ -183,6 +183,42 @@ async def test_gone_relists_and_synthesizes_tombstones(env: ContractEnv) -> None
         assert (event.type, event.key[1]) == ("ADDED", "after")
 
 
+async def test_a_metadata_cache_keeps_identities_and_still_makes_tombstones(
+    env: ContractEnv,
+) -> None:
+    """``cache="metadata"`` (the watcher's): events still carry whole objects, the state holds
+    identities only, and a relist still turns a vanished object into a tombstone."""
+    for name in ("stay", "vanish"):
+        await env.create_pod(name)
+    first = _informer(env, cache="metadata")
+    async with recording(first) as rec:
+        listed, _ = await rec.until_synced()
+        assert all("spec" in e.obj for e in listed)
+    saved = first.state()
+    kept = saved.objects[(env.namespace, "stay")]
+    assert set(kept) == {"apiVersion", "kind", "metadata"}
+    assert "managedFields" not in kept["metadata"]  # type: ignore[operator]
+
+    await env.client.delete_pod(env.namespace, "vanish")
+    await env.target.expire_watch_history()
+    resumed = _informer(
+        env,
+        initial_state=InformerState(resource_version="1", objects=saved.objects),
+        cache="metadata",
+    )
+    async with recording(resumed) as rec:
+        await rec.next()
+        events, synced = await rec.until_synced()
+        assert synced.relist
+        assert {(e.type, e.key[1]) for e in events} == {("DELETED", "vanish")}
+        tombstone = events[0]
+        assert isinstance(tombstone, KubeEvent)
+        assert tombstone.obj["metadata"]["uid"]  # type: ignore[index]
+        assert all(
+            set(o) == {"apiVersion", "kind", "metadata"} for o in resumed.state().objects.values()
+        )
+
+
 async def test_resume_from_a_recent_state_skips_the_list(env: ContractEnv) -> None:
     await env.create_pod("x")
     first = _informer(env)

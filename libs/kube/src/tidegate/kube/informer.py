@@ -12,7 +12,11 @@ the loop client-go's reflector and kopf run; it works for any
 
 Events carry the object as the API server sent it (a dict, never a generated model). The
 informer keeps the last state of every object (needed for tombstones) and exposes it as
-:meth:`Informer.state`, which can seed a later informer to resume without relisting.
+:meth:`Informer.state`, which can seed a later informer to resume without relisting. With
+``cache="metadata"`` it keeps only each object's identity (apiVersion, kind, and metadata
+without managedFields): a consumer that reads nothing but metadata from a DELETED event saves
+most of the memory (a pod object is kilobytes), and only tombstones synthesized after a relist
+are then metadata-only.
 
 What it does not do: interpret objects, rate-limit the consumer, or retry permanent errors
 (403, 404 for a CRD that is not installed): those raise out of the iteration.
@@ -45,6 +49,19 @@ _EVENT_TYPES: dict[str, EventType] = {
 
 ObjectKey = tuple[str, str]
 """(namespace, name); namespace "" for cluster-scoped objects."""
+
+CacheMode = Literal["objects", "metadata"]
+"""What an informer keeps of each object: all of it, or its identity only."""
+
+
+def identity(obj: JsonObject) -> JsonObject:
+    """apiVersion, kind and metadata (without managedFields) of ``obj``: what a metadata-only
+    cache keeps."""
+    kept: JsonObject = {key: obj[key] for key in ("apiVersion", "kind") if key in obj}
+    metadata = obj.get("metadata")
+    if isinstance(metadata, Mapping):
+        kept["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
+    return kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +141,10 @@ class Informer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         initial_state: InformerState | None = None,
+        cache: CacheMode = "objects",
     ) -> None:
         self._client = client
+        self._keep = identity if cache == "metadata" else None
         self._resource = resource
         self._namespace = namespace
         self._label_selector = label_selector
@@ -208,6 +227,7 @@ class Informer:
         items, resource_version = await self._list_all()
         fresh: dict[ObjectKey, JsonObject] = {object_key(obj): obj for obj in items}
         events: list[InformerItem] = []
+        keep = self._keep
         for key, old in self._objects.items():
             new = fresh.get(key)
             if new is None or _metadata_str(new, "uid") != _metadata_str(old, "uid"):
@@ -222,7 +242,7 @@ class Informer:
                 old_or_none, "resourceVersion"
             ):
                 events.append(KubeEvent("MODIFIED", new))
-        self._objects = fresh
+        self._objects = fresh if keep is None else {k: keep(o) for k, o in fresh.items()}
         self._resource_version = resource_version
         return events
 
@@ -312,7 +332,7 @@ class Informer:
         if kind == "DELETED":
             self._objects.pop(key, None)
         else:
-            self._objects[key] = obj
+            self._objects[key] = obj if self._keep is None else self._keep(obj)
         if version:
             self._resource_version = version
         return KubeEvent(kind, obj)

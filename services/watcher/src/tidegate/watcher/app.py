@@ -223,7 +223,8 @@ class Watcher:
     async def _follow(self, kind: ObjectKind, resource: ResourceType) -> None:
         state: InformerState | None = None
         while True:
-            informer = Informer(self._kube, resource, initial_state=state)
+            # The index reads only metadata from a DELETED object: cache no more than that.
+            informer = Informer(self._kube, resource, initial_state=state, cache="metadata")
             try:
                 async for item in informer:
                     await self._queue.put((kind, item))
