@@ -430,8 +430,9 @@ class Admission:
 
     def waiting(self) -> dict[WorkloadKey, PendingReason]:
         """Every waiting workload and the reason last published for it (what admission
-        reports as pending: admitted, finished and forgotten workloads are not in it)."""
-        return dict(self._reasons)
+        reports as pending: admitted, finished and forgotten workloads are not in it; an
+        admitted workload whose growth waits is admitted, not pending)."""
+        return {k: r for k, r in self._reasons.items() if k not in self._admitted}
 
     def queues(self) -> dict[str, QueueConfig]:
         """The queues known, by name."""
