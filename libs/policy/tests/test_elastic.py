@@ -7,6 +7,8 @@ from tidegate.model import (
     Admitted,
     DomainCount,
     Pending,
+    Preempted,
+    PreemptRequested,
     QueueConfig,
     ReplaceRequested,
     TopologyAssignment,
@@ -70,7 +72,7 @@ def test_growth_is_a_resize_of_the_delta_next_to_the_pods_it_has() -> None:
 
 def test_growth_beyond_the_required_rack_is_admitted_per_pod_and_the_rest_waits() -> None:
     admission = four_racks()  # a rack holds four 4-GPU pods
-    state = workload("a", workers(2, 4, rack=True), service_type="inference")
+    state = workload("a", workers(2, 4, rack=True))
     first = admit(admission, state)
     admission.set_workload(scaled(state, 6))
     (decision,) = admission.cycle(now=2.0)
@@ -203,3 +205,48 @@ def test_pure_helpers() -> None:
     state = workload("a", workers(1, 1))
     assert growth(state, admitted) == {}
     assert surplus(state, admitted) == {"workers": 2}
+
+
+def test_inference_growth_short_of_room_asks_preemption_for_the_delta_in_its_rack() -> None:
+    admission = cluster(node("n1", "r1"), node("n2", "r1"))
+    state = workload("a", workers(2, 4, rack=True), service_type="inference")
+    first = admit(admission, state)
+    (mine,) = set(hosts(first))  # best fit: both pods on one node
+    theirs = "n2" if mine == "n1" else "n1"
+    train = workload("t", workers(1, 8), created_at=1.0)
+    train = msgspec.structs.replace(
+        train, podsets=[msgspec.structs.replace(train.podsets[0], node_selector={})]
+    )
+    admission.set_workload(train)
+    (taken,) = only(admission.cycle(now=1.5), Admitted)
+    assert set(hosts(taken)) == {theirs}
+    admission.set_workload(scaled(state, 4))
+    request, pending = (d.body for d in admission.cycle(now=2.0))
+    assert isinstance(request, PreemptRequested)
+    assert request.admitted_sequence == first.sequence
+    (delta,) = request.podsets
+    assert delta.count == 2  # only the extra pods, pinned to its rack
+    assert delta.node_selector["example.com/rack"] == "r1"
+    assert isinstance(pending, Pending)
+    assert pending.reason == "WaitingForPreemption"
+    assert admission.is_admitted(KEY)
+    assert admission.cycle(now=2.5) == []  # not asked again while outstanding
+    # The training Job is preempted; its room on n2 is held for a's growth.
+    preempted = Preempted(
+        preemptor="ns/a",
+        preemptor_uid="uid-a",
+        victims=["ns/t"],
+        nominated={theirs: {GPU: 8, "cpu": 1000, "pods": 1}},
+    )
+    (released,) = admission.preempted(preempted, now=3.0)
+    assert released.body.workload == "ns/t"
+    admission.capacity.update(node(theirs, "r1", applied=released.body.sequence))
+    # A newcomer does not get the held room; a's growth does.
+    admission.set_workload(workload("b", workers(1, 8), created_at=2.0))
+    decisions = admission.cycle(now=4.0)
+    (grown,) = only(decisions, Admitted)
+    assert isinstance(grown, Admitted)
+    assert grown.workload == "ns/a"
+    assert grown.resized
+    assert hosts(grown) == {mine: 2, theirs: 2}
+    assert not admission.nominations()

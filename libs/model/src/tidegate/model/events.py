@@ -326,6 +326,11 @@ class PreemptRequested(_Body, frozen=True, kw_only=True, tag="preempt-requested"
     message: str = ""
     topology: str | None = None
     """The Topology admission tried to place it on (None from writers older than the field)."""
+    podsets: list[PodSetSpec] = msgspec.field(default_factory=list)
+    """For an admitted workload that grew: only its extra pods, pinned inside its required
+    domain (the room to free); empty: the whole workload, as it is not admitted yet."""
+    admitted_sequence: int | None = None
+    """For a growth request: the sequence of the admission in force that grows."""
 
 
 class LostAdmission(_Base, frozen=True, kw_only=True):

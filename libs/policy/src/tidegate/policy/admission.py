@@ -281,10 +281,11 @@ class Admission:
         preemptor = WorkloadKey(event.preemptor)
         self._awaiting.pop(preemptor, None)
         workload = self._workloads.get(preemptor)
+        held = self._admitted.get(preemptor)
         if (
-            preemptor not in self._admitted
-            and workload is not None
+            workload is not None
             and workload.uid == event.preemptor_uid
+            and (held is None or (held.uid == workload.uid and growth_of(workload, held)))
         ):
             self._drop_nomination(preemptor)
             nodes = {NodeName(n): dict(r) for n, r in event.nominated.items()}
@@ -534,6 +535,11 @@ class Admission:
             return False
         failure: _Failure | None = None
         admitted_any = False
+        nomination = self._nominations.get(key)
+        if nomination is not None:  # room freed by preemption for this growth
+            for node, amount in nomination.nodes.items():
+                self.capacity.unhold(node, amount)
+        wanted: list[PodSetSpec] = []
         for name, extra in sorted(growth_of(workload, self._admitted[key]).items()):
             outcome = self._grow_podset(workload, queue, topology, name, extra, now)
             if isinstance(outcome, tuple):
@@ -541,12 +547,44 @@ class Admission:
                 admitted_any = True
             else:
                 failure = failure or outcome
+                if outcome.request is not None:
+                    wanted.extend(outcome.request.podsets)
         if admitted_any:
+            if self._nominations.pop(key, None) is not None:
+                self._growth += 1
+            self._awaiting.pop(key, None)
             return True
-        if failure is not None:
-            self._wait(out, workload, queue.name, failure.reason, failure.message)
+        if nomination is not None:
+            for node, amount in nomination.nodes.items():
+                self.capacity.hold(node, amount)
+        if failure is None:
+            return True
+        if (
+            workload.service_type == "inference"
+            and failure.reason in ("WaitingForCapacity", "RequiredDomainFull")
+            and wanted
+        ):
+            if key in self._nominations or key in self._awaiting:
+                message = f"waiting for preemption to free room: {failure.message}"
+                self._wait(out, workload, queue.name, "WaitingForPreemption", message)
+                return False
+            self._awaiting[key] = now
+            body = PreemptRequested(
+                workload=key,
+                uid=workload.uid,
+                queue=queue.name,
+                sequence=self._next_sequence(),
+                message=failure.message,
+                topology=topology,
+                podsets=wanted,
+                admitted_sequence=self._admitted[key].sequence,
+            )
+            out.append(Decision(key=key, body=body, workload=workload))
+            message = f"preemption requested: {failure.message}"
+            self._wait(out, workload, queue.name, "WaitingForPreemption", message)
             return False
-        return True
+        self._wait(out, workload, queue.name, failure.reason, failure.message)
+        return False
 
     def _grow_podset(
         self,
@@ -632,14 +670,21 @@ class Admission:
                 return self._resize(workload, admitted, name, result, charge, now), rest
             failure = why  # the last shape's: the required domain's
         assert failure is not None
+        # What preemption would have to make room for: the whole delta, in its required domain.
+        room = PlacementRequest(
+            podsets=[msgspec.structs.replace(shapes[-1], count=extra)], profile=profile
+        )
         if failure.reason == "WaitingForCapacity" and spec.topology.required is not None:
             return _Failure(
                 "RequiredDomainFull",
                 f"{extra} more pods of {name} must stay inside the domain at "
                 f"{spec.topology.required} its pods hold: {failure.message}",
+                room,
             )
         if failure.reason == "WaitingForCapacity":
-            return _Failure("WaitingForCapacity", f"{extra} more pods of {name}: {failure.message}")
+            return _Failure(
+                "WaitingForCapacity", f"{extra} more pods of {name}: {failure.message}", room
+            )
         return failure
 
     def _resize(
