@@ -16,6 +16,7 @@ sampled invariants of tests/e2e/invariants.py and the decision log are checked t
 the real control plane the audit log too (no request refused, none outside the chart's RBAC).
 """
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +24,23 @@ from typing import Any
 
 import pytest
 
-from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry, queue_object, workload_object
-from tidegate.kube import DEPLOYMENTS, PODS, QUEUES, KubeClient
-from tidegate.model import Admitted
+from tidegate.cli.demo_trace import (
+    QueueEntry,
+    WorkloadEntry,
+    priority_class_object,
+    queue_object,
+    workload_object,
+)
+from tidegate.kube import (
+    DEPLOYMENTS,
+    JOBS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+    AlreadyExists,
+    KubeClient,
+)
+from tidegate.model import Admitted, Preempted
 from tidegate.testing import until_async
 from tidegate.testing.controlplane import ControlPlane
 
@@ -141,6 +156,62 @@ async def scenario(platform: Platform) -> None:
     platform.healthy("the end")
 
 
+async def growth_preempts(platform: Platform, online: str, offline: str) -> None:
+    """An inference Deployment that grows into a full cluster takes the room of a training
+    Job: its growth (only the extra pods) is the preemptor, the Job is evicted whole and
+    waits again, the Deployment runs its 4 pods."""
+    kube, ns = platform.kube, platform.namespace
+
+    async def wait(check: Callable[[], Awaitable[object]], what: str) -> Any:
+        async def checked() -> object:
+            platform.healthy(what)
+            return await check()
+
+        return await until_async(checked, within=120.0, what=what, interval=0.25)
+
+    async def pods(app: str) -> list[JsonObject]:
+        listed = await kube.list_objects(PODS, namespace=ns, label_selector=f"app={app}")
+        return [dict(p) for p in listed.items if not p["metadata"].get("deletionTimestamp")]
+
+    def running(app: str, count: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            found = await pods(app)
+            return len(found) == count and all(
+                p["status"].get("phase") == "Running" and not is_gated(p) for p in found
+            )
+
+        return check
+
+    train = WorkloadEntry(
+        name="train", queue=offline, priority_class="batch", pods=1, requests={"nvidia.com/gpu": 8}
+    )
+    body = workload_object(train, "")
+    del body["metadata"]["namespace"]
+    await kube.create(JOBS, body, namespace=ns)
+    await wait(running("train", 1), "train running")
+    serve = WorkloadEntry(
+        name="serve",
+        kind="Deployment",
+        queue=online,
+        priority_class="serving",
+        pods=2,
+        requests={"nvidia.com/gpu": 4},
+    )
+    body = workload_object(serve, "")
+    del body["metadata"]["namespace"]
+    await kube.create(DEPLOYMENTS, body, namespace=ns)
+    await wait(running("serve", 2), "serve running on the other node")
+    await kube.patch(DEPLOYMENTS, "serve", {"spec": {"replicas": 4}}, namespace=ns)
+    await wait(running("serve", 4), "serve grown to 4 pods by preempting train")
+
+    async def train_waits() -> bool:
+        found = await pods("train")
+        return len(found) == 1 and is_gated(found[0])
+
+    await wait(train_waits, "train re-created and waiting, gated")
+    platform.healthy("the end")
+
+
 def resized(admissions: list[Admitted]) -> list[Admitted]:
     return [a for a in admissions if a.resized]
 
@@ -187,3 +258,55 @@ async def test_scale_up_down_and_rollout_on_real_kubernetes(
             await scenario(Platform(system.admin, system.namespace, queue, healthy))
         missing, _ = system.rbac_report()
         assert {s: m for s, m in missing.items() if m} == {}
+
+
+async def test_growth_preempts_training_on_the_simulator(tmp_path: Path) -> None:
+    async with running_system(tmp_path, nodes=NODES, time_scale=0.02, namespace="grow") as system:
+        await system.set_up(
+            priority_classes={"serving": 100000, "batch": 10000},
+            queues=[
+                QueueEntry(name="online", spec={"priority": 100, "reclaimable": False}),
+                QueueEntry(name="offline", spec={"priority": 10}),
+            ],
+        )
+        await growth_preempts(
+            Platform(system.kube, "grow", "online", system.assert_healthy), "online", "offline"
+        )
+        (preempted,) = system.of(Preempted, "serve")
+        assert preempted.victims == ["grow/train"], system.report()
+        assert system.admission_problems() == [], system.report()
+
+
+@pytest.mark.real_k8s
+async def test_growth_preempts_training_on_real_kubernetes(
+    real_cluster: ControlPlane, nats_url: str, tmp_path: Path
+) -> None:
+    async with real_system(real_cluster, nats_url, tmp_path, nodes=NODES) as system:
+
+        async def both_nodes() -> bool:
+            return len(await system.ready_nodes()) == 2
+
+        await until_async(both_nodes, within=90.0, what="2 fake nodes Ready")
+        run = system.cluster
+        online, offline = f"online-{run}", f"offline-{run}"
+        for name, value in (("serving", 100000), ("batch", 10000)):
+            with contextlib.suppress(AlreadyExists):  # cluster-wide, shared by the session
+                await system.admin.create(PRIORITY_CLASSES, priority_class_object(name, value))
+        for name, spec in (
+            (online, {"priority": 100, "reclaimable": False}),
+            (offline, {"priority": 10}),
+        ):
+            await system.admin.create(QUEUES, queue_object(QueueEntry(name=name, spec=spec)))
+        async with system.observing():
+
+            def healthy(what: str) -> None:
+                for process in system.services.values():
+                    process.check()
+                assert system.forbidden() == [], what
+                assert system.problems() == [], what
+
+            await growth_preempts(
+                Platform(system.admin, system.namespace, online, healthy), online, offline
+            )
+        preempted = [d for d in system.decisions if isinstance(d, Preempted)]
+        assert [p.victims for p in preempted] == [[f"{system.namespace}/train"]]
