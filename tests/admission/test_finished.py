@@ -55,15 +55,12 @@ async def test_a_successor_releases_a_workload_that_failed_while_nobody_led_exac
     train = workload("train", workers(1, 8), created_at=1)
     await harness.workload(train)
     await harness.until(lambda: harness.of(Admitted, "ns/train"), what="the admission")
-    service, task = harness.services.running.pop()
-    assert service is first
-    service.request_stop()
-    assert await asyncio.wait_for(task, 10) == 0
+    assert await harness.services.stop(first) == 0
 
     # Nobody leads: the Job fails, and another waits for the quota it holds.
     await harness.workload(msgspec.structs.replace(train, finished="Failed"))
     await harness.workload(workload("next", workers(1, 8), created_at=2))
-    await harness.start_admission(lease_holder="second")
+    second = await harness.start_admission(lease_holder="second")
     await harness.until(lambda: harness.of(Admitted, "ns/next"), what="the quota given back")
     (released,) = harness.of(Released, "ns/train")
     assert isinstance(released, Released)
@@ -73,9 +70,7 @@ async def test_a_successor_releases_a_workload_that_failed_while_nobody_led_exac
     assert released.sequence > admitted.sequence
 
     # A third leader (restarted from the same ledger and streams) releases nothing again.
-    service, task = harness.services.running.pop()
-    service.request_stop()
-    assert await asyncio.wait_for(task, 10) == 0
+    assert await harness.services.stop(second) == 0
     await harness.start_admission(lease_holder="third")
     await asyncio.sleep(0.5)
     assert len(harness.of(Released, "ns/train")) == 1

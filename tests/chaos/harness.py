@@ -60,22 +60,22 @@ from typing import Final
 
 from tidegate.bus import layout
 from tidegate.bus.server import NatsServerProcess
-from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry
+from tidegate.cli.demo_trace import WorkloadEntry
 from tidegate.cli.stack import SERVICES, LocalStack, StackSettings
-from tidegate.kube import DEPLOYMENTS, KubeSettings
-from tidegate.kube import connect as kube_connect
+from tidegate.kube import DEPLOYMENTS
 from tidegate.model import Admitted, Message, Pending, Preempted, Released
 from tidegate.sim import SimCluster, SimSettings
-from tidegate.testing import connected
 from tidegate.testing.faultproxy import (
     KubeFaultProxy,
+    LoseAnswer,
     NatsFaultProxy,
     kube_fault_proxy,
     nats_fault_proxy,
 )
 
 from ..e2e.invariants import distinct
-from ..e2e.system import CLUSTER, System, fast_env
+from ..e2e.system import CLUSTER, System, fast_env, observed
+from ..e2e.tidal import PRIORITY_CLASSES, QUEUES, inference, training
 
 FAULT_KINDS: Final = (
     "kill",
@@ -102,12 +102,6 @@ LEASE_TTL_SECONDS: Final = 2.0
 TIME_SCALE: Final = 0.02
 """Wall seconds per simulated second (a 100 s training pod runs 2 s)."""
 NAMESPACE: Final = "chaos"
-RACK: Final = "tidegate.io/rack"
-QUEUES: Final = [
-    QueueEntry(name="online", spec={"priority": 100, "reclaimable": False}),
-    QueueEntry(name="offline", spec={"priority": 10, "reclaimable": True}),
-]
-PRIORITY_CLASSES: Final = {"serving": 100_000, "batch": 10_000}
 KUBE_WRITES: Final = (
     ("PATCH", "/pods/"),  # the ungater's release (gate removal)
     ("PATCH", "/pods/"),
@@ -158,35 +152,9 @@ class Schedule:
         return f"seed {self.seed}: submit {', '.join(work)}; faults {', '.join(faults)}"
 
 
-def training(name: str, *, pods: int, duration: float | None) -> WorkloadEntry:
-    """A training Job of ``pods`` 8-GPU pods in the reclaimable queue, all in one rack."""
-    return WorkloadEntry(
-        name=name,
-        queue="offline",
-        priority_class="batch",
-        pods=pods,
-        requests={"cpu": "4", "nvidia.com/gpu": 8},
-        duration=duration,
-        annotations={"tidegate.io/topology-required": RACK},
-    )
-
-
-def inference(name: str) -> WorkloadEntry:
-    """An inference Deployment of one 8-GPU pod in the non-reclaimable queue."""
-    return WorkloadEntry(
-        name=name,
-        kind="Deployment",
-        queue="online",
-        priority_class="serving",
-        pods=1,
-        requests={"cpu": "4", "nvidia.com/gpu": 8},
-        annotations={"volcano.sh/service.type": "inference"},
-    )
-
-
 BASELINE: Final = (
-    training("base-a", pods=2, duration=None),
-    training("base-b", pods=2, duration=None),
+    training("base-a", pods=2, duration=None, cpu="4"),
+    training("base-b", pods=2, duration=None, cpu="4"),
 )
 """Long-running gangs that fill half of each rack (1 block x 2 racks x 4 nodes), so that the
 schedules' Jobs compete for the rest and inference reclaims."""
@@ -197,10 +165,10 @@ def plan(seed: int, kinds: tuple[str, ...], *, spared: tuple[str, ...] = ()) -> 
     stopping a service in ``spared``."""
     rng = random.Random(seed)
     jobs = tuple(
-        training(f"job-{seed}-{i}", pods=rng.randint(1, 2), duration=rng.uniform(40, 150))
+        training(f"job-{seed}-{i}", pods=rng.randint(1, 2), duration=rng.uniform(40, 150), cpu="4")
         for i in range(rng.randint(1, 2))
     )
-    serve = inference(f"serve-{seed}") if rng.random() < 0.4 else None
+    serve = inference(f"serve-{seed}", pods=1, cpu="4") if rng.random() < 0.4 else None
     services = [s for s in SERVICES if s not in spared]  # each the target of one fault at most
     faults = []
     for _ in range(rng.choice((1, 1, 2))):
@@ -345,7 +313,7 @@ class Chaos:
                 system.note(f"armed: next publish to {fault.targets[0]}* stored, ack dropped")
             case "kube-lost":
                 method, path = fault.targets
-                self.kube_proxy.drop_after_apply(method, path)
+                self.kube_proxy.arm(method, path, LoseAnswer(drop=True))
                 system.note(f"armed: next {method} *{path}* applied, answer dropped")
             case "nats-restart":
                 await self._restart_nats(fault.hold)
@@ -551,33 +519,24 @@ async def chaos_system(
             try:
                 for name in settings.services:
                     await stack.start_service(name)
-                async with (
-                    await kube_connect(
-                        KubeSettings(source="kubeconfig", kubeconfig=stack.kubeconfig)
-                    ) as kube,
-                    connected(
-                        nats.url, CLUSTER, name="tidegate-chaos", wait_for_server_seconds=10
-                    ) as bus,
-                ):
-                    system = System(
-                        stack, kube, bus, namespace=NAMESPACE, grace_seconds=grace_seconds
-                    )
-                    async with system.observing():
-                        await system.set_up(priority_classes=PRIORITY_CLASSES, queues=QUEUES)
-                        chaos = Chaos(system, nats, nats_proxy, kube_proxy)
-                        stop = asyncio.Event()
-                        supervisor = asyncio.create_task(chaos.supervise(stop))
-                        try:
-                            await system.submit(*BASELINE)
-                            await system.until(
-                                lambda: all(system.running(b.name, b.pods) for b in BASELINE),
-                                within=60,
-                                what="the baseline gangs running",
-                            )
-                            yield chaos
-                        finally:
-                            stop.set()
-                            await supervisor
+                async with observed(
+                    stack, namespace=NAMESPACE, grace_seconds=grace_seconds, name="tidegate-chaos"
+                ) as system:
+                    await system.set_up(priority_classes=PRIORITY_CLASSES, queues=QUEUES)
+                    chaos = Chaos(system, nats, nats_proxy, kube_proxy)
+                    stop = asyncio.Event()
+                    supervisor = asyncio.create_task(chaos.supervise(stop))
+                    try:
+                        await system.submit(*BASELINE)
+                        await system.until(
+                            lambda: all(system.running(b.name, b.pods) for b in BASELINE),
+                            within=60,
+                            what="the baseline gangs running",
+                        )
+                        yield chaos
+                    finally:
+                        stop.set()
+                        await supervisor
             finally:
                 await asyncio.gather(
                     *(p.stop() for p in reversed(stack.processes.values())),

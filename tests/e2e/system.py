@@ -477,13 +477,36 @@ async def running_system(
     )
     async with (
         LocalStack.running(settings) as stack,
+        observed(
+            stack,
+            namespace=namespace,
+            grace_seconds=grace_seconds,
+            name="tidegate-e2e",
+            stream_replicas=nats_servers,
+        ) as system,
+    ):
+        yield system
+
+
+@contextlib.asynccontextmanager
+async def observed(
+    stack: LocalStack,
+    *,
+    namespace: str,
+    grace_seconds: float,
+    name: str,
+    stream_replicas: int = 1,
+) -> AsyncIterator[System]:
+    """A :class:`System` over a running ``stack``: its own Kubernetes client and bus connection
+    (named ``name``) straight to the stack's servers, observing until the block ends."""
+    async with (
         await kube_connect(KubeSettings(source="kubeconfig", kubeconfig=stack.kubeconfig)) as kube,
         connected(
             stack.nats_url,
             CLUSTER,
-            name="tidegate-e2e",
+            name=name,
             wait_for_server_seconds=10,
-            stream_replicas=nats_servers,
+            stream_replicas=stream_replicas,
         ) as bus,
     ):
         system = System(stack, kube, bus, namespace=namespace, grace_seconds=grace_seconds)

@@ -32,45 +32,16 @@ from pathlib import Path
 
 import pytest
 
-from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry
 from tidegate.cli.stack import SERVICES
 from tidegate.model import Admitted, Preempted, PreemptRequested, Released
 
 from .system import System, running_system
+from .tidal import PRIORITY_CLASSES, QUEUES, inference, training
 
 TIME_SCALE = 0.02
 """Wall seconds per simulated second: a 600 s training run takes 12 s."""
 NAMESPACE = "tide"
-RACK = "tidegate.io/rack"
-QUEUES = [
-    QueueEntry(name="online", spec={"priority": 100, "reclaimable": False}),
-    QueueEntry(name="offline", spec={"priority": 10, "reclaimable": True}),
-]
-PRIORITY_CLASSES = {"serving": 100_000, "batch": 10_000}
-
-
-def training(name: str, *, pods: int, duration: float) -> WorkloadEntry:
-    """A training Job of ``pods`` 8-GPU pods, all required in one rack."""
-    return WorkloadEntry(
-        name=name,
-        queue="offline",
-        priority_class="batch",
-        pods=pods,
-        requests={"cpu": "8", "nvidia.com/gpu": 8},
-        duration=duration,
-        annotations={"tidegate.io/topology-required": RACK},
-    )
-
-
-SERVE = WorkloadEntry(
-    name="serve",
-    kind="Deployment",
-    queue="online",
-    priority_class="serving",
-    pods=2,
-    requests={"cpu": "8", "nvidia.com/gpu": 8},
-    annotations={"volcano.sh/service.type": "inference"},
-)
+SERVE = inference("serve", pods=2)
 JOBS = ("train-a", "train-b", "train-c")
 
 

@@ -28,16 +28,8 @@ from tidegate.bus.server import NatsCluster
 from tidegate.model import Admitted, Preempted, PreemptRequested, Released, subjects
 
 from .system import CLUSTER, System, running_system
-from .test_crash_restart import (
-    JOBS,
-    NAMESPACE,
-    PRIORITY_CLASSES,
-    QUEUES,
-    SERVE,
-    TIME_SCALE,
-    run_to_the_end,
-    training,
-)
+from .test_crash_restart import JOBS, NAMESPACE, SERVE, TIME_SCALE, run_to_the_end
+from .tidal import PRIORITY_CLASSES, QUEUES, training
 
 SERVERS = 3
 PREEMPTION_TIMEOUT_SECONDS = 30

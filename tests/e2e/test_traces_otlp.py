@@ -14,41 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry
 from tidegate.model import Admitted, Preempted
 from tidegate.testing.traces import OtlpReceiver, admission_trace_problems
 
 from .system import running_system
+from .tidal import PRIORITY_CLASSES, QUEUES, inference, training
 
 NAMESPACE = "otlp"
-QUEUES = [
-    QueueEntry(name="online", spec={"priority": 100, "reclaimable": False}),
-    QueueEntry(name="offline", spec={"priority": 10, "reclaimable": True}),
-]
-
-
-def training(name: str) -> WorkloadEntry:
-    """A training Job of 4 8-GPU pods required in one rack, long enough to be reclaimed."""
-    return WorkloadEntry(
-        name=name,
-        queue="offline",
-        priority_class="batch",
-        pods=4,
-        requests={"cpu": "8", "nvidia.com/gpu": 8},
-        duration=3600,
-        annotations={"tidegate.io/topology-required": "tidegate.io/rack"},
-    )
-
-
-SERVE = WorkloadEntry(
-    name="serve",
-    kind="Deployment",
-    queue="online",
-    priority_class="serving",
-    pods=2,
-    requests={"cpu": "8", "nvidia.com/gpu": 8},
-    annotations={"volcano.sh/service.type": "inference"},
-)
+SERVE = inference("serve", pods=2)
 
 
 @pytest.mark.slow
@@ -60,10 +33,11 @@ async def test_the_traces_that_arrive_over_otlp_have_the_admission_shape(tmp_pat
         async with running_system(
             tmp_path, nodes="1x2x4x8gpu", time_scale=0.02, namespace=NAMESPACE, env=env
         ) as system:
-            await system.set_up(
-                priority_classes={"serving": 100_000, "batch": 10_000}, queues=QUEUES
+            await system.set_up(priority_classes=PRIORITY_CLASSES, queues=QUEUES)
+            await system.submit(
+                training("train-a", pods=4, duration=3600),
+                training("train-b", pods=4, duration=3600),
             )
-            await system.submit(training("train-a"), training("train-b"))
             await system.until(
                 lambda: system.running("train-a", 4) and system.running("train-b", 4),
                 within=60,

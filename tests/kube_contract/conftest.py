@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes_asyncio.client import Configuration
+from kubernetes_asyncio.client.rest import RESTClientObject
+from kubernetes_asyncio.config import load_kube_config
 
 from tidegate.kube import (
     CRDS,
@@ -38,8 +41,7 @@ from tidegate.kube import (
 )
 from tidegate.kube.transport import JsonObject
 from tidegate.testing.controlplane import ControlPlane
-
-from .faults import FaultProxy, fault_proxy
+from tidegate.testing.faultproxy import KubeFaultProxy, Upstream, kube_fault_proxy
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "deploy" / "crds"
@@ -348,15 +350,40 @@ async def _cleanup(
         print(f"contract cleanup of {namespace} incomplete: {exc}")
 
 
+@contextlib.asynccontextmanager
+async def _upstream(kubeconfig: Path) -> AsyncIterator[Upstream]:
+    """The target as ``kubeconfig`` reaches it: its TLS, client certificates and token."""
+    configuration = Configuration()
+    await load_kube_config(
+        config_file=str(kubeconfig), client_configuration=configuration, persist_config=False
+    )
+    rest = RESTClientObject(configuration)
+
+    async def credentials() -> dict[str, str]:
+        auth = await configuration.auth_settings()
+        if "BearerToken" in auth:
+            return {"Authorization": str(auth["BearerToken"]["value"])}
+        return {}
+
+    try:
+        yield Upstream(
+            str(configuration.host), rest.pool_manager, credentials, configuration.tls_server_name
+        )
+    finally:
+        await rest.close()
+
+
 @pytest.fixture
-async def proxy(env: ContractEnv) -> AsyncIterator[FaultProxy]:
+async def proxy(env: ContractEnv) -> AsyncIterator[KubeFaultProxy]:
     """A fault-injecting HTTP proxy in front of the target."""
-    async with fault_proxy(env.target.kubeconfig) as running:
+    async with _upstream(env.target.kubeconfig) as upstream, kube_fault_proxy(upstream) as running:
         yield running
 
 
 @pytest.fixture
-async def proxied(env: ContractEnv, proxy: FaultProxy, tmp_path: Path) -> AsyncIterator[KubeClient]:
+async def proxied(
+    env: ContractEnv, proxy: KubeFaultProxy, tmp_path: Path
+) -> AsyncIterator[KubeClient]:
     """A client that talks to the target through :func:`proxy`."""
     kubeconfig = proxy.write_kubeconfig(tmp_path / "proxy-kubeconfig")
     async with await connect(env.settings(kubeconfig=kubeconfig)) as client:

@@ -17,9 +17,9 @@ from tidegate.kube import (
     Synced,
     connect,
 )
+from tidegate.testing.faultproxy import KubeFaultProxy
 
 from .conftest import CONTRACT_LABEL, ContractEnv
-from .faults import FaultProxy
 from .helpers import eventually, names, recording
 
 pytestmark = pytest.mark.kube_contract
@@ -114,7 +114,7 @@ async def test_bookmarks_advance_the_resource_version(env: ContractEnv) -> None:
 
 
 async def test_reconnects_when_the_server_ends_the_watch(
-    env: ContractEnv, proxy: FaultProxy, tmp_path: Path
+    env: ContractEnv, proxy: KubeFaultProxy, tmp_path: Path
 ) -> None:
     kubeconfig = proxy.write_kubeconfig(tmp_path / "short-watch-kubeconfig")
     async with await connect(

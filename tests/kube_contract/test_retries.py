@@ -9,51 +9,51 @@ from pathlib import Path
 import pytest
 
 from tidegate.kube import PODS, Informer, KubeClient, ServerError, TooManyRequests, connect
+from tidegate.testing.faultproxy import Cut, KubeFaultProxy, Refuse
 
 from .conftest import CONTRACT_LABEL, GATE, ContractEnv
-from .faults import FaultProxy
 from .helpers import names, recording
 
 pytestmark = pytest.mark.kube_contract
 
 
 async def test_429_is_retried_after_the_servers_delay(
-    env: ContractEnv, proxy: FaultProxy, proxied: KubeClient
+    env: ContractEnv, proxy: KubeFaultProxy, proxied: KubeClient
 ) -> None:
     await env.create_pod("p")
-    proxy.fail("GET", "/pods/p", times=2, status=429, retry_after="0")
+    proxy.arm("GET", "/pods/p", Refuse(429, retry_after="0"), times=2)
     pod = await proxied.get(PODS, "p", namespace=env.namespace)
     assert pod["metadata"]["name"] == "p"  # type: ignore[index]
     assert proxy.count("GET", "/pods/p") == 3
 
 
 async def test_429_is_retried_even_for_creates(
-    env: ContractEnv, proxy: FaultProxy, proxied: KubeClient
+    env: ContractEnv, proxy: KubeFaultProxy, proxied: KubeClient
 ) -> None:
     # 429 means the server did not act, so even a non-idempotent create is safe to resend.
-    proxy.fail("POST", f"/namespaces/{env.namespace}/pods", times=1, status=429)
+    proxy.arm("POST", f"/namespaces/{env.namespace}/pods", Refuse(429))
     await proxied.create(PODS, env.pod("p"), namespace=env.namespace)
     assert proxy.count("POST", f"/namespaces/{env.namespace}/pods") == 2
 
 
 async def test_5xx_is_retried_for_idempotent_calls_only(
-    env: ContractEnv, proxy: FaultProxy, proxied: KubeClient
+    env: ContractEnv, proxy: KubeFaultProxy, proxied: KubeClient
 ) -> None:
     await env.create_pod("p")
-    proxy.fail("PATCH", "/pods/p", times=2, status=503)
+    proxy.arm("PATCH", "/pods/p", Refuse(503), times=2)
     pod = await proxied.ungate_pod(env.namespace, "p", gate=GATE, node_selector={"r": "1"})
     assert pod["spec"].get("schedulingGates") is None  # type: ignore[union-attr]
 
-    proxy.fail("POST", f"/namespaces/{env.namespace}/pods", times=1, status=500)
+    proxy.arm("POST", f"/namespaces/{env.namespace}/pods", Refuse(500))
     with pytest.raises(ServerError):
         await proxied.create(PODS, env.pod("q"), namespace=env.namespace)
     assert proxy.count("POST", f"/namespaces/{env.namespace}/pods") == 1
 
 
 async def test_retries_give_up_after_max_attempts(
-    env: ContractEnv, proxy: FaultProxy, proxied: KubeClient
+    env: ContractEnv, proxy: KubeFaultProxy, proxied: KubeClient
 ) -> None:
-    proxy.fail("GET", "/pods/p", times=10, status=429, retry_after="0")
+    proxy.arm("GET", "/pods/p", Refuse(429, retry_after="0"), times=10)
     with pytest.raises(TooManyRequests) as info:
         await proxied.get(PODS, "p", namespace=env.namespace)
     assert info.value.retry_after_seconds == 0
@@ -61,24 +61,24 @@ async def test_retries_give_up_after_max_attempts(
 
 
 async def test_dropped_connection_is_retried_for_reads(
-    env: ContractEnv, proxy: FaultProxy, proxied: KubeClient
+    env: ContractEnv, proxy: KubeFaultProxy, proxied: KubeClient
 ) -> None:
     await env.create_pod("p")
-    proxy.fail("GET", "/pods/p", times=1, drop=True)
+    proxy.arm("GET", "/pods/p", Cut())
     pod = await proxied.get(PODS, "p", namespace=env.namespace)
     assert pod["metadata"]["name"] == "p"  # type: ignore[index]
     assert proxy.count("GET", "/pods/p") == 2
 
 
 async def test_informer_rides_out_failing_lists_and_watches(
-    env: ContractEnv, proxy: FaultProxy, proxied: KubeClient
+    env: ContractEnv, proxy: KubeFaultProxy, proxied: KubeClient
 ) -> None:
     await env.create_pod("a")
-    proxy.fail("GET", "/pods", times=2, status=503, query="limit=")
+    proxy.arm("GET", "/pods", Refuse(503), times=2, query="limit=")
     informer = Informer(
         proxied, PODS, namespace=env.namespace, label_selector=f"{CONTRACT_LABEL}={env.run_id}"
     )
-    proxy.fail("GET", "/pods", times=2, status=500, query="watch=true")
+    proxy.arm("GET", "/pods", Refuse(500), times=2, query="watch=true")
     async with recording(informer) as rec:
         listed, _ = await rec.until_synced()
         assert names(listed) == ["a"]
@@ -89,11 +89,11 @@ async def test_informer_rides_out_failing_lists_and_watches(
 
 
 async def test_http_410_on_a_watch_relists(
-    env: ContractEnv, proxy: FaultProxy, proxied: KubeClient
+    env: ContractEnv, proxy: KubeFaultProxy, proxied: KubeClient
 ) -> None:
     # Real servers mostly say "too old" as a watch ERROR event; an HTTP 410 must work too.
     await env.create_pod("a")
-    proxy.fail("GET", "/pods", times=1, status=410, query="watch=true")
+    proxy.arm("GET", "/pods", Refuse(410), query="watch=true")
     informer = Informer(
         proxied, PODS, namespace=env.namespace, label_selector=f"{CONTRACT_LABEL}={env.run_id}"
     )
@@ -109,13 +109,13 @@ async def test_http_410_on_a_watch_relists(
 
 
 async def test_expired_continue_token_restarts_the_list(
-    env: ContractEnv, proxy: FaultProxy, tmp_path: Path
+    env: ContractEnv, proxy: KubeFaultProxy, tmp_path: Path
 ) -> None:
     for index in range(5):
         await env.create_pod(f"p{index}")
     kubeconfig = proxy.write_kubeconfig(tmp_path / "paged-kubeconfig")
     async with await connect(env.settings(kubeconfig=kubeconfig, list_page_size=2)) as client:
-        proxy.fail("GET", "/pods", times=1, status=410, query="continue=")
+        proxy.arm("GET", "/pods", Refuse(410), query="continue=")
         informer = Informer(
             client, PODS, namespace=env.namespace, label_selector=f"{CONTRACT_LABEL}={env.run_id}"
         )

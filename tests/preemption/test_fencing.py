@@ -1,12 +1,11 @@
 """A deposed preemption leader is fenced off: it can neither record a preemption, nor publish
 ``preempted``, nor evict, even while its own clock says it still leads."""
 
-import asyncio
-
 import pytest
 
-from tidegate.bus import Fence, Lease, LeaseSettings, layout
+from tidegate.bus import layout
 from tidegate.model import Preempted
+from tidegate.testing import take_over
 
 from .conftest import Harness
 from .test_preemption_service import inference_arrives, live, running_training_job
@@ -39,22 +38,11 @@ async def test_a_leader_whose_lease_was_taken_writes_nothing_publishes_nothing_e
 
     # Another instance takes the lease over (as after a pause past the TTL) and claims the
     # fences, as its takeover does; the first instance does not know yet.
-    leases = await h.bus.key_value(layout.leases_bucket(h.cluster))
-    await leases.delete("preemption")
-    successor = Lease(
-        h.bus,
-        cluster=h.cluster,
-        settings=LeaseSettings(name="preemption", holder="successor", ttl_seconds=60.0),
-    )
-    assert await successor.try_acquire()
-    await Fence.on_ledger(h.bus, successor, cluster=h.cluster).claim()
-    await Fence.on_decisions(h.bus, successor, cluster=h.cluster).claim()
+    await take_over(h.bus, h.cluster, "preemption")
 
     # A preempt request reaches the deposed instance: its first write is refused, it exits.
     await inference_arrives(h)
-    (task,) = [t for s, t in h.services.running if s is deposed]
-    h.services.running[:] = [(s, t) for s, t in h.services.running if s is not deposed]
-    assert await asyncio.wait_for(task, 30) == 1
+    assert await h.services.exited(deposed) == 1
 
     assert await h.record("serve") is None
     assert not h.of(Preempted)

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tidegate.kube import DEPLOYMENTS, PODS, ResourceType
+from tidegate.kube import DEPLOYMENTS, PODGROUPS, PODS
 from tidegate.model import PodState, Preempted, WorkloadState
 
 from .conftest import GATE, NAMESPACE, Harness, environment, inference_deployment, pod_template
@@ -17,10 +17,6 @@ from .test_end_to_end import every_service
 from .test_preemption_service import inference_arrives, live
 
 T = TypeVar("T")
-
-PODGROUPS = ResourceType(
-    group="tidegate.io", version="v1alpha1", plural="podgroups", kind="PodGroup"
-)
 
 
 def _async(check: Callable[[], T | None]) -> Callable[[], Awaitable[T | None]]:
@@ -48,8 +44,8 @@ def member(index: int) -> dict[str, Any]:
     }
 
 
-async def test_a_released_podgroup_without_roles_is_still_a_victim(harness: Harness) -> None:
-    h = harness
+async def create_pair(h: Harness) -> None:
+    """The PodGroup ``pair`` and its four gated members."""
     await h.create(
         PODGROUPS,
         {
@@ -63,6 +59,24 @@ async def test_a_released_podgroup_without_roles_is_still_a_victim(harness: Harn
     for index in range(4):
         await h.create(PODS, member(index))
 
+
+def pair_pods(h: Harness) -> list[PodState]:
+    """The pair's pods as the state stream last showed them."""
+    return [
+        m for m in h.state.values() if isinstance(m, PodState) and m.workload == f"{NAMESPACE}/pair"
+    ]
+
+
+def pair_running(h: Harness) -> bool:
+    """All four members running on a node."""
+    pods = pair_pods(h)
+    return len(pods) == 4 and all(p.phase == "Running" and p.node_name for p in pods)
+
+
+async def test_a_released_podgroup_without_roles_is_still_a_victim(harness: Harness) -> None:
+    h = harness
+    await create_pair(h)
+
     def one_podset() -> WorkloadState | None:
         workload = h.workload("pair")
         return workload if workload is not None and len(workload.podsets) == 1 else None
@@ -75,15 +89,7 @@ async def test_a_released_podgroup_without_roles_is_still_a_victim(harness: Harn
     await h.start_ungater()
     await h.admit("pair", assignments={gang.podsets[0].name: one_pod_per_node(h)})
 
-    def all_running() -> bool:
-        pods = [
-            m
-            for m in h.state.values()
-            if isinstance(m, PodState) and m.workload == f"{NAMESPACE}/pair"
-        ]
-        return len(pods) == 4 and all(p.phase == "Running" and p.node_name for p in pods)
-
-    await h.until(all_running, what="the gang running")
+    await h.until(lambda: pair_running(h), what="the gang running")
     released = h.workload("pair")
     assert released is not None
     assert [(ps.count, ps.node_selector) for ps in released.podsets] == [(4, {})]
@@ -121,31 +127,10 @@ async def test_a_podgroup_victim_frees_its_room_in_the_real_capacity_view(
     the members split into one-pod podsets after the release (before finding 10b's fix) the
     search answered "at best 0 of 2 pods … fit after evicting every eligible workload"."""
     h = every_service_running
-    await h.create(
-        PODGROUPS,
-        {
-            "apiVersion": "tidegate.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": "pair", "annotations": {"volcano.sh/service.type": "training"}},
-            "spec": {"minMember": 4, "queue": "offline"},
-        },
-    )
-    for index in range(4):
-        await h.create(PODS, member(index))
+    await create_pair(h)
 
-    def pair_pods() -> list[PodState]:
-        return [
-            m
-            for m in h.state.values()
-            if isinstance(m, PodState) and m.workload == f"{NAMESPACE}/pair"
-        ]
-
-    def pair_running() -> bool:
-        pods = pair_pods()
-        return len(pods) == 4 and all(p.phase == "Running" and p.node_name for p in pods)
-
-    await h.until(pair_running, within=60, what="the PodGroup running")
-    first = {p.uid for p in pair_pods()}
+    await h.until(lambda: pair_running(h), within=60, what="the PodGroup running")
+    first = {p.uid for p in pair_pods(h)}
 
     await h.create(DEPLOYMENTS, inference_deployment("serve", replicas=2))
     await h.until(lambda: h.of(Preempted), within=60, what="a preemption")
@@ -164,5 +149,5 @@ async def test_a_podgroup_victim_frees_its_room_in_the_real_capacity_view(
 
     await h.until(serving, within=60, what="the inference pods running")
     # Bare pods have no controller: the gang is gone whole.
-    assert not first & {p.uid for p in pair_pods()}
+    assert not first & {p.uid for p in pair_pods(h)}
     assert len(h.of(Preempted)) == 1

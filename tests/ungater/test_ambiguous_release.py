@@ -10,7 +10,7 @@ from tidegate.kube import KubeSettings
 from tidegate.kube import connect as connect_kube
 from tidegate.model import WorkloadKey
 from tidegate.testing import following
-from tidegate.testing.lostanswers import lost_answers_proxy
+from tidegate.testing.faultproxy import LoseAnswer, kube_fault_proxy
 from tidegate.ungater.app import decision_subjects, state_subjects
 from tidegate.ungater.releaser import Releaser, ReleaserMetrics
 from tidegate.ungater.view import View
@@ -38,7 +38,7 @@ async def test_a_release_applied_but_unanswered_keeps_its_slot(env: Env, tmp_pat
             subjects=decision_subjects(env.cluster),
             handler=view.on_decision,
         ),
-        lost_answers_proxy(env.sim.url) as proxy,
+        kube_fault_proxy(env.sim.url) as proxy,
     ):
         job = await env.job("lost", 2)
         await env.until(
@@ -62,7 +62,7 @@ async def test_a_release_applied_but_unanswered_keeps_its_slot(env: Env, tmp_pat
                 settings=env.ungater_settings(),
                 metrics=ReleaserMetrics(CollectorRegistry()),
             )
-            proxy.arm("PATCH", "/pods/lost-", times=2)
+            proxy.arm("PATCH", "/pods/lost-", LoseAnswer(), times=2)
             releaser.mark([key])
             await releaser.round()
         finally:

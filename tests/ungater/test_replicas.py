@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from tidegate.runtime import Service
 from tidegate.testing import ServiceProcess, service_process, until_async
@@ -62,11 +61,6 @@ async def leader_gauge(http: aiohttp.ClientSession, process: ServiceProcess) -> 
     return line.split()[-1]
 
 
-@pytest.mark.xfail(
-    reason="open bug (issue 12, finding 5): in a full suite run the woken, deposed releaser "
-    "sometimes never exits (it releases nothing; its exit is what times out); passes alone",
-    strict=False,
-)
 async def test_a_releaser_paused_past_its_lease_releases_nothing_when_it_wakes(
     env: Env, tmp_path: Path
 ) -> None:

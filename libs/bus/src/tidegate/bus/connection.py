@@ -385,7 +385,9 @@ class Bus:
             return
         try:
             await self._client.drain()
-        except (TimeoutError, nats.errors.Error) as exc:
+        except (TimeoutError, OSError, nats.errors.Error) as exc:
+            # Reconnecting (the server restarted) or the socket reset mid-drain: nothing more
+            # can be flushed, so close.
             log.warning("nats: drain did not finish cleanly: %s", exc)
             await self._client.close()
 

@@ -201,7 +201,8 @@ class DurableConsumer:
                         "consumer %s: fetch failed (%s); retrying in %.1fs", self.name, exc, delay
                     )
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), delay)
+                        async with asyncio.timeout(delay):
+                            await stop.wait()
                     continue
                 failures = 0
                 await self.handle_batch(batch)

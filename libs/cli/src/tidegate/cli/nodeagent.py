@@ -241,7 +241,8 @@ class _WorkQueue:
             wait = self._timers[0][0] - now if self._timers else None
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
 
 
 async def _bounded(
@@ -380,7 +381,8 @@ class NodeAgent:
                 )
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(remaining, 1.0))
+                async with asyncio.timeout(min(remaining, 1.0)):
+                    await self._changed.wait()
 
     async def start(self) -> None:
         """Register every node and its Lease, then start the loops; returns once the pod and

@@ -122,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
             reported = None
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 10.0)
+                    async with asyncio.timeout(10.0):
+                        await stop.wait()
                 agent.check()
                 s = agent.stats
                 figures = (agent.ready_count(), s.started, s.finished, s.removed)

@@ -137,7 +137,8 @@ class ServiceProcess:
             else:
                 self.process.terminate()
             try:
-                await asyncio.wait_for(self.process.wait(), timeout_seconds)
+                async with asyncio.timeout(timeout_seconds):
+                    await self.process.wait()
             except TimeoutError:
                 self.process.kill()
                 await self.process.wait()

@@ -46,6 +46,7 @@ from tidegate.bus import (
 from tidegate.runtime.http import Readiness, make_app, serve
 from tidegate.runtime.metrics import Metrics
 from tidegate.runtime.settings import S, SettingsError, load_settings
+from tidegate.runtime.taskdump import log_tasks
 from tidegate.telemetry import setup_logging, setup_tracing, shutdown_tracing
 
 log = logging.getLogger(__name__)
@@ -228,6 +229,7 @@ class Service(Generic[S]):
         if handle_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_stop)
+            loop.add_signal_handler(signal.SIGUSR1, log_tasks)
         runner, self.http_port = await serve(
             make_app(self.name, self.readiness, self.metrics), self.settings.http_port
         )
@@ -269,7 +271,7 @@ class Service(Generic[S]):
                 await bus.drain()
             await runner.cleanup()
             if handle_signals:
-                for signum in (signal.SIGTERM, signal.SIGINT):
+                for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
                     loop.remove_signal_handler(signum)
         log.info("%s stopped (exit %d)", self.name, code)
         return code

@@ -76,7 +76,8 @@ class Reconciler:
                 if not self._dirty:
                     self._wake.clear()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), wait)
+                        async with asyncio.timeout(wait):
+                            await self._wake.wait()
                     continue
                 if self._debounce:
                     await asyncio.sleep(self._debounce)

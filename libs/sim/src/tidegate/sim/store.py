@@ -114,7 +114,8 @@ class Watcher:
         if not self._pending and not self.closed:
             self._ready.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), wait_seconds)
+                async with asyncio.timeout(wait_seconds):
+                    await self._ready.wait()
         if not self._pending and not self.closed:
             return None
         batch = list(self._pending)

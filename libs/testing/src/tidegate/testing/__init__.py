@@ -8,7 +8,8 @@ import each other; this package is the one home of what they share:
 - :mod:`.waiting`: :func:`until` / :func:`until_async` poll a condition with a deadline;
   :func:`start_until` starts a task and waits for its ready event.
 - :mod:`.bus`: :func:`connected` (a connection with the cluster's streams), :func:`following`
-  (a stream follower for the length of a block), :func:`envelope` (what a test publishes).
+  (a stream follower for the length of a block), :func:`envelope` (what a test publishes),
+  :func:`take_over` (a role's lease and fences taken from its leader, as a successor would).
 - :mod:`.services`: :class:`RunningServices`, services run in the test's process.
 - :mod:`.capacity`: :func:`recompute_capacity`, the capacity view a simulated cluster's own
   objects call for, :func:`published_capacity` and :func:`capacity_differences` to compare the
@@ -26,7 +27,7 @@ What a test checks, and what a harness plays, stays in the tests. Production cod
 this package (import-linter keeps it beside the services, at the top).
 """
 
-from tidegate.testing.bus import connected, envelope, following
+from tidegate.testing.bus import connected, envelope, following, take_over
 from tidegate.testing.capacity import (
     CapacityFigures,
     DomainFigures,
@@ -63,6 +64,7 @@ __all__ = [
     "service_process",
     "simulated",
     "start_until",
+    "take_over",
     "until",
     "until_async",
 ]

@@ -13,7 +13,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
-from tidegate.bus import Bus, BusSettings, StateFollower, StateHandler, connect, servers_from_url
+from tidegate.bus import (
+    Bus,
+    BusSettings,
+    Fence,
+    Lease,
+    LeaseSettings,
+    StateFollower,
+    StateHandler,
+    connect,
+    layout,
+    servers_from_url,
+)
 from tidegate.model import Envelope, Message
 
 
@@ -84,3 +95,17 @@ async def following(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def take_over(bus: Bus, cluster: str, role: str, *, holder: str = "successor") -> Lease:
+    """Take ``role``'s lease from whoever holds it (as after a pause past its TTL) and claim
+    the ledger and decision fences, as a successor's takeover does; the holder is not told."""
+    leases = await bus.key_value(layout.leases_bucket(cluster))
+    await leases.delete(role)
+    successor = Lease(
+        bus, cluster=cluster, settings=LeaseSettings(name=role, holder=holder, ttl_seconds=60.0)
+    )
+    assert await successor.try_acquire(), f"{holder} could not take the {role} lease"
+    await Fence.on_ledger(bus, successor, cluster=cluster).claim()
+    await Fence.on_decisions(bus, successor, cluster=cluster).claim()
+    return successor

@@ -1,33 +1,35 @@
-"""Loopback proxies that make a write fail *after* it took effect, for fault-injection tests.
+"""Loopback proxies that fail requests on purpose, for fault-injection tests.
 
-Why: the hardest failures at the seams between services are the ambiguous ones — a publish
+Why: the hardest failures at the seams between services are the ambiguous ones (a publish
 the server stored although the client never got its ack, a Kubernetes write the API server
-applied although the client saw the connection drop. A healthy server never does that on
-demand, so these proxies sit between the services and the real servers and do it when armed:
+applied although the client saw a timeout), and a healthy server fails on no one's demand.
+These proxies sit between the clients and the real servers and fail what a test arms:
 
 - :class:`NatsFaultProxy`, a TCP proxy in front of nats-server: armed with a subject prefix,
-  it forwards the next ``PUB``/``HPUB`` to a matching subject to the server, waits until the
-  server answered (the JetStream ack, or anything else it sends on that connection), and then
-  drops both halves of the connection instead of passing the answer on. The message is
-  stored; the client's publish fails and it reconnects.
-- :class:`KubeFaultProxy`, an HTTP proxy in front of a plain-HTTP API server (the simulator,
-  or ``kubectl proxy`` in front of a real one, which adds the credentials): armed with a method
-  and a path fragment, it forwards the next matching request, reads the server's whole answer,
-  and drops the connection without answering. The write is applied; the client sees a
-  connection error (the same ambiguity as a timeout). Everything else, watches included, is
-  piped through.
+  it forwards the next ``PUB``/``HPUB`` to a matching subject, waits until the server answered
+  (the JetStream ack, or anything else it sends on that connection), and then drops both
+  halves of the connection. The message is stored; the client's publish fails, it reconnects.
+- :class:`KubeFaultProxy`, an HTTP proxy in front of an API server (the simulator, or a real
+  one through an :class:`Upstream` with its TLS and credentials): it pipes every request
+  through, watches included, except those an armed rule matches, which get the rule's
+  :class:`HttpFault`: :class:`Refuse` (a status such as 429 or 503, the server never sees the
+  request), :class:`Cut` (the connection closed unanswered), :class:`LoseAnswer` (the server
+  applies it; the client gets a 504 or a closed connection). It records every request in
+  ``seen``, so a test can count attempts.
 
-Both count what they injected in ``injected`` so a test can report it. They do not decide what
-to arm or when (the tests do) and they do not parse more of a protocol than they must.
+They do not decide what to arm or when (the tests do) and parse no more of a protocol than
+they must.
 """
 
 import asyncio
 import contextlib
+import json
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Final
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Final, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -193,60 +195,265 @@ async def nats_fault_proxy(upstream_host: str, upstream_port: int) -> AsyncItera
         await proxy.stop()
 
 
-@dataclass
-class _WriteFault:
+Forward = Callable[[], Awaitable[int]]
+"""Sends the request on to the API server, reads its whole answer and returns its status."""
+
+
+class HttpFault(Protocol):
+    """What :class:`KubeFaultProxy` does to a request an armed rule matched: the response to
+    send, or None to close the connection without one. ``forward`` lets the server see it."""
+
+    async def __call__(
+        self, request: web.Request, forward: Forward
+    ) -> web.StreamResponse | None: ...
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Answer ``status`` (with ``Retry-After`` if given) before the server sees the request."""
+
+    status: int = 503
+    retry_after: str | None = None
+
+    async def __call__(self, request: web.Request, forward: Forward) -> web.StreamResponse:
+        """The refusal."""
+        headers = {"Retry-After": self.retry_after} if self.retry_after else {}
+        return status_response(self.status, "injected by a fault proxy: refused", headers)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Close the connection before the server sees the request."""
+
+    async def __call__(self, request: web.Request, forward: Forward) -> None:
+        """Nothing to send."""
+
+
+@dataclass(frozen=True)
+class LoseAnswer:
+    """Let the server apply the request, read its answer, then answer ``504`` instead (or,
+    with ``drop``, close the connection without an answer)."""
+
+    drop: bool = False
+
+    async def __call__(self, request: web.Request, forward: Forward) -> web.StreamResponse | None:
+        """Forward, then lose the answer."""
+        await forward()
+        if self.drop:
+            return None
+        return status_response(504, "injected by a fault proxy: applied, its answer lost")
+
+
+_REASONS: Final = {
+    410: "Expired",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+def status_response(
+    code: int, message: str, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    """A Kubernetes ``Status`` failure answer with ``code``."""
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": f"{message} ({code})",
+        "reason": _REASONS.get(code, "InternalError"),
+        "code": code,
+    }
+    return web.json_response(body, status=code, headers=headers)
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The API server a :class:`KubeFaultProxy` forwards to."""
+
+    url: str
+    """Its base URL (``https://host:port``)."""
+    session: aiohttp.ClientSession | None = None
+    """A session that speaks its TLS (client certificates included); None: plain HTTP, the
+    proxy makes its own."""
+    credentials: Callable[[], Awaitable[Mapping[str, str]]] | None = None
+    """Headers that authenticate each request; they replace the client's Authorization."""
+    server_hostname: str | None = None
+    """The name its certificate is checked against, when not the URL's host."""
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request as the proxy saw it."""
+
     method: str
     path: str
+    query: str
+    status: int
+    """The status sent back; 0 when the connection was closed without an answer."""
+    fault: HttpFault | None = None
+    """The fault that answered it, if any."""
+    upstream: int | None = None
+    """The server's status, None when the server never saw the request."""
+
+
+@dataclass
+class _Rule:
+    method: str
+    path: str
+    query: str
+    fault: HttpFault
+    times: int
 
 
 @dataclass
 class KubeFaultProxy:
-    """An HTTP proxy in front of a plain-HTTP API server; see the module docstring."""
+    """An HTTP proxy in front of an API server; see the module docstring.
 
-    upstream: str
-    """The API server's base URL (``http://host:port``)."""
+    Run it with :func:`kube_fault_proxy`, point clients at :meth:`kubeconfig`, :meth:`arm`
+    faults, read :attr:`seen`.
+    """
+
+    upstream: Upstream
+    session: aiohttp.ClientSession
     url: str = ""
     """The proxy's base URL, once started."""
-    injected: int = 0
-    """Writes applied upstream whose answer was dropped."""
     note: Callable[[str], None] = lambda text: None
     """Told of every fault as it is injected."""
-    applied: list[str] = field(default_factory=list)
-    """``METHOD path -> status`` of each write whose answer was dropped."""
-    requests: Counter[str] = field(default_factory=Counter)
-    """``METHOD path`` (names and namespaces left out) → requests seen."""
-    _armed: list[_WriteFault] = field(default_factory=list)
+    seen: list[Seen] = field(default_factory=list)
+    """Every request answered, in order (a watch when its headers came)."""
+    _rules: list[_Rule] = field(default_factory=list)
 
-    def drop_after_apply(self, method: str, path: str) -> None:
-        """Arm one fault: the next ``method`` request whose path contains ``path`` is applied
-        upstream and its answer dropped."""
-        self._armed.append(_WriteFault(method.upper(), path))
+    def arm(
+        self, method: str, path: str, fault: HttpFault, *, times: int = 1, query: str = ""
+    ) -> None:
+        """Apply ``fault`` to the next ``times`` ``method`` requests whose path contains
+        ``path`` and whose query string contains ``query``; rules are used in the order armed."""
+        self._rules.append(_Rule(method.upper(), path, query, fault, times))
 
     @property
     def armed(self) -> int:
         """Faults armed and not yet injected."""
-        return len(self._armed)
+        return sum(rule.times for rule in self._rules)
 
     def disarm(self) -> None:
         """Forget faults not yet injected."""
-        self._armed.clear()
+        self._rules.clear()
 
-    def kubeconfig(self) -> str:
-        """A kubeconfig (YAML text) that points at this proxy, without credentials."""
-        return (
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters:\n- name: proxy\n  cluster:\n    server: {self.url}\n"
-            "users:\n- name: proxy\n  user: {}\n"
-            "contexts:\n- name: proxy\n  context:\n    cluster: proxy\n    user: proxy\n"
-            "current-context: proxy\n"
+    def count(self, method: str, path: str, *, query: str = "") -> int:
+        """Matching requests seen, faults included."""
+        return sum(
+            1 for s in self.seen if s.method == method and path in s.path and query in s.query
         )
 
-    def _take(self, request: web.Request) -> _WriteFault | None:
-        for fault in self._armed:
-            if fault.method == request.method and fault.path in request.path:
-                self._armed.remove(fault)
-                return fault
+    @property
+    def injected(self) -> int:
+        """Requests a fault answered."""
+        return sum(1 for s in self.seen if s.fault is not None)
+
+    @property
+    def requests(self) -> Counter[str]:
+        """``METHOD path`` (names and namespaces left out) → requests seen."""
+        return Counter(f"{s.method} {_shape(s.path)}" for s in self.seen)
+
+    def kubeconfig(self) -> str:
+        """A kubeconfig (JSON, which is YAML) that points at this proxy, without credentials."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "proxy", "cluster": {"server": self.url}}],
+            "users": [{"name": "proxy", "user": {}}],
+            "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": "proxy"}}],
+            "current-context": "proxy",
+        }
+        return json.dumps(config)
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """:meth:`kubeconfig` written to ``path``."""
+        path.write_text(self.kubeconfig())
+        return path
+
+    def _take(self, request: web.Request) -> _Rule | None:
+        for rule in self._rules:
+            if (
+                rule.times > 0
+                and rule.method == request.method
+                and rule.path in request.path
+                and rule.query in request.query_string
+            ):
+                rule.times -= 1
+                return rule
         return None
+
+    async def _send(self, request: web.Request) -> aiohttp.ClientResponse:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        if self.upstream.credentials is not None:
+            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            headers.update(await self.upstream.credentials())
+        data = await request.read()
+        return await self.session.request(
+            request.method,
+            self.upstream.url + request.path_qs,
+            headers=headers,
+            data=data or None,
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
+            server_hostname=self.upstream.server_hostname,
+        )
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Answer one request: by the first armed rule that matches it, else from upstream."""
+        rule = self._take(request)
+        if rule is None:
+            return await self._pipe(request)
+        upstream: int | None = None
+
+        async def forward() -> int:
+            nonlocal upstream
+            async with await self._send(request) as answer:
+                await answer.read()
+                upstream = answer.status
+            return upstream
+
+        response = await rule.fault(request, forward)
+        status = 0 if response is None else response.status
+        seen = Seen(
+            request.method, request.path, request.query_string, status, rule.fault, upstream
+        )
+        self.seen.append(seen)
+        self.note(
+            f"INJECTED: {rule.fault} on {seen.method} {request.path_qs}"
+            f" (server: {upstream or 'not reached'}; sent: {status or 'no answer'})"
+        )
+        if response is None:
+            assert request.transport is not None
+            request.transport.close()
+            raise asyncio.CancelledError  # aiohttp ends the handler without a response
+        return response
+
+    async def _pipe(self, request: web.Request) -> web.StreamResponse:
+        async with await self._send(request) as answer:
+            self.seen.append(
+                Seen(
+                    request.method,
+                    request.path,
+                    request.query_string,
+                    answer.status,
+                    upstream=answer.status,
+                )
+            )
+            response = web.StreamResponse(status=answer.status)
+            for key, value in answer.headers.items():
+                if key.lower() not in _HOP_BY_HOP:
+                    response.headers[key] = value
+            try:
+                await response.prepare(request)
+                async for chunk in answer.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+            except (ConnectionError, aiohttp.ClientError):
+                pass  # the client went away (a watch it closed, a service killed)
+            return response
 
 
 def _shape(path: str) -> str:
@@ -265,43 +472,19 @@ def _shape(path: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def kube_fault_proxy(upstream: str) -> AsyncIterator[KubeFaultProxy]:
-    """Run a :class:`KubeFaultProxy` in front of ``upstream`` on a free loopback port."""
-    proxy = KubeFaultProxy(upstream=upstream.rstrip("/"))
-    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        fault = proxy._take(request)
-        proxy.requests[f"{request.method} {_shape(request.path)}"] += 1
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
-        data = await request.read()
-        async with session.request(
-            request.method, proxy.upstream + request.path_qs, headers=headers, data=data or None
-        ) as answer:
-            if fault is not None:
-                await answer.read()
-                proxy.injected += 1
-                proxy.applied.append(f"{request.method} {request.path} -> {answer.status}")
-                proxy.note(f"INJECTED: {proxy.applied[-1]} applied, answer dropped")
-                assert request.transport is not None
-                request.transport.close()
-                raise asyncio.CancelledError  # aiohttp ends the handler without a response
-            response = web.StreamResponse(status=answer.status)
-            for key, value in answer.headers.items():
-                if key.lower() not in _HOP_BY_HOP:
-                    response.headers[key] = value
-            try:
-                await response.prepare(request)
-                async for chunk in answer.content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
-            except (ConnectionError, aiohttp.ClientError):
-                pass  # the client went away (a watch it closed, a service killed)
-            return response
-
+async def kube_fault_proxy(upstream: str | Upstream) -> AsyncIterator[KubeFaultProxy]:
+    """Run a :class:`KubeFaultProxy` on a free loopback port in front of ``upstream`` (a
+    plain-HTTP base URL such as ``SimCluster.url``, or an :class:`Upstream`)."""
+    if isinstance(upstream, str):
+        upstream = Upstream(upstream)
+    upstream = replace(upstream, url=upstream.url.rstrip("/"))
+    owned = upstream.session is None
+    session = upstream.session or aiohttp.ClientSession()
+    proxy = KubeFaultProxy(upstream, session)
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    app.router.add_route("*", "/{tail:.*}", proxy.handle)
+    # Open watches are cut when the proxy stops (a real server may stay silent for a minute).
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
@@ -312,4 +495,5 @@ async def kube_fault_proxy(upstream: str) -> AsyncIterator[KubeFaultProxy]:
         yield proxy
     finally:
         await runner.cleanup()
-        await session.close()
+        if owned:
+            await session.close()

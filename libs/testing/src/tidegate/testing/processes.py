@@ -123,8 +123,14 @@ class ServiceProcess:
             self.process.send_signal(signum)
 
     async def wait(self, *, within: float = 20.0) -> int:
-        """Wait until the process exits; its exit code."""
-        return await asyncio.wait_for(self.process.wait(), within)
+        """Wait until the process exits; its exit code. A process still running after
+        ``within`` seconds is asked (SIGUSR1) to log its asyncio tasks before TimeoutError."""
+        try:
+            return await asyncio.wait_for(self.process.wait(), within)
+        except TimeoutError:
+            self.signal(signal.SIGUSR1)
+            await asyncio.sleep(1)
+            raise
 
     async def close(self, *, within: float = 20.0) -> None:
         """Stop the process if it still runs (SIGTERM, then SIGKILL after ``within`` seconds)

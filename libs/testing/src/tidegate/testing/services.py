@@ -51,6 +51,15 @@ class RunningServices:
                 return await asyncio.wait_for(entry[1], self._stop_within)
         raise AssertionError(f"{service.name} is not running")
 
+    async def exited(self, service: Service[Any], *, within: float = 30.0) -> int:
+        """Wait for ``service`` to stop by itself (no longer a failure for :meth:`check`);
+        its exit code."""
+        for entry in self.running:
+            if entry[0] is service:
+                self.running.remove(entry)
+                return await asyncio.wait_for(entry[1], within)
+        raise AssertionError(f"{service.name} is not running")
+
     async def stop_all(self) -> None:
         """Stop every service still running, the last started first; then raise the first
         failure to stop (a timeout, or an exception out of a service), if there was one."""

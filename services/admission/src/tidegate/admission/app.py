@@ -244,7 +244,8 @@ class Leader:
         handlers = self._handlers
         while not self._ctx.stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(handlers.wake.wait(), settings.cycle_tick_seconds)
+                async with asyncio.timeout(settings.cycle_tick_seconds):
+                    await handlers.wake.wait()
             if settings.cycle_coalesce_seconds:
                 await asyncio.sleep(settings.cycle_coalesce_seconds)
             handlers.wake.clear()

@@ -223,9 +223,8 @@ class Leader:
         handlers = self._handlers
         while not ctx.stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    _first(handlers.wake, ctx.stopping), ctx.settings.reconcile_interval_seconds
-                )
+                async with asyncio.timeout(ctx.settings.reconcile_interval_seconds):
+                    await _first(handlers.wake, ctx.stopping)
             handlers.wake.clear()
             if handlers.lost is not None:
                 raise handlers.lost

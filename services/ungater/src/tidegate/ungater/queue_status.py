@@ -290,14 +290,16 @@ class QueueStatusWriter:
             self._wake.set()
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), TICK_SECONDS)
+                    async with asyncio.timeout(TICK_SECONDS):
+                        await self._wake.wait()
                 if stop.is_set():
                     return
                 if not self._wake.is_set():
                     continue
                 await self.round()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.interval_seconds)
+                    async with asyncio.timeout(self.interval_seconds):
+                        await stop.wait()
         finally:
             self.finished.set()
 

@@ -284,7 +284,8 @@ class Releaser:
         self._stop = stop
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), TICK_SECONDS)
+                async with asyncio.timeout(TICK_SECONDS):
+                    await self._wake.wait()
             if stop.is_set():
                 return
             self._mark_timeouts()
@@ -292,7 +293,8 @@ class Releaser:
                 continue
             if self.settings.batch_window_seconds:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.settings.batch_window_seconds)
+                    async with asyncio.timeout(self.settings.batch_window_seconds):
+                        await stop.wait()
             await self.round()
 
     async def round(self) -> None:

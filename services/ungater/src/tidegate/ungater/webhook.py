@@ -127,7 +127,8 @@ class Webhook:
             log.info("webhook: serving https on :%d%s", self.port, PATH)
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), reload_seconds)
+                    async with asyncio.timeout(reload_seconds):
+                        await stop.wait()
                 self.certificate.reload_if_changed()
         finally:
             await runner.cleanup()

@@ -244,7 +244,8 @@ class Watcher:
     async def _next_batch(self) -> list[_Item]:
         if self._retry:
             try:
-                first = await asyncio.wait_for(self._queue.get(), RETRY_PUBLISH_SECONDS)
+                async with asyncio.timeout(RETRY_PUBLISH_SECONDS):
+                    first = await self._queue.get()
             except TimeoutError:
                 return []
         else:
