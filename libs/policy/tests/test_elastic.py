@@ -16,7 +16,7 @@ from tidegate.model import (
     WorkloadState,
 )
 from tidegate.policy.admission import Admission
-from tidegate.policy.elastic import common_prefix, growth, shrunk, surplus
+from tidegate.policy.elastic import common_prefix, gives_back, growth, shrunk, surplus
 
 from .test_admission import GPU, cluster, node, only, workers, workload
 
@@ -250,3 +250,12 @@ def test_inference_growth_short_of_room_asks_preemption_for_the_delta_in_its_rac
     assert grown.resized
     assert hosts(grown) == {mine: 2, theirs: 2}
     assert not admission.nominations()
+
+
+def test_only_workloads_sized_by_their_spec_give_slots_back() -> None:
+    job = workload("a", workers(1, 1))
+    assert gives_back(job)
+    for kind in ("Deployment", "ReplicaSet", "JobSet"):
+        assert gives_back(msgspec.structs.replace(job, owner_kind=kind))
+    for kind in ("PodGroup", "Pod", "StatefulSet"):
+        assert not gives_back(msgspec.structs.replace(job, owner_kind=kind))

@@ -25,11 +25,13 @@ fences, consumers keeping the newest sequence) applies to it unchanged.
 **Shrink** (desired pods < assigned slots) follows the pods: the ungater, which knows which
 slots no live pod holds, names them in a :class:`~tidegate.model.ReplaceRequested` with
 ``give_back`` set; admission drops at most ``assigned − desired`` of them and charges the rest.
+Only owners sized by their spec shrink (:data:`SPEC_SIZED_KINDS`).
 
 Pure: :class:`tidegate.policy.admission.Admission` calls these with its state.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
 
 import msgspec
 
@@ -71,6 +73,18 @@ def surplus(workload: WorkloadState, admitted: Admitted) -> dict[str, int]:
         for name, count in assigned_counts(admitted).items()
         if count > wanted.get(name, 0)
     }
+
+
+SPEC_SIZED_KINDS: Final = frozenset({"Deployment", "ReplicaSet", "Job", "JobSet"})
+"""Owner kinds whose size is their spec (replicas, parallelism): when it drops, the slots their
+pods leave are given back. Workloads sized by the pods seen (PodGroups, bare Pods, other
+owners) keep their slots when a member goes, so the member its controller re-creates takes
+its slot back; their room comes back when they are released."""
+
+
+def gives_back(workload: WorkloadState) -> bool:
+    """Whether ``workload`` gives back the slots its pods leave when it shrinks."""
+    return workload.owner_kind in SPEC_SIZED_KINDS
 
 
 def common_prefix(assignment: TopologyAssignment) -> list[str]:

@@ -422,7 +422,9 @@ class Releaser:
         workload = item.workload
         surplus = (
             elastic.surplus(workload, admitted)
-            if workload is not None and workload.uid == admitted.uid
+            if workload is not None
+            and workload.uid == admitted.uid
+            and elastic.gives_back(workload)
             else {}
         )
         giving: dict[str, list[DomainCount]] = {}
