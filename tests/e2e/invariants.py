@@ -35,9 +35,11 @@ it is *released* once it no longer carries the ``tidegate.io/admission`` gate:
 - **released ≤ assigned, per domain**: the released pods of a workload in each domain of its
   newest admission's assignment (the node's values at the assignment's levels) are no more
   than the admission assigned there, and no more than assigned in total;
-- **whole gangs**: no gang stays partly released (some live pods released, others gated), and
-  no released pod stays unscheduled, for longer than a grace period counted from the moment
-  every service is up again;
+- **whole gangs**: no gang stays partly released (some live pods released, others gated while
+  its newest admission has slots left for them: pods beyond every slot are an elastic
+  workload's growth waiting to be admitted, docs/workloads.md), and no released pod stays
+  unscheduled, for longer than a grace period counted from the moment every service is up
+  again;
 - **no early release**: a preempted gang's re-created pods are not released before a new
   admission of it;
 - **evicted whole**: every pod a preempted gang had released when the ``preempted`` decision
@@ -289,6 +291,9 @@ class Invariants:
             held = [p for p in members if gated(p)]
             if not held or len(held) == len(members):
                 continue
+            assigned = self.assigned.get(key)
+            if assigned is not None and len(members) - len(held) >= assigned:
+                continue  # every slot filled: pods beyond them are growth waiting its turn
             partial.add(key)
             since = self._partial_since.setdefault(key, now)
             self._overdue(

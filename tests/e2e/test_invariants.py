@@ -161,6 +161,20 @@ def test_a_gang_left_partly_released_is_named() -> None:
     assert "t/g-1" in found.violations[0]
 
 
+def test_growth_waiting_beyond_every_slot_is_not_a_partly_released_gang() -> None:
+    found = checks()
+    found.decided(admitted("t/g", 1, count=1))
+    pods = [pod("g-0", app="g", node=NODE), pod("g-1", app="g", gated=True)]
+    sample_twice(found, pods)
+    assert found.violations == []
+    # Admitted to two slots (it grew), one still gated: partly released again.
+    found.decided(admitted("t/g", 2, count=2, replaces=1))
+    time.sleep(0.01)
+    sample_twice(found, pods)
+    assert len(found.violations) == 1
+    assert "gang t/g partly released" in found.violations[0]
+
+
 def test_overcommit_unscheduled_and_overrelease_are_named() -> None:
     found = checks()
     found.decided(admitted(f"{NAMESPACE}/a", 1, count=2))

@@ -6,7 +6,7 @@ from tidegate.sim.errors import ApiError
 from tidegate.sim.patching import json_patch, merge_patch, strategic_merge_patch
 from tidegate.sim.selectors import Selector, parse_label_selector
 from tidegate.sim.store import Store
-from tidegate.sim.workloads import compress_indexes
+from tidegate.sim.workloads import compress_indexes, rollout
 
 POD = {
     "metadata": {"name": "p", "finalizers": ["a"], "labels": {"x": "1"}},
@@ -129,3 +129,34 @@ def test_store_history_window_and_versions() -> None:
 def test_compress_indexes() -> None:
     assert compress_indexes(set()) == ""
     assert compress_indexes({0, 1, 2, 3, 5, 7, 8}) == "0-3,5,7-8"
+
+
+def _rs(name: str, order: int, replicas: int, available: int) -> dict[str, object]:
+    return {
+        "metadata": {"namespace": "d", "name": name, "resourceVersion": str(order)},
+        "spec": {"replicas": replicas},
+        "status": {"replicas": replicas, "availableReplicas": available},
+    }
+
+
+def test_a_rolling_update_surges_and_scales_old_pods_down_only_as_new_ones_are_available() -> None:
+    """The default strategy on 1 replica (maxSurge 25% → 1, maxUnavailable 25% → 0): the
+    new pod is added beside the old one, which goes only once the new one is available."""
+    old, new = _rs("old", 1, 1, 1), _rs("new", 2, 0, 0)
+    assert rollout({}, 1, new, [old, new]) == {("d", "old"): 1, ("d", "new"): 1}
+    new = _rs("new", 2, 1, 0)  # created, not Ready yet
+    assert rollout({}, 1, new, [old, new]) == {("d", "old"): 1, ("d", "new"): 1}
+    new = _rs("new", 2, 1, 1)  # Ready
+    assert rollout({}, 1, new, [old, new]) == {("d", "old"): 0, ("d", "new"): 1}
+    # maxUnavailable 1, no surge: the old pod goes first.
+    strategy = {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    new = _rs("new", 2, 0, 0)
+    assert rollout(strategy, 1, new, [old, new]) == {("d", "old"): 0, ("d", "new"): 0}
+    old = _rs("old", 1, 0, 0)
+    assert rollout(strategy, 1, new, [old, new])[("d", "new")] == 1
+    # Recreate: old ones to zero first; the new one once no old pod is left.
+    old = _rs("old", 1, 4, 4)
+    assert rollout({"type": "Recreate"}, 4, new, [old, new]) == {("d", "old"): 0, ("d", "new"): 0}
+    # Four replicas, 25% each way: one surge pod, one unavailable.
+    old, new = _rs("old", 1, 4, 4), _rs("new", 2, 0, 0)
+    assert rollout({}, 4, new, [old, new]) == {("d", "old"): 3, ("d", "new"): 1}

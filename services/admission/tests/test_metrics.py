@@ -63,6 +63,7 @@ def test_pending_counts_every_reason_of_every_queue_and_unknown_queues() -> None
         "TopologyPlacementFailed",
         "WaitingForCapacity",
         "WaitingForPreemption",
+        "RequiredDomainFull",
     }
 
     samples = usage_samples(admission)

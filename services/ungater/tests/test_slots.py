@@ -13,6 +13,7 @@ from tidegate.ungater.slots import (
     failed_domains,
     plan_podset,
     selector_for,
+    spare_slots,
 )
 
 LEVELS = ["block", "rack", "host"]
@@ -190,3 +191,25 @@ def test_consecutive_ranks_share_or_neighbour_domains() -> None:
     position = {index[r.name]: order.index(r.domain) for r in plan.releases}
     for rank in ranks[:-1]:
         assert position[rank + 1] - position[rank] in (0, 1)
+
+
+def test_a_shrunk_podset_gives_back_only_slots_no_pod_holds_newest_first() -> None:
+    target = assignment(("r1/h1", 2), ("r1/h2", 2), ("r2/h3", 2))
+    members = [
+        released(0, "r1/h1"),
+        released(1, "r1/h2"),
+        released(2, "r2/h3", holds_slot=False),  # terminating: its slot is free
+        gated(3),  # a surge pod: it takes a free slot before anything is given back
+    ]
+    plan = plan_podset(target, members)
+    assert len(plan.releases) == 1
+    spare = spare_slots(target, plan.occupied, surplus=3)
+    assert [(d.values[2], d.count) for d in spare] == [("h3", 2), ("h2", 1)]
+    assert spare_slots(target, plan.occupied, surplus=1) == [
+        DomainCount(values=["b1", "r2", "h3"], count=1)
+    ]
+    # Slots of failed domains are left to replacement; nothing surplus, nothing given back.
+    assert spare_slots(target, plan.occupied, surplus=3, lost={("b1", "r2", "h3")}) == [
+        DomainCount(values=["b1", "r1", "h2"], count=1)
+    ]
+    assert spare_slots(target, plan.occupied, surplus=0) == []

@@ -206,3 +206,34 @@ def test_a_podgroup_is_published_once_it_has_min_member_pods_and_then_stays(k8s:
     message = index.desired(wkey("g")).message
     assert isinstance(message, WorkloadState)
     assert message.podsets[0].count == 1
+
+
+def test_a_rolling_deployment_counts_its_replicasets_surge_included(k8s: Any) -> None:
+    """Surge pods of a rollout are a temporary growth; old pods leaving shrink it back."""
+    index = ClusterIndex()
+    index.apply("Deployment", "ADDED", k8s.deployment("web", replicas=1))
+    index.apply("ReplicaSet", "ADDED", k8s.replicaset("web-old", deployment="web", replicas=1))
+    rs_ref = k8s.owner_ref("ReplicaSet", "web-old", "apps/v1")
+    index.apply("Pod", "ADDED", k8s.pod("web-old-a", owner=rs_ref))
+
+    def count() -> int:
+        message = index.desired(wkey("web")).message
+        assert isinstance(message, WorkloadState)
+        return message.podsets[0].count
+
+    assert count() == 1
+    applied = index.apply(
+        "ReplicaSet", "ADDED", k8s.replicaset("web-new", deployment="web", replicas=1)
+    )
+    assert wkey("web") in applied.affected
+    assert count() == 2  # the surge pod
+    index.apply("ReplicaSet", "MODIFIED", k8s.replicaset("web-old", deployment="web", replicas=0))
+    assert count() == 1
+    # Scaled down: the spec says 1 at once, the ReplicaSet follows; the count follows it.
+    index.apply("Deployment", "MODIFIED", k8s.deployment("web", replicas=6))
+    assert count() == 6  # the spec leads a scale-up
+    index.apply("ReplicaSet", "MODIFIED", k8s.replicaset("web-new", deployment="web", replicas=6))
+    index.apply("Deployment", "MODIFIED", k8s.deployment("web", replicas=1))
+    assert count() == 6  # its pods are still there
+    index.apply("ReplicaSet", "MODIFIED", k8s.replicaset("web-new", deployment="web", replicas=1))
+    assert count() == 1

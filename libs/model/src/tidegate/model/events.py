@@ -35,6 +35,7 @@ PendingReason = Literal[
     "TopologyPlacementFailed",
     "WaitingForCapacity",
     "WaitingForPreemption",
+    "RequiredDomainFull",
 ]
 """Stable reason tokens of a pending decision; users alert on them, never change one."""
 
@@ -296,6 +297,9 @@ class Admitted(_Body, frozen=True, kw_only=True, tag="admitted"):
     """The sequence of the admission of the same workload this one supersedes: set when
     admission moved slots lost to failed nodes elsewhere (answering a replace-requested);
     the assignments are then the whole new placement, not only the moved pods."""
+    resized: bool = False
+    """Set with ``replaces`` when the admission follows the workload's new size (it grew, or
+    gave back slots its pods left) rather than moving slots lost to failed nodes."""
 
 
 class Pending(_Body, frozen=True, kw_only=True, tag="pending"):
@@ -322,6 +326,11 @@ class PreemptRequested(_Body, frozen=True, kw_only=True, tag="preempt-requested"
     message: str = ""
     topology: str | None = None
     """The Topology admission tried to place it on (None from writers older than the field)."""
+    podsets: list[PodSetSpec] = msgspec.field(default_factory=list)
+    """For an admitted workload that grew: only its extra pods, pinned inside its required
+    domain (the room to free); empty: the whole workload, as it is not admitted yet."""
+    admitted_sequence: int | None = None
+    """For a growth request: the sequence of the admission in force that grows."""
 
 
 class LostAdmission(_Base, frozen=True, kw_only=True):
@@ -406,6 +415,10 @@ class ReplaceRequested(_Body, frozen=True, kw_only=True, tag="replace-requested"
     nodes: list[str] = msgspec.field(default_factory=list)
     """The failed nodes (deleted or NotReady), which replacements must avoid."""
     message: str = ""
+    give_back: bool = False
+    """The workload shrank: ``lost`` names free slots (no pod holds them) that it no longer
+    needs, to be given back rather than placed again. Admission answers with an
+    :class:`Admitted` (``replaces`` and ``resized`` set) without them."""
 
 
 Message = (

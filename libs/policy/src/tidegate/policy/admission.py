@@ -72,6 +72,15 @@ from tidegate.placement import (
 from tidegate.policy.capacity import ClusterCapacity
 from tidegate.policy.cards import CardDemand, CardError, card_demand
 from tidegate.policy.common import TopologyProblem, choose_topology, queue_of
+from tidegate.policy.elastic import (
+    assigned_counts,
+    delta_shapes,
+    grown,
+    shrunk,
+    sized_podsets,
+    surplus,
+)
+from tidegate.policy.elastic import growth as growth_of
 from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
 from tidegate.policy.quota import Charge, QuotaLedger, QuotaRequest, gang_resources
 from tidegate.policy.replacement import ReplacementError, merged_assignments, replacement_podsets
@@ -156,6 +165,8 @@ class Admission:
         self._awaiting: dict[WorkloadKey, float] = {}
         self._reasons: dict[WorkloadKey, PendingReason] = {}
         self._tried_at: dict[WorkloadKey, int] = {}
+        self._grow_tried_at: dict[WorkloadKey, int] = {}
+        """Admitted workloads whose growth could not be (fully) admitted, at which growth."""
         self._growth = 0
 
     # ------------------------------------------------------------------ inputs
@@ -189,6 +200,7 @@ class Admission:
             self._awaiting.pop(key, None)
         if before != workload:
             self._tried_at.pop(key, None)
+            self._grow_tried_at.pop(key, None)
         self._workloads[key] = workload
         if workload.finished is not None:
             out.extend(self._finish(key, workload))
@@ -217,6 +229,8 @@ class Admission:
             return None
         self.quota.release(key)
         self._growth += 1
+        self._grow_tried_at.pop(key, None)
+        self._reasons.pop(key, None)  # a reason its growth waited for; it waits anew
         body = Released(
             workload=key,
             uid=admitted.uid,
@@ -267,10 +281,11 @@ class Admission:
         preemptor = WorkloadKey(event.preemptor)
         self._awaiting.pop(preemptor, None)
         workload = self._workloads.get(preemptor)
+        held = self._admitted.get(preemptor)
         if (
-            preemptor not in self._admitted
-            and workload is not None
+            workload is not None
             and workload.uid == event.preemptor_uid
+            and (held is None or (held.uid == workload.uid and growth_of(workload, held)))
         ):
             self._drop_nomination(preemptor)
             nodes = {NodeName(n): dict(r) for n, r in event.nominated.items()}
@@ -295,6 +310,8 @@ class Admission:
         ):
             return []
         workload = self._workloads.get(key)
+        if request.give_back:
+            return self._give_back(request, admitted, workload, now=now)
         queue = self._queues.get(admitted.queue)
         nodes = ", ".join(request.nodes) or "gone"
         if workload is None or queue is None:
@@ -414,8 +431,9 @@ class Admission:
 
     def waiting(self) -> dict[WorkloadKey, PendingReason]:
         """Every waiting workload and the reason last published for it (what admission
-        reports as pending: admitted, finished and forgotten workloads are not in it)."""
-        return dict(self._reasons)
+        reports as pending: admitted, finished and forgotten workloads are not in it; an
+        admitted workload whose growth waits is admitted, not pending)."""
+        return {k: r for k, r in self._reasons.items() if k not in self._admitted}
 
     def queues(self) -> dict[str, QueueConfig]:
         """The queues known, by name."""
@@ -424,9 +442,11 @@ class Admission:
     # ------------------------------------------------------------------ the cycle
 
     def cycle(self, *, now: float) -> list[Decision]:
-        """Run one admission cycle over every waiting workload; return its decisions in order."""
+        """Run one admission cycle: first the growth of admitted workloads that grew, then
+        every waiting workload; return its decisions in order."""
         self._expire(now)
         out: list[Decision] = []
+        self._grow_all(out, now)
         by_queue: dict[str, list[WorkloadState]] = {}
         for key in sorted(self._workloads):
             if key in self._admitted or key in self._done:
@@ -467,6 +487,292 @@ class Admission:
                 if reason is not None and blocks_queue(queue, reason):
                     blocked_by = key
         return out
+
+    # ------------------------------------------------------------------ elastic workloads
+
+    def _grow_all(self, out: list[Decision], now: float) -> None:
+        """Admit the growth of admitted workloads that want more pods than their slots
+        (:mod:`tidegate.policy.elastic`), queues by priority, workloads in queue order."""
+        growth = self._growth + self.capacity.version
+        by_queue: dict[str, list[WorkloadState]] = {}
+        for key, admitted in sorted(self._admitted.items()):
+            workload = self._workloads.get(key)
+            if (
+                workload is None
+                or workload.uid != admitted.uid
+                or workload.finished is not None
+                or workload.invalid_reason is not None
+                or stopped(workload)
+                or key in self._done
+            ):
+                continue
+            if not growth_of(workload, admitted):
+                if self._reasons.pop(key, None) is not None:
+                    self._grow_tried_at.pop(key, None)
+                continue
+            if self._grow_tried_at.get(key) == growth:
+                continue
+            queue = self._queues.get(admitted.queue)
+            if queue is None or queue_problem(queue) is not None:
+                continue
+            by_queue.setdefault(queue.name, []).append(workload)
+        for queue in order_queues(self._queues[name] for name in by_queue):
+            for workload in order_workloads(by_queue[queue.name]):
+                if not self._grow(out, workload, queue, now):
+                    self._grow_tried_at[key_of(workload)] = growth
+
+    def _grow(
+        self, out: list[Decision], workload: WorkloadState, queue: QueueConfig, now: float
+    ) -> bool:
+        """Admit as many of ``workload``'s extra pods as fit, podset by podset, each admitted
+        part a resize that replaces the admission in force. When none could be admitted it
+        waits with a reason (published when the reason changes). True when something was
+        admitted or nothing waits (try again next cycle)."""
+        key = key_of(workload)
+        topology = self._topology_for(workload, queue)
+        if isinstance(topology, _Failure):
+            self._wait(out, workload, queue.name, topology.reason, topology.message)
+            return False
+        failure: _Failure | None = None
+        admitted_any = False
+        nomination = self._nominations.get(key)
+        if nomination is not None:  # room freed by preemption for this growth
+            for node, amount in nomination.nodes.items():
+                self.capacity.unhold(node, amount)
+        wanted: list[PodSetSpec] = []
+        for name, extra in sorted(growth_of(workload, self._admitted[key]).items()):
+            outcome = self._grow_podset(workload, queue, topology, name, extra, now)
+            if isinstance(outcome, tuple):
+                out.append(outcome[0])
+                admitted_any = True
+            else:
+                failure = failure or outcome
+                if outcome.request is not None:
+                    wanted.extend(outcome.request.podsets)
+        if admitted_any:
+            if self._nominations.pop(key, None) is not None:
+                self._growth += 1
+            self._awaiting.pop(key, None)
+            return True
+        if nomination is not None:
+            for node, amount in nomination.nodes.items():
+                self.capacity.hold(node, amount)
+        if failure is None:
+            return True
+        if (
+            workload.service_type == "inference"
+            and failure.reason in ("WaitingForCapacity", "RequiredDomainFull")
+            and wanted
+        ):
+            if key in self._nominations or key in self._awaiting:
+                message = f"waiting for preemption to free room: {failure.message}"
+                self._wait(out, workload, queue.name, "WaitingForPreemption", message)
+                return False
+            self._awaiting[key] = now
+            body = PreemptRequested(
+                workload=key,
+                uid=workload.uid,
+                queue=queue.name,
+                sequence=self._next_sequence(),
+                message=failure.message,
+                topology=topology,
+                podsets=wanted,
+                admitted_sequence=self._admitted[key].sequence,
+            )
+            out.append(Decision(key=key, body=body, workload=workload))
+            message = f"preemption requested: {failure.message}"
+            self._wait(out, workload, queue.name, "WaitingForPreemption", message)
+            return False
+        self._wait(out, workload, queue.name, failure.reason, failure.message)
+        return False
+
+    def _grow_podset(
+        self,
+        workload: WorkloadState,
+        queue: QueueConfig,
+        topology: str,
+        name: str,
+        extra: int,
+        now: float,
+    ) -> tuple[Decision, _Failure | None] | _Failure:
+        """Grow podset ``name`` by up to ``extra`` pods: the largest count that passes quota
+        and placement in the first shape that takes any (next to its slots, then inside its
+        required domain). Returns the resize and why the rest waits (None: nothing waits), or
+        why none could be admitted."""
+        key = key_of(workload)
+        admitted = self._admitted[key]
+        spec = next(p for p in workload.podsets if p.name == name)
+        assignment = admitted.assignments.get(name)
+        try:
+            shapes = delta_shapes(spec, assignment)
+            shapes = card_demand(workload).restrict(shapes)
+        except (ReplacementError, CardError) as exc:
+            return _Failure("Invalid", f"podset {name} cannot grow: {exc}")
+        profile = workload.profile or queue.profile or DEFAULT_PROFILE
+        view = self.capacity.view(topology)
+        assert view is not None  # the topology is known (chosen among the known ones)
+        counts = assigned_counts(admitted)
+
+        def attempt(
+            shape: PodSetSpec, count: int
+        ) -> tuple[PlacementResult, QuotaRequest] | _Failure:
+            new_counts = {**counts, name: counts.get(name, 0) + count}
+            charge = _charge_for(workload, new_counts)
+            if isinstance(charge, _Failure):
+                return charge
+            added = QuotaRequest(
+                resources=_more(charge.resources, admitted.charged),
+                cards=_more(charge.cards, admitted.charged_cards),
+                card_resources=charge.card_resources,
+            )
+            verdict = self.quota.check(queue, added)
+            if verdict is not None:
+                return _Failure(verdict.reason, f"{count} more pods of {name}: {verdict.message}")
+            delta = msgspec.structs.replace(shape, count=count)
+            result = _place(view, PlacementRequest(podsets=[delta], profile=profile))
+            if isinstance(result, str):
+                return _Failure("Invalid", result)
+            if not result.fits:
+                return _Failure("WaitingForCapacity", result.reason or "no room", None)
+            return result, charge
+
+        def largest(
+            shape: PodSetSpec,
+        ) -> tuple[int, tuple[PlacementResult, QuotaRequest] | None, _Failure | None]:
+            """The most extra pods (up to ``extra``) of ``shape`` that fit, the attempt that
+            admits them, and why not all of them fit."""
+            whole = attempt(shape, extra)
+            if not isinstance(whole, _Failure):
+                return extra, whole, None
+            low, high = 0, extra - 1
+            found: tuple[PlacementResult, QuotaRequest] | None = None
+            while low < high:
+                middle = (low + high + 1) // 2
+                tried = attempt(shape, middle)
+                if isinstance(tried, _Failure):
+                    high = middle - 1
+                else:
+                    low, found = middle, tried
+            return low, found, whole
+
+        failure: _Failure | None = None
+        for shape in shapes:
+            count, found, why = largest(shape)
+            if found is not None:
+                result, charge = found
+                rest = None
+                if why is not None:
+                    rest = _Failure(
+                        why.reason,
+                        f"{count} of {extra} more pods of {name} admitted, "
+                        f"{extra - count} wait: {why.message}",
+                    )
+                return self._resize(workload, admitted, name, result, charge, now), rest
+            failure = why  # the last shape's: the required domain's
+        assert failure is not None
+        # What preemption would have to make room for: the whole delta, in its required domain.
+        room = PlacementRequest(
+            podsets=[msgspec.structs.replace(shapes[-1], count=extra)], profile=profile
+        )
+        if failure.reason == "WaitingForCapacity" and spec.topology.required is not None:
+            return _Failure(
+                "RequiredDomainFull",
+                f"{extra} more pods of {name} must stay inside the domain at "
+                f"{spec.topology.required} its pods hold: {failure.message}",
+                room,
+            )
+        if failure.reason == "WaitingForCapacity":
+            return _Failure(
+                "WaitingForCapacity", f"{extra} more pods of {name}: {failure.message}", room
+            )
+        return failure
+
+    def _resize(
+        self,
+        workload: WorkloadState,
+        admitted: Admitted,
+        name: str,
+        result: PlacementResult,
+        charge: QuotaRequest,
+        now: float,
+    ) -> Decision:
+        """Commit a growth of podset ``name`` by ``result``: a resize replacing ``admitted``."""
+        key = key_of(workload)
+        sequence = self._next_sequence()
+        usage = {NodeName(node): taken for node, taken in result.usage().items()}
+        assignments = dict(admitted.assignments)
+        assignments[name] = grown(admitted.assignments.get(name), result.assignments[name])
+        requests = {**admitted.requests, name: dict(result.requests.get(name, {}))}
+        body = msgspec.structs.replace(
+            admitted,
+            sequence=sequence,
+            epoch=self.epoch,
+            assignments=assignments,
+            charged=charge.resources,
+            charged_cards=charge.cards,
+            requests=requests,
+            nominated_by=None,
+            replaces=admitted.sequence,
+            resized=True,
+        )
+        self.capacity.take(sequence, usage, at=now)
+        self.quota.charge(
+            key, Charge(queue=admitted.queue, resources=charge.resources, cards=charge.cards)
+        )
+        self._admitted[key] = body
+        self._reasons.pop(key, None)
+        return Decision(key=key, body=body, workload=workload, node_usage=usage)
+
+    def _give_back(
+        self,
+        request: ReplaceRequested,
+        admitted: Admitted,
+        workload: WorkloadState | None,
+        *,
+        now: float,
+    ) -> list[Decision]:
+        """The workload shrank and the ungater names free slots: drop at most the surplus of
+        each podset, charge what is left (a resize that replaces ``admitted``)."""
+        if workload is None or workload.uid != admitted.uid:
+            return []
+        extra = surplus(workload, admitted)
+        assignments = dict(admitted.assignments)
+        removed = 0
+        for name, freed in sorted(request.lost.items()):
+            assignment = assignments.get(name)
+            if assignment is None or extra.get(name, 0) <= 0:
+                continue
+            assignments[name], taken = shrunk(assignment, freed, extra[name])
+            removed += taken
+        if removed == 0:
+            return []
+        counts = {
+            name: sum(d.count for d in assignment.domains)
+            for name, assignment in assignments.items()
+        }
+        charge = _charge_for(workload, counts)
+        if isinstance(charge, _Failure):
+            charge = QuotaRequest(resources={}, cards={})
+        key = WorkloadKey(admitted.workload)
+        sequence = self._next_sequence()
+        body = msgspec.structs.replace(
+            admitted,
+            sequence=sequence,
+            epoch=self.epoch,
+            assignments=assignments,
+            charged=charge.resources,
+            charged_cards=charge.cards,
+            nominated_by=None,
+            replaces=admitted.sequence,
+            resized=True,
+        )
+        self.capacity.take(sequence, {}, at=now)
+        self.quota.charge(
+            key, Charge(queue=admitted.queue, resources=charge.resources, cards=charge.cards)
+        )
+        self._admitted[key] = body
+        self._growth += 1
+        return [Decision(key=key, body=body, workload=workload)]
 
     # ------------------------------------------------------------------ internals
 
@@ -756,6 +1062,27 @@ def _attempts(workload: WorkloadState) -> list[list[PodSetSpec]] | _Failure:
         p if p.min_count is None else msgspec.structs.replace(p, min_count=None) for p in podsets
     ]
     return [whole] if minimum is None else [whole, minimum]
+
+
+def _charge_for(workload: WorkloadState, counts: Mapping[str, int]) -> QuotaRequest | _Failure:
+    """What ``workload`` holds with its podsets at ``counts``, at its current requests."""
+    podsets = sized_podsets(workload, counts)
+    try:
+        demand = card_demand(workload, podsets)
+    except CardError as exc:
+        return _Failure("Invalid", str(exc))
+    return QuotaRequest(
+        resources=gang_resources(podsets),
+        cards={m: n for m, n in demand.cards.items() if n},
+        card_resources=demand.card_resources,
+    )
+
+
+def _more(new: Mapping[str, int], old: Mapping[str, int]) -> Resources:
+    """What ``new`` holds beyond ``old``, per name (only the increases)."""
+    return {
+        name: amount - old.get(name, 0) for name, amount in new.items() if amount > old.get(name, 0)
+    }
 
 
 def _place(view: CapacityView, request: PlacementRequest) -> PlacementResult | str:

@@ -15,15 +15,17 @@ deleted before it finished counts as failed, as with the real controller's track
 finalizers; a terminating pod does not block its replacement (podReplacementPolicy
 TerminatingOrFailed).
 
-ReplicaSet keeps ``replicas`` live pods. Deployment owns one ReplicaSet per pod-template hash,
-scales the current one to ``replicas`` and the others to zero at once (no surge/unavailable
-pacing), and reports replicas/updated/ready/available and the Available condition.
+ReplicaSet keeps ``replicas`` live pods. Deployment owns one ReplicaSet per pod-template hash
+and rolls out a new template by its strategy (:func:`rollout`): ``RollingUpdate`` with
+``maxSurge`` / ``maxUnavailable`` (integers or percentages, 25% each by default), old pods
+scaled down only as new ones become available (Ready); ``Recreate``. It reports
+replicas/updated/ready/available and the Available condition.
 
 JobSet (jobset.x-k8s.io/v1alpha2, when its CRD is served): one Job per replicated job and
 index, suspend propagated, Completed/Failed conditions (see :class:`JobSetController`).
 
 Not simulated: podFailurePolicy, successPolicy, activeDeadlineSeconds, TTL after finished,
-rollout pacing and history limits, minReadySeconds, JobSet restarts.
+revision history limits, minReadySeconds, progress deadlines, JobSet restarts.
 """
 
 import contextlib
@@ -540,8 +542,85 @@ def template_hash(template: JsonObject) -> str:
     return digest[:10]
 
 
+def _resolve(value: object, replicas: int, *, round_up: bool) -> int:
+    """maxSurge / maxUnavailable: an integer, or a percentage of ``replicas`` (surge rounded
+    up, unavailable down, as kube-controller-manager does)."""
+    if isinstance(value, str) and value.endswith("%"):
+        try:
+            percent = int(value[:-1])
+        except ValueError:
+            percent = 25
+        scaled = percent * replicas
+        return -(-scaled // 100) if round_up else scaled // 100
+    return _int(value, 0) if value is not None else _resolve("25%", replicas, round_up=round_up)
+
+
+def rollout(
+    strategy: JsonObject, replicas: int, current: JsonObject, owned: list[JsonObject]
+) -> dict[tuple[str, str], int]:
+    """The replicas each ReplicaSet of a Deployment should have now (``current``: the one of
+    its template), by kube-controller-manager's rules: ``Recreate`` scales the old ones to
+    zero and the new one up once no old pod is left; ``RollingUpdate`` (the default) keeps at
+    most ``replicas + maxSurge`` pods and at least ``replicas - maxUnavailable`` available,
+    scaling old ReplicaSets down only as new pods become available."""
+    key = object_key(current)
+    old = [rs for rs in owned if object_key(rs) != key]
+
+    def spec_of(rs: JsonObject) -> int:
+        return _int(_dict(rs.get("spec")).get("replicas"), 1)
+
+    def status_of(rs: JsonObject, field: str) -> int:
+        return _int(_dict(rs.get("status")).get(field), 0)
+
+    wanted = {object_key(rs): spec_of(rs) for rs in owned}
+    if not any(spec_of(rs) or status_of(rs, "replicas") for rs in old):
+        wanted[key] = replicas
+        return wanted
+    if strategy.get("type") == "Recreate":
+        for rs in old:
+            wanted[object_key(rs)] = 0
+        wanted[key] = 0
+        return wanted
+    rolling = _dict(strategy.get("rollingUpdate"))
+    surge = _resolve(rolling.get("maxSurge"), replicas, round_up=True)
+    unavailable = _resolve(rolling.get("maxUnavailable"), replicas, round_up=False)
+    if surge == 0 and unavailable == 0:
+        unavailable = 1
+    # Scale the new ReplicaSet up within the surge.
+    total = sum(wanted.values())
+    new = wanted[key]
+    if new > replicas:
+        new = replicas
+    elif new < replicas:
+        new = min(replicas, new + max(replicas + surge - total, 0))
+    wanted[key] = new
+    # Scale old ReplicaSets down as far as availability allows: unhealthy pods first, then
+    # available ones, oldest ReplicaSet first.
+    min_available = replicas - unavailable
+    new_unavailable = new - status_of(current, "availableReplicas")
+    room = sum(wanted.values()) - min_available - new_unavailable
+    ordered = sorted(old, key=_creation_order)
+    for rs in ordered:
+        if room <= 0:
+            break
+        unhealthy = max(wanted[object_key(rs)] - status_of(rs, "availableReplicas"), 0)
+        cut = min(unhealthy, room)
+        wanted[object_key(rs)] -= cut
+        room -= cut
+    available = sum(status_of(rs, "availableReplicas") for rs in owned)
+    scale_down = min(available - min_available, room)
+    for rs in ordered:
+        if scale_down <= 0:
+            break
+        cut = min(wanted[object_key(rs)], scale_down)
+        wanted[object_key(rs)] -= cut
+        scale_down -= cut
+    return wanted
+
+
 class DeploymentController(_OwnedPods):
-    """apps/v1 Deployment controller (one ReplicaSet per template, switched at once)."""
+    """apps/v1 Deployment controller (one ReplicaSet per template, rolled out by its
+    strategy: :func:`rollout`)."""
 
     name = "deployment-controller"
     owner_type = DEPLOYMENTS
@@ -595,8 +674,9 @@ class DeploymentController(_OwnedPods):
             }
             current = self.api.create(REPLICASETS, key[0], body)
             owned.append(current)
+        wanted = rollout(_dict(spec.get("strategy")), replicas, current, owned)
         for rs in owned:
-            want = replicas if rs is current else 0
+            want = wanted.get(object_key(rs), 0)
             rs_spec = _dict(rs.get("spec"))
             if _int(rs_spec.get("replicas"), 1) != want:
                 rs_key = object_key(rs)

@@ -185,9 +185,19 @@ class Preempter:
         if workload is None or workload.uid != request.uid:
             log.info("preempt request for %s ignored: the workload is gone or replaced", key)
             return "stale"
-        if self._view.is_admitted(key, request.uid):
+        growth = bool(request.podsets)
+        if not growth and self._view.is_admitted(key, request.uid):
             log.info("preempt request for %s ignored: it is admitted already", key)
             return "stale"
+        if growth and not self._view.is_admitted(key, request.uid):
+            log.info("growth preempt request for %s ignored: it is not admitted", key)
+            return "stale"
+        if growth:
+            # An admitted workload that grew: room for its extra pods only, pinned by
+            # admission inside its required domain (docs/workloads.md, "Elastic workloads").
+            workload = msgspec.structs.replace(
+                workload, podsets=list(request.podsets), min_members=None
+            )
         if existing is not None:
             # A newer request while this preemptor's own preemption is in force (admission
             # asked again before its room showed in the capacity view): searching now would

@@ -148,7 +148,10 @@ class Reporter:
         if workload is None:
             return self._unknown(body.workload, received)
         summary = placement_summary(body)
-        if body.replaces is not None:
+        if body.resized:
+            pods = sum(d.count for a in body.assignments.values() for d in a.domains)
+            await self._event(workload, "Resized", f"now {pods} pods admitted; {summary}")
+        elif body.replaces is not None:
             await self._event(
                 workload, "Replaced", f"slots lost to failed nodes moved; now {summary}"
             )

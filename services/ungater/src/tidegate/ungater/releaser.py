@@ -76,6 +76,7 @@ from tidegate.model import (
     subjects,
 )
 from tidegate.model.names import ADMISSION_GATE, RESUME_ANNOTATION, RESUME_MANUAL
+from tidegate.policy import elastic
 from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, parse_card_name
 from tidegate.telemetry import note_pod_released, release_span
 from tidegate.ungater import slots, status
@@ -217,6 +218,8 @@ class Releaser:
         self._wake = asyncio.Event()
         self._writes = asyncio.Semaphore(settings.max_concurrent_patches)
         self._asked: dict[WorkloadKey, _Asked] = {}
+        self._giving: dict[WorkloadKey, _Asked] = {}
+        """Per workload: the last give-back request sent (slots of a workload that shrank)."""
         self._evicting: dict[WorkloadKey, set[str]] = {}
         """Per workload: uids of pods whose eviction was sent."""
         self._released_under: dict[WorkloadKey, dict[str, int]] = {}
@@ -357,6 +360,7 @@ class Releaser:
                 self._plan_resume(item, workload, admitted)
         else:
             self._asked.pop(key, None)
+            self._giving.pop(key, None)
         if verdict.released is not None and verdict.released.evict_pods:
             # Even when admitted again meanwhile: the pods released before the eviction go.
             self._plan_evictions(item, members, verdict.released.sequence, admitted)
@@ -415,6 +419,15 @@ class Releaser:
             by_podset.setdefault(pod.podset or "", []).append(pod)
         extra = self._card_selector(admitted)
         waiting = 0
+        workload = item.workload
+        surplus = (
+            elastic.surplus(workload, admitted)
+            if workload is not None
+            and workload.uid == admitted.uid
+            and elastic.gives_back(workload)
+            else {}
+        )
+        giving: dict[str, list[DomainCount]] = {}
         for podset, assignment in sorted(admitted.assignments.items()):
             pods = by_podset.get(podset, [])
             lost = {tuple(d.values) for d in self._failed(assignment)}
@@ -430,6 +443,12 @@ class Releaser:
                 lost=lost,
             )
             waiting += plan.waiting
+            if plan.waiting == 0 and surplus.get(podset, 0) > 0:
+                spare = slots.spare_slots(
+                    assignment, plan.occupied, surplus=surplus[podset], lost=lost
+                )
+                if spare:
+                    giving[podset] = spare
             by_uid = {pod.uid: pod for pod in pods}
             for release in plan.releases:
                 pod = by_uid[release.uid]
@@ -439,7 +458,45 @@ class Releaser:
                 )
                 self._released_under.setdefault(item.key, {})[pod.uid] = admitted.sequence
                 item.writes.append(_bind(self._release, pod, selector))
+        self._plan_give_back(item, admitted, giving)
         return waiting
+
+    def _plan_give_back(
+        self, item: _Work, admitted: Admitted, giving: dict[str, list[DomainCount]]
+    ) -> None:
+        """Ask admission to take back slots no pod holds of a workload that shrank (a
+        ``replace-requested`` with ``give_back``), once per admission and set of slots, again
+        after ``replace_retry_seconds`` without an answer."""
+        if not giving:
+            self._giving.pop(item.key, None)
+            return
+        signature = hashlib.sha256(msgspec.json.encode(giving, order="deterministic")).hexdigest()[
+            :16
+        ]
+        asked = self._giving.get(item.key)
+        now = self.clock()
+        if (
+            asked is not None
+            and asked.sequence == admitted.sequence
+            and asked.signature == signature
+            and now - asked.at < self.settings.replace_retry_seconds
+        ):
+            return
+        attempt = (
+            asked.attempt + 1 if asked is not None and asked.sequence == admitted.sequence else 1
+        )
+        self._giving[item.key] = _Asked(admitted.sequence, signature, now, attempt)
+        freed = sum(d.count for domains in giving.values() for d in domains)
+        request = ReplaceRequested(
+            workload=admitted.workload,
+            uid=admitted.uid,
+            admitted_sequence=admitted.sequence,
+            lost=giving,
+            give_back=True,
+            message=f"the workload shrank: {freed} slot{'s' if freed != 1 else ''} no pod holds",
+        )
+        event_id = f"{SOURCE}-giveback-{admitted.uid}-{admitted.sequence}-{signature}-{attempt}"
+        item.writes.append(_bind(self._ask_replacement, request, event_id))
 
     def _member(self, pod: PodState) -> slots.Member:
         return slots.Member(
@@ -613,6 +670,7 @@ class Releaser:
         )
         retry = now - self.settings.replace_retry_seconds
         self.mark(key for key, asked in self._asked.items() if asked.at < retry)
+        self.mark(key for key, asked in self._giving.items() if asked.at < retry)
 
     # ------------------------------------------------------------------ writes
 
@@ -770,13 +828,18 @@ class Releaser:
         except LeaseLost:
             raise
         except BusError as exc:
-            self._asked.pop(WorkloadKey(request.workload), None)
+            tracker = self._giving if request.give_back else self._asked
+            tracker.pop(WorkloadKey(request.workload), None)
             log.warning(
-                "ungater: replacement request for %s not sent, will retry: %s",
+                "ungater: %s request for %s not sent, will retry: %s",
+                "give-back" if request.give_back else "replacement",
                 request.workload,
                 exc,
             )
             self.mark([WorkloadKey(request.workload)])
+            return
+        if request.give_back:
+            log.info("ungater: %s: %s; giving them back", request.workload, request.message)
             return
         self.metrics.replacements.inc()
         log.warning(

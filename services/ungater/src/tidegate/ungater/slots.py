@@ -160,6 +160,31 @@ def failed_domains(
     ]
 
 
+def spare_slots(
+    assignment: TopologyAssignment,
+    occupied: Mapping[Domain, int],
+    *,
+    surplus: int,
+    lost: Collection[Domain] = (),
+) -> list[DomainCount]:
+    """Up to ``surplus`` slots no pod holds (``occupied``: a plan's slots taken, releases in
+    flight and new releases included), from the last domains of the assignment first (the
+    newest growth); slots of ``lost`` domains are left to replacement. What a workload that
+    shrank gives back (docs/workloads.md, "Elastic workloads")."""
+    left = max(surplus, 0)
+    out: list[DomainCount] = []
+    for domain, count in reversed(list(assigned(assignment).items())):
+        if left == 0:
+            break
+        if domain in lost:
+            continue
+        free = min(max(count - occupied.get(domain, 0), 0), left)
+        if free:
+            out.append(DomainCount(values=list(domain), count=free))
+            left -= free
+    return out
+
+
 def _candidate_order(member: Member) -> tuple[bool, int, float, str]:
     return (member.rank is None, member.rank or 0, member.created_at, member.name)
 

@@ -696,9 +696,26 @@ class ClusterIndex:
         members = self._member_pods(workload)
         if isinstance(owner.obj, PodGroup) and workload not in self._quorum:
             return Desired(None)
-        message = self._keep_finished(workload, recognize(owner, members, self.context()))
+        rollout = self._rollout_replicas(owner)
+        message = self._keep_finished(
+            workload, recognize(owner, members, self.context(), rollout_replicas=rollout)
+        )
         problems = (message.invalid_reason,) if message.invalid_reason else ()
         return Desired(message, message.uid, problems)
+
+    def _rollout_replicas(self, owner: Owner) -> int | None:
+        """For a Deployment: the replicas of its ReplicaSets summed (old ones included while
+        it rolls out); None for other owners or before any ReplicaSet is seen."""
+        if owner.kind != "Deployment":
+            return None
+        total: int | None = None
+        for uid in self._children.get(owner.meta.uid, ()):
+            child = self.owners.get(uid)
+            if child is None or not isinstance(child.obj, ReplicaOwner):
+                continue
+            replicas = child.obj.spec.replicas
+            total = (total or 0) + max(1 if replicas is None else replicas, 0)
+        return total
 
 
 def _group_name(meta: ObjectMeta) -> str | None:

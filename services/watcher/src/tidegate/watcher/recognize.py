@@ -255,6 +255,7 @@ def _sources(
     members: Sequence[Pod],
     problems: list[str],
     placement_labels: Collection[str] = frozenset(),
+    rollout_replicas: int | None = None,
 ) -> list[_PodSetSource]:
     obj = owner.obj
     top = _owner_layer(owner)
@@ -300,6 +301,9 @@ def _sources(
         replicas = 1 if obj.spec.replicas is None else obj.spec.replicas
         if replicas < 0:
             problems.append(f"{where}: spec.replicas {replicas} is negative")
+        if rollout_replicas is not None:
+            # A Deployment rolling out runs its ReplicaSets' replicas, surge pods included.
+            replicas = max(replicas, rollout_replicas)
         return _one_template(obj.spec.template, replicas, where=where, top=top)
     # PodGroup, bare Pod, or an owner tidegate cannot read: podsets from the pods themselves.
     roles: dict[str, list[Pod]] = {}
@@ -416,18 +420,27 @@ def _service_type(
         return "unknown"
 
 
-def recognize(owner: Owner, members: Sequence[Pod], context: Context) -> WorkloadState:
+def recognize(
+    owner: Owner,
+    members: Sequence[Pod],
+    context: Context,
+    *,
+    rollout_replicas: int | None = None,
+) -> WorkloadState:
     """The normalized workload of ``owner`` with pods ``members`` (its pods tidegate has seen).
 
     Podset counts come from the owner's spec for Jobs, JobSets, Deployments and ReplicaSets,
     and from the pods seen for PodGroups, bare Pods and owners of other kinds; ``finished``
-    from the owner's status (:mod:`tidegate.watcher.finish`). Never raises.
+    from the owner's status (:mod:`tidegate.watcher.finish`). A Deployment counts the larger
+    of its ``spec.replicas`` and ``rollout_replicas``, the sum of its ReplicaSets' replicas:
+    while it rolls out, its surge pods are a temporary growth (docs/workloads.md, "Elastic
+    workloads"). Never raises.
     """
     problems: list[str] = []
     if owner.error is not None:
         problems.append(f"{owner.describe()}: {owner.error}")
     placement_labels = context.placement_labels
-    sources = _sources(owner, members, problems, placement_labels)
+    sources = _sources(owner, members, problems, placement_labels, rollout_replicas)
 
     workload_layers: list[Layer] = [_owner_layer(owner)]
     for source in sources:

@@ -1,0 +1,261 @@
+"""Elastic workloads: growth admitted as a delta (quota, placement next to its pods, inside its
+required domain, per pod), and slots given back as a workload shrinks."""
+
+import msgspec
+
+from tidegate.model import (
+    Admitted,
+    DomainCount,
+    Pending,
+    Preempted,
+    PreemptRequested,
+    QueueConfig,
+    ReplaceRequested,
+    TopologyAssignment,
+    WorkloadKey,
+    WorkloadState,
+)
+from tidegate.policy.admission import Admission
+from tidegate.policy.elastic import common_prefix, gives_back, growth, shrunk, surplus
+
+from .test_admission import GPU, cluster, node, only, workers, workload
+
+KEY = WorkloadKey("ns/a")
+
+
+def admit(admission: Admission, state: WorkloadState) -> Admitted:
+    admission.set_workload(state)
+    (body,) = only(admission.cycle(now=1.0), Admitted)
+    assert isinstance(body, Admitted)
+    return body
+
+
+def scaled(state: WorkloadState, count: int) -> WorkloadState:
+    podset = msgspec.structs.replace(state.podsets[0], count=count)
+    return msgspec.structs.replace(state, podsets=[podset])
+
+
+def hosts(admitted: Admitted) -> dict[str, int]:
+    return {d.values[-1]: d.count for d in admitted.assignments["workers"].domains}
+
+
+def racks(admitted: Admitted) -> set[str]:
+    return {d.values[1] for d in admitted.assignments["workers"].domains}
+
+
+def four_racks() -> Admission:
+    """Racks r1 and r2 with two 8-GPU nodes each."""
+    return cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2"))
+
+
+def test_growth_is_a_resize_of_the_delta_next_to_the_pods_it_has() -> None:
+    admission = four_racks()
+    state = workload("a", workers(2, 4, rack=True), service_type="inference")
+    first = admit(admission, state)
+    assert sum(hosts(first).values()) == 2
+    admission.set_workload(scaled(state, 4))
+    (decision,) = admission.cycle(now=2.0)
+    body = decision.body
+    assert isinstance(body, Admitted)
+    assert body.replaces == first.sequence
+    assert body.resized
+    assert body.sequence > first.sequence
+    assert sum(hosts(body).values()) == 4
+    assert racks(body) == racks(first)  # next to the pods it has
+    assert body.charged[GPU] == 16
+    # Only the delta is taken from the capacity view (the first two pods are there already).
+    assert sum(u[GPU] for u in decision.node_usage.values()) == 8
+    assert admission.quota.usage("q").resources[GPU] == 16
+    # Nothing more to grow: no further decision.
+    assert admission.cycle(now=3.0) == []
+
+
+def test_growth_beyond_the_required_rack_is_admitted_per_pod_and_the_rest_waits() -> None:
+    admission = four_racks()  # a rack holds four 4-GPU pods
+    state = workload("a", workers(2, 4, rack=True))
+    first = admit(admission, state)
+    admission.set_workload(scaled(state, 6))
+    (decision,) = admission.cycle(now=2.0)
+    grown = decision.body
+    assert isinstance(grown, Admitted)
+    assert sum(hosts(grown).values()) == 4
+    assert racks(grown) == racks(first)
+    (pending,) = admission.cycle(now=3.0)
+    assert isinstance(pending.body, Pending)
+    assert pending.body.reason == "RequiredDomainFull"
+    assert "2 more pods of workers must stay inside" in pending.body.message
+    assert admission.is_admitted(KEY)
+    # The reason is published once, not every cycle.
+    assert admission.cycle(now=4.0) == []
+
+
+def test_growth_checks_the_quota_for_the_delta_only() -> None:
+    admission = four_racks()
+    admission.set_queue(QueueConfig(name="q", quota={GPU: 12}))
+    state = workload("a", workers(2, 4))
+    admit(admission, state)
+    admission.set_workload(scaled(state, 4))
+    (grown, pending) = (d.body for d in admission.cycle(now=2.0) + admission.cycle(now=3.0))
+    assert isinstance(grown, Admitted)
+    assert sum(hosts(grown).values()) == 3
+    assert grown.charged[GPU] == 12
+    assert isinstance(pending, Pending)
+    assert pending.reason == "ExceedsQuota"
+    assert "1 more pods of workers" in pending.message
+
+
+def test_a_workload_without_a_required_level_grows_elsewhere_when_its_rack_is_full() -> None:
+    admission = four_racks()
+    state = workload("a", workers(2, 8))
+    first = admit(admission, state)
+    admission.set_workload(scaled(state, 3))
+    (decision,) = admission.cycle(now=2.0)
+    body = decision.body
+    assert isinstance(body, Admitted)
+    assert len(racks(body)) == 2
+    assert racks(first) < racks(body)
+
+
+def give_back(admitted: Admitted, *domains: DomainCount) -> ReplaceRequested:
+    return ReplaceRequested(
+        workload="ns/a",
+        uid="uid-a",
+        admitted_sequence=admitted.sequence,
+        lost={"workers": list(domains)},
+        give_back=True,
+    )
+
+
+def test_a_shrink_gives_back_only_the_surplus_of_the_slots_named_and_its_quota() -> None:
+    admission = four_racks()
+    state = workload("a", workers(4, 4), service_type="inference")
+    first = admit(admission, state)
+    admission.set_workload(scaled(state, 1))
+    assert admission.cycle(now=2.0) == []  # the shrink follows the pods, not the spec
+    freed = first.assignments["workers"].domains
+    (decision,) = admission.replace(give_back(first, *freed), now=3.0)
+    body = decision.body
+    assert isinstance(body, Admitted)
+    assert body.replaces == first.sequence
+    assert body.resized
+    assert sum(hosts(body).values()) == 1  # four named, three surplus: one slot kept
+    assert body.charged[GPU] == 4
+    assert admission.quota.usage("q").resources[GPU] == 4
+    # A repeated request names the admission it was about: ignored.
+    assert admission.replace(give_back(first, *freed), now=4.0) == []
+    # Nothing surplus any more: a request about the new admission changes nothing.
+    assert admission.replace(give_back(body, *body.assignments["workers"].domains), now=5) == []
+
+
+def test_freed_quota_admits_a_waiting_workload() -> None:
+    admission = four_racks()
+    admission.set_queue(QueueConfig(name="q", quota={GPU: 16}))
+    state = workload("a", workers(4, 4))
+    first = admit(admission, state)
+    admission.set_workload(workload("b", workers(2, 4), created_at=1.0))
+    assert only(admission.cycle(now=2.0), Pending)
+    admission.set_workload(scaled(state, 2))
+    admission.replace(give_back(first, *first.assignments["workers"].domains), now=3.0)
+    (admitted,) = only(admission.cycle(now=4.0), Admitted)
+    assert isinstance(admitted, Admitted)
+    assert admitted.workload == "ns/b"
+
+
+def test_a_restored_resize_charges_the_new_size() -> None:
+    admission = four_racks()
+    state = workload("a", workers(2, 4))
+    admit(admission, state)
+    admission.set_workload(scaled(state, 3))
+    (decision,) = admission.cycle(now=2.0)
+    assert isinstance(decision.body, Admitted)
+    successor = four_racks()
+    successor.set_workload(scaled(state, 3))
+    successor.restore(decision.body, decision.node_usage, now=3.0)
+    assert successor.quota.usage("q").resources[GPU] == 12
+    assert successor.cycle(now=4.0) == []  # nothing admitted twice
+
+
+def test_pure_helpers() -> None:
+    levels = ["b", "r", "h"]
+    assignment = TopologyAssignment(
+        levels=levels,
+        domains=[
+            DomainCount(values=["b1", "r1", "n1"], count=2),
+            DomainCount(values=["b1", "r1", "n2"], count=1),
+        ],
+    )
+    assert common_prefix(assignment) == ["b1", "r1"]
+    left, removed = shrunk(assignment, [DomainCount(values=["b1", "r1", "n1"], count=5)], 1)
+    assert removed == 1
+    assert [d.count for d in left.domains] == [1, 1]
+    left, removed = shrunk(assignment, [DomainCount(values=["b1", "r9", "n1"], count=1)], 3)
+    assert removed == 0
+    assert left.domains == assignment.domains
+    admitted = Admitted(
+        workload="ns/a",
+        uid="u",
+        queue="q",
+        sequence=1,
+        epoch=1,
+        assignments={"workers": assignment},
+    )
+    state = workload("a", workers(5, 1))
+    assert growth(state, admitted) == {"workers": 2}
+    assert surplus(state, admitted) == {}
+    state = workload("a", workers(1, 1))
+    assert growth(state, admitted) == {}
+    assert surplus(state, admitted) == {"workers": 2}
+
+
+def test_inference_growth_short_of_room_asks_preemption_for_the_delta_in_its_rack() -> None:
+    admission = cluster(node("n1", "r1"), node("n2", "r1"))
+    state = workload("a", workers(2, 4, rack=True), service_type="inference")
+    first = admit(admission, state)
+    (mine,) = set(hosts(first))  # best fit: both pods on one node
+    theirs = "n2" if mine == "n1" else "n1"
+    train = workload("t", workers(1, 8), created_at=1.0)
+    train = msgspec.structs.replace(
+        train, podsets=[msgspec.structs.replace(train.podsets[0], node_selector={})]
+    )
+    admission.set_workload(train)
+    (taken,) = only(admission.cycle(now=1.5), Admitted)
+    assert set(hosts(taken)) == {theirs}
+    admission.set_workload(scaled(state, 4))
+    request, pending = (d.body for d in admission.cycle(now=2.0))
+    assert isinstance(request, PreemptRequested)
+    assert request.admitted_sequence == first.sequence
+    (delta,) = request.podsets
+    assert delta.count == 2  # only the extra pods, pinned to its rack
+    assert delta.node_selector["example.com/rack"] == "r1"
+    assert isinstance(pending, Pending)
+    assert pending.reason == "WaitingForPreemption"
+    assert admission.is_admitted(KEY)
+    assert admission.cycle(now=2.5) == []  # not asked again while outstanding
+    # The training Job is preempted; its room on n2 is held for a's growth.
+    preempted = Preempted(
+        preemptor="ns/a",
+        preemptor_uid="uid-a",
+        victims=["ns/t"],
+        nominated={theirs: {GPU: 8, "cpu": 1000, "pods": 1}},
+    )
+    (released,) = admission.preempted(preempted, now=3.0)
+    assert released.body.workload == "ns/t"
+    admission.capacity.update(node(theirs, "r1", applied=released.body.sequence))
+    # A newcomer does not get the held room; a's growth does.
+    admission.set_workload(workload("b", workers(1, 8), created_at=2.0))
+    decisions = admission.cycle(now=4.0)
+    (grown,) = only(decisions, Admitted)
+    assert isinstance(grown, Admitted)
+    assert grown.workload == "ns/a"
+    assert grown.resized
+    assert hosts(grown) == {mine: 2, theirs: 2}
+    assert not admission.nominations()
+
+
+def test_only_workloads_sized_by_their_spec_give_slots_back() -> None:
+    job = workload("a", workers(1, 1))
+    assert gives_back(job)
+    for kind in ("Deployment", "ReplicaSet", "JobSet"):
+        assert gives_back(msgspec.structs.replace(job, owner_kind=kind))
+    for kind in ("PodGroup", "Pod", "StatefulSet"):
+        assert not gives_back(msgspec.structs.replace(job, owner_kind=kind))

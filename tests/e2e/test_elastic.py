@@ -1,0 +1,312 @@
+"""Elastic workloads and rolling updates, on the simulator and on the real control plane.
+
+One scenario on two 8-GPU nodes, one inference Deployment ``web`` of 1-GPU pods:
+
+1. created with 2 replicas: 2 pods run, the queue's usage (its ``status.usage``, written by
+   the ungater from the admissions in force) shows 2 GPUs;
+2. scaled to 6: the 4 new pods are admitted as growth (a resize of the admission, the quota
+   checked for the delta) and run; usage 6;
+3. scaled to 1: the pods go and their slots are given back; usage 1;
+4. its template changes (the default strategy: maxSurge 1, maxUnavailable 0 for 1 replica):
+   the surge pod is a temporary growth, admitted and released beside the old pod, which then
+   leaves; one pod of the new template runs, usage 1.
+
+Everything is read from the API server (pods, the Deployment, the Queue's status); the
+sampled invariants of tests/e2e/invariants.py and the decision log are checked throughout, on
+the real control plane the audit log too (no request refused, none outside the chart's RBAC).
+"""
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidegate.cli.demo_trace import (
+    QueueEntry,
+    WorkloadEntry,
+    priority_class_object,
+    queue_object,
+    workload_object,
+)
+from tidegate.kube import (
+    DEPLOYMENTS,
+    JOBS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+    AlreadyExists,
+    KubeClient,
+)
+from tidegate.model import Admitted, Preempted
+from tidegate.testing import until_async
+from tidegate.testing.controlplane import ControlPlane
+
+from .real import real_system
+from .system import running_system
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+NODES = "1x1x2x8gpu"
+POD = {"cpu": "100m", "nvidia.com/gpu": 1}
+QUEUE_SPEC = {"capability": {"nvidia.com/gpu": "16"}}
+
+JsonObject = dict[str, Any]
+
+
+@dataclass
+class Platform:
+    """What the scenario needs of the cluster it runs on."""
+
+    kube: KubeClient
+    namespace: str
+    queue: str
+    healthy: Callable[[str], None]
+    """Fails (naming ``what``) when a service died or an invariant broke."""
+
+
+def deployment(queue: str) -> JsonObject:
+    """Deployment ``web``: 2 replicas of a 1-GPU pod that runs until deleted."""
+    entry = WorkloadEntry(name="web", kind="Deployment", queue=queue, pods=2, requests=POD)
+    body = workload_object(entry, "")
+    del body["metadata"]["namespace"]
+    return body
+
+
+def is_gated(pod: JsonObject) -> bool:
+    return any(
+        g.get("name") == "tidegate.io/admission" for g in pod["spec"].get("schedulingGates") or []
+    )
+
+
+async def scenario(platform: Platform) -> None:
+    kube, ns = platform.kube, platform.namespace
+
+    async def wait(check: Callable[[], Awaitable[object]], what: str) -> Any:
+        async def checked() -> object:
+            platform.healthy(what)
+            return await check()
+
+        return await until_async(checked, within=120.0, what=what, interval=0.25)
+
+    async def live() -> list[JsonObject]:
+        listed = await kube.list_objects(PODS, namespace=ns, label_selector="app=web")
+        return [dict(p) for p in listed.items if not p["metadata"].get("deletionTimestamp")]
+
+    def running(count: int, revision: str | None = None) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            pods = await live()
+            return len(pods) == count and all(
+                p["status"].get("phase") == "Running"
+                and not is_gated(p)
+                and (
+                    revision is None
+                    or p["metadata"].get("annotations", {}).get("revision") == revision
+                )
+                for p in pods
+            )
+
+        return check
+
+    def usage(gpus: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            queue = await kube.get(QUEUES, platform.queue)
+            shown = queue.get("status", {}).get("usage", {}).get("nvidia.com/gpu")
+            return shown == str(gpus)
+
+        return check
+
+    async def scale(replicas: int) -> None:
+        await kube.patch(DEPLOYMENTS, "web", {"spec": {"replicas": replicas}}, namespace=ns)
+
+    # 1. two replicas.
+    await kube.create(DEPLOYMENTS, deployment(platform.queue), namespace=ns)
+    await wait(running(2), "2 pods of web running")
+    await wait(usage(2), "queue usage 2 GPUs")
+
+    # 2. grows to six: the delta is admitted.
+    await scale(6)
+    await wait(running(6), "6 pods of web running after the scale-up")
+    await wait(usage(6), "queue usage 6 GPUs")
+
+    # 3. shrinks to one: the slots its pods leave are given back.
+    await scale(1)
+    await wait(running(1), "1 pod of web running after the scale-down")
+    await wait(usage(1), "queue usage back to 1 GPU")
+
+    # 4. a template change rolls out under the gate (surge pod, then the old one goes).
+    template_change = {"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}}
+    await kube.patch(DEPLOYMENTS, "web", template_change, namespace=ns)
+
+    async def rolled_out() -> bool:
+        stored = await kube.get(DEPLOYMENTS, "web", namespace=ns)
+        status = stored.get("status", {})
+        return (
+            status.get("observedGeneration", 0) >= stored["metadata"].get("generation", 1)
+            and status.get("updatedReplicas") == 1
+            and status.get("replicas") == 1
+            and status.get("availableReplicas") == 1
+        )
+
+    await wait(rolled_out, "the rollout of web's new template completed")
+    await wait(running(1, revision="2"), "web's one pod is of the new template")
+    await wait(usage(1), "queue usage 1 GPU after the rollout")
+    platform.healthy("the end")
+
+
+async def growth_preempts(platform: Platform, online: str, offline: str) -> None:
+    """An inference Deployment that grows into a full cluster takes the room of a training
+    Job: its growth (only the extra pods) is the preemptor, the Job is evicted whole and
+    waits again, the Deployment runs its 4 pods."""
+    kube, ns = platform.kube, platform.namespace
+
+    async def wait(check: Callable[[], Awaitable[object]], what: str) -> Any:
+        async def checked() -> object:
+            platform.healthy(what)
+            return await check()
+
+        return await until_async(checked, within=120.0, what=what, interval=0.25)
+
+    async def pods(app: str) -> list[JsonObject]:
+        listed = await kube.list_objects(PODS, namespace=ns, label_selector=f"app={app}")
+        return [dict(p) for p in listed.items if not p["metadata"].get("deletionTimestamp")]
+
+    def running(app: str, count: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            found = await pods(app)
+            return len(found) == count and all(
+                p["status"].get("phase") == "Running" and not is_gated(p) for p in found
+            )
+
+        return check
+
+    train = WorkloadEntry(
+        name="train", queue=offline, priority_class="batch", pods=1, requests={"nvidia.com/gpu": 8}
+    )
+    body = workload_object(train, "")
+    del body["metadata"]["namespace"]
+    await kube.create(JOBS, body, namespace=ns)
+    await wait(running("train", 1), "train running")
+    serve = WorkloadEntry(
+        name="serve",
+        kind="Deployment",
+        queue=online,
+        priority_class="serving",
+        pods=2,
+        requests={"nvidia.com/gpu": 4},
+    )
+    body = workload_object(serve, "")
+    del body["metadata"]["namespace"]
+    await kube.create(DEPLOYMENTS, body, namespace=ns)
+    await wait(running("serve", 2), "serve running on the other node")
+    await kube.patch(DEPLOYMENTS, "serve", {"spec": {"replicas": 4}}, namespace=ns)
+    await wait(running("serve", 4), "serve grown to 4 pods by preempting train")
+
+    async def train_waits() -> bool:
+        found = await pods("train")
+        return len(found) == 1 and is_gated(found[0])
+
+    await wait(train_waits, "train re-created and waiting, gated")
+    platform.healthy("the end")
+
+
+def resized(admissions: list[Admitted]) -> list[Admitted]:
+    return [a for a in admissions if a.resized]
+
+
+async def test_scale_up_down_and_rollout_on_the_simulator(tmp_path: Path) -> None:
+    async with running_system(
+        tmp_path, nodes=NODES, time_scale=0.02, namespace="elastic"
+    ) as system:
+        await system.set_up(
+            priority_classes={}, queues=[QueueEntry(name="q", spec=dict(QUEUE_SPEC))]
+        )
+        await scenario(Platform(system.kube, "elastic", "q", system.assert_healthy))
+        # The capacity view holds exactly the reservations of the admission in force.
+        await system.until_bus_agrees(within=30.0)
+        admissions = system.of(Admitted, "web")
+        # First admission, then resizes only: growth to 6, give-backs, the surge and its end.
+        assert admissions[0].replaces is None, system.report()
+        assert len(resized(admissions)) == len(admissions) - 1 >= 3, system.report()
+        assert system.admission_problems() == [], system.report()
+
+
+@pytest.mark.real_k8s
+async def test_scale_up_down_and_rollout_on_real_kubernetes(
+    real_cluster: ControlPlane, nats_url: str, tmp_path: Path
+) -> None:
+    async with real_system(real_cluster, nats_url, tmp_path, nodes=NODES) as system:
+
+        async def both_nodes() -> bool:
+            return len(await system.ready_nodes()) == 2
+
+        await until_async(both_nodes, within=90.0, what="2 fake nodes Ready")
+        queue = f"q-{system.cluster}"
+        await system.admin.create(
+            QUEUES, queue_object(QueueEntry(name=queue, spec=dict(QUEUE_SPEC)))
+        )
+        async with system.observing():
+
+            def healthy(what: str) -> None:
+                for process in system.services.values():
+                    process.check()
+                assert system.forbidden() == [], what
+                assert system.problems() == [], what
+
+            await scenario(Platform(system.admin, system.namespace, queue, healthy))
+        missing, _ = system.rbac_report()
+        assert {s: m for s, m in missing.items() if m} == {}
+
+
+async def test_growth_preempts_training_on_the_simulator(tmp_path: Path) -> None:
+    async with running_system(tmp_path, nodes=NODES, time_scale=0.02, namespace="grow") as system:
+        await system.set_up(
+            priority_classes={"serving": 100000, "batch": 10000},
+            queues=[
+                QueueEntry(name="online", spec={"priority": 100, "reclaimable": False}),
+                QueueEntry(name="offline", spec={"priority": 10}),
+            ],
+        )
+        await growth_preempts(
+            Platform(system.kube, "grow", "online", system.assert_healthy), "online", "offline"
+        )
+        (preempted,) = system.of(Preempted, "serve")
+        assert preempted.victims == ["grow/train"], system.report()
+        assert system.admission_problems() == [], system.report()
+
+
+@pytest.mark.real_k8s
+async def test_growth_preempts_training_on_real_kubernetes(
+    real_cluster: ControlPlane, nats_url: str, tmp_path: Path
+) -> None:
+    async with real_system(real_cluster, nats_url, tmp_path, nodes=NODES) as system:
+
+        async def both_nodes() -> bool:
+            return len(await system.ready_nodes()) == 2
+
+        await until_async(both_nodes, within=90.0, what="2 fake nodes Ready")
+        run = system.cluster
+        online, offline = f"online-{run}", f"offline-{run}"
+        for name, value in (("serving", 100000), ("batch", 10000)):
+            with contextlib.suppress(AlreadyExists):  # cluster-wide, shared by the session
+                await system.admin.create(PRIORITY_CLASSES, priority_class_object(name, value))
+        for name, spec in (
+            (online, {"priority": 100, "reclaimable": False}),
+            (offline, {"priority": 10}),
+        ):
+            await system.admin.create(QUEUES, queue_object(QueueEntry(name=name, spec=spec)))
+        async with system.observing():
+
+            def healthy(what: str) -> None:
+                for process in system.services.values():
+                    process.check()
+                assert system.forbidden() == [], what
+                assert system.problems() == [], what
+
+            await growth_preempts(
+                Platform(system.admin, system.namespace, online, healthy), online, offline
+            )
+        preempted = [d for d in system.decisions if isinstance(d, Preempted)]
+        assert [p.victims for p in preempted] == [[f"{system.namespace}/train"]]
