@@ -744,16 +744,34 @@ class ControlPlane:
 
 
 def _main(argv: list[str]) -> int:
-    """``unpack SRC CACHE``: print the directory of unpacked binaries (for dev/test)."""
-    if len(argv) != 3 or argv[0] != "unpack":
-        sys.stderr.write("usage: python -m tidegate.testing.controlplane unpack SRC CACHE\n")
-        return 2
-    try:
-        sys.stdout.write(f"{unpack_binaries(Path(argv[1]), Path(argv[2]))}\n")
-    except ControlPlaneError as exc:
-        sys.stderr.write(f"cannot unpack the Kubernetes binaries: {exc}\n")
-        return 1
-    return 0
+    """``unpack SRC CACHE``: print the directory of unpacked binaries (for dev/test).
+    ``up WORKDIR``: run a control plane from KUBEBUILDER_ASSETS until interrupted, its admin
+    kubeconfig in WORKDIR (for ``tidegate demo --kubeconfig`` and the benchmarks)."""
+    if len(argv) == 3 and argv[0] == "unpack":
+        try:
+            sys.stdout.write(f"{unpack_binaries(Path(argv[1]), Path(argv[2]))}\n")
+        except ControlPlaneError as exc:
+            sys.stderr.write(f"cannot unpack the Kubernetes binaries: {exc}\n")
+            return 1
+        return 0
+    if len(argv) == 2 and argv[0] == "up":
+        binaries = find_binaries()
+        if binaries is None:
+            sys.stderr.write("no Kubernetes binaries: set KUBEBUILDER_ASSETS (docs/testing.md)\n")
+            return 1
+        workdir = Path(argv[1])
+        workdir.mkdir(parents=True, exist_ok=True)
+        with ControlPlane.start(binaries, workdir) as plane:
+            sys.stdout.write(f"control plane up; kubeconfig: {plane.kubeconfig} (Ctrl-C stops)\n")
+            sys.stdout.flush()
+            stop = {signal.SIGINT, signal.SIGTERM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+            signal.sigwait(stop)
+        return 0
+    sys.stderr.write(
+        "usage: python -m tidegate.testing.controlplane unpack SRC CACHE | up WORKDIR\n"
+    )
+    return 2
 
 
 if __name__ == "__main__":
