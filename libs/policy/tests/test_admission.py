@@ -329,6 +329,23 @@ def test_pending_is_republished_only_when_the_reason_changes() -> None:
     assert admission.cycle(now=4.0) == []
 
 
+def test_a_decision_counts_the_tries_since_the_previous_one() -> None:
+    """Cycles that find the reason unchanged publish nothing; the next decision counts them."""
+    admission = cluster(node("n1", "r1", gpus=8, free_gpus=0))
+    admission.set_workload(workload("a", workers(1, 8)))
+    [waiting] = admission.cycle(now=1.0)
+    assert isinstance(waiting.body, Pending)
+    assert waiting.tries == 1
+    for free in (2, 4, 6):  # capacity changes, still not enough: tried again, nothing said
+        admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=free))
+        assert admission.cycle(now=2.0) == []
+    assert admission.cycle(now=3.0) == []  # nothing changed: not even tried
+    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=8))
+    [admitted] = admission.cycle(now=4.0)
+    assert isinstance(admitted.body, Admitted)
+    assert admitted.tries == 4
+
+
 def test_strict_fifo_head_blocks_its_queue_best_effort_lets_later_ones_go() -> None:
     for strategy, admitted in (("StrictFIFO", []), ("BestEffortFIFO", ["ns/small"])):
         queue = QueueConfig(name="q", strategy=strategy)  # type: ignore[arg-type]

@@ -109,7 +109,7 @@ def test_a_pending_decision_is_a_child_of_the_root_with_its_reason_and_numbers(
         message=message,
     )
     headers: dict[str, str] = {}
-    with decision_span(body, w, tracer=tracer):
+    with decision_span(body, w, tries=3, tracer=tracer):
         inject(headers)
     (span,) = exporter.get_finished_spans()
     assert span.name == "admission decision"
@@ -123,6 +123,7 @@ def test_a_pending_decision_is_a_child_of_the_root_with_its_reason_and_numbers(
     assert attributes["tidegate.reason.best_domain"] == "rack"
     assert attributes["tidegate.reason.best_domain_fits"] == 5
     assert attributes["tidegate.reason.limited_by"] == "nvidia.com/gpu"
+    assert attributes["tidegate.admission.tries"] == 3
 
 
 def test_an_admission_names_its_domains(recorded: tuple[Tracer, InMemorySpanExporter]) -> None:

@@ -41,7 +41,7 @@ tidegate (``resume_on_admission``, Kueue's way) is queued and admitted like any 
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import msgspec
@@ -102,6 +102,9 @@ class Decision:
     """The workload decided about (its trace context, namespace and name), if known."""
     node_usage: dict[NodeName, Resources] = field(default_factory=dict)
     """For an admission: what it takes on each node (kept in the ledger for a successor)."""
+    tries: int = 0
+    """Placement attempts on the workload since the previous decision about it, this one's
+    included (cycles that found its reason unchanged publish nothing; the trace counts them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,7 @@ class Admission:
         self._nominations: dict[WorkloadKey, Nomination] = {}
         self._awaiting: dict[WorkloadKey, float] = {}
         self._reasons: dict[WorkloadKey, PendingReason] = {}
+        self._tries: dict[WorkloadKey, int] = {}
         self._tried_at: dict[WorkloadKey, int] = {}
         self._grow_tried_at: dict[WorkloadKey, int] = {}
         """Admitted workloads whose growth could not be (fully) admitted, at which growth."""
@@ -215,6 +219,7 @@ class Admission:
         self._done.discard(key)
         self._stopped.pop(key, None)
         self._reasons.pop(key, None)
+        self._tries.pop(key, None)
         self._tried_at.pop(key, None)
         self._awaiting.pop(key, None)
         self._drop_nomination(key)
@@ -817,6 +822,7 @@ class Admission:
             return self._wait(out, workload, queue.name, attempts.reason, attempts.message)
 
         key = key_of(workload)
+        self._tries[key] = self._tries.get(key, 0) + 1
         nomination = self._nominations.get(key)
         if nomination is not None:
             for node, amount in nomination.nodes.items():
@@ -825,7 +831,7 @@ class Admission:
         for podsets in attempts:
             outcome = self._admit(workload, queue, topology, podsets, nominated=nomination, now=now)
             if isinstance(outcome, Decision):
-                out.append(outcome)
+                out.append(replace(outcome, tries=self._tries.pop(key, 0)))
                 return None
             failure = outcome
             if failure.reason == "Invalid":
@@ -858,7 +864,8 @@ class Admission:
                 message=failure.message,
                 topology=topology,
             )
-            out.append(Decision(key=key, body=body, workload=workload))
+            tries = self._tries.pop(key, 0)
+            out.append(Decision(key=key, body=body, workload=workload, tries=tries))
             message = f"preemption requested: {failure.message}"
             return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
         return self._wait(out, workload, queue.name, "WaitingForCapacity", failure.message)
@@ -965,7 +972,8 @@ class Admission:
                 message=message,
                 sequence=self._next_sequence(),
             )
-            out.append(Decision(key=key, body=body, workload=workload))
+            tries = self._tries.pop(key, 0)
+            out.append(Decision(key=key, body=body, workload=workload, tries=tries))
         return reason
 
     def _expire(self, now: float) -> None:

@@ -321,11 +321,13 @@ def decision_span(
     workload: WorkloadState | None,
     admission: "Admission | None" = None,
     *,
+    tries: int = 0,
     tracer: Tracer | None = None,
 ) -> Iterator[Span]:
     """An ``admission decision`` span in the workload's trace; publish the decision inside.
 
-    ``body`` is the decision (any other message gets no span, only the workload's context).
+    ``body`` is the decision (any other message gets no span, only the workload's context);
+    ``tries``, the placement attempts since the previous decision (recorded when above 0).
 
     Without a tracer provider the workload's trace context is still made current, so the
     publication carries it.
@@ -338,6 +340,8 @@ def decision_span(
             yield trace.INVALID_SPAN
             return
         attributes = decision_attributes(body, workload, admission)
+        if tries:
+            attributes["tidegate.admission.tries"] = tries
         with _tracer(tracer).start_as_current_span(DECISION_SPAN, attributes=attributes) as span:
             yield span
 

@@ -56,7 +56,6 @@ from tidegate.model import (
     PreemptRequested,
     Released,
     WorkloadKey,
-    WorkloadState,
     subjects,
 )
 from tidegate.model.subjects import DecisionKind
@@ -302,9 +301,7 @@ class Leader:
             if isinstance(decision.body, Admitted):
                 self._metrics.admitted.labels(queue=decision.body.queue).inc()
         self._unsent.extend(entries)
-        await self._send(
-            {e.envelope.event_id: d.workload for e, d in zip(entries, decisions, strict=True)}
-        )
+        await self._send({e.envelope.event_id: d for e, d in zip(entries, decisions, strict=True)})
         self._queue_metrics.committed(decisions, now=time.time())
 
     def _entry(
@@ -322,18 +319,21 @@ class Leader:
         )
         return OutboxEntry(subject=subject, envelope=envelope)
 
-    async def _send(self, workloads: dict[str, WorkloadState | None] | None = None) -> None:
+    async def _send(self, decided: dict[str, Decision] | None = None) -> None:
         """Publish every unsent outbox entry, in order, and unstage those JetStream stored
-        (``workloads``: event id → the workload whose trace a first send continues)."""
+        (``decided``: event id → the decision of a first send: the workload whose trace it
+        continues, the tries it counts)."""
         assert self._ledger is not None
         unsent, self._unsent = self._unsent, []
         failed: set[str] = set()
         # One at a time, each through the fence (a clustered stream refuses concurrent writes
         # fenced on the same marker); a refusal by a successor's claim raises LeaseLost.
         for index, entry in enumerate(unsent):
-            workload = (workloads or {}).get(entry.envelope.event_id)
+            decision = (decided or {}).get(entry.envelope.event_id)
+            workload = decision.workload if decision is not None else None
+            tries = decision.tries if decision is not None else 0
             try:
-                with decision_span(entry.envelope.body, workload, self._admission):
+                with decision_span(entry.envelope.body, workload, self._admission, tries=tries):
                     await self._fence.publish(entry.subject, entry.envelope)
             except LeaseLost:
                 raise
