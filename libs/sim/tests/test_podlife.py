@@ -149,11 +149,29 @@ def test_a_graceful_deletion_ends_after_its_grace_period_scaled() -> None:
     requested = NOW
     pod_ = running(deletion=(requested + 30, 30))
     assert podlife.next_step(pod_, started=NOW, now=NOW + 10) == podlife.Wait(NOW + 30)
-    assert podlife.next_step(pod_, started=NOW, now=NOW + 30) == podlife.Remove()
+    killed = podlife.next_step(pod_, started=NOW, now=NOW + 30)
+    assert isinstance(killed, podlife.WriteStatus)
     assert podlife.next_step(pod_, started=NOW, now=NOW + 2, time_scale=0.1) == podlife.Wait(
         NOW + 3
     )
-    assert podlife.next_step(pod_, started=NOW, now=NOW + 3, time_scale=0.1) == podlife.Remove()
+    scaled = podlife.next_step(pod_, started=NOW, now=NOW + 3, time_scale=0.1)
+    assert isinstance(scaled, podlife.WriteStatus)
+
+
+def test_a_deleted_pod_is_marked_failed_before_it_is_removed() -> None:
+    """As a kubelet does: a Job with a podFailurePolicy replaces a pod only once it is
+    terminal, so a deleted pod that vanished without a terminal phase would never be
+    replaced."""
+    pod_ = running(deletion=(NOW, 0))
+    step = podlife.next_step(pod_, started=NOW, now=NOW)
+    assert isinstance(step, podlife.WriteStatus)
+    assert (step.transition, step.due) == ("kill", NOW)
+    assert step.status["phase"] == "Failed"
+    terminated = [c["state"]["terminated"] for c in step.status["containerStatuses"]]
+    assert terminated
+    assert all(t["exitCode"] == 137 for t in terminated)
+    ended = {**pod_, "status": step.status}
+    assert podlife.next_step(ended, started=None, now=NOW) == podlife.Remove()
 
 
 def test_bad_annotations_mean_no_duration() -> None:

@@ -263,6 +263,14 @@ def workload_object(entry: WorkloadEntry, namespace: str, *, gate: bool = False)
                 "completions": entry.pods,
                 "completionMode": "Indexed",
                 "backoffLimit": 100,
+                # An evicted pod (preemption) is not the Job's failure: without this rule the
+                # Job controller counts it and delays the replacements exponentially (10 s,
+                # doubling, up to 6 minutes) after the Job is admitted again (Kueue's advice).
+                "podFailurePolicy": {
+                    "rules": [
+                        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+                    ]
+                },
                 "template": template,
             },
         }

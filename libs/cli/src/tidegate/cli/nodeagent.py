@@ -680,6 +680,14 @@ class NodeAgent:
             finally:
                 self._queue.done(key)
 
+    async def _remove(self, namespace: str, name: str, uid: str) -> None:
+        """Finish a deletion (grace 0), as a kubelet does once the containers are gone."""
+        try:
+            await self.kube.delete_pod(namespace, name, grace_seconds=0, uid=uid)
+        except (NotFound, Conflict):
+            return
+        self.stats.removed += 1
+
     async def _advance(self, key: tuple[str, str]) -> None:
         """Carry out the next lifecycle step of one pod (:func:`podlife.next_step`)."""
         pod = self._pods.get(key)
@@ -698,11 +706,7 @@ class NodeAgent:
         if isinstance(step, podlife.Wait):
             self._queue.at(step.at, key)
         elif isinstance(step, podlife.Remove):
-            try:
-                await self.kube.delete_pod(namespace, name, grace_seconds=0, uid=uid)
-            except (NotFound, Conflict):
-                return
-            self.stats.removed += 1
+            await self._remove(namespace, name, uid)
         elif isinstance(step, podlife.WriteStatus):
             patch = {
                 "metadata": {"resourceVersion": metadata.get("resourceVersion")},
@@ -718,6 +722,10 @@ class NodeAgent:
                 return
             except NotFound:
                 return
+            if step.transition == "kill":
+                # A terminal pod leaves this agent's watch (its field selector): remove it now.
+                await self._remove(namespace, name, uid)
+                return
             self._remember(key, written)
             if step.started is None:
                 self._started.pop(uid, None)
@@ -729,5 +737,5 @@ class NodeAgent:
                 self.stats.started += 1
             elif step.transition == "restart":
                 self.stats.restarted += 1
-            else:
+            elif step.transition == "finish":
                 self.stats.finished += 1

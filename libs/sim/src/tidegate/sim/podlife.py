@@ -46,8 +46,9 @@ class WriteStatus:
     """Write ``status`` (the pod's whole new status) through the pods/status subresource."""
 
     status: JsonObject
-    transition: Literal["run", "restart", "finish"]
-    """What the write does: start the pod, restart its containers, or finish it."""
+    transition: Literal["run", "restart", "finish", "kill"]
+    """What the write does: start the pod, restart its containers, finish it, or mark it
+    Failed after its containers were killed for a deletion."""
     started: float | None
     """When the (re)started containers started: remember it for the next decision; None
     (after finishing) means forget it."""
@@ -85,11 +86,19 @@ def next_step(
     if not spec.get("nodeName"):
         return Nothing()
     metadata = _dict(pod.get("metadata"))
-    if metadata.get("deletionTimestamp"):
-        due = deletion_due(pod, now=now, time_scale=time_scale)
-        return Remove() if now >= due else Wait(due)
     status = _dict(pod.get("status"))
     phase = status.get("phase")
+    if metadata.get("deletionTimestamp"):
+        due = deletion_due(pod, now=now, time_scale=time_scale)
+        if now < due:
+            return Wait(due)
+        if phase not in TERMINAL_PHASES:
+            # A kubelet records a deleted pod's end (phase Failed) before removing it: a Job
+            # with a podFailurePolicy replaces a pod only once it is terminal.
+            return WriteStatus(
+                status=killed_status(pod, now=now), transition="kill", started=None, due=now
+            )
+        return Remove()
     if phase in TERMINAL_PHASES:
         return Nothing()
     duration = duration_seconds(pod, time_scale=time_scale)
@@ -253,6 +262,17 @@ def restarted_status(pod: JsonObject, *, now: float) -> JsonObject:
         _container_status(c, uid, rfc3339(now), restarts=restarts)
         for c in _list(spec.get("containers"))
     ]
+    return status
+
+
+def killed_status(pod: JsonObject, *, now: float) -> JsonObject:
+    """The status of a pod whose containers were killed for its deletion: Failed, each
+    container terminated with exit code 137 (a still-pending pod gets phase Failed only)."""
+    status = finished_status(pod, now=now)
+    status["phase"] = "Failed"
+    for container in _list(status.get("containerStatuses")):
+        terminated = _dict(_dict(_dict(container).get("state")).get("terminated"))
+        terminated.update({"exitCode": 137, "reason": "Error"})
     return status
 
 
