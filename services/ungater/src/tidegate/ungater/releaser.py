@@ -470,22 +470,10 @@ class Releaser:
         if not giving:
             self._giving.pop(item.key, None)
             return
-        signature = hashlib.sha256(msgspec.json.encode(giving, order="deterministic")).hexdigest()[
-            :16
-        ]
-        asked = self._giving.get(item.key)
-        now = self.clock()
-        if (
-            asked is not None
-            and asked.sequence == admitted.sequence
-            and asked.signature == signature
-            and now - asked.at < self.settings.replace_retry_seconds
-        ):
+        record = self._ask(self._giving, item.key, admitted.sequence, giving)
+        if record is None:
             return
-        attempt = (
-            asked.attempt + 1 if asked is not None and asked.sequence == admitted.sequence else 1
-        )
-        self._giving[item.key] = _Asked(admitted.sequence, signature, now, attempt)
+        signature, attempt = record.signature, record.attempt
         freed = sum(d.count for domains in giving.values() for d in domains)
         request = ReplaceRequested(
             workload=admitted.workload,
@@ -556,22 +544,10 @@ class Releaser:
                 if pod.node_name is not None and not self.view.node_ready(pod.node_name)
             }
         )
-        signature = hashlib.sha256(
-            msgspec.json.encode([lost, nodes], order="deterministic")
-        ).hexdigest()[:16]
-        asked = self._asked.get(item.key)
-        now = self.clock()
-        if (
-            asked is not None
-            and asked.sequence == admitted.sequence
-            and asked.signature == signature
-            and now - asked.at < self.settings.replace_retry_seconds
-        ):
+        record = self._ask(self._asked, item.key, admitted.sequence, [lost, nodes])
+        if record is None:
             return
-        attempt = (
-            asked.attempt + 1 if asked is not None and asked.sequence == admitted.sequence else 1
-        )
-        self._asked[item.key] = _Asked(admitted.sequence, signature, now, attempt)
+        signature, attempt = record.signature, record.attempt
         slots_lost = sum(d.count for domains in lost.values() for d in domains)
         message = (
             f"{slots_lost} slot{'s' if slots_lost != 1 else ''} of "
@@ -659,6 +635,28 @@ class Releaser:
             return
         self._status[item.key] = desired
         item.writes.append(_bind(self._write_status, workload, desired, previous is None))
+
+    def _ask(
+        self, table: dict[WorkloadKey, _Asked], key: WorkloadKey, sequence: int, payload: object
+    ) -> _Asked | None:
+        """Record a request about ``key``'s admission ``sequence`` carrying ``payload``, or None
+        when the same one was sent less than ``replace_retry_seconds`` ago (the next attempt
+        of the same request gets a new number, so its event id differs)."""
+        signature = hashlib.sha256(msgspec.json.encode(payload, order="deterministic")).hexdigest()
+        signature = signature[:16]
+        asked = table.get(key)
+        now = self.clock()
+        same = asked is not None and asked.sequence == sequence
+        if (
+            same
+            and asked is not None
+            and asked.signature == signature
+            and now - asked.at < self.settings.replace_retry_seconds
+        ):
+            return None
+        attempt = asked.attempt + 1 if same and asked is not None else 1
+        table[key] = record = _Asked(sequence, signature, now, attempt)
+        return record
 
     def _mark_timeouts(self) -> None:
         now = self.clock()
