@@ -43,7 +43,7 @@ from tidegate.model import (
     TopologyRequest,
     WorkloadState,
 )
-from tidegate.policy.replacement import required_prefix
+from tidegate.policy.replacement import required_prefix, shared_prefix
 
 
 def assigned_counts(admitted: Admitted) -> dict[str, int]:
@@ -89,16 +89,7 @@ def gives_back(workload: WorkloadState) -> bool:
 
 def common_prefix(assignment: TopologyAssignment) -> list[str]:
     """The values (widest first) of the narrowest domain holding every slot of ``assignment``."""
-    domains = [d.values for d in assignment.domains if d.count > 0]
-    if not domains:
-        return []
-    prefix: list[str] = []
-    for position, value in enumerate(domains[0]):
-        if all(len(d) > position and d[position] == value for d in domains):
-            prefix.append(value)
-        else:
-            break
-    return prefix
+    return shared_prefix([d.values for d in assignment.domains if d.count > 0])
 
 
 def pinned(spec: PodSetSpec, levels: Sequence[str], prefix: Sequence[str]) -> PodSetSpec:

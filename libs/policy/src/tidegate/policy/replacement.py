@@ -39,6 +39,19 @@ class ReplacementError(ValueError):
     """The request cannot be turned into a placement; the message says why."""
 
 
+def shared_prefix(domains: Sequence[Sequence[str]]) -> list[str]:
+    """The leading values (widest level first) that every one of ``domains`` shares."""
+    prefix: list[str] = []
+    if not domains:
+        return prefix
+    for position, value in enumerate(domains[0]):
+        if all(len(d) > position and d[position] == value for d in domains):
+            prefix.append(value)
+        else:
+            break
+    return prefix
+
+
 def required_prefix(podset: PodSetSpec, assignment: TopologyAssignment) -> list[str]:
     """The values (widest first) of the domain the podset's replacements must stay inside;
     empty when it has no required level."""
@@ -48,13 +61,7 @@ def required_prefix(podset: PodSetSpec, assignment: TopologyAssignment) -> list[
         return []
     levels = assignment.levels
     if required == "auto":
-        prefix: list[str] = []
-        for position, value in enumerate(domains[0]):
-            if all(len(d) > position and d[position] == value for d in domains):
-                prefix.append(value)
-            else:
-                break
-        return prefix
+        return shared_prefix(domains)
     if required not in levels:
         raise ReplacementError(
             f"podset {podset.name}: required level {required} is not a level of the assignment"
