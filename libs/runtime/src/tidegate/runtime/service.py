@@ -24,7 +24,9 @@ are released once every task is done.
 """
 
 import asyncio
+import cProfile
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -312,8 +314,15 @@ def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> NoReturn:
         sys.exit(2)
     setup_logging(settings.log_level)
     setup_tracing(f"tidegate-{name}")
+    profiler = cProfile.Profile() if settings.cprofile_dir is not None else None
+    if profiler is not None:
+        profiler.enable()
     try:
         code = asyncio.run(Service(name, settings, setup).run())
     finally:
         shutdown_tracing()
+        if profiler is not None and settings.cprofile_dir is not None:
+            profiler.disable()
+            settings.cprofile_dir.mkdir(parents=True, exist_ok=True)
+            profiler.dump_stats(settings.cprofile_dir / f"{name}-{os.getpid()}.prof")
     sys.exit(code)

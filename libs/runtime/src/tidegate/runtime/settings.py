@@ -79,6 +79,9 @@ class ServiceSettings:
     log_level: LogLevel = "INFO"
     shutdown_grace_seconds: float = 20.0
     """After SIGTERM, how long consumers may take to finish their batch."""
+    cprofile_dir: Path | None = None
+    """For profiling: run the process under cProfile and write ``<service>-<pid>.prof`` here
+    when it exits (slows it down; never in production)."""
 
     def __post_init__(self) -> None:
         try:
