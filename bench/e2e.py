@@ -616,6 +616,31 @@ async def run_load(
         "settle": outcome,
         "settle_s": round(time.monotonic() - drained_at, 2),
         "unreleased_after_settle": len(still),
+        "oldest_unreleased_admission_s": round(
+            max(
+                (
+                    time.time() - a.time
+                    for n in still
+                    for a in observer.history(n)[-1:]
+                    if a.kind == "admitted"
+                ),
+                default=0.0,
+            ),
+            1,
+        ),
+        "newest_wholly_ungated_admission_s": round(
+            min(
+                (
+                    time.time() - a.time
+                    for j in jobs
+                    if j.all_ungated() is not None
+                    for a in observer.history(j.spec.name)
+                    if a.kind == "admitted"
+                ),
+                default=0.0,
+            ),
+            1,
+        ),
         "not_released_by_the_end": sum(1 for j in jobs if j.all_ungated() is None),
         "decisions_lost": len(lost) + len(released_without),
         "decisions_lost_examples": (lost + released_without)[:5],
