@@ -19,24 +19,32 @@ Figures (from the API server's objects, observed in this process as they change,
 decision stream):
 
 - **created → last pod ungated** and **created → last pod Running**, per Job, p50/p99/max in ms
-  (created: when the harness sent the create); these include the time a Job waited for
-  capacity, so the same is given for the Jobs admitted at once (no pending decision first:
-  the pipeline's own latency), with the number that waited;
+  (created: when the harness sent the create); created → ungated also split into the time the
+  Job **queued** (its first pending decision to its admission: waiting for capacity, the
+  reasons are counted) and the rest, the **pipeline** time;
+- the **offered load** (``offered_load``): pods/s, GPUs and run time per Job, and the GPU
+  demand as a share of the GPUs (Little's law; above 1 the Jobs must queue however fast
+  tidegate is);
 - **admitted workloads/s** over the run (admitted decisions / time from the first create to the
   last admission), and the offered rate;
 - **backlog**: Jobs created but not yet wholly ungated, sampled every second; its slope over the
   second half of the submission window (Jobs/s; about 0 when the pipeline keeps up);
-- **decisions lost** (a Job whose pods were released without an admitted decision, or an admitted
-  decision whose Job's pods were not all released by the end) and **duplicated** (a workload
-  admitted more than once without a release between): both must be 0;
+- **lost or in flight**: after the drain the pipeline settles (``--settle``): admitted Jobs
+  whose pods are still gated when it went ``--quiet`` seconds without ungating a pod or
+  publishing a decision are **lost** (their gated pods listed from the API server), as is a Job
+  released without an admission; those still gated while it keeps working when the settle
+  time is up are **in flight** (``unreleased_after_settle``, never counted as lost); and
+  **duplicated** (a workload uid admitted while an earlier admission of it is in force, without
+  replacing it): both must be 0;
 - every service's **CPU seconds** and **peak RSS** (``/proc/<pid>``: utime+stime, VmHWM), the
   nats-server's, and this process's (the simulated cluster and the harness);
 - **start-up replay time** of each service at the end: SIGTERM, start again, time until
   ``/readyz`` answers (the replay of the streams is what it waits for).
 
 ``--find-max-rate`` instead probes offered rates on one running stack (doubling from ``--rate``,
-then bisecting) and reports the highest rate whose backlog did not grow (slope ≤ 5% of the rate)
-and whose admitted rate kept up with the offered one (≥ 90%).
+or halving when that rate already falls behind, then bisecting) and reports the highest rate
+whose backlog did not grow (slope ≤ 10% of the rate), whose admitted rate kept up with the
+offered one (≥ 90%) and that lost or duplicated nothing.
 
 Figures are measurements, never assertions; everything shares this machine's cores, so the load
 average is reported too. Keep runs short on a shared machine.
@@ -133,6 +141,13 @@ class JobSpec:
             annotations=annotations,
         )
 
+
+KEPT_UP_SLOPE = 0.1
+"""A probe keeps up when its backlog grows by at most this share of the offered rate (the
+Poisson arrivals alone move a short probe's slope by a few percent of the rate)."""
+
+MIN_PROBE_RATE = 0.5
+"""``--find-max-rate`` halves a failing start rate no lower than this (Jobs/s)."""
 
 SIZE_MIXES = ("heavy-tail", "log-uniform")
 """How the pods per Job are drawn (``--sizes``): ``heavy-tail`` (default) 2**X pods with X
@@ -809,7 +824,7 @@ async def find_max_rate(
         # The Poisson stream offers a little more or less than the nominal rate.
         offered = len(specs) / args.duration
         ok = bool(
-            result["backlog_slope_per_s"] <= 0.05 * rate
+            result["backlog_slope_per_s"] <= KEPT_UP_SLOPE * rate
             and result["admitted_per_s"] >= 0.9 * offered
             and result["decisions_lost"] == 0
             and result["decisions_duplicated"] == 0
@@ -830,12 +845,22 @@ async def find_max_rate(
 
     good, bad = 0.0, None
     rate = args.rate
-    while bad is None and rate <= args.max_rate:
-        if await keeps_up(rate):
-            good, rate = rate, rate * 2
-        else:
-            bad = rate
-    if bad is not None:
+    if await keeps_up(rate):
+        good, rate = rate, rate * 2
+        while bad is None and rate <= args.max_rate:
+            if await keeps_up(rate):
+                good, rate = rate, rate * 2
+            else:
+                bad = rate
+    else:
+        # The start rate is too high already: halve until one keeps up.
+        bad, rate = rate, rate / 2
+        while good == 0.0 and rate >= MIN_PROBE_RATE:
+            if await keeps_up(rate):
+                good = rate
+            else:
+                bad, rate = rate, rate / 2
+    if bad is not None and good:
         for _ in range(args.bisect_steps):
             middle = round((good + bad) / 2, 1)
             if middle in (good, bad):
@@ -947,7 +972,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, proc in figures["processes"].items():
         print(f"  {name:<18} cpu {proc['cpu_s']} s, peak rss {proc['peak_rss_mib']} MiB")
     print(f"  replay (restart to ready): {figures['replay_s']}")
-    print(f"  load average {figures['load_avg_1m']} on {figures['cpus']} cpus")
+    print(
+        f"  load average at the start {figures['load_avg_1m_at_start']}, after the load "
+        f"{figures.get('load_avg_after_load')}, at the end {figures['load_avg_1m']} on "
+        f"{figures['cpus']} cpus (measured while everything else on the machine ran)"
+    )
     return 0
 
 
