@@ -216,6 +216,10 @@ class Releaser:
         """Per workload: pod uid → release in flight."""
         self._dirty: set[WorkloadKey] = set()
         self._wake = asyncio.Event()
+        self._fresh: set[WorkloadKey] = set()
+        """Keys marked since a batch last looked whether they can be released at once."""
+        self._changed = asyncio.Event()
+        """Set by every mark (``_wake`` only when a key is new to the round)."""
         self._writes = asyncio.Semaphore(settings.max_concurrent_patches)
         self._asked: dict[WorkloadKey, _Asked] = {}
         self._giving: dict[WorkloadKey, _Asked] = {}
@@ -235,8 +239,13 @@ class Releaser:
 
     def mark(self, keys: Iterable[WorkloadKey]) -> None:
         """Reconcile ``keys`` in the next round."""
+        keys = set(keys)
+        if not keys:
+            return
         before = len(self._dirty)
         self._dirty.update(keys)
+        self._fresh.update(keys)
+        self._changed.set()
         if len(self._dirty) != before:
             self._wake.set()
 
@@ -291,17 +300,64 @@ class Releaser:
             self._mark_timeouts()
             if not self._dirty:
                 continue
-            if self.settings.batch_window_seconds:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.settings.batch_window_seconds):
-                        await stop.wait()
-            await self.round()
+            await self._batch(stop)
+            if self._dirty:
+                await self.round()
 
-    async def round(self) -> None:
-        """Reconcile every dirty workload once."""
+    async def _batch(self, stop: asyncio.Event) -> None:
+        """Wait ``batch_window_seconds`` for more changes before the round, so pods created
+        together are released together and failures are coalesced; meanwhile release at once
+        each marked workload that is :meth:`_fresh_gang` (issue 14: the window had been most
+        of a Job's time from its creation to its pods' release)."""
+        deadline = time.monotonic() + self.settings.batch_window_seconds
+        early = True
+        done: set[WorkloadKey] = set()
+        while not stop.is_set():
+            self._changed.clear()
+            fresh, self._fresh = self._fresh, set()
+            ready = (
+                {k for k in fresh - done if k in self._dirty and self._fresh_gang(k)}
+                if early
+                else set()
+            )
+            if ready:
+                done |= ready
+                # A view behind the decision stream releases nothing: the rest waits for the
+                # window's round rather than asking again at every change.
+                early = await self.round(only=ready)
+            if not self._dirty:
+                # Everything was released early: nothing wakes the next wait until a new mark
+                # (a set event would make it return at once, for ever).
+                self._wake.clear()
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await _first_set(self._changed, stop, within=left)
+
+    def _fresh_gang(self, key: WorkloadKey) -> bool:
+        """A first admission (not a replacement) none of whose pods is released or expected
+        yet, with a gated pod in the view for each of its slots: nothing to wait for."""
+        admitted = self.view.verdict(key).admitted
+        if admitted is None or admitted.replaces is not None or self.expectations.get(key):
+            return False
+        wanted = sum(
+            sum(slots.assigned(assignment).values()) for assignment in admitted.assignments.values()
+        )
+        if self.view.member_count(key) < wanted:
+            return False
+        return all(_gated(pod) for pod in self.view.members(key))
+
+    async def round(self, only: set[WorkloadKey] | None = None) -> bool:
+        """Reconcile every dirty workload once (``only``: those of them); whether the view was
+        current enough to release."""
         started = time.perf_counter()
-        self._wake.clear()
-        keys, self._dirty = sorted(self._dirty), set()
+        if only is None:
+            self._wake.clear()
+            keys, self._dirty = sorted(self._dirty), set()
+        else:
+            keys = sorted(only & self._dirty)
+            self._dirty.difference_update(keys)
         # Releases only from a view that has every decision stored so far: a `preempted` is
         # stored before its victims' pods are evicted, so before their replacements exist; a
         # decision stream that lags the state stream (its leader failing over) must not let
@@ -327,6 +383,7 @@ class Releaser:
         self.metrics.round_seconds.observe(time.perf_counter() - started)
         if held:
             self.mark(held)
+        return releasing
 
     async def _decisions_are_current(self) -> bool:
         if self._decisions_current is None:
@@ -916,6 +973,16 @@ def _selector(obj: Mapping[str, object]) -> dict[str, str]:
     if not isinstance(selector, dict):
         return {}
     return {str(k): str(v) for k, v in selector.items()}
+
+
+async def _first_set(*events: asyncio.Event, within: float) -> None:
+    """Return when one of ``events`` is set, or after ``within`` seconds."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def _gated(pod: PodState) -> bool:

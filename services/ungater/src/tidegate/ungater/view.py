@@ -104,6 +104,10 @@ class View:
         """The workload's pods, by name."""
         return [self.pods[p] for p in sorted(self._members.get(key, ()))]
 
+    def member_count(self, key: WorkloadKey) -> int:
+        """How many pods the workload has in the view."""
+        return len(self._members.get(key, ()))
+
     def admission(self, key: WorkloadKey) -> Admitted | None:
         """The admission in force for ``key`` (module docstring)."""
         return self.verdict(key).admitted
