@@ -273,7 +273,11 @@ class Admission:
             key = WorkloadKey(victim)
             admitted = self._admitted.get(key)
             if admitted is not None and event.ends(
-                victim, uid=admitted.uid, sequence=admitted.sequence, replaces=admitted.replaces
+                victim,
+                uid=admitted.uid,
+                sequence=admitted.sequence,
+                replaces=admitted.replaces,
+                origin=admitted.origin,
             ):
                 released = self.release(key, "Evicted", f"preempted for {event.preemptor}")
                 out.extend([released] if released is not None else [])
@@ -352,6 +356,7 @@ class Admission:
             epoch=self.epoch,
             assignments=merged_assignments(admitted, request, result.assignments),
             replaces=admitted.sequence,
+            origin=admitted.chain_start(),
         )
         self.capacity.take(sequence, usage, at=now)
         self._admitted[key] = body
@@ -718,6 +723,7 @@ class Admission:
             requests=requests,
             nominated_by=None,
             replaces=admitted.sequence,
+            origin=admitted.chain_start(),
             resized=True,
         )
         self.capacity.take(sequence, usage, at=now)
@@ -769,6 +775,7 @@ class Admission:
             charged_cards=charge.cards,
             nominated_by=None,
             replaces=admitted.sequence,
+            origin=admitted.chain_start(),
             resized=True,
         )
         self.capacity.take(sequence, {}, at=now)
