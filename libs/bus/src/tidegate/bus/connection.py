@@ -256,7 +256,11 @@ class _LeaderWaitingJetStream(JetStreamContext):
                     log.info("nats: the connection was lost before an acknowledgement came")
                     raise nats.errors.TimeoutError
         finally:
-            task.cancel()
+            if task.done():
+                if not task.cancelled():
+                    task.exception()  # retrieved: raised above, or ours superseded it
+            else:
+                task.cancel()
 
     async def _outcome(
         self, subject: str, payload: bytes, expected: int, deadline: float
