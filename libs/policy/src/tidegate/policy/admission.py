@@ -171,6 +171,10 @@ class Admission:
         self._tried_at: dict[WorkloadKey, int] = {}
         self._grow_tried_at: dict[WorkloadKey, int] = {}
         """Admitted workloads whose growth could not be (fully) admitted, at which growth."""
+        self._no_growth: dict[WorkloadKey, tuple[WorkloadState, Admitted]] = {}
+        """Admitted workloads found not to grow, with the very (frozen) workload and admission
+        objects that were compared: while both are the same objects the answer is the same, so
+        :meth:`_grow_all` does not compare them again every cycle."""
         self._growth = 0
 
     # ------------------------------------------------------------------ inputs
@@ -230,6 +234,7 @@ class Admission:
     ) -> Decision | None:
         """Give an admitted workload's quota back; None if it was not admitted."""
         admitted = self._admitted.pop(key, None)
+        self._no_growth.pop(key, None)
         if admitted is None:
             return None
         self.quota.release(key)
@@ -505,7 +510,21 @@ class Admission:
         (:mod:`tidegate.policy.elastic`), queues by priority, workloads in queue order."""
         growth = self._growth + self.capacity.version
         by_queue: dict[str, list[WorkloadState]] = {}
-        for key, admitted in sorted(self._admitted.items()):
+        # Every cycle looks at every admitted workload: skip at once those found not to grow
+        # against the same objects, unless a reason must be cleared (issue 14: this loop was
+        # half of the cycle's time with a few hundred workloads admitted).
+        candidates: list[WorkloadKey] = []
+        for key, admitted in self._admitted.items():
+            checked = self._no_growth.get(key)
+            if (
+                checked is None
+                or checked[1] is not admitted
+                or checked[0] is not self._workloads.get(key)
+                or key in self._reasons
+            ):
+                candidates.append(key)
+        for key in sorted(candidates):
+            admitted = self._admitted[key]
             workload = self._workloads.get(key)
             if (
                 workload is None
@@ -519,7 +538,9 @@ class Admission:
             if not growth_of(workload, admitted):
                 if self._reasons.pop(key, None) is not None:
                     self._grow_tried_at.pop(key, None)
+                self._no_growth[key] = (workload, admitted)
                 continue
+            self._no_growth.pop(key, None)
             if self._grow_tried_at.get(key) == growth:
                 continue
             queue = self._queues.get(admitted.queue)

@@ -26,6 +26,7 @@ a task that lost its cancellation must not keep a deposed leader alive.
 """
 
 import asyncio
+import cProfile
 import logging
 import os
 import signal
@@ -323,10 +324,17 @@ def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> NoReturn:
     setup_tracing(f"tidegate-{name}")
     service = Service(name, settings, setup)
     limit = settings.shutdown_grace_seconds + settings.shutdown_margin_seconds
+    profiler = cProfile.Profile() if settings.cprofile_dir is not None else None
+    if profiler is not None:
+        profiler.enable()
     try:
         code = asyncio.run(run_bounded(service, limit))
     finally:
         shutdown_tracing()
+        if profiler is not None and settings.cprofile_dir is not None:
+            profiler.disable()
+            settings.cprofile_dir.mkdir(parents=True, exist_ok=True)
+            profiler.dump_stats(settings.cprofile_dir / f"{name}-{os.getpid()}.prof")
     sys.exit(code)
 
 
