@@ -110,9 +110,21 @@ async def run_demo(
 async def remove_namespace(
     kubeconfig: Path, namespace: str, say: Callable[[str], None], *, within: float = 120.0
 ) -> None:
-    """Delete the trace's namespace and wait until it is gone."""
+    """Delete the trace's namespace and wait until it is gone.
+
+    Its Jobs go first, in the foreground: a Job with ``backoffLimitPerIndex`` keeps the
+    tracking finalizer of an index's failed pod until it has created the replacement, which it
+    never can in a terminating namespace, and the namespace controller (v1.36) deletes the
+    Jobs only once every pod is gone: deleting the namespace alone left it terminating for
+    good. A Job being deleted lets its controller drop every finalizer."""
     say(f"  deleting namespace {namespace} (its workloads ran on the fake nodes)")
     async with await kube_connect(KubeSettings(source="kubeconfig", kubeconfig=kubeconfig)) as kube:
+        jobs = await kube.list_objects(JOBS, namespace=namespace)
+        for job in jobs.items:
+            with contextlib.suppress(NotFound):
+                await kube.delete(
+                    JOBS, str(_meta(job).get("name")), namespace=namespace, propagation="Foreground"
+                )
         with contextlib.suppress(NotFound):
             await kube.delete(NAMESPACES, namespace)
         deadline = time.monotonic() + within

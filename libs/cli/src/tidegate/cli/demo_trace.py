@@ -263,9 +263,12 @@ def workload_object(entry: WorkloadEntry, namespace: str, *, gate: bool = False)
                 "completions": entry.pods,
                 "completionMode": "Indexed",
                 "backoffLimit": 100,
-                # An evicted pod (preemption) is not the Job's failure: without this rule the
-                # Job controller counts it and delays the replacements exponentially (10 s,
-                # doubling, up to 6 minutes) after the Job is admitted again (Kueue's advice).
+                # The Job controller waits its pod-failure backoff before replacing failed pods,
+                # ignored ones included (kubernetes/kubernetes#130881): 10 s doubling per
+                # failure, so up to 10 minutes for a whole gang counted together. Counted per
+                # index, a gang evicted once waits 10 s.
+                "backoffLimitPerIndex": 100,
+                # An evicted pod (preemption) is not the Job's failure (Kueue's advice).
                 "podFailurePolicy": {
                     "rules": [
                         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}

@@ -278,7 +278,11 @@ class Admission:
             key = WorkloadKey(victim)
             admitted = self._admitted.get(key)
             if admitted is not None and event.ends(
-                victim, uid=admitted.uid, sequence=admitted.sequence, replaces=admitted.replaces
+                victim,
+                uid=admitted.uid,
+                sequence=admitted.sequence,
+                replaces=admitted.replaces,
+                origin=admitted.origin,
             ):
                 released = self.release(key, "Evicted", f"preempted for {event.preemptor}")
                 out.extend([released] if released is not None else [])
@@ -357,6 +361,7 @@ class Admission:
             epoch=self.epoch,
             assignments=merged_assignments(admitted, request, result.assignments),
             replaces=admitted.sequence,
+            origin=admitted.chain_start(),
         )
         self.capacity.take(sequence, usage, at=now)
         self._admitted[key] = body
@@ -594,20 +599,16 @@ class Admission:
                 message = f"waiting for preemption to free room: {failure.message}"
                 self._wait(out, workload, queue.name, "WaitingForPreemption", message)
                 return False
-            self._awaiting[key] = now
-            body = PreemptRequested(
-                workload=key,
-                uid=workload.uid,
-                queue=queue.name,
-                sequence=self._next_sequence(),
-                message=failure.message,
-                topology=topology,
+            self._request_preemption(
+                out,
+                workload,
+                queue,
+                topology,
+                failure,
+                now,
                 podsets=wanted,
                 admitted_sequence=self._admitted[key].sequence,
             )
-            out.append(Decision(key=key, body=body, workload=workload))
-            message = f"preemption requested: {failure.message}"
-            self._wait(out, workload, queue.name, "WaitingForPreemption", message)
             return False
         self._wait(out, workload, queue.name, failure.reason, failure.message)
         return False
@@ -739,6 +740,7 @@ class Admission:
             requests=requests,
             nominated_by=None,
             replaces=admitted.sequence,
+            origin=admitted.chain_start(),
             resized=True,
         )
         self.capacity.take(sequence, usage, at=now)
@@ -790,6 +792,7 @@ class Admission:
             charged_cards=charge.cards,
             nominated_by=None,
             replaces=admitted.sequence,
+            origin=admitted.chain_start(),
             resized=True,
         )
         self.capacity.take(sequence, {}, at=now)
@@ -876,20 +879,40 @@ class Admission:
             message = f"waiting for preemption to free room: {failure.message}"
             return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
         if workload.service_type == "inference":
-            self._awaiting[key] = now
-            body = PreemptRequested(
-                workload=key,
-                uid=workload.uid,
-                queue=queue.name,
-                sequence=self._next_sequence(),
-                message=failure.message,
-                topology=topology,
-            )
-            tries = self._tries.pop(key, 0)
-            out.append(Decision(key=key, body=body, workload=workload, tries=tries))
-            message = f"preemption requested: {failure.message}"
-            return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
+            return self._request_preemption(out, workload, queue, topology, failure, now)
         return self._wait(out, workload, queue.name, "WaitingForCapacity", failure.message)
+
+    def _request_preemption(
+        self,
+        out: list[Decision],
+        workload: WorkloadState,
+        queue: QueueConfig,
+        topology: str,
+        failure: _Failure,
+        now: float,
+        *,
+        podsets: Sequence[PodSetSpec] = (),
+        admitted_sequence: int | None = None,
+    ) -> PendingReason:
+        """Ask preemption to free room for an inference workload that does not fit (the
+        whole workload, or with ``podsets`` and ``admitted_sequence`` only the extra pods of
+        an admitted one that grew), then wait for it: ``WaitingForPreemption``."""
+        key = key_of(workload)
+        self._awaiting[key] = now
+        body = PreemptRequested(
+            workload=key,
+            uid=workload.uid,
+            queue=queue.name,
+            sequence=self._next_sequence(),
+            message=failure.message,
+            topology=topology,
+            podsets=list(podsets),
+            admitted_sequence=admitted_sequence,
+        )
+        tries = self._tries.pop(key, 0)
+        out.append(Decision(key=key, body=body, workload=workload, tries=tries))
+        message = f"preemption requested: {failure.message}"
+        return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
 
     def _admit(
         self,
