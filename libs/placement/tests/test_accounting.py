@@ -613,3 +613,40 @@ def test_an_admission_replayed_after_the_decision_that_ended_it_is_ignored() -> 
     # A later admission (re-admitted after the release) is reserved as usual.
     accounting.apply(admitted({host("n1"): 1}, workload="team/b", uid="ub", sequence=10))
     assert accounting.reservation("team/b") == {"n1": 1}
+
+
+def test_a_finished_or_deleted_object_reserves_nothing_whatever_the_decisions_say() -> None:
+    """Chaos seed 38: a copy of an older ``released`` (Evicted, sequence 3) was stored after
+    the newer one (Completed, sequence 7), so a restarted topology-cache replaying the last
+    message per subject met the Job's last admission (sequence 5) and no release after it,
+    and reserved 16 GPUs for pods that had finished. The workload's own state says it
+    finished: that ends its admissions, in either order."""
+    finished = WorkloadState(
+        namespace="team",
+        name="b",
+        uid="ub",
+        owner_kind="Job",
+        created_at=1.0,
+        podsets=[],
+        finished="Completed",
+    )
+    stale = Released(workload="team/b", uid="ub", queue="q", reason="Evicted", sequence=3)
+    for state_first in (True, False):
+        accounting = cluster(node("n1"))
+        if state_first:
+            accounting.apply(finished)
+        accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=5))
+        accounting.apply(stale)
+        if not state_first:
+            assert accounting.reservation("team/b") == {"n1": 2}  # as the decisions say
+            accounting.apply(finished)
+        assert accounting.reservation("team/b") == {}
+        assert accounting.reserved("n1") == {}
+    # Deleted (its tombstone names the object): the same; a new object under the name is not.
+    accounting = cluster(node("n1"))
+    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=5))
+    accounting.apply(Tombstone(object_kind="workload", namespace="team", name="b", uid="ub"))
+    assert accounting.reservation("team/b") == {}
+    accounting.apply(msgspec.structs.replace(finished, uid="ub2", finished=None))
+    accounting.apply(admitted({host("n1"): 1}, workload="team/b", uid="ub2", sequence=9))
+    assert accounting.reservation("team/b") == {"n1": 1}

@@ -360,6 +360,10 @@ class CapacityAccounting:
         admission was held then, so a replay that meets a release before a re-published copy
         of the admission (the stream's last message per subject, in stream order) still
         knows it ended."""
+        self._gone: dict[str, str] = {}
+        """Workload → the uid of its object that finished or was deleted: no admission of that
+        object reserves anything, whatever the decisions say (a stale copy of an older release
+        can be the last message on the release subject and hide the newer one from a replay)."""
         self._entries_of: dict[_Owner, list[_Entry]] = {}
         self._entries_at: dict[_Domain, list[_Entry]] = {}
         self._indexes: dict[tuple[str, ...], _LevelIndex] = {}
@@ -393,8 +397,8 @@ class CapacityAccounting:
                 self.remove_node(name)
             case Tombstone(object_kind="pod", namespace=str(namespace), name=name):
                 self.remove_pod(namespace, name)
-            case Tombstone(object_kind="workload", namespace=str(namespace), name=name):
-                self.remove_workload(namespace, name)
+            case Tombstone(object_kind="workload", namespace=str(namespace), name=name, uid=uid):
+                self.remove_workload(namespace, name, uid=uid)
             case Tombstone(object_kind="topology", name=name):
                 self.remove_topology(name)
             case Tombstone(object_kind="pod" | "workload", namespace=None):
@@ -478,12 +482,27 @@ class CapacityAccounting:
         if self._workload_requests.get(key) != requests:
             self._workload_requests[key] = requests
             self._refresh_undecided(key)
+        if workload.finished is not None:
+            self._end_object(key, workload.uid)
+        elif key in self._gone and self._gone[key] != workload.uid:
+            del self._gone[key]  # a new object under the name
 
-    def remove_workload(self, namespace: str, name: str) -> None:
-        """Forget a deleted workload's requests."""
+    def remove_workload(self, namespace: str, name: str, *, uid: str | None = None) -> None:
+        """Forget a deleted workload's requests; its admission (of object ``uid``, when
+        known) reserves nothing from now on."""
         key = workload_key(namespace, name)
         if self._workload_requests.pop(key, None) is not None:
             self._refresh_undecided(key)
+        if uid is not None:
+            self._end_object(key, uid)
+
+    def _end_object(self, key: str, uid: str) -> None:
+        """Object ``uid`` of ``key`` finished or was deleted: drop its admission, if held, and
+        reserve none of its admissions that come later (its pods run no more)."""
+        self._gone[key] = uid
+        current = self._admissions.get(key)
+        if current is not None and current.uid == uid:
+            self._drop(key)
 
     # ------------------------------------------------------------------ decision inputs
 
@@ -503,6 +522,11 @@ class CapacityAccounting:
             admitted.replaces is not None and admitted.replaces <= ended
         ):
             return []  # it ended already: a redelivery
+        if self._gone.get(key) == admitted.uid:
+            self._end(key, admitted.sequence)
+            if current is not None:
+                self._drop(key)
+            return []  # its object finished or was deleted
         if current is not None:
             self._drop(key)
         problems: list[str] = []
