@@ -517,8 +517,7 @@ async def chaos_system(
             )
             stack = LocalStack(settings, nats, sim)
             try:
-                for name in settings.services:
-                    await stack.start_service(name)
+                await stack.start_services(settings.services)
                 async with observed(
                     stack, namespace=NAMESPACE, grace_seconds=grace_seconds, name="tidegate-chaos"
                 ) as system:

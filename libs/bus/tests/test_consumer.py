@@ -1,6 +1,7 @@
 """Durable pull consumers: ack, redelivery, resume after restart, retry with delay, dead letters."""
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -290,3 +291,30 @@ async def test_lease_lost_in_a_handler_ends_the_consumer_and_hands_the_messages_
     assert sorted(seen) == ["w0", "w1", "w2"]
     info = await bus.jetstream.stream_info(layout.deadletter_stream(cluster_id))
     assert info.state.messages == 0
+
+
+async def test_a_cancellation_swallowed_below_the_loop_still_stops_the_consumer(
+    bus: Bus, cluster_id: str, make_node: MakeNode
+) -> None:
+    # Stands in for nats-py's fetch, whose asyncio.wait_for (Python 3.11) can return the
+    # result when the cancellation arrives as the wait completes: a handler that swallows
+    # the cancellation. The consumer must end cancelled, not run on inside a cancelled task.
+    await publish_decisions(bus, cluster_id, make_node, 2)
+    handling = asyncio.Event()
+
+    async def swallowing(message: Received) -> Outcome | None:
+        handling.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+        return None
+
+    consumer = DurableConsumer(
+        bus, cluster=cluster_id, settings=decisions(cluster_id), handler=swallowing
+    )
+    running = asyncio.create_task(consumer.run(asyncio.Event()))
+    async with asyncio.timeout(30):
+        await handling.wait()
+    running.cancel()
+    async with asyncio.timeout(30):
+        results = await asyncio.gather(running, return_exceptions=True)
+    assert running.cancelled(), results

@@ -67,7 +67,7 @@ async def test_a_standby_takes_over_after_the_ttl_and_the_stale_holder_is_reject
         holder="leader", epoch=old_epoch, ttl_seconds=1, acquired_at=0, renewed_at=0
     ).encode()
     bucket = layout.leases_bucket(cluster_id)
-    raw = Ledger(await bus.key_value(bucket), bucket)
+    raw = Ledger(await bus.key_value(bucket), bucket, bus=bus)
     with pytest.raises(Conflict):
         await raw.put("admission", stale, revision=old_revision)
     record, _ = await standby.current()
@@ -127,7 +127,7 @@ async def test_a_record_from_a_newer_version_is_read_and_garbage_is_an_error(
     bus: Bus, cluster_id: str
 ) -> None:
     bucket = layout.leases_bucket(cluster_id)
-    raw = Ledger(await bus.key_value(bucket), bucket)
+    raw = Ledger(await bus.key_value(bucket), bucket, bus=bus)
     lease = contender(bus, cluster_id, "reader")
     newer = {"holder": "h", "epoch": 3, "ttl_seconds": 10, "acquired_at": 1, "renewed_at": 2}
     await raw.put("admission", json.dumps(newer | {"zone": "eu-1"}).encode())

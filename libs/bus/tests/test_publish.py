@@ -1,9 +1,22 @@
 """Publishing: deduplication by event id, expected-last-subject-sequence, async publishing."""
 
+import asyncio
+
 import pytest
 
-from tidegate.bus import Bus, Conflict, Publisher, PublishError, Unavailable, layout
+from tidegate.bus import (
+    Bus,
+    BusSettings,
+    Conflict,
+    Publisher,
+    PublishError,
+    Unavailable,
+    connect,
+    layout,
+)
+from tidegate.bus.server import NatsServerProcess
 from tidegate.model import subjects
+from tidegate.testing.faultproxy import nats_fault_proxy
 
 from .conftest import MakeNode
 
@@ -90,3 +103,30 @@ async def test_layout_is_idempotent_and_applies_new_limits(bus: Bus, cluster_id:
     assert state.config.subjects == subjects.state_wildcards(cluster_id)
     ledger = await bus.key_value(layout.ledger_bucket(cluster_id))
     assert await ledger.put("ns/w", b"x") > 0
+
+
+async def test_a_publish_whose_answer_is_lost_with_its_connection_fails_after_the_reconnect(
+    nats_server: NatsServerProcess, cluster_id: str, make_node: MakeNode
+) -> None:
+    # The server stores the message, then the proxy drops the connection before the answer.
+    # Without the reconnect watch the publish would wait out the request timeout (an hour
+    # here, far past the deadline below); with it, it fails as a timeout soon after the
+    # client is connected again, and sending it again finds it stored.
+    async with nats_fault_proxy(nats_server.host, nats_server.port) as proxy:
+        settings = BusSettings(
+            servers=(proxy.url,), wait_for_server_seconds=5, request_timeout_seconds=3600
+        )
+        bus = await connect(settings)
+        try:
+            await bus.ensure_layout(cluster_id)
+            subject = subjects.decision(cluster_id, "released", "ns", "job")
+            envelope = make_node(event_id="lost-answer")
+            proxy.drop_after_publish(subject)
+            with pytest.raises(Unavailable):
+                async with asyncio.timeout(60):
+                    await bus.publish(subject, envelope)
+            assert proxy.injected == 1
+            again = await bus.publish(subject, envelope)
+            assert again.duplicate
+        finally:
+            await bus.close()

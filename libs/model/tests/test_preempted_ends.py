@@ -52,3 +52,22 @@ def test_abort_applies_to_the_named_object_only() -> None:
     assert event.aborts(VICTIM, uid="u1")
     assert not event.aborts(VICTIM, uid="u2")
     assert not preempted("u1", 5).aborts(VICTIM, uid="u1")
+
+
+def test_the_named_admission_ends_after_any_number_of_resizes() -> None:
+    """Issue 15: admitted at 5, resized at 7 (replaces 5) and again at 9 (replaces 7) before
+    the preemption that named 5 arrives: the chain's origin says 9 continues 5. Before, only
+    one level of ``replaces`` was known, so the victim's quota stayed held while its pods went."""
+    named_first = preempted("u1", 5)
+    assert named_first.ends(VICTIM, uid="u1", sequence=9, replaces=7, origin=5)
+    assert named_first.ends(VICTIM, uid="u1", sequence=13, replaces=11, origin=5)
+    assert not named_first.ends(VICTIM, uid="u1", sequence=9, replaces=7, origin=8)
+    assert not named_first.ends(VICTIM, uid="u2", sequence=9, replaces=7, origin=5)
+    named_resize = Preempted(
+        preemptor="team/serve",
+        preemptor_uid="p",
+        victims=[VICTIM],
+        lost={VICTIM: LostAdmission(uid="u1", sequence=7, origin=5)},
+    )
+    assert named_resize.ends(VICTIM, uid="u1", sequence=11, replaces=9, origin=5)
+    assert not named_resize.ends(VICTIM, uid="u1", sequence=11)  # a new first admission

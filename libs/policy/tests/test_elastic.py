@@ -70,6 +70,25 @@ def test_growth_is_a_resize_of_the_delta_next_to_the_pods_it_has() -> None:
     assert admission.cycle(now=3.0) == []
 
 
+def test_growth_is_seen_after_cycles_that_found_the_workload_not_growing() -> None:
+    # Cycles remember an admitted workload that does not grow (so they skip comparing it
+    # again); a new size must still be seen, each time.
+    admission = four_racks()
+    state = workload("a", workers(2, 4, rack=True), service_type="inference")
+    first = admit(admission, state)
+    assert admission.cycle(now=1.5) == []
+    assert admission.cycle(now=1.6) == []
+    admission.set_workload(scaled(state, 4))
+    (decision,) = admission.cycle(now=2.0)
+    grown = decision.body
+    assert isinstance(grown, Admitted)
+    assert grown.replaces == first.sequence
+    assert sum(hosts(grown).values()) == 4
+    assert admission.cycle(now=2.5) == []
+    admission.set_workload(scaled(state, 6))  # beyond its rack: it asks for preemption
+    assert [type(d.body) for d in admission.cycle(now=3.0)] == [PreemptRequested, Pending]
+
+
 def test_growth_beyond_the_required_rack_is_admitted_per_pod_and_the_rest_waits() -> None:
     admission = four_racks()  # a rack holds four 4-GPU pods
     state = workload("a", workers(2, 4, rack=True))

@@ -131,3 +131,41 @@ def test_the_record_decodes_ignoring_the_fields_admission_does_not_read() -> Non
     assert decoded.decision.preemptor == "ns/serve"
     assert decoded.victims == [VictimRef(key="ns/victim", uid="uid-victim")]
     assert decoded.evicted_at is None
+
+
+def growth_scene(*, grown: bool) -> Admission:
+    """serve (inference) admitted with one pod on n1, the victim on n2; serve then scaled to
+    two pods (``grown``) or not."""
+    admission = Admission(AdmissionSettings(nomination_timeout_seconds=100), epoch=2)
+    admission.capacity.set_topology(TopologyConfig(name="default", levels=["rack", "host"]))
+    node = {"cpu": 64_000, GPU: 8, "pods": 110}
+    for name in ("n1", "n2"):
+        admission.capacity.update(
+            CapacityNode(
+                topology="default", node=name, domain=["r1", name], allocatable=node, free=node
+            )
+        )
+    admission.set_queue(QueueConfig(name="q"))
+    serve = workload("serve", service_type="inference")
+    admission.set_workload(serve)
+    admission.set_workload(workload("victim"))
+    decisions = admission.cycle(now=1.0)
+    assert {d.key for d in decisions if isinstance(d.body, Admitted)} == {SERVE, "ns/victim"}
+    if grown:
+        podset = msgspec.structs.replace(serve.podsets[0], count=2)
+        admission.set_workload(msgspec.structs.replace(serve, podsets=[podset]))
+    return admission
+
+
+def test_a_nomination_for_an_admitted_workloads_growth_is_restored() -> None:
+    """Issue 15: a successor restores the room nominated for a growth (before, it skipped
+    every admitted preemptor, so the growth competed for the freed room)."""
+    admission = growth_scene(grown=True)
+    assert restore_nominations(admission, [record()], now=50.0) == [SERVE]
+    assert admission.nominations()[SERVE].at == 20.0
+
+
+def test_an_admitted_preemptor_that_does_not_grow_gets_none() -> None:
+    admission = growth_scene(grown=False)
+    assert restore_nominations(admission, [record()], now=50.0) == []
+    assert admission.nominations() == {}

@@ -321,7 +321,7 @@ def test_the_search_takes_the_lowest_priority_gang_whole() -> None:
     assert sorted(choice.nominated) == ["n0", "n1"]
     # The decision names the admission the victim loses (issue 12 finding 1).
     decision = preempted_decision(serve, choice)
-    assert decision.lost == {"team/low": LostAdmission(uid="uid-low", sequence=1)}
+    assert decision.lost == {"team/low": LostAdmission(uid="uid-low", sequence=1, origin=1)}
 
 
 def test_victims_in_flight_are_not_candidates_and_count_as_gone() -> None:

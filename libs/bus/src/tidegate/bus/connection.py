@@ -11,10 +11,10 @@ import logging
 import math
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import nats
 import nats.errors
@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 
 _EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 """The header of a fenced write (:mod:`.fence`): the expected sequence is this subject's."""
+ACK_AFTER_RECONNECT_SECONDS: Final = 1.0
+"""How long a publish awaited across a reconnect still waits for its acknowledgement before
+it counts as timed out (its answer was most likely lost with the old connection)."""
+_RECONNECT_POLL_SECONDS: Final = 0.1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,13 +196,15 @@ class _LeaderWaitingJetStream(JetStreamContext):
         expected = sent.get(EXPECTED_LAST_SUBJECT_SEQUENCE)
         while True:
             try:
-                return await super().publish(
-                    subject,
-                    payload,
-                    timeout=timeout,
-                    stream=stream,
-                    headers=dict(sent) if headers is not None else None,
-                    msg_ttl=msg_ttl,
+                return await self._acknowledged(
+                    super().publish(
+                        subject,
+                        payload,
+                        timeout=timeout,
+                        stream=stream,
+                        headers=dict(sent) if headers is not None else None,
+                        msg_ttl=msg_ttl,
+                    )
                 )
             except nats.js.errors.NoStreamResponseError:
                 if len(self._nc.servers) < 2 or time.monotonic() + pause > deadline:
@@ -223,6 +229,38 @@ class _LeaderWaitingJetStream(JetStreamContext):
                 if stored is not None:
                     return stored
                 log.info("nats: %s was not stored; sending it again", subject)
+
+    async def _acknowledged(self, sending: Coroutine[Any, Any, api.PubAck]) -> api.PubAck:
+        """The acknowledgement of a publish being sent; ``nats.errors.TimeoutError`` once the
+        connection was re-established while it was awaited and no acknowledgement followed
+        within :data:`ACK_AFTER_RECONNECT_SECONDS`, rather than at the end of the request
+        timeout.
+
+        JetStream answers on the connection a publish came on: when that connection is lost
+        first, so is the answer, and nats-py would wait out the whole request timeout before
+        the caller could send again. A publish still in nats-py's buffer at the disconnect is
+        sent after the reconnect and answered well within the grace; an answer later than that
+        is the timeout a slow server gives anyway, which every caller handles already (the
+        message may have been stored)."""
+        reconnects = self._nc.stats["reconnects"]
+        task = asyncio.ensure_future(sending)
+        give_up: float | None = None
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=_RECONNECT_POLL_SECONDS)
+                if done:
+                    return task.result()
+                if give_up is None and self._nc.stats["reconnects"] != reconnects:
+                    give_up = time.monotonic() + ACK_AFTER_RECONNECT_SECONDS
+                if give_up is not None and time.monotonic() >= give_up:
+                    log.info("nats: the connection was lost before an acknowledgement came")
+                    raise nats.errors.TimeoutError
+        finally:
+            if task.done():
+                if not task.cancelled():
+                    task.exception()  # retrieved: raised above, or ours superseded it
+            else:
+                task.cancel()
 
     async def _outcome(
         self, subject: str, payload: bytes, expected: int, deadline: float

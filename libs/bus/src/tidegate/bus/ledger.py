@@ -11,6 +11,7 @@ after the bus's ``tombstone_ttl_seconds`` (per-message TTL), so the bucket — a
 takeover that reads it — stays proportional to the live keys.
 """
 
+import contextlib
 import math
 import re
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Final, Self
 
 import nats.errors
 import nats.js.errors
+from nats.js import api
 from nats.js.kv import KeyValue
 
 from tidegate.bus import layout
@@ -30,6 +32,18 @@ if TYPE_CHECKING:
     from tidegate.bus.fence import Fence
 
 _VALID_KEY: Final = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
+
+LIST_WAIT_SECONDS: Final = 10.0
+"""How long listing the keys waits for the next one the server announced (and how long its
+consumer lives on if it could not be deleted)."""
+
+
+def is_deletion(headers: dict[str, str] | None) -> bool:
+    """Whether a KV message with ``headers`` removes its key (a delete or purge by a client,
+    or a marker the server placed when a value or marker expired)."""
+    if not headers:
+        return False
+    return headers.get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,12 +59,13 @@ class Ledger:
     """Get, put (optionally conditional on a revision), delete and list keys of a KV bucket."""
 
     def __init__(
-        self, kv: KeyValue, bucket: str, *, bus: Bus | None = None, marker_ttl_seconds: float = 0
+        self, kv: KeyValue, bucket: str, *, bus: Bus, marker_ttl_seconds: float = 0
     ) -> None:
-        """Wrap a KV handle; with ``bus`` and a positive ``marker_ttl_seconds`` delete markers
-        expire after that long."""
+        """Wrap the KV handle of ``bucket`` on ``bus``; with a positive ``marker_ttl_seconds``
+        delete markers expire after that long."""
         self._kv = kv
         self._bus = bus
+        self._prefix = f"$KV.{bucket}."
         self._marker_ttl = marker_ttl_seconds
         self.bucket = bucket
         """The KV bucket's name."""
@@ -68,7 +83,7 @@ class Ledger:
 
     def marker_headers(self) -> dict[str, str]:
         """Headers a delete marker of this ledger carries (its TTL, when it expires)."""
-        if self._bus is None or self._marker_ttl <= 0:
+        if self._marker_ttl <= 0:
             return {}
         return {TTL: f"{math.ceil(self._marker_ttl)}s"}
 
@@ -126,7 +141,7 @@ class Ledger:
             )
             return
         expiring = self.marker_headers()
-        if self._bus is not None and expiring:
+        if expiring:
             headers = {"KV-Operation": "DEL", **expiring}
             if revision is not None:
                 headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(revision)
@@ -139,12 +154,48 @@ class Ledger:
             await self._kv.delete(key, last=revision)
 
     async def keys(self) -> list[str]:
-        """Every key that currently has a value."""
+        """Every key that currently has a value.
+
+        Read with an ordered consumer of each key's last message until the server says none
+        is pending. Not nats-py's ``KeyValue.keys()``: it decides "nothing to list" from the
+        messages the client has received when the consumer's info arrives, so it can list no
+        keys for a bucket that has some (a successor would then take over an empty ledger).
+        """
+        subject = f"{self._prefix}>"
+        found: set[str] = set()
         with wrapped(f"listing {self.bucket}"):
+            subscription = await self._bus.jetstream.subscribe(
+                subject,
+                stream=f"KV_{self.bucket}",
+                ordered_consumer=True,
+                deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+                headers_only=True,
+                inactive_threshold=LIST_WAIT_SECONDS,
+            )
+            consumer: str | None = None
             try:
-                return sorted(await self._kv.keys())
-            except nats.js.errors.NoKeysError:
-                return []
+                info = await subscription.consumer_info()
+                consumer = info.name
+                delivered = info.delivered.consumer_seq if info.delivered else 0
+                if not info.num_pending and not delivered:
+                    return []
+                while True:
+                    msg = await subscription.next_msg(timeout=LIST_WAIT_SECONDS)
+                    key = msg.subject[len(self._prefix) :]
+                    if is_deletion(msg.headers):
+                        found.discard(key)
+                    else:
+                        found.add(key)
+                    if msg.metadata.num_pending == 0:
+                        break
+            finally:
+                # Consumers outlive their subscription: delete it rather than leave one per
+                # listing until the server reaps it (the server limits how many there are).
+                with contextlib.suppress(nats.errors.Error):
+                    await subscription.unsubscribe()
+                    if consumer is not None:
+                        await self._bus.jetstream.delete_consumer(f"KV_{self.bucket}", consumer)
+        return sorted(found)
 
     async def entries(self) -> list[LedgerEntry]:
         """Every current entry (a consistent read per key, not a snapshot of the bucket)."""

@@ -34,7 +34,8 @@ SERVICES: Final[dict[str, str]] = {
     "preemption": "tidegate.preemption",
     "ungater": "tidegate.ungater",
 }
-"""Service name → the module that runs it (``python -m``), in start order."""
+"""Service name → the module that runs it (``python -m``); they start at once, and stop in
+reverse order."""
 
 
 class StackError(RuntimeError):
@@ -214,6 +215,18 @@ class LocalStack:
             await service.wait_ready(session, self.settings.ready_timeout_seconds)
         return service
 
+    async def start_services(self, names: tuple[str, ...]) -> None:
+        """Start several services at once, as Kubernetes starts a chart's Deployments (each
+        waits for what it needs on the bus), and return once every one is ready; the first
+        that fails to start raises, and the others' waits are cancelled."""
+        starting = [asyncio.create_task(self.start_service(name)) for name in names]
+        try:
+            await asyncio.gather(*starting)
+        finally:
+            for task in starting:
+                task.cancel()
+            await asyncio.gather(*starting, return_exceptions=True)
+
     async def stop_service(self, name: str, *, kill: bool = False) -> int | None:
         """Stop one service (SIGTERM, or SIGKILL to simulate a crash)."""
         return await self.processes[name].stop(kill=kill)
@@ -247,8 +260,7 @@ class LocalStack:
             async with _cluster(settings) as sim:
                 stack = cls(settings, nats, sim)
                 try:
-                    for name in settings.services:
-                        await stack.start_service(name)
+                    await stack.start_services(settings.services)
                     yield stack
                 finally:
                     await asyncio.gather(

@@ -123,7 +123,23 @@ async def connect(settings: KubeSettings | None = None) -> "KubeClient":
         raise KubeConfigError(f"cannot load {where}: {exc}") from exc
     api = ApiClient(configuration=configuration)
     api.user_agent = settings.user_agent
+    if not uses_environment():
+        # kubernetes-asyncio's session trusts the environment (proxy variables, ~/.netrc), for
+        # which aiohttp hands every request to a thread twice to look them up: a fifth of the
+        # ungater's time per request in bench/e2e.py (issue 14). Without any to find, the
+        # lookups cannot change a request.
+        api.rest_client.pool_manager._trust_env = False
     return KubeClient(Transport(api, settings), settings, refresher=refresher)
+
+
+def uses_environment(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether an HTTP client that trusts the environment would find anything in it: a proxy
+    variable (``HTTPS_PROXY``, ``no_proxy``, …) or a netrc file (``$NETRC`` or ``~/.netrc``)."""
+    environ = os.environ if environ is None else environ
+    if any(name.lower().endswith("_proxy") for name in environ):
+        return True
+    netrc = environ.get("NETRC") or os.path.join(environ.get("HOME", "~"), ".netrc")
+    return os.path.exists(os.path.expanduser(netrc))
 
 
 class KubeClient:

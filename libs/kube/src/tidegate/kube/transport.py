@@ -73,6 +73,11 @@ class Transport:
         )
 
     @property
+    def trusts_environment(self) -> bool:
+        """Whether the HTTP session looks up proxy variables and ~/.netrc for each request."""
+        return bool(self._api.rest_client.pool_manager.trust_env)
+
+    @property
     def host(self) -> str:
         """The API server's base URL."""
         return cast(str, self._api.configuration.host)

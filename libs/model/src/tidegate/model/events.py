@@ -300,6 +300,13 @@ class Admitted(_Body, frozen=True, kw_only=True, tag="admitted"):
     resized: bool = False
     """Set with ``replaces`` when the admission follows the workload's new size (it grew, or
     gave back slots its pods left) rather than moving slots lost to failed nodes."""
+    origin: int | None = None
+    """Set with ``replaces``: the sequence of the first admission of this object that this one
+    continues, through any number of replacements and resizes (None on a first admission)."""
+
+    def chain_start(self) -> int:
+        """The sequence of the first admission this one continues (its own when it is one)."""
+        return self.origin if self.origin is not None else self.sequence
 
 
 class Pending(_Body, frozen=True, kw_only=True, tag="pending"):
@@ -340,6 +347,9 @@ class LostAdmission(_Base, frozen=True, kw_only=True):
     """The victim's uid when it was chosen."""
     sequence: int
     """The ``sequence`` of the victim's admitted decision that ends."""
+    origin: int | None = None
+    """That admission's :meth:`Admitted.chain_start`, so that the decision also ends the
+    resizes and replacements that followed it (None from writers older than this field)."""
 
 
 class Preempted(_Body, frozen=True, kw_only=True, tag="preempted"):
@@ -359,10 +369,19 @@ class Preempted(_Body, frozen=True, kw_only=True, tag="preempted"):
     :meth:`ends`): a victim admitted again since, or re-created, keeps its new admission. A
     victim missing here (a writer older than this field) loses whatever admission it holds."""
 
-    def ends(self, victim: str, *, uid: str, sequence: int, replaces: int | None = None) -> bool:
+    def ends(
+        self,
+        victim: str,
+        *,
+        uid: str,
+        sequence: int,
+        replaces: int | None = None,
+        origin: int | None = None,
+    ) -> bool:
         """Whether this decision ends ``victim``'s admission of object ``uid`` made by the
-        admitted decision ``sequence`` (which ``replaces`` an earlier one, if set): the one
-        named in :attr:`lost`, an older one, or the replacement of the one named. A later
+        admitted decision ``sequence`` (which ``replaces`` an earlier one and continues the
+        chain started by ``origin``, if set): the one named in :attr:`lost`, an older one, or
+        one that continues it (after any number of resizes or replacements). A later
         admission (the victim re-admitted) or another object is never ended."""
         if victim not in self.victims:
             return False
@@ -371,7 +390,10 @@ class Preempted(_Body, frozen=True, kw_only=True, tag="preempted"):
             return True
         if named.uid != uid:
             return False
-        return sequence <= named.sequence or replaces == named.sequence
+        if sequence <= named.sequence or replaces == named.sequence:
+            return True
+        start = named.origin if named.origin is not None else named.sequence
+        return origin is not None and origin == start
 
     def aborts(self, victim: str, *, uid: str) -> bool:
         """Whether this decision aborts the object ``uid`` of ``victim`` (abort mode, and the

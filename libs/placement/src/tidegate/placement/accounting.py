@@ -214,6 +214,7 @@ class _Admission:
     sequence: int
     entries: list[_Entry]
     replaces: int | None = None
+    origin: int | None = None
 
 
 class _LevelIndex:
@@ -537,7 +538,7 @@ class CapacityAccounting:
                     )
                 )
         self._admissions[key] = _Admission(
-            admitted.uid, admitted.sequence, entries, admitted.replaces
+            admitted.uid, admitted.sequence, entries, admitted.replaces, admitted.origin
         )
         for entry in entries:
             self._index(entry.domain[0])
@@ -577,7 +578,11 @@ class CapacityAccounting:
                 self._end(victim, named.sequence)
             current = self._admissions.get(victim)
             if current is None or not preempted.ends(
-                victim, uid=current.uid, sequence=current.sequence, replaces=current.replaces
+                victim,
+                uid=current.uid,
+                sequence=current.sequence,
+                replaces=current.replaces,
+                origin=current.origin,
             ):
                 continue
             self._drop(victim)

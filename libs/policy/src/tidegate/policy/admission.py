@@ -171,6 +171,10 @@ class Admission:
         self._tried_at: dict[WorkloadKey, int] = {}
         self._grow_tried_at: dict[WorkloadKey, int] = {}
         """Admitted workloads whose growth could not be (fully) admitted, at which growth."""
+        self._no_growth: dict[WorkloadKey, tuple[WorkloadState, Admitted]] = {}
+        """Admitted workloads found not to grow, with the very (frozen) workload and admission
+        objects that were compared: while both are the same objects the answer is the same, so
+        :meth:`_grow_all` does not compare them again every cycle."""
         self._growth = 0
 
     # ------------------------------------------------------------------ inputs
@@ -230,6 +234,7 @@ class Admission:
     ) -> Decision | None:
         """Give an admitted workload's quota back; None if it was not admitted."""
         admitted = self._admitted.pop(key, None)
+        self._no_growth.pop(key, None)
         if admitted is None:
             return None
         self.quota.release(key)
@@ -273,7 +278,11 @@ class Admission:
             key = WorkloadKey(victim)
             admitted = self._admitted.get(key)
             if admitted is not None and event.ends(
-                victim, uid=admitted.uid, sequence=admitted.sequence, replaces=admitted.replaces
+                victim,
+                uid=admitted.uid,
+                sequence=admitted.sequence,
+                replaces=admitted.replaces,
+                origin=admitted.origin,
             ):
                 released = self.release(key, "Evicted", f"preempted for {event.preemptor}")
                 out.extend([released] if released is not None else [])
@@ -352,6 +361,7 @@ class Admission:
             epoch=self.epoch,
             assignments=merged_assignments(admitted, request, result.assignments),
             replaces=admitted.sequence,
+            origin=admitted.chain_start(),
         )
         self.capacity.take(sequence, usage, at=now)
         self._admitted[key] = body
@@ -500,7 +510,21 @@ class Admission:
         (:mod:`tidegate.policy.elastic`), queues by priority, workloads in queue order."""
         growth = self._growth + self.capacity.version
         by_queue: dict[str, list[WorkloadState]] = {}
-        for key, admitted in sorted(self._admitted.items()):
+        # Every cycle looks at every admitted workload: skip at once those found not to grow
+        # against the same objects, unless a reason must be cleared (issue 14: this loop was
+        # half of the cycle's time with a few hundred workloads admitted).
+        candidates: list[WorkloadKey] = []
+        for key, admitted in self._admitted.items():
+            checked = self._no_growth.get(key)
+            if (
+                checked is None
+                or checked[1] is not admitted
+                or checked[0] is not self._workloads.get(key)
+                or key in self._reasons
+            ):
+                candidates.append(key)
+        for key in sorted(candidates):
+            admitted = self._admitted[key]
             workload = self._workloads.get(key)
             if (
                 workload is None
@@ -514,7 +538,9 @@ class Admission:
             if not growth_of(workload, admitted):
                 if self._reasons.pop(key, None) is not None:
                     self._grow_tried_at.pop(key, None)
+                self._no_growth[key] = (workload, admitted)
                 continue
+            self._no_growth.pop(key, None)
             if self._grow_tried_at.get(key) == growth:
                 continue
             queue = self._queues.get(admitted.queue)
@@ -573,20 +599,16 @@ class Admission:
                 message = f"waiting for preemption to free room: {failure.message}"
                 self._wait(out, workload, queue.name, "WaitingForPreemption", message)
                 return False
-            self._awaiting[key] = now
-            body = PreemptRequested(
-                workload=key,
-                uid=workload.uid,
-                queue=queue.name,
-                sequence=self._next_sequence(),
-                message=failure.message,
-                topology=topology,
+            self._request_preemption(
+                out,
+                workload,
+                queue,
+                topology,
+                failure,
+                now,
                 podsets=wanted,
                 admitted_sequence=self._admitted[key].sequence,
             )
-            out.append(Decision(key=key, body=body, workload=workload))
-            message = f"preemption requested: {failure.message}"
-            self._wait(out, workload, queue.name, "WaitingForPreemption", message)
             return False
         self._wait(out, workload, queue.name, failure.reason, failure.message)
         return False
@@ -718,6 +740,7 @@ class Admission:
             requests=requests,
             nominated_by=None,
             replaces=admitted.sequence,
+            origin=admitted.chain_start(),
             resized=True,
         )
         self.capacity.take(sequence, usage, at=now)
@@ -769,6 +792,7 @@ class Admission:
             charged_cards=charge.cards,
             nominated_by=None,
             replaces=admitted.sequence,
+            origin=admitted.chain_start(),
             resized=True,
         )
         self.capacity.take(sequence, {}, at=now)
@@ -855,20 +879,40 @@ class Admission:
             message = f"waiting for preemption to free room: {failure.message}"
             return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
         if workload.service_type == "inference":
-            self._awaiting[key] = now
-            body = PreemptRequested(
-                workload=key,
-                uid=workload.uid,
-                queue=queue.name,
-                sequence=self._next_sequence(),
-                message=failure.message,
-                topology=topology,
-            )
-            tries = self._tries.pop(key, 0)
-            out.append(Decision(key=key, body=body, workload=workload, tries=tries))
-            message = f"preemption requested: {failure.message}"
-            return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
+            return self._request_preemption(out, workload, queue, topology, failure, now)
         return self._wait(out, workload, queue.name, "WaitingForCapacity", failure.message)
+
+    def _request_preemption(
+        self,
+        out: list[Decision],
+        workload: WorkloadState,
+        queue: QueueConfig,
+        topology: str,
+        failure: _Failure,
+        now: float,
+        *,
+        podsets: Sequence[PodSetSpec] = (),
+        admitted_sequence: int | None = None,
+    ) -> PendingReason:
+        """Ask preemption to free room for an inference workload that does not fit (the
+        whole workload, or with ``podsets`` and ``admitted_sequence`` only the extra pods of
+        an admitted one that grew), then wait for it: ``WaitingForPreemption``."""
+        key = key_of(workload)
+        self._awaiting[key] = now
+        body = PreemptRequested(
+            workload=key,
+            uid=workload.uid,
+            queue=queue.name,
+            sequence=self._next_sequence(),
+            message=failure.message,
+            topology=topology,
+            podsets=list(podsets),
+            admitted_sequence=admitted_sequence,
+        )
+        tries = self._tries.pop(key, 0)
+        out.append(Decision(key=key, body=body, workload=workload, tries=tries))
+        message = f"preemption requested: {failure.message}"
+        return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
 
     def _admit(
         self,

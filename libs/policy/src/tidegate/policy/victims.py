@@ -119,6 +119,8 @@ class RunningGang:
     """Its workload's uid ("" if unknown)."""
     admission: int = 0
     """The sequence of the admitted decision it runs under (0 if unknown): what it loses."""
+    origin: int = 0
+    """That admission's :meth:`~tidegate.model.Admitted.chain_start` (0 if unknown)."""
     budget_blocked: str | None = None
     """Why a PodDisruptionBudget does not allow evicting it whole now (:func:`budget_blocks`);
     None when the budgets allow it (or none covers it)."""
@@ -247,11 +249,12 @@ def running_gang(
     *,
     running_seconds: int = 0,
     admission: int = 0,
+    origin: int = 0,
     queue: str | None = None,
     budgets: Iterable[DisruptionBudgetState] = (),
 ) -> RunningGang:
     """A running workload as victim selection sees it, from its bus state (``admission``: the
-    sequence of the admitted decision it runs under; ``queue``: the queue admission charged
+    sequence of the admitted decision it runs under, ``origin`` its chain start; ``queue``: the queue admission charged
     it to, default the one it names; ``budgets``: the PodDisruptionBudgets known, see
     :func:`budget_blocks`).
 
@@ -279,6 +282,7 @@ def running_gang(
         running_seconds=running_seconds,
         uid=workload.uid,
         admission=admission,
+        origin=origin,
         budget_blocked=budget_blocks(
             workload_key(workload.namespace, workload.name), budgets, namespace=workload.namespace
         ),
@@ -481,7 +485,7 @@ def _admit(
         victims=tuple(sorted(g.key for g in gangs)),
         modes={g.key: g.on_preemption for g in sorted(gangs, key=lambda g: g.key)},
         lost={
-            g.key: LostAdmission(uid=g.uid, sequence=g.admission)
+            g.key: LostAdmission(uid=g.uid, sequence=g.admission, origin=g.origin or None)
             for g in sorted(gangs, key=lambda g: g.key)
             if g.uid and g.admission
         },

@@ -20,11 +20,15 @@ restarting is cheap because state is replayed and consumers are durable). On SIG
 /readyz turns 503, consumers stop fetching and finish the batch in hand (up to
 ``shutdown_grace_seconds``), the remaining tasks are cancelled, the NATS connection is
 drained, and the process exits 0. Either way, leases taken with :meth:`ServiceContext.lead`
-are released once every task is done.
+are released once every task is done. A service process whose stop has not finished
+``shutdown_margin_seconds`` after its grace ends anyway (exit 1, after logging every task):
+a task that lost its cancellation must not keep a deposed leader alive.
 """
 
 import asyncio
+import cProfile
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -210,6 +214,8 @@ class Service(Generic[S]):
         self.started = asyncio.Event()
         """Set once the HTTP endpoints are being served."""
         self._stop = asyncio.Event()
+        self.shutting_down = asyncio.Event()
+        """Set when the service begins to stop: asked to, or one of its tasks failed."""
         self._setup_done = False
         self._context: ServiceContext[S] | None = None
         # Registered here, not in run(), so the service is never "ready" before it has started.
@@ -252,13 +258,17 @@ class Service(Generic[S]):
                     readiness=self.readiness,
                     tasks=tasks,
                 )
-                self._setup_done, _ = await self._unless_stopped(self._setup(context))
-                if self._setup_done:
-                    log.info("%s set up", self.name)
-                    await self._stop.wait()
-                log.info("%s stopping", self.name)
-                self.readiness.stopping = True
-                await context._stop_tasks(self.settings.shutdown_grace_seconds)
+                try:
+                    self._setup_done, _ = await self._unless_stopped(self._setup(context))
+                    if self._setup_done:
+                        log.info("%s set up", self.name)
+                        await self._stop.wait()
+                    log.info("%s stopping", self.name)
+                    self.shutting_down.set()
+                    self.readiness.stopping = True
+                    await context._stop_tasks(self.settings.shutdown_grace_seconds)
+                finally:
+                    self.shutting_down.set()  # also when a task failed (this one is cancelled)
         except* Exception as failures:
             for failure in failures.exceptions:
                 log.error("%s failed: %s", self.name, failure, exc_info=failure)
@@ -312,8 +322,38 @@ def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> NoReturn:
         sys.exit(2)
     setup_logging(settings.log_level)
     setup_tracing(f"tidegate-{name}")
+    service = Service(name, settings, setup)
+    limit = settings.shutdown_grace_seconds + settings.shutdown_margin_seconds
+    profiler = cProfile.Profile() if settings.cprofile_dir is not None else None
+    if profiler is not None:
+        profiler.enable()
     try:
-        code = asyncio.run(Service(name, settings, setup).run())
+        code = asyncio.run(run_bounded(service, limit))
     finally:
         shutdown_tracing()
+        if profiler is not None and settings.cprofile_dir is not None:
+            profiler.disable()
+            settings.cprofile_dir.mkdir(parents=True, exist_ok=True)
+            profiler.dump_stats(settings.cprofile_dir / f"{name}-{os.getpid()}.prof")
     sys.exit(code)
+
+
+async def run_bounded(service: Service[S], limit_seconds: float) -> int:
+    """Run ``service``; once it begins to stop, give it ``limit_seconds`` to finish, then log
+    every asyncio task and end the process (exit 1) without waiting further."""
+    run = asyncio.create_task(service.run(), name=f"{service.name}:run")
+    stopping = asyncio.create_task(service.shutting_down.wait())
+    await asyncio.wait({run, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    try:
+        async with asyncio.timeout(limit_seconds):
+            return await asyncio.shield(run)
+    except TimeoutError:
+        log_tasks(f"still running {limit_seconds:.0f}s after the stop began")
+        log.error(
+            "%s: stopping did not finish within %.0fs; exiting (tasks above)",
+            service.name,
+            limit_seconds,
+        )
+        logging.shutdown()
+        os._exit(1)

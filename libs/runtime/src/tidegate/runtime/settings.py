@@ -79,6 +79,12 @@ class ServiceSettings:
     log_level: LogLevel = "INFO"
     shutdown_grace_seconds: float = 20.0
     """After SIGTERM, how long consumers may take to finish their batch."""
+    shutdown_margin_seconds: float = 30.0
+    """How much longer than the grace a process's stop may take (draining NATS, releasing
+    leases) before it ends anyway with exit 1, after logging its tasks."""
+    cprofile_dir: Path | None = None
+    """For profiling: run the process under cProfile and write ``<service>-<pid>.prof`` here
+    when it exits (slows it down; never in production)."""
 
     def __post_init__(self) -> None:
         try:
@@ -106,6 +112,8 @@ class ServiceSettings:
             raise SettingsError(missing, "a client certificate and its key go together")
         if self.shutdown_grace_seconds < 0:
             raise SettingsError("shutdown_grace_seconds", "must not be negative")
+        if self.shutdown_margin_seconds <= 0:
+            raise SettingsError("shutdown_margin_seconds", "must be positive")
 
     def bus_settings(self, name: str) -> BusSettings:
         """How this service connects to NATS; ``name`` labels the connection."""

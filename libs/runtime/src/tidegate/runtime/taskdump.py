@@ -48,6 +48,6 @@ def describe_tasks() -> str:
     return "\n".join(blocks)
 
 
-def log_tasks() -> None:
+def log_tasks(why: str = "on request (SIGUSR1)") -> None:
     """Log :func:`describe_tasks` at WARNING (the SIGUSR1 handler of every service)."""
-    log.warning("asyncio tasks on request (SIGUSR1):\n%s", describe_tasks())
+    log.warning("asyncio tasks %s:\n%s", why, describe_tasks())

@@ -25,6 +25,9 @@ from tidegate.testing.waiting import until_async
 LOG_TAIL_CHARS = 2000
 """How much of a dead process's log an error quotes."""
 
+DUMP_CHARS = 12000
+"""How much of a hung process's log a timeout quotes (its task dump comes last)."""
+
 
 class ServiceProcess:
     """One service process; see the module docstring."""
@@ -124,13 +127,17 @@ class ServiceProcess:
 
     async def wait(self, *, within: float = 20.0) -> int:
         """Wait until the process exits; its exit code. A process still running after
-        ``within`` seconds is asked (SIGUSR1) to log its asyncio tasks before TimeoutError."""
+        ``within`` seconds is asked (SIGUSR1) to log its asyncio tasks; the TimeoutError then
+        quotes them (the end of its log)."""
         try:
             return await asyncio.wait_for(self.process.wait(), within)
-        except TimeoutError:
+        except TimeoutError as exc:
             self.signal(signal.SIGUSR1)
             await asyncio.sleep(1)
-            raise
+            raise TimeoutError(
+                f"{self.name} still running after {within:.0f}s; the end of its log "
+                f"({self.log_path}):\n{self.log_path.read_text(errors='replace')[-DUMP_CHARS:]}"
+            ) from exc
 
     async def close(self, *, within: float = 20.0) -> None:
         """Stop the process if it still runs (SIGTERM, then SIGKILL after ``within`` seconds)

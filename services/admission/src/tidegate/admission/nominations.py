@@ -22,6 +22,7 @@ import msgspec
 
 from tidegate.model import Preempted, WorkloadKey
 from tidegate.policy.admission import Admission
+from tidegate.policy.elastic import growth
 
 PREEMPTION_PREFIX = "preemption."
 """Prefix of the preemption service's keys in the ledger bucket."""
@@ -61,7 +62,8 @@ def restore_nominations(
 
     A record counts if its decision was published, its nomination has not timed out
     (``nomination_timeout_seconds`` from ``evicted_at``, else ``published_at``), and its
-    preemptor is known with the recorded uid and not admitted yet. Victims not admitted and
+    preemptor is known with the recorded uid and not admitted yet (or admitted and still
+    growing: the room was nominated for its growth). Victims not admitted and
     still the recorded object pass through as the old leader saw them (so an aborted one is
     not admitted again); victims admitted here are left out (module docstring).
     """
@@ -76,8 +78,9 @@ def restore_nominations(
         workload = admission.workload(preemptor)
         if workload is None or workload.uid != decision.preemptor_uid:
             continue
-        if admission.is_admitted(preemptor):
-            continue
+        held = admission.admitted().get(preemptor)
+        if held is not None and not (held.uid == workload.uid and growth(workload, held)):
+            continue  # admitted, and not for a growth still waiting
         victims = [
             victim.key
             for victim in record.victims

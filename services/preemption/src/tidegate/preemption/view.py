@@ -283,6 +283,7 @@ class PreemptionView:
                 bound,
                 running_seconds=max(int(now - started), 0),
                 admission=known.admitted.sequence,
+                origin=known.admitted.chain_start(),
                 queue=known.admitted.queue,
                 budgets=self._budgets.values(),
             )

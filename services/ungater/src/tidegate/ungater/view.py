@@ -133,7 +133,11 @@ class View:
             admitted is not None
             and preempted is not None
             and preempted.ends(
-                key, uid=admitted.uid, sequence=admitted.sequence, replaces=admitted.replaces
+                key,
+                uid=admitted.uid,
+                sequence=admitted.sequence,
+                replaces=admitted.replaces,
+                origin=admitted.origin,
             )
         ):
             in_force = None

@@ -1,0 +1,175 @@
+"""bench/e2e.py's accounting: the invariants it reports (duplicated admissions, lost vs in flight,
+time queued) fire on hand-made violations and stay quiet otherwise. The benchmark itself is
+never run in the test command (it takes minutes)."""
+
+import asyncio
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+from tidegate.bus import Received
+from tidegate.model import Admitted, Envelope, Pending, Released
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "e2e.py"
+
+
+def load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("e2e_bench", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["e2e_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+e2e = load_bench()
+
+_stream = iter(range(1, 1_000_000))
+
+
+def received(body: Admitted | Pending | Released, *, at: float) -> Received:
+    envelope = Envelope(
+        event_id=f"e{id(body)}", cluster="c", source="admission", time=at, body=body
+    )
+    return Received(subject="tg.c.decision.x", envelope=envelope, stream_sequence=next(_stream))
+
+
+def admitted(sequence: int, *, uid: str = "u1", replaces: int | None = None) -> Admitted:
+    return Admitted(
+        workload="bench/job-1",
+        uid=uid,
+        queue="bench",
+        sequence=sequence,
+        epoch=1,
+        assignments={},
+        replaces=replaces,
+    )
+
+
+def released(sequence: int, *, uid: str = "u1") -> Released:
+    return Released(
+        workload="bench/job-1", uid=uid, queue="bench", reason="Completed", sequence=sequence
+    )
+
+
+def pending(sequence: int) -> Pending:
+    return Pending(
+        workload="bench/job-1",
+        uid="u1",
+        queue="bench",
+        reason="WaitingForCapacity",
+        message="full",
+        sequence=sequence,
+    )
+
+
+def feed(observer: object, *bodies: Admitted | Pending | Released) -> None:
+    for index, body in enumerate(bodies):
+        asyncio.run(observer.on_decision(received(body, at=1000.0 + index)))  # type: ignore[attr-defined]
+
+
+def test_a_second_admission_while_one_is_in_force_is_a_duplicate() -> None:
+    observer = e2e.Observer()
+    feed(observer, admitted(1), admitted(2))
+    assert observer.duplicated("job-1") == 1
+
+
+def test_a_repeated_decision_sequence_is_a_duplicate() -> None:
+    observer = e2e.Observer()
+    feed(observer, admitted(1), released(2), admitted(1))
+    assert observer.duplicated("job-1") == 1
+
+
+def test_a_replacement_a_readmission_after_a_release_or_a_new_uid_is_not() -> None:
+    observer = e2e.Observer()
+    feed(
+        observer,
+        admitted(1),
+        admitted(2, replaces=1),  # slots moved or resized
+        released(3),
+        admitted(4),  # admitted again after its release
+        admitted(5, uid="u2"),  # a new object under the same name
+    )
+    assert observer.duplicated("job-1") == 0
+    assert observer.admission_in_force("job-1")
+
+
+def job(observer: object, pods: int) -> object:
+    spec = e2e.JobSpec(name="job-1", at=0.0, pods=pods, gpus=1, topology="none", duration=1.0)
+    times = e2e.JobTimes(spec, created=time.monotonic(), created_wall=time.time())
+    observer.jobs["job-1"] = times  # type: ignore[attr-defined]
+    return times
+
+
+def pod_event(name: str, *, gated: bool) -> SimpleNamespace:
+    gates = [{"name": e2e.GATE}] if gated else []
+    return SimpleNamespace(
+        obj={
+            "metadata": {"namespace": e2e.NAMESPACE, "name": name, "labels": {"app": "job-1"}},
+            "spec": {"schedulingGates": gates},
+            "status": {"phase": "Pending"},
+        }
+    )
+
+
+def test_an_admission_left_gated_by_an_idle_pipeline_is_lost() -> None:
+    observer = e2e.Observer()
+    job(observer, 2)
+    feed(observer, admitted(1))
+    observer.on_pod(pod_event("job-1-a", gated=False))
+    observer.on_pod(pod_event("job-1-b", gated=True))
+    assert e2e.unreleased_admitted(observer, ["job-1"]) == ["job-1"]
+    observer.last_change = time.monotonic() - 60
+    outcome = asyncio.run(e2e.settle(observer, ["job-1"], limit_seconds=30, quiet_seconds=15))
+    assert outcome == "idle"
+
+
+def test_an_admission_released_while_settling_was_in_flight() -> None:
+    observer = e2e.Observer()
+    job(observer, 1)
+    feed(observer, admitted(1))
+    observer.on_pod(pod_event("job-1-a", gated=True))
+
+    async def release_later() -> str:
+        async def release() -> None:
+            await asyncio.sleep(0.3)
+            observer.on_pod(pod_event("job-1-a", gated=False))
+
+        task = asyncio.create_task(release())
+        outcome = await e2e.settle(observer, ["job-1"], limit_seconds=30, quiet_seconds=15)
+        await task
+        return str(outcome)
+
+    assert asyncio.run(release_later()) == "caught up"
+    # Still working when the settle time is up: in flight, not lost.
+    second = e2e.Observer()
+    job(second, 1)
+    feed(second, admitted(1))
+    assert asyncio.run(e2e.settle(second, ["job-1"], limit_seconds=0, quiet_seconds=15)) == "busy"
+
+
+def test_the_time_queued_runs_from_the_first_pending_to_the_admission() -> None:
+    observer = e2e.Observer()
+    times = job(observer, 1)
+    asyncio.run(observer.on_decision(received(pending(1), at=100.0)))
+    asyncio.run(observer.on_decision(received(admitted(2), at=104.0)))
+    times.ungated["job-1-a"] = times.created + 5.0  # type: ignore[attr-defined]
+    split = e2e.latency_split(observer, times)
+    assert split is not None
+    queued, pipeline = split
+    assert queued == 4.0
+    assert abs(pipeline - 1.0) < 1e-9
+
+
+def test_the_offered_load_is_little_s_law() -> None:
+    specs = [
+        e2e.JobSpec(name=f"j{i}", at=i, pods=2, gpus=4, topology="none", duration=10.0)
+        for i in range(10)
+    ]
+    load = e2e.offered_load(specs, seconds=10.0, nodes=32)
+    # 1 Job/s x 8 GPUs x 10 s = 80 busy GPUs of 256.
+    assert load["gpu_demand"] == round(80 / 256, 3)
+    assert load["pods_per_s"] == 2.0
