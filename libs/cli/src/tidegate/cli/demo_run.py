@@ -348,7 +348,9 @@ class DemoRunner:
             resource = JOBS if entry.kind == "Job" else DEPLOYMENTS
             await kube.create(
                 resource,
-                workload_object(entry, self.trace.namespace, gate=self.gate),
+                workload_object(
+                    entry, self.trace.namespace, gate=self.gate, per_index_backoff=True
+                ),
                 namespace=self.trace.namespace,
             )
             note = f" - {entry.note}" if entry.note else ""

@@ -212,11 +212,17 @@ def queue_object(entry: QueueEntry) -> JsonObject:
     }
 
 
-def workload_object(entry: WorkloadEntry, namespace: str, *, gate: bool = False) -> JsonObject:
+def workload_object(
+    entry: WorkloadEntry, namespace: str, *, gate: bool = False, per_index_backoff: bool = False
+) -> JsonObject:
     """The Job (Indexed, all pods at once) or Deployment an entry submits.
 
     With ``gate`` the pod template carries tidegate's scheduling gate itself, as the gate
     webhook would add it to every pod (for clusters where the webhook is not registered).
+    With ``per_index_backoff`` a Job counts failures per index (``backoffLimitPerIndex``), so
+    that a real Job controller replaces an evicted gang after 10 s instead of up to 10 minutes
+    (the demo's Jobs; docs/preemption.md). Such a Job keeps a failed pod's finalizer in a
+    namespace being deleted: delete it before its namespace.
     """
     labels = {"app": entry.name}
     if entry.queue is not None:
@@ -254,29 +260,24 @@ def workload_object(entry: WorkloadEntry, namespace: str, *, gate: bool = False)
     }
     if entry.kind == "Job":
         pod_spec["restartPolicy"] = "Never"
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": metadata,
-            "spec": {
-                "parallelism": entry.pods,
-                "completions": entry.pods,
-                "completionMode": "Indexed",
-                "backoffLimit": 100,
-                # The Job controller waits its pod-failure backoff before replacing failed pods,
-                # ignored ones included (kubernetes/kubernetes#130881): 10 s doubling per
-                # failure, so up to 10 minutes for a whole gang counted together. Counted per
-                # index, a gang evicted once waits 10 s.
-                "backoffLimitPerIndex": 100,
-                # An evicted pod (preemption) is not the Job's failure (Kueue's advice).
-                "podFailurePolicy": {
-                    "rules": [
-                        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
-                    ]
-                },
-                "template": template,
+        job_spec: JsonObject = {
+            "parallelism": entry.pods,
+            "completions": entry.pods,
+            "completionMode": "Indexed",
+            "backoffLimit": 100,
+            # An evicted pod (preemption) is not the Job's failure (Kueue's advice).
+            "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
             },
+            "template": template,
         }
+        if per_index_backoff:
+            # The Job controller waits its pod-failure backoff before replacing failed pods,
+            # ignored ones included (kubernetes/kubernetes#130881): 10 s doubling per failure,
+            # so up to 10 minutes for a whole gang counted together. Counted per index, a gang
+            # evicted once waits 10 s.
+            job_spec["backoffLimitPerIndex"] = 100
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
