@@ -517,7 +517,8 @@ async def chaos_system(
             )
             stack = LocalStack(settings, nats, sim)
             try:
-                await stack.start_services(settings.services)
+                for name in settings.services:
+                    await stack.start_service(name)
                 async with observed(
                     stack, namespace=NAMESPACE, grace_seconds=grace_seconds, name="tidegate-chaos"
                 ) as system:

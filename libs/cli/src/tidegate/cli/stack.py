@@ -34,8 +34,7 @@ SERVICES: Final[dict[str, str]] = {
     "preemption": "tidegate.preemption",
     "ungater": "tidegate.ungater",
 }
-"""Service name → the module that runs it (``python -m``); they start at once, and stop in
-reverse order."""
+"""Service name → the module that runs it (``python -m``), in start order."""
 
 
 class StackError(RuntimeError):
@@ -215,18 +214,6 @@ class LocalStack:
             await service.wait_ready(session, self.settings.ready_timeout_seconds)
         return service
 
-    async def start_services(self, names: tuple[str, ...]) -> None:
-        """Start several services at once, as Kubernetes starts a chart's Deployments (each
-        waits for what it needs on the bus), and return once every one is ready; the first
-        that fails to start raises, and the others' waits are cancelled."""
-        starting = [asyncio.create_task(self.start_service(name)) for name in names]
-        try:
-            await asyncio.gather(*starting)
-        finally:
-            for task in starting:
-                task.cancel()
-            await asyncio.gather(*starting, return_exceptions=True)
-
     async def stop_service(self, name: str, *, kill: bool = False) -> int | None:
         """Stop one service (SIGTERM, or SIGKILL to simulate a crash)."""
         return await self.processes[name].stop(kill=kill)
@@ -260,7 +247,8 @@ class LocalStack:
             async with _cluster(settings) as sim:
                 stack = cls(settings, nats, sim)
                 try:
-                    await stack.start_services(settings.services)
+                    for name in settings.services:
+                        await stack.start_service(name)
                     yield stack
                 finally:
                     await asyncio.gather(
