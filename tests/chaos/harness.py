@@ -61,7 +61,7 @@ from typing import Final
 from tidegate.bus import layout
 from tidegate.bus.server import NatsServerProcess
 from tidegate.cli.demo_trace import WorkloadEntry
-from tidegate.cli.stack import SERVICES, LocalStack, StackSettings
+from tidegate.cli.stack import SERVICES, LocalStack, StackError, StackSettings
 from tidegate.kube import DEPLOYMENTS
 from tidegate.model import Admitted, Message, Pending, Preempted, Released
 from tidegate.sim import SimCluster, SimSettings
@@ -347,7 +347,7 @@ class Chaos:
             self.tally.exits[name] += 1
             self.tally.notes.append(f"{name} exited with {process.returncode} after SIGSTOP")
             await process.stop()
-            await system.stack.start_service(name)
+            await self._start(name)
         system.checks.restarting.discard(name)
         system.checks.settled_at = time.monotonic()
 
@@ -405,12 +405,24 @@ class Chaos:
                     self.tally.exits[name] += 1
                     self.tally.notes.append(f"{name} exited with {code}: {process.log_tail(3)}")
                     await process.stop()
-                    await system.stack.start_service(name)
+                    await self._start(name)
                 finally:
                     system.checks.restarting.discard(name)
                     system.checks.settled_at = time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.2)
+
+    async def _start(self, name: str) -> None:
+        """Start ``name`` again; one that exits before it is ready (NATS restarting under it)
+        is left dead for :meth:`supervise` to start again, as Kubernetes restarts a container
+        in a crash loop, and counted."""
+        try:
+            await self.system.stack.start_service(name)
+        except StackError as exc:
+            first_line = str(exc).splitlines()[0]
+            self.system.note(f"{name} did not start: {first_line}; the supervisor tries again")
+            self.tally.exits[name] += 1
+            self.tally.notes.append(f"{name} did not start: {first_line}")
 
     # ------------------------------------------------------------------ settling
 
