@@ -1,6 +1,7 @@
 """Last-value state streams: replay the newest message per subject (tombstones too), then follow."""
 
 import asyncio
+import contextlib
 
 from tidegate.bus import Bus, Received, StateFollower, layout
 from tidegate.model import NodeState, Tombstone, subjects
@@ -109,3 +110,29 @@ async def test_a_bad_message_is_skipped_and_a_failing_handler_retried_not_skippe
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_cancellation_swallowed_by_the_handler_still_stops_the_follower(
+    bus: Bus, cluster_id: str, make_node: MakeNode
+) -> None:
+    """A handler that swallows the cancellation (as nats-py's ``asyncio.wait_for`` can in
+    Python 3.11): the follower must end cancelled, not wait for its next message for ever
+    inside a cancelled TaskGroup (an ungater that never stopped, in CI)."""
+    stream = layout.state_stream(cluster_id)
+    subject = subjects.node(cluster_id, "n1")
+    await bus.publish(subject, make_node("n1"))
+    handling = asyncio.Event()
+
+    async def swallowing(received: Received) -> None:
+        handling.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+
+    follower = StateFollower(bus, stream=stream, subjects=[subject], handler=swallowing)
+    running = asyncio.create_task(follower.run())
+    async with asyncio.timeout(30):
+        await handling.wait()
+    running.cancel()
+    async with asyncio.timeout(30):
+        results = await asyncio.gather(running, return_exceptions=True)
+    assert running.cancelled(), results

@@ -45,6 +45,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from tidegate.bus import layout
+from tidegate.bus._cancel import unless_cancelled
 from tidegate.bus._wrap import translate, wrapped
 from tidegate.bus.connection import Bus
 from tidegate.bus.errors import BusError, LeaseLost, Permanent, Retryable
@@ -205,7 +206,7 @@ class DurableConsumer:
                             await stop.wait()
                     continue
                 failures = 0
-                _unless_cancelled()
+                unless_cancelled()
                 await self.handle_batch(batch)
         finally:
             await self.close()
@@ -246,7 +247,7 @@ class DurableConsumer:
             for msg in batch:
                 await self._handle(msg)
                 unsettled.remove(msg)
-                _unless_cancelled()
+                unless_cancelled()
         except LeaseLost:
             # A deposed leader must not retry (its next attempt is fenced off anyway) nor hold
             # the messages for ack_wait: hand them back now, for the new leader.
@@ -391,15 +392,3 @@ class DurableConsumer:
         )
         with wrapped(f"dead-lettering to {subject}"):
             await self._bus.jetstream.publish(subject, msg.data, headers=dl_headers)
-
-
-def _unless_cancelled() -> None:
-    """Raise ``CancelledError`` if this task was asked to stop and something below swallowed
-    the request (checked after each fetch and each handled message): nats-py's fetch waits
-    with ``asyncio.wait_for``, which in Python 3.11 returns the result when a cancellation
-    arrives as the wait completes, and a handler may swallow one too. The loop would run on
-    inside a cancelled TaskGroup, and the service never exit (seen in the chaos run: a deposed
-    ungater kept handling decisions with its Kubernetes client already closed)."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError

@@ -28,6 +28,7 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
+from tidegate.bus._cancel import unless_cancelled
 from tidegate.bus._wrap import wrapped
 from tidegate.bus.connection import Bus
 from tidegate.bus.message import Received
@@ -103,7 +104,9 @@ class StateFollower:
                 except nats.errors.ConnectionClosedError:
                     log.info("follower %s: connection closed, stopping", self.name)
                     return
+                unless_cancelled()
                 await self._deliver(msg)
+                unless_cancelled()
                 metadata = msg.metadata
                 if not self.replayed.is_set() and (
                     metadata.num_pending == 0 or metadata.sequence.stream >= backlog_end

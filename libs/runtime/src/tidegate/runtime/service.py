@@ -100,8 +100,17 @@ class ServiceContext(Generic[S]):
         A ``graceful`` task watches :attr:`stopping` and returns by itself on stop (it gets
         ``shutdown_grace_seconds``); any other task is cancelled at stop.
         """
-        task = self._tasks.create_task(work, name=f"{self.name}:{name}")
+        task = self._tasks.create_task(self._reported(name, work), name=f"{self.name}:{name}")
         (self._graceful if graceful else self._others).append(task)
+
+    async def _reported(self, name: str, work: Coroutine[None, None, None]) -> None:
+        """Run ``work``; log a failure at once, before the other tasks are stopped (the full
+        traceback follows once they are)."""
+        try:
+            await work
+        except Exception as exc:
+            log.error("%s: %s failed, stopping the service: %s", self.name, name, exc)
+            raise
 
     def require(self, name: str, check: Callable[[], bool]) -> None:
         """Report not-ready (naming ``name`` in /readyz) until ``check()`` is true."""
