@@ -8,7 +8,7 @@ import pytest
 
 from tidegate.testing.controlplane import ControlPlane
 
-from .real import RbacUsage, RealTidegate, real_system
+from .real import STARTUP_RESTARTS, RbacUsage, RealTidegate, real_system
 
 _REPORT = pytest.StashKey[list[str]]()
 
@@ -34,6 +34,9 @@ def real_tidegate(
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
-    """The RBAC report of :func:`rbac_usage`, when real-cluster scenarios ran."""
+    """The RBAC report of :func:`rbac_usage`, when real-cluster scenarios ran, and every
+    service that had to be started twice."""
     for line in config.stash.get(_REPORT, []):
         terminalreporter.write_line(line)
+    for note in STARTUP_RESTARTS:
+        terminalreporter.write_line(note)
