@@ -424,6 +424,39 @@ def percentiles(values: list[float]) -> dict[str, float | int | None]:
     }
 
 
+SLOWEST = 10
+"""How many of the slowest Jobs the figures break down stage by stage."""
+
+
+def slowest_jobs(observer: Observer, jobs: list[JobTimes]) -> list[dict[str, Any]]:
+    """The :data:`SLOWEST` Jobs by created → last pod ungated, each split into its stages (ms):
+    created → first admitted (the decision's stamp), → first pod ungated, → last pod ungated;
+    where the tail's time goes."""
+    rows: list[dict[str, Any]] = []
+    for job in jobs:
+        last = job.all_ungated()
+        if last is None:
+            continue
+        admitted = next(
+            (d.time for d in observer.history(job.spec.name) if d.kind == "admitted"), None
+        )
+        first = min(job.ungated.values())
+        rows.append(
+            {
+                "job": job.spec.name,
+                "pods": job.spec.pods,
+                "created_to_ungated_ms": round((last - job.created) * 1000, 1),
+                "created_to_admitted_ms": None
+                if admitted is None
+                else round((admitted - job.created_wall) * 1000, 1),
+                "created_to_first_ungated_ms": round((first - job.created) * 1000, 1),
+                "first_to_last_ungated_ms": round((last - first) * 1000, 1),
+            }
+        )
+    rows.sort(key=lambda row: row["created_to_ungated_ms"], reverse=True)
+    return rows[:SLOWEST]
+
+
 def slope(samples: list[tuple[float, int]]) -> float:
     """Least-squares slope (per second) of (time, value) samples; 0 for fewer than two."""
     if len(samples) < 2:
@@ -607,6 +640,7 @@ async def run_load(
     admitted_span = (max(admitted_times) - first_created) if admitted_times else 0.0
     window = [(t, v) for t, v in samples if seconds / 2 <= t <= seconds]
     return {
+        "slowest_jobs": slowest_jobs(observer, jobs),
         "offered_jobs": len(specs),
         "offered_per_s": rate,
         "offered_pods": sum(s.pods for s in specs),
@@ -893,6 +927,12 @@ def print_run(figures: Mapping[str, Any]) -> None:
         print(
             f"  {label:<34} p50 {p['p50_ms']} ms, p99 {p['p99_ms']} ms, max {p['max_ms']} ms "
             f"({p['count']} Jobs)"
+        )
+    for row in figures["slowest_jobs"][:3]:
+        print(
+            f"  slow: {row['job']} ({row['pods']} pods) {row['created_to_ungated_ms']} ms = "
+            f"admitted after {row['created_to_admitted_ms']}, first pod ungated after "
+            f"{row['created_to_first_ungated_ms']}, the rest {row['first_to_last_ungated_ms']}"
         )
     print(
         f"  admitted {figures['admitted_per_s']} workloads/s; pending reasons "

@@ -2,6 +2,7 @@
 (the decision stream lags the state stream, e.g. while its NATS leader fails over) must not let
 the victim's replacement pods into its old slots."""
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -97,3 +98,60 @@ async def test_replacements_wait_while_the_view_lags_the_decision_stream(
         ]
         assert len(pods) == 2
         assert all(gated(p) for p in pods), "no replacement released into the victim's slots"
+
+
+async def test_a_view_found_behind_asks_again_soon_not_after_the_window(env: Env) -> None:
+    # Issue 14's p99: a view found behind the decision stream (it is, for the few ms a decision
+    # takes to arrive) used to stop early releases until the batch window's round. A window
+    # far longer than the wait below shows that a new gang is released once the view caught up.
+    view = View()
+    key = WorkloadKey("team/eager")
+    answers = [False]
+
+    async def current() -> bool:
+        return answers.pop() if answers else True
+
+    releaser = Releaser(
+        view=view,
+        kube=env.kube,
+        bus=env.bus,
+        cluster=env.cluster,
+        settings=env.ungater_settings(batch_window_seconds=120.0),
+        metrics=ReleaserMetrics(CollectorRegistry()),
+        decisions_current=current,
+    )
+    stop = asyncio.Event()
+    async with (
+        following(
+            env.bus,
+            stream=layout.state_stream(env.cluster),
+            subjects=state_subjects(env.cluster),
+            handler=view.on_state,
+        ),
+        following(
+            env.bus,
+            stream=layout.decisions_stream(env.cluster),
+            subjects=decision_subjects(env.cluster),
+            handler=view.on_decision,
+        ),
+    ):
+        running = asyncio.create_task(releaser.run(stop))
+        try:
+            job = await env.job("eager", 2)
+            await env.until(
+                lambda: len([p for p in view.members(key) if p.scheduling_gates]) == 2,
+                what="two gated pods in the view",
+            )
+            await env.admit("team/eager", job["metadata"]["uid"], {"main": [(env.host(0, 0), 2)]})
+            await env.until(lambda: view.verdict(key).admitted is not None, what="the admission")
+            releaser.mark([key])
+
+            async def released() -> bool:
+                pods = await env.pods("job-name=eager")
+                return len(pods) == 2 and not any(gated(p) for p in pods)
+
+            await env.until_async(released, within=30.0, what="both pods released")
+            assert not answers, "the view was found behind once"
+        finally:
+            stop.set()
+            await running

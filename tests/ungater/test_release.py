@@ -5,6 +5,8 @@ from typing import Any
 
 from tidegate.kube import JOBS, PODS
 from tidegate.model import PodState, subjects
+from tidegate.sim.kinds import PODS as SIM_PODS
+from tidegate.sim.store import WatchEvent
 
 from .conftest import NAMESPACE, Env, gated, index_of
 
@@ -218,3 +220,38 @@ async def test_a_new_gang_whose_pods_are_all_there_is_released_without_waiting_t
     pods = await env.until_async(released, within=60.0, what="four released pods")
     for pod in pods:
         assert domain_of(pod) == hosts[index_of(pod) // 2]
+
+
+async def test_a_small_gang_is_not_held_back_by_a_big_one_being_released(env: Env) -> None:
+    # Issue 14's p99: a 256-pod gang's releases took 0.7 s and every Job planned after it
+    # waited for them. A big gang's writes now go on in the background with at most half of
+    # the concurrent writes, so a small gang admitted meanwhile is released before the big
+    # one's last pod (in the order the API server committed the releases).
+    released: list[str] = []
+
+    def on_pod(event: WatchEvent) -> None:
+        pod: dict[str, Any] = dict(event.obj)
+        name = pod["metadata"]["name"]
+        if not gated(pod) and name not in released:
+            released.append(name)
+
+    unsubscribe = env.sim.store.subscribe(SIM_PODS.key, on_pod)
+    try:
+        await env.start_ungater(batch_window_seconds=120.0, max_concurrent_patches=2)
+        big = await env.job("big", 160)
+        small = await env.job("small", 1)
+
+        async def all_gated() -> bool:
+            pods = await env.pods()
+            return len(pods) == 161 and all(gated(p) for p in pods)
+
+        await env.until_async(all_gated, within=60.0, what="161 gated pods")
+        hosts = [env.host(rack, node) for rack in range(2) for node in range(4)]
+        await env.admit("team/big", big["metadata"]["uid"], {"main": [(h, 20) for h in hosts]})
+        await env.until(lambda: released, within=60.0, what="the big gang's first release")
+        await env.admit("team/small", small["metadata"]["uid"], {"main": [(hosts[0], 1)]})
+        await env.until(lambda: len(released) == 161, within=120.0, what="every pod released")
+    finally:
+        unsubscribe()
+    small_at = next(i for i, name in enumerate(released) if name.startswith("small-"))
+    assert small_at < len(released) - 1, "the small gang waited for the big one's releases"

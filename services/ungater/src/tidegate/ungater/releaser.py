@@ -97,6 +97,8 @@ PODGROUPS = ResourceType(
 
 TICK_SECONDS = 1.0
 """How often timeouts (expectations, replacement requests) are looked at without a change."""
+LAG_RETRY_SECONDS = 0.02
+"""How soon a view found behind the decision stream is asked again for early releases."""
 
 Guard = Callable[[], None]
 """Called before every Kubernetes write; raises (``LeaseLost``) to stop it."""
@@ -232,6 +234,10 @@ class Releaser:
         self._resumed: dict[WorkloadKey, tuple[str, int]] = {}
         """Per workload: (uid, admission sequence) this process unsuspended it for."""
         self._stop = asyncio.Event()
+        self._executing: set[asyncio.Task[None]] = set()
+        """Early rounds' writes still being sent (:meth:`_batch` does not wait for them)."""
+        self._failure: BaseException | None = None
+        """The first error of a write sent in the background, raised by :meth:`run`."""
         self.rounds = 0
         """Rounds completed (tests wait on it)."""
         self.finished = asyncio.Event()
@@ -291,18 +297,29 @@ class Releaser:
         """Run rounds until ``stop`` is set; writes of the round in hand that have not started
         yet are dropped then (the next process plans them again)."""
         self._stop = stop
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(TICK_SECONDS):
-                    await self._wake.wait()
-            if stop.is_set():
-                return
-            self._mark_timeouts()
-            if not self._dirty:
-                continue
-            await self._batch(stop)
-            if self._dirty:
-                await self.round()
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(TICK_SECONDS):
+                        await self._wake.wait()
+                self._raise_background_failure()
+                if stop.is_set():
+                    return
+                self._mark_timeouts()
+                if not self._dirty:
+                    continue
+                await self._batch(stop)
+                self._raise_background_failure()
+                if self._dirty:
+                    await self.round()
+        finally:
+            if self._executing:
+                await asyncio.wait(set(self._executing))
+        self._raise_background_failure()
+
+    def _raise_background_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
 
     async def _batch(self, stop: asyncio.Event) -> None:
         """Wait ``batch_window_seconds`` for more changes before the round, so pods created
@@ -310,30 +327,35 @@ class Releaser:
         each marked workload that is :meth:`_fresh_gang` (issue 14: the window had been most
         of a Job's time from its creation to its pods' release)."""
         deadline = time.monotonic() + self.settings.batch_window_seconds
-        early = True
         done: set[WorkloadKey] = set()
         while not stop.is_set():
             self._changed.clear()
             fresh, self._fresh = self._fresh, set()
-            ready = (
-                {k for k in fresh - done if k in self._dirty and self._fresh_gang(k)}
-                if early
-                else set()
-            )
-            if ready:
+            ready = {k for k in fresh - done if k in self._dirty and self._fresh_gang(k)}
+            if ready and await self.round(only=ready, background=True):
                 done |= ready
-                # A view behind the decision stream releases nothing: the rest waits for the
-                # window's round rather than asking again at every change.
-                early = await self.round(only=ready)
+            elif ready:
+                # A view behind the decision stream released nothing and marked them again:
+                # ask again once it had time to catch up, not at every change (issue 14:
+                # waiting for the window's round instead was most of the p99).
+                left = self._left(deadline)
+                if left <= 0:
+                    return
+                await _first_set(stop, within=min(LAG_RETRY_SECONDS, left))
+                continue
             if not self._dirty:
                 # Everything was released early: nothing wakes the next wait until a new mark
                 # (a set event would make it return at once, for ever).
                 self._wake.clear()
                 return
-            left = deadline - time.monotonic()
+            left = self._left(deadline)
             if left <= 0:
                 return
             await _first_set(self._changed, stop, within=left)
+
+    @staticmethod
+    def _left(deadline: float) -> float:
+        return max(0.0, deadline - time.monotonic())
 
     def _fresh_gang(self, key: WorkloadKey) -> bool:
         """A first admission (not a replacement) none of whose pods is released or expected
@@ -348,9 +370,13 @@ class Releaser:
             return False
         return all(_gated(pod) for pod in self.view.members(key))
 
-    async def round(self, only: set[WorkloadKey] | None = None) -> bool:
+    async def round(
+        self, only: set[WorkloadKey] | None = None, *, background: bool = False
+    ) -> bool:
         """Reconcile every dirty workload once (``only``: those of them); whether the view was
-        current enough to release."""
+        current enough to release. The round's writes are sent before it returns, or with
+        ``background`` while the next rounds are planned (a 256-pod gang's releases took
+        0.7 s, which every Job after it waited for: issue 14's p99)."""
         started = time.perf_counter()
         if only is None:
             self._wake.clear()
@@ -376,14 +402,30 @@ class Releaser:
                 work.append(item)
         self.metrics.waiting.set(waiting)
         self.metrics.expectations.set(sum(len(e) for e in self.expectations.values()))
+        if held:
+            self.mark(held)
+        if background and work:
+            task = asyncio.create_task(self._execute_round(work, started))
+            self._executing.add(task)
+            task.add_done_callback(self._executed)
+        else:
+            await self._execute_round(work, started)
+        return releasing
+
+    async def _execute_round(self, work: list[_Work], started: float) -> None:
         async with asyncio.TaskGroup() as tasks:
             for item in work:
                 tasks.create_task(self._execute(item))
         self.rounds += 1
         self.metrics.round_seconds.observe(time.perf_counter() - started)
-        if held:
-            self.mark(held)
-        return releasing
+
+    def _executed(self, task: asyncio.Task[None]) -> None:
+        self._executing.discard(task)
+        if task.cancelled() or self._failure is not None:
+            return
+        self._failure = task.exception()
+        if self._failure is not None:
+            self._wake.set()
 
     async def _decisions_are_current(self) -> bool:
         if self._decisions_current is None:
@@ -730,13 +772,18 @@ class Releaser:
     # ------------------------------------------------------------------ writes
 
     async def _execute(self, item: _Work) -> None:
+        # One workload uses at most half the concurrent writes, so a big gang's releases do
+        # not hold back every small one planned after it.
+        share = asyncio.Semaphore(max(1, self.settings.max_concurrent_patches // 2))
         with release_span(item.key, item.workload):
             async with asyncio.TaskGroup() as tasks:
                 for write in item.writes:
-                    tasks.create_task(self._limited(write))
+                    tasks.create_task(self._limited(write, share))
 
-    async def _limited(self, write: Callable[[], Awaitable[None]]) -> None:
-        async with self._writes:
+    async def _limited(
+        self, write: Callable[[], Awaitable[None]], share: asyncio.Semaphore
+    ) -> None:
+        async with share, self._writes:
             if not self._stop.is_set():
                 await write()
 
