@@ -45,8 +45,9 @@ class UngaterSettings(ServiceSettings):
     batch_window_seconds: float = 1.0
     """After a change, wait this long for more before releasing (pods created together are
     released in one round)."""
-    max_concurrent_patches: int = 16
-    """Kubernetes writes (releases, status, Events, evictions) in flight at once, at most."""
+    max_concurrent_patches: int = 32
+    """Kubernetes writes (releases, status, Events, evictions) in flight at once, at most; one
+    workload's at most half of them (16 by default, what one gang had before the share)."""
     expectation_timeout_seconds: float = 60.0
     """A release not seen on the bus within this long is forgotten, and the pod is judged by
     what the bus shows (a lost watch event must not hold a slot for ever)."""
