@@ -13,9 +13,16 @@ from tidegate.bus import connect as connect_bus
 from tidegate.kube import JOBS, NAMESPACES, PDBS, PODS, KubeClient, KubeSettings, NotFound
 from tidegate.kube import connect as connect_kube
 from tidegate.model.names import PREEMPTED_BY_ANNOTATION, RESUME_ANNOTATION
-from tidegate.preemption.evict import EvictionFailed, EvictionRefused, EvictionSettings, Evictor
+from tidegate.preemption.evict import (
+    AbortFailed,
+    EvictionFailed,
+    EvictionRefused,
+    EvictionSettings,
+    Evictor,
+)
 from tidegate.preemption.record import PodRef, VictimRecord
 from tidegate.sim import SimCluster, SimSettings
+from tidegate.testing.faultproxy import Refuse, kube_fault_proxy
 
 NAMESPACE = "team"
 
@@ -33,6 +40,23 @@ async def kube(tmp_path: Path) -> AsyncIterator[KubeClient]:
             yield client
         finally:
             await client.close()
+
+
+def train_job() -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {
+            "parallelism": 2,
+            "template": {
+                "spec": {
+                    "containers": [{"name": "main", "image": "trainer:1"}],
+                    "restartPolicy": "Never",
+                }
+            },
+        },
+    }
 
 
 def pod(name: str) -> dict[str, Any]:
@@ -79,21 +103,7 @@ async def test_a_pod_is_evicted_once_and_a_replacement_of_the_same_name_never(
 
 
 async def test_abort_suspends_and_marks_the_job_then_evicts_its_pods(kube: KubeClient) -> None:
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "train"},
-        "spec": {
-            "parallelism": 2,
-            "template": {
-                "spec": {
-                    "containers": [{"name": "main", "image": "trainer:1"}],
-                    "restartPolicy": "Never",
-                }
-            },
-        },
-    }
-    await kube.create(JOBS, job, namespace=NAMESPACE)
+    await kube.create(JOBS, train_job(), namespace=NAMESPACE)
     pods = [
         ref(dict(await kube.create(PODS, pod(f"train-{i}"), namespace=NAMESPACE))) for i in range(2)
     ]
@@ -205,3 +215,42 @@ async def test_a_budget_refusal_is_not_retried_and_names_the_refused_pods(
     assert sorted(outcomes) == ["evicted", "refused"]
     assert await exists(kube, "guarded-0") is None
     assert await exists(kube, "guarded-1") is not None
+
+
+async def test_an_abort_the_api_server_refuses_still_evicts_every_pod(tmp_path: Path) -> None:
+    """The victim's quota is released once the decision is out, so a lasting failure of the
+    abort (403 on the Job's patch, from a fault proxy in front of the API server) must not
+    keep its pods running: they are evicted, and :class:`AbortFailed` says the abort is left
+    to retry; once the API server allows it, the retry suspends and marks the Job."""
+    settings = SimSettings(nodes="1x1x2x8gpu", scheduler=False, kubelet=False, controllers=False)
+    async with SimCluster.running(settings) as sim, kube_fault_proxy(sim.url) as proxy:
+        kube = await connect_kube(
+            KubeSettings(kubeconfig=proxy.write_kubeconfig(tmp_path / "kc"), max_attempts=1)
+        )
+        try:
+            await kube.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
+            await kube.create(JOBS, train_job(), namespace=NAMESPACE)
+            pods = [
+                ref(dict(await kube.create(PODS, pod(f"train-{i}"), namespace=NAMESPACE)))
+                for i in range(2)
+            ]
+            victim = VictimRecord(
+                key=f"{NAMESPACE}/train", uid="u", mode="abort", owner_kind="Job", pods=pods
+            )
+            proxy.arm("PATCH", f"/namespaces/{NAMESPACE}/jobs/train", Refuse(403), times=1000)
+            evictor = Evictor(kube, EvictionSettings())
+            with pytest.raises(AbortFailed, match="cannot suspend or mark the Job of team/train"):
+                await evictor.preempt(victim, pods, preemptor=f"{NAMESPACE}/serve")
+            assert [await exists(kube, p.name) for p in pods] == [None, None]
+            stored = await kube.get(JOBS, "train", namespace=NAMESPACE)
+            assert not stored["spec"].get("suspend")
+            assert proxy.injected >= 1
+
+            proxy.disarm()
+            again = await evictor.preempt(victim, pods, preemptor=f"{NAMESPACE}/serve")
+            assert again == {"train-0": "gone", "train-1": "gone"}
+            stored = await kube.get(JOBS, "train", namespace=NAMESPACE)
+            assert stored["spec"]["suspend"] is True
+            assert stored["metadata"]["annotations"][PREEMPTED_BY_ANNOTATION] == "team/serve"
+        finally:
+            await kube.close()

@@ -22,7 +22,12 @@ and the rules for doing it safely live together:
   the pods) and, in the same patch, annotates it ``tidegate.io/preempted-by`` and
   ``tidegate.io/resume: manual``: the suspension is then never taken for one made for tidegate
   to undo (docs/workloads.md, "Suspended Jobs and JobSets"), so the victim stays out across
-  any restart of any service, by its own object.
+  any restart of any service, by its own object;
+- an abort that fails (403, a webhook that refuses the patch, the API server down) never
+  stops the evictions: the victim's quota was released when the decision went out, so its
+  pods must go whatever becomes of its owner. :class:`AbortFailed` is raised after the pods
+  were evicted, and the caller tries the abort again later (its controller may meanwhile
+  recreate the pods, gated: they wait for an admission like a restarted victim's).
 
 It decides nothing: which pods of which victims is the record's business (:mod:`.record`).
 """
@@ -70,6 +75,19 @@ class EvictionRefused(EvictionFailed):
         super().__init__(message)
         self.pods = list(pods)
         self.why = why
+
+
+class AbortFailed(EvictionFailed):
+    """The victim's owner could not be suspended or marked (its pods were evicted all the
+    same): try the abort again later."""
+
+    def __init__(self, message: str, *, victim: str, why: str) -> None:
+        """``victim``: the victim's key; ``why``: the API server's answer."""
+        super().__init__(message)
+        self.victim = victim
+        self.why = why
+        self.evictions: EvictionFailed | None = None
+        """The victim's pods that could not be evicted either, if any."""
 
 
 class _RefusedError(Exception):
@@ -123,10 +141,32 @@ class Evictor:
         self, victim: VictimRecord, pods: Sequence[PodRef], *, preemptor: str
     ) -> dict[str, EvictionResult]:
         """Evict ``victim`` whole: on abort, suspend and mark its owner first; then evict
-        ``pods``. Returns each pod's result by name; raises :class:`EvictionFailed` if any
-        pod could not be evicted (the others are evicted regardless)."""
+        ``pods``, even when the abort failed. Returns each pod's result by name; raises
+        :class:`AbortFailed` if the abort failed (with the pods' failure, if any, as its
+        ``evictions``), else :class:`EvictionFailed` if any pod could not be evicted (the
+        others are evicted regardless)."""
+        abort_failed: AbortFailed | None = None
         if victim.mode == "abort":
-            await self.abort(victim, preemptor=preemptor)
+            try:
+                await self.abort(victim, preemptor=preemptor)
+            except AbortFailed as exc:
+                log.warning("%s; evicting its pods all the same", exc)
+                abort_failed = exc
+        try:
+            results = await self._evict_all(victim, pods)
+        except EvictionFailed as exc:
+            if abort_failed is None:
+                raise
+            abort_failed.evictions = exc
+            raise abort_failed from exc
+        if abort_failed is not None:
+            raise abort_failed
+        return results
+
+    async def _evict_all(
+        self, victim: VictimRecord, pods: Sequence[PodRef]
+    ) -> dict[str, EvictionResult]:
+        """Evict every pod of ``pods`` (see :meth:`preempt`)."""
         tasks = [asyncio.ensure_future(self.evict(pod)) for pod in pods]
         results = await asyncio.gather(*tasks, return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
@@ -173,7 +213,7 @@ class Evictor:
     async def abort(self, victim: VictimRecord, *, preemptor: str) -> None:
         """Suspend the victim's Job or JobSet and annotate its owner with the preemptor.
         An owner that is gone is fine; other kinds are only annotated (their pods are evicted
-        all the same)."""
+        all the same). Raises :class:`AbortFailed` when the API server refuses or fails."""
         namespace, _, name = victim.key.partition("/")
         resource = owner_resource(victim.owner_kind, victim.owner_api_version)
         self._checked()
@@ -197,7 +237,11 @@ class Evictor:
         except NotFound:
             log.info("abort %s: its %s is gone already", victim.key, victim.owner_kind)
         except KubeError as exc:
-            raise EvictionFailed(f"cannot abort {victim.key}: {exc}") from exc
+            raise AbortFailed(
+                f"cannot suspend or mark the {victim.owner_kind} of {victim.key}: {exc}",
+                victim=victim.key,
+                why=str(exc),
+            ) from exc
 
     def _checked(self) -> None:
         """The guard; a lease not confirmed long enough defers the preemption (retried by the

@@ -20,8 +20,11 @@ One :class:`Preempter` per leading instance. For a ``preempt-requested`` decisio
    the ungater and admission, so the replacement pods a victim's controller creates while its
    old pods are evicted (a Job's, as soon as they are terminating) wait gated for a new
    admission instead of being released into the victim's old slots;
-5. evicts every recorded pod of every victim (abort mode: suspends its Job/JobSet first) and
-   marks the record evicted. The record stays while the nomination holds; the nomination
+5. evicts every recorded pod of every victim (abort mode: suspends its Job/JobSet first; its
+   pods are evicted even when that fails) and marks the record evicted once every victim is
+   evicted whole and aborted. What is left (a pod a budget refuses, an abort the API server
+   refused) is reported (Warning Events on the victim and the preemptor, metrics) and retried
+   by :meth:`Preempter.reconcile` until it succeeds. The record stays while the nomination holds; the nomination
    timeout counts from the end of the evictions.
 
 If the search finds no admissible victim set (or the gang fits without one, or the preemptor
@@ -51,9 +54,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
 from tidegate.policy.victims import preempted_decision
-from tidegate.preemption.evict import EvictionFailed, EvictionRefused, Evictor
+from tidegate.preemption.evict import AbortFailed, EvictionFailed, EvictionRefused, Evictor
 from tidegate.preemption.ledger import PreemptionLedger
-from tidegate.preemption.record import PodRef, PreemptionRecord, event_id
+from tidegate.preemption.record import PodRef, PreemptionRecord, VictimRecord, event_id
 from tidegate.preemption.view import PreemptionView, Unanswerable
 from tidegate.telemetry import extract, inject, victim_choice_span
 
@@ -97,8 +100,14 @@ class PreemptionMetrics:
         )
         self.budget_blocked = Counter(
             "tidegate_preemption_budget_blocked_total",
-            "Preemptions whose evictions a PodDisruptionBudget refused (429): finished later, "
-            "when the budget allows.",
+            "Preemptions a PodDisruptionBudget held (429): not started (dry run refused), or "
+            "finished later, when the budget allows (counted once each by the leader).",
+            registry=registry,
+        )
+        self.abort_failures = Counter(
+            "tidegate_preemption_abort_failures_total",
+            "Attempts to suspend or mark an aborted victim's owner that failed (its pods are "
+            "evicted all the same; the abort is retried).",
             registry=registry,
         )
         self.search_seconds = Histogram(
@@ -144,6 +153,8 @@ class Preempter:
         self._metrics = metrics
         self._nomination_timeout = nomination_timeout_seconds
         self._report = report
+        self._budget_blocked: set[str] = set()
+        """Event ids of the unfinished preemptions a budget held, counted once each."""
         self.lock = asyncio.Lock()
         """Held while a request is answered or records are reconciled: one at a time."""
 
@@ -289,15 +300,6 @@ class Preempter:
         """Finish ``record``; False (logged) when an eviction failed and it must wait."""
         try:
             await self.finish(record)
-        except EvictionRefused as exc:
-            self._metrics.budget_blocked.inc()
-            log.warning(
-                "preemption for %s waits for a PodDisruptionBudget, will be retried: %s",
-                record.preemptor,
-                exc,
-            )
-            await self._tell(record, exc)
-            return False
         except EvictionFailed as exc:
             log.warning(
                 "preemption for %s not finished, will be retried: %s", record.preemptor, exc
@@ -305,46 +307,90 @@ class Preempter:
             return False
         return True
 
-    async def _tell(self, record: PreemptionRecord, exc: EvictionRefused) -> None:
-        """Warning Events on the victims and the preemptor: a budget holds the eviction."""
-        message = (
-            f"eviction of {', '.join(exc.pods)} refused by a PodDisruptionBudget ({exc.why}); "
-            f"the preemption for {record.preemptor} is finished once the budget allows"
+    async def _evict_victim(self, record: PreemptionRecord, victim: VictimRecord) -> bool:
+        """Evict one victim of ``record`` whole; False when something is left for a retry
+        (reported here: log, Warning Events, metrics)."""
+        pods = self._pods_to_evict(record, victim.key, victim.uid, victim.pods)
+        try:
+            results = await self._evictor.preempt(victim, pods, preemptor=record.preemptor)
+        except AbortFailed as exc:
+            self._metrics.abort_failures.inc()
+            await self._tell_all(
+                [victim.key, record.preemptor],
+                f"cannot suspend or mark the {victim.owner_kind} of {victim.key} for "
+                f"{record.preemptor} ({exc.why}); its pods are evicted all the same and the "
+                "abort is retried until it succeeds",
+                reason="PreemptionAbortFailed",
+            )
+            if isinstance(exc.evictions, EvictionRefused):
+                await self._refused(record, victim, exc.evictions)
+            return False
+        except EvictionRefused as exc:
+            await self._refused(record, victim, exc)
+            return False
+        except EvictionFailed as exc:
+            log.warning("eviction of %s for %s failed: %s", victim.key, record.preemptor, exc)
+            return False
+        log.info(
+            "evicted %s (%s) for %s: %d pods evicted, %d already gone",
+            victim.key,
+            victim.mode,
+            record.preemptor,
+            sum(1 for r in results.values() if r == "evicted"),
+            sum(1 for r in results.values() if r == "gone"),
         )
-        await self._tell_all([*(v.key for v in record.victims), record.preemptor], message)
+        return True
 
-    async def _tell_all(self, keys: list[str], message: str) -> None:
-        """A PreemptionBlocked Warning Event on each workload of ``keys``."""
+    async def _refused(
+        self, record: PreemptionRecord, victim: VictimRecord, exc: EvictionRefused
+    ) -> None:
+        """A budget holds some pods of ``victim``: count the preemption once, tell the victim
+        and the preemptor (Warning Events) at every attempt."""
+        if record.event_id not in self._budget_blocked:
+            self._budget_blocked.add(record.event_id)
+            self._metrics.budget_blocked.inc()
+        log.warning(
+            "preemption for %s waits for a PodDisruptionBudget, will be retried: %s",
+            record.preemptor,
+            exc,
+        )
+        await self._tell_all(
+            [victim.key, record.preemptor],
+            f"eviction of {', '.join(exc.pods)} refused by a PodDisruptionBudget ({exc.why}); "
+            f"the preemption for {record.preemptor} is finished once the budget allows",
+        )
+
+    async def _tell_all(
+        self, keys: list[str], message: str, *, reason: str = "PreemptionBlocked"
+    ) -> None:
+        """A Warning Event ``reason`` on each workload of ``keys``."""
         if self._report is None:
             return
         for key in keys:
             try:
-                await self._report(WorkloadKey(key), "PreemptionBlocked", message)
+                await self._report(WorkloadKey(key), reason, message)
             except Exception as error:  # an Event is worth a log line, never a failure
-                log.warning("no PreemptionBlocked Event on %s: %s", key, error)
+                log.warning("no %s Event on %s: %s", reason, key, error)
 
     async def finish(self, record: PreemptionRecord) -> None:
         """Publish the decision of ``record`` (unless it is out already) and mark it
         published, then evict every victim whole and mark it evicted.
 
-        Raises :class:`~tidegate.preemption.evict.EvictionFailed` when a pod could not be
-        evicted (the record stays published but not evicted, and is finished later)."""
+        Every victim is evicted even when another one's eviction fails. Raises
+        :class:`~tidegate.preemption.evict.EvictionFailed` when a pod could not be evicted or
+        an abort failed (the record stays published but not evicted, and is finished
+        later)."""
         if not record.published:
             await self._publish_decision(record)
             record = msgspec.structs.replace(record, published_at=time.time())
             await self._ledger.write(record)
-        for victim in record.victims:
-            pods = self._pods_to_evict(record, victim.key, victim.uid, victim.pods)
-            results = await self._evictor.preempt(victim, pods, preemptor=record.preemptor)
-            log.info(
-                "evicted %s (%s) for %s: %d pods evicted, %d already gone",
-                victim.key,
-                victim.mode,
-                record.preemptor,
-                sum(1 for r in results.values() if r == "evicted"),
-                sum(1 for r in results.values() if r == "gone"),
-            )
+        unfinished = [
+            victim.key for victim in record.victims if not await self._evict_victim(record, victim)
+        ]
+        if unfinished:
+            raise EvictionFailed(f"{', '.join(unfinished)} not evicted whole yet")
         await self._ledger.write(msgspec.structs.replace(record, evicted_at=time.time()))
+        self._budget_blocked.discard(record.event_id)
         for victim in record.victims:
             workload = self._view.workload(WorkloadKey(victim.key))
             queue = workload.queue if workload is not None and workload.queue else ""
