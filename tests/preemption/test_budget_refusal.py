@@ -4,31 +4,46 @@
   is committed: no record, no decision, no eviction (the victim keeps its admission), a
   PreemptionBlocked Warning Event on the victim and the preemptor; asked again once the budget
   is gone, the preemption goes through;
-- one that allows evicting each pod alone but not the whole gang lets the first eviction pass
-  and refuses the rest: the preemption stays recorded and unfinished, says so with the same
-  Events, and is finished once the budget allows — the gang is partly evicted only for as long
-  as its budget forces.
+- one that allows evicting each pod alone but not the whole gang passes the dry run (each pod
+  is asked alone), lets the first eviction pass and refuses the rest with 429: the preemption
+  stays recorded and unfinished, says so with the same Events, retries the refused pods on
+  every reconcile and is finished once the budget allows — the gang is partly evicted only for
+  as long as its budget forces; with two such victims, each loses what its budget allows (one
+  refused victim does not hold the other's evictions back).
+
+``tidegate_preemption_budget_blocked_total`` counts each held preemption once, however many
+times it is retried.
 """
 
 from typing import Any
 
-from tidegate.kube import DEPLOYMENTS, EVENTS, PDBS
-from tidegate.model import Preempted
+from tidegate.kube import DEPLOYMENTS, EVENTS, JOBS, PDBS
+from tidegate.model import PodState, Preempted
+from tidegate.runtime import Service
 
-from .conftest import NAMESPACE, Harness, inference_deployment
-from .test_preemption_service import evicted_record, gone, live, running_training_job
+from .conftest import NAMESPACE, Harness, inference_deployment, training_job
+from .test_preemption_service import evicted_record, gated, gone, live, running_training_job
 
 
-def budget(min_available: int) -> dict[str, Any]:
+def budget(min_available: int, job: str = "train") -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {"name": "train-budget"},
+        "metadata": {"name": f"{job}-budget"},
         "spec": {
             "minAvailable": min_available,
-            "selector": {"matchLabels": {"batch.kubernetes.io/job-name": "train"}},
+            "selector": {"matchLabels": {"batch.kubernetes.io/job-name": job}},
         },
     }
+
+
+def sample(service: Service[Any], name: str, labels: dict[str, str] | None = None) -> float:
+    """A metric sample of ``service`` (0 when it has none yet)."""
+    return service.metrics.registry.get_sample_value(name, labels or {}) or 0.0
+
+
+BLOCKED = "tidegate_preemption_budget_blocked_total"
+EVICTIONS = "tidegate_preemption_pod_evictions_total"
 
 
 async def blocked_events(h: Harness) -> dict[str, dict[str, Any]] | None:
@@ -58,7 +73,7 @@ async def test_a_budget_that_refuses_a_victim_pod_stops_the_preemption_before_it
 ) -> None:
     h = harness
     original = await behind_the_watchers_back(h, min_available=4)
-    await h.start_preemption()
+    service = await h.start_preemption()
     await h.request_preemption("serve")
 
     events = await h.until_async(
@@ -70,6 +85,15 @@ async def test_a_budget_that_refuses_a_victim_pod_stops_the_preemption_before_it
     assert h.of(Preempted) == []
     assert await h.record("serve") is None
     assert {p["metadata"]["uid"] for p in live(await h.pods("train-"))} == original
+    await h.until(
+        lambda: (
+            sample(service, "tidegate_preemption_requests_total", {"outcome": "budget-blocked"})
+            == 1
+        ),
+        what="the outcome counted",
+    )
+    assert sample(service, BLOCKED) == 1
+    assert sample(service, EVICTIONS, {"result": "evicted"}) == 0
 
     await h.kube.delete(PDBS, "train-budget", namespace=NAMESPACE)
     await h.request_preemption("serve")
@@ -82,7 +106,7 @@ async def test_a_budget_that_spares_one_pod_holds_the_rest_until_it_allows(
 ) -> None:
     h = harness
     original = await behind_the_watchers_back(h, min_available=3)
-    await h.start_preemption(eviction_concurrency=1)
+    service = await h.start_preemption(eviction_concurrency=1, kube_max_attempts=1)
     await h.request_preemption("serve")
 
     await h.until(lambda: h.of(Preempted), what="the preempted decision", within=60)
@@ -93,7 +117,92 @@ async def test_a_budget_that_spares_one_pod_holds_the_rest_until_it_allows(
     record = await h.record("serve")
     assert record is not None
     assert not record.evicted
+    # Retried on every reconcile (0.2 s here), the preemption counted once.
+    await h.until(
+        lambda: sample(service, EVICTIONS, {"result": "refused"}) >= 9,
+        what="the refused evictions retried",
+    )
+    assert sample(service, BLOCKED) == 1
+    assert sample(service, EVICTIONS, {"result": "evicted"}) == 1
+    still = original & {p["metadata"]["uid"] for p in live(await h.pods("train-"))}
+    assert len(still) == 3  # only what the budget allows
 
     await h.kube.delete(PDBS, "train-budget", namespace=NAMESPACE)
     await h.until_async(lambda: evicted_record(h), what="the preemption finished", within=60)
     await h.until_async(lambda: gone(h, original), what="every original pod gone", within=60)
+    assert sample(service, BLOCKED) == 1
+
+
+async def running_pair(h: Harness) -> dict[str, set[str]]:
+    """Two 2-pod training Jobs, ``train-a`` on rack 0 and ``train-b`` on rack 1, admitted and
+    running; their pods' UIDs by Job."""
+    nodes = [n.name for n in h.sim.layout.nodes]
+    uids = {}
+    for job, slots in (("train-a", nodes[:2]), ("train-b", nodes[2:])):
+        await h.create(JOBS, training_job(job, pods=2))
+        await h.until(lambda job=job: h.workload(job) is not None, what=f"{job} on the bus")
+
+        async def two_gated(job: str = job) -> bool:
+            return len([p for p in await h.pods(f"{job}-") if gated(p)]) == 2
+
+        await h.until_async(two_gated, what=f"two gated {job} pods")
+        await h.admit(job)
+        await h.ungate(f"{job}-", slots)
+
+        def running(job: str = job) -> bool:
+            pods = [
+                m
+                for m in h.state.values()
+                if isinstance(m, PodState) and m.workload == f"{NAMESPACE}/{job}"
+            ]
+            return len(pods) == 2 and all(p.phase == "Running" and p.node_name for p in pods)
+
+        await h.until(running, what=f"{job}'s pods running")
+        uids[job] = {p["metadata"]["uid"] for p in await h.pods(f"{job}-")}
+    return uids
+
+
+async def test_one_victim_held_by_its_budget_does_not_hold_back_another(
+    harness: Harness,
+) -> None:
+    """Two victims, each under a budget (unknown to the search) that spares one of its two
+    pods: both lose the pod their budget allows at once, the preemption waits for the rest.
+    Before, the first victim's refusal stopped the evictions: the second kept both pods
+    running although its quota was released."""
+    h = harness
+    original = await running_pair(h)
+    await h.create(DEPLOYMENTS, inference_deployment("serve", replicas=4))
+    await h.until(lambda: h.workload("serve") is not None, what="serve on the bus", within=60)
+    assert h.watcher is not None
+    await h.stop(h.watcher)
+    for job in original:
+        await h.create(PDBS, budget(1, job))
+    service = await h.start_preemption(eviction_concurrency=1, kube_max_attempts=1)
+    await h.request_preemption("serve")
+
+    await h.until(lambda: h.of(Preempted), what="the preempted decision", within=60)
+    (decision,) = h.of(Preempted)
+    assert sorted(decision.victims) == [f"{NAMESPACE}/train-a", f"{NAMESPACE}/train-b"]
+
+    async def each_lost_one() -> bool:
+        counts = [
+            len(uids & {p["metadata"]["uid"] for p in live(await h.pods(f"{job}-"))})
+            for job, uids in original.items()
+        ]
+        return counts == [1, 1]
+
+    await h.until_async(each_lost_one, what="one pod of each victim evicted", within=60)
+    await h.until(
+        lambda: sample(service, EVICTIONS, {"result": "refused"}) >= 4,
+        what="the refused evictions retried",
+    )
+    assert sample(service, BLOCKED) == 1
+    record = await h.record("serve")
+    assert record is not None
+    assert not record.evicted
+
+    for job in original:
+        await h.kube.delete(PDBS, f"{job}-budget", namespace=NAMESPACE)
+    await h.until_async(lambda: evicted_record(h), what="the preemption finished", within=60)
+    for job, uids in original.items():
+        assert not uids & {p["metadata"]["uid"] for p in await h.pods(f"{job}-")}
