@@ -7,8 +7,8 @@ and the rules for doing it safely live together:
   as precondition, so a newer pod of the same name (a replacement) is never evicted;
 - a pod that is already gone (NotFound) or was replaced (Conflict on the UID) counts as
   evicted: eviction is idempotent, which is what lets a restarted service finish a preemption;
-- a PodDisruptionBudget that refuses the eviction (429 TooManyRequests) is not retried here:
-  the other pods are still evicted and :class:`EvictionRefused` (an :class:`EvictionFailed`)
+- a PodDisruptionBudget that refuses the eviction (429 TooManyRequests, after the Kubernetes
+  client's own attempts) is not retried here: the other pods are still evicted and :class:`EvictionRefused` (an :class:`EvictionFailed`)
   names the refused pods and the budget's words; the caller reports it and finishes the
   preemption later, when the budget allows (the preemption record keeps the job);
 - other transient failures (5xx, an unreachable server) are retried for up to
