@@ -13,7 +13,7 @@ import time
 import msgspec
 
 from tidegate.bus import Received, layout
-from tidegate.model import Admitted, Released, subjects
+from tidegate.model import Admitted, Released, WorkloadState, subjects
 from tidegate.testing import following, until_async
 
 from .conftest import Harness
@@ -28,20 +28,28 @@ async def workloads_on_the_stream(harness: Harness) -> set[tuple[str, str]]:
     return {w for s in listed if (w := subjects.decision_workload(s)) is not None}
 
 
-async def test_a_deleted_workloads_decisions_are_purged_and_a_live_ones_kept(
-    harness: Harness,
-) -> None:
+async def admitted_then_deleted(harness: Harness, deleted: str, *alive: str) -> WorkloadState:
+    """Admission with a 1 s retention swept every 0.2 s; ``deleted`` and ``alive`` admitted,
+    then ``deleted`` deleted and released; its workload as first created."""
     await small_cluster(harness)
     await harness.start_admission(
         decisions_kept_after_delete_seconds=1.0, decisions_sweep_seconds=0.2
     )
-    for name in ("done", "alive"):
-        await harness.workload(workload(name, workers(1, 8)))
+    created = workload(deleted, workers(1, 8))
+    for each in (created, *(workload(name, workers(1, 8)) for name in alive)):
+        await harness.workload(each)
         await harness.until(
-            lambda n=name: harness.of(Admitted, f"ns/{n}"), within=30, what=f"{name} admitted"
+            lambda k=f"ns/{each.name}": harness.of(Admitted, k), within=30, what="admission"
         )
-    await harness.delete_workload("ns", "done")
-    await harness.until(lambda: harness.of(Released, "ns/done"), within=30, what="release")
+    await harness.delete_workload("ns", deleted)
+    await harness.until(lambda: harness.of(Released, f"ns/{deleted}"), within=30, what="release")
+    return created
+
+
+async def test_a_deleted_workloads_decisions_are_purged_and_a_live_ones_kept(
+    harness: Harness,
+) -> None:
+    await admitted_then_deleted(harness, "done", "alive")
     deleted_at = time.monotonic()
 
     async def purged() -> bool:
@@ -70,15 +78,7 @@ async def test_a_deleted_workloads_decisions_are_purged_and_a_live_ones_kept(
 async def test_a_workload_created_again_under_its_name_keeps_its_decisions(
     harness: Harness,
 ) -> None:
-    await small_cluster(harness)
-    await harness.start_admission(
-        decisions_kept_after_delete_seconds=1.0, decisions_sweep_seconds=0.2
-    )
-    first = workload("again", workers(1, 8))
-    await harness.workload(first)
-    await harness.until(lambda: harness.of(Admitted, "ns/again"), within=30, what="admitted")
-    await harness.delete_workload("ns", "again")
-    await harness.until(lambda: harness.of(Released, "ns/again"), within=30, what="release")
+    first = await admitted_then_deleted(harness, "again")
     await harness.workload(msgspec.structs.replace(first, uid="uid-again-2"))
     await harness.until(
         lambda: len(harness.of(Admitted, "ns/again")) == 2, within=30, what="admitted again"
