@@ -38,9 +38,8 @@ async def admitted_then_deleted(harness: Harness, deleted: str, *alive: str) -> 
     created = workload(deleted, workers(1, 8))
     for each in (created, *(workload(name, workers(1, 8)) for name in alive)):
         await harness.workload(each)
-        await harness.until(
-            lambda k=f"ns/{each.name}": harness.of(Admitted, k), within=30, what="admission"
-        )
+        key = f"ns/{each.name}"
+        await harness.until(lambda: harness.of(Admitted, key), within=30, what=f"{key} admitted")
     await harness.delete_workload("ns", deleted)
     await harness.until(lambda: harness.of(Released, f"ns/{deleted}"), within=30, what="release")
     return created
