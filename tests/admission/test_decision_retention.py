@@ -8,6 +8,7 @@ subject (what a restarted ungater or topology-cache reads) finds only the live o
 """
 
 import asyncio
+import functools
 import time
 
 import msgspec
@@ -38,8 +39,9 @@ async def admitted_then_deleted(harness: Harness, deleted: str, *alive: str) -> 
     created = workload(deleted, workers(1, 8))
     for each in (created, *(workload(name, workers(1, 8)) for name in alive)):
         await harness.workload(each)
-        key = f"ns/{each.name}"
-        await harness.until(lambda: harness.of(Admitted, key), within=30, what=f"{key} admitted")
+        await harness.until(
+            functools.partial(harness.of, Admitted, f"ns/{each.name}"), within=30, what="admission"
+        )
     await harness.delete_workload("ns", deleted)
     await harness.until(lambda: harness.of(Released, f"ns/{deleted}"), within=30, what="release")
     return created
