@@ -84,8 +84,8 @@ from tidegate.model import (
     parse_resources,
 )
 from tidegate.model import resources as res
+from tidegate.model.pods import TERMINAL_PHASES
 from tidegate.placement import DEFAULT_MAX_PODS
-from tidegate.placement.accounting import TERMINAL_PHASES
 from tidegate.testing import capacity_differences as compare_capacity
 from tidegate.testing import capacity_of, pod_requests, published_capacity
 
