@@ -12,9 +12,10 @@ One scenario on a cluster of exactly two 8-GPU nodes (room for one 2-pod, 16-GPU
 4. The user resumes ``held``: its pods come back gated and wait; once ``kq`` is deleted,
    ``held`` runs again.
 
-Everything is read from the API server (pods, the Jobs, Events); on the simulator the sampled
-invariants (tests/e2e/invariants.py) and the decision log are checked too, on the real control
-plane the audit log (no request refused, none outside the chart's RBAC).
+Everything is read from the API server (pods, the Jobs, Events); on both the sampled invariants
+(tests/e2e/invariants.py) and the decision log are checked too (``held`` released once, as
+``Suspended``), on the real control plane the audit log (no request refused, none outside the
+chart's RBAC).
 """
 
 from collections.abc import Awaitable
@@ -27,6 +28,7 @@ from tidegate.kube import EVENTS, JOBS, QUEUES
 from tidegate.model import Released
 from tidegate.model.names import RESUME_ANNOTATION
 
+from .invariants import distinct
 from .platform import JsonObject, Platform, live_pods, wait
 from .real import RealTidegate
 from .system import running_system
@@ -138,4 +140,13 @@ async def test_suspend_resume_and_kueue_style_jobs_on_real_kubernetes(
         await system.admin.create(
             QUEUES, queue_object(QueueEntry(name=queue, spec={"cardQuota": {"NVIDIA-H200": 64}}))
         )
-        await scenario(platform, queue)
+        async with system.observing():
+            await scenario(platform, queue)
+        assert system.problems() == []
+        held = f"{system.namespace}/held"
+        released = [
+            d
+            for d in distinct(system.decisions)
+            if isinstance(d, Released) and d.workload == held and d.reason == "Suspended"
+        ]
+        assert len(released) == 1, system.decisions
