@@ -96,6 +96,8 @@ TIME_SCALE = 0.05
 default 30 s become 1.5 s) and the services' timeouts in simulated time (``fast_env``), as the
 simulator's end-to-end tests compress them."""
 
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+"""The label a JobSet controller puts on its child Jobs and their pods."""
 JOBSET_CRD = next(c for c in bundled_crds() if c["metadata"]["name"] == "jobsets.jobset.x-k8s.io")  # type: ignore[index]
 """The JobSet CRD as the simulator serves it (open schema). No JobSet controller runs on the
 real control plane: :meth:`RealSystem.create_jobset` creates the child Jobs as it would."""
@@ -443,6 +445,23 @@ class RealSystem:
                 job = jobset_child_job(jobset, entry, index, suspended=suspended)  # type: ignore[arg-type]
                 await self.admin.create(JOBS, job, namespace=self.namespace)
         return jobset
+
+    async def sync_jobset_suspend(self, name: str) -> None:
+        """Give the JobSet ``name``'s child Jobs its ``spec.suspend``, as the JobSet controller
+        would once the JobSet is suspended or resumed (none runs here)."""
+        jobset = await self.admin.get(JOBSETS, name, namespace=self.namespace)
+        suspended = jobset["spec"].get("suspend") is True  # type: ignore[union-attr]
+        children = await self.admin.list_objects(
+            JOBS, namespace=self.namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}"
+        )
+        for job in children.items:
+            if job["spec"].get("suspend", False) != suspended:  # type: ignore[union-attr]
+                await self.admin.patch(
+                    JOBS,
+                    str(job["metadata"]["name"]),  # type: ignore[index]
+                    {"spec": {"suspend": suspended}},
+                    namespace=self.namespace,
+                )
 
     def problems(self) -> list[str]:
         """Sampled violations and the decision log's problems (tests/e2e/invariants.py) so far;
