@@ -8,8 +8,8 @@ streams of one test never see another's messages.
 ``real_cluster`` starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler once
 per session from the binaries in ``KUBEBUILDER_ASSETS`` (or ``../shared/k8s``, unpacked into
 ``.cache/k8s``). Tests that use it are marked ``real_k8s`` and work in their own namespaces.
-Where no binaries exist those tests are deselected, one line says so, and a CI run
-(``CI=true``) fails.
+Where no binaries exist those tests are deselected and one line says so; the run fails in CI
+(``CI=true``) and wherever ``../shared/k8s`` exists (the binaries were there to be used).
 """
 
 import os
@@ -80,6 +80,8 @@ def _locate_binaries() -> tuple[Path | None, str]:
     if configured:
         lacking = ", ".join(missing_binaries(Path(configured)))
         return None, f"{ASSETS_ENV}={configured} lacks {lacking}"
+    if SHARED_K8S.is_dir() and not (SHARED_K8S / "SHA256SUMS").is_file():
+        return None, f"{ASSETS_ENV} is unset and {SHARED_K8S} has no SHA256SUMS"
     if (SHARED_K8S / "SHA256SUMS").is_file():
         try:
             directory = unpack_binaries(SHARED_K8S, K8S_CACHE)
@@ -113,6 +115,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.stash[_NOT_RUN] = len(real)
 
 
+def _must_run() -> bool:
+    """Whether real-cluster tests that did not run fail the run: in CI, and wherever the
+    binaries were available (``../shared/k8s`` beside the repository)."""
+    return os.environ.get("CI") == "true" or SHARED_K8S.is_dir()
+
+
 def _not_run_line(config: pytest.Config) -> str | None:
     count = config.stash.get(_NOT_RUN, 0)
     if not count:
@@ -130,14 +138,14 @@ def pytest_terminal_summary(
     """One line when real-cluster tests did not run."""
     line = _not_run_line(config)
     if line:
-        markup = {"red": True} if os.environ.get("CI") == "true" else {"yellow": True}
+        markup = {"red": True} if _must_run() else {"yellow": True}
         terminalreporter.write_line(line, **markup)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """In CI (CI=true, which always has ../shared) real-cluster tests that did not run fail
-    the run."""
-    if _not_run_line(session.config) and os.environ.get("CI") == "true":
+    """Real-cluster tests that did not run fail the run in CI (``CI=true``) and wherever
+    ``../shared/k8s`` exists."""
+    if _not_run_line(session.config) and _must_run():
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

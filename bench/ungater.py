@@ -3,7 +3,7 @@
     python bench/ungater.py [--json] [--out FILE] [--pods 1024] [--hosts 128]
                             [--concurrency 16] [--qps 0]
 
-1. **planning**: :func:`tidegate.ungater.slots.plan_podset` for ``--pods`` ranked gated pods
+1. **planning**: :func:`tidegate.policy.slots.plan_podset` for ``--pods`` ranked gated pods
    over ``--hosts`` host domains (half of them already released, the other half to place),
    median of 20 runs, in milliseconds.
 2. **release**: a simulated cluster without scheduler and kubelet (so nothing else writes the
@@ -38,12 +38,12 @@ from tidegate.bus.server import NatsServerProcess
 from tidegate.kube import JOBS, NAMESPACES, KubeSettings
 from tidegate.kube import connect as connect_kube
 from tidegate.model import Admitted, DomainCount, Envelope, TopologyAssignment, subjects
+from tidegate.policy.slots import Member, plan_podset
 from tidegate.runtime import Service
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.kinds import PODS as SIM_PODS
 from tidegate.ungater.app import setup as ungater_setup
 from tidegate.ungater.config import UngaterSettings
-from tidegate.ungater.slots import Member, plan_podset
 from tidegate.watcher.app import setup as watcher_setup
 from tidegate.watcher.config import WatcherSettings
 

@@ -121,19 +121,65 @@ async def test_a_release_whose_publish_failed_is_sent_by_the_successor_after_a_c
     assert (released.uid, released.reason) == (admitted.uid, "Deleted")
 
 
-async def refuse_releases(harness: Harness, refuse: bool) -> None:
-    """Make the decision stream take every decision but ``released`` ones (``refuse``), or all
-    of them again: a publish of a release then finds no stream (a real failure)."""
+async def refuse_kind(harness: Harness, refused: DecisionKind | None) -> None:
+    """Make the decision stream take every decision but those of kind ``refused``, or all of
+    them again (None): a publish of that kind then finds no stream (a real failure)."""
     js = harness.bus.jetstream
     info = await js.stream_info(layout.decisions_stream(harness.cluster))
     config = info.config
     prefix = f"tg.{harness.cluster}.decision"
     config.subjects = (
-        [f"{prefix}.{kind}.>" for kind in DECISION_KINDS if kind != "released"]
-        if refuse
+        [f"{prefix}.{kind}.>" for kind in DECISION_KINDS if kind != refused]
+        if refused is not None
         else [subjects.decision_wildcard(harness.cluster)]
     )
     await js.update_stream(config)
+
+
+async def test_an_admission_whose_publish_failed_is_sent_by_the_successor_with_later_ones(
+    harness: Harness,
+) -> None:
+    """Finding 2's second case: before the outbox, an admission whose publish failed while a
+    later decision was stored fell under the successor's watermark and was never published
+    (its pods stayed gated). Here ``first`` is admitted but its ``admitted`` cannot be stored,
+    ``second`` is decided after it, the leader is killed; the successor publishes both, in
+    order, once."""
+    await small_cluster(harness)
+    leader = await harness.spawn_admission("leader")
+    # Leading (its start-up has created the layout, which the refusal below changes).
+    await harness.workload(workload("ready", workers(1, 8)))
+    await harness.until(lambda: harness.of(Admitted, "ns/ready"), within=30, what="a leader")
+    await refuse_kind(harness, "admitted")
+    try:
+        await harness.workload(workload("first", workers(2, 8)))
+        await committed_admission(harness, "ns/first")
+        await harness.workload(workload("second", workers(1, 8)))
+        await committed_admission(harness, "ns/second")
+        leader.signal(signal.SIGKILL)
+        await leader.wait()
+    finally:
+        await refuse_kind(harness, None)
+    assert [getattr(d, "workload", None) for d in harness.of(Admitted)] == ["ns/ready"]
+    await harness.spawn_admission("successor")
+    await harness.until(
+        lambda: len(harness.of(Admitted)) == 3, within=30, what="the successor's admissions"
+    )
+    await asyncio.sleep(1.0)  # a second copy would have arrived by now
+    admitted = [d for d in harness.of(Admitted) if isinstance(d, Admitted)][1:]
+    assert [a.workload for a in admitted] == ["ns/first", "ns/second"], admitted
+    assert admitted[0].sequence < admitted[1].sequence
+
+
+async def committed_admission(harness: Harness, key: str) -> None:
+    """Wait until admission committed the admission of ``key``: its ledger key exists."""
+    ledger = await Ledger.open(harness.bus, harness.cluster)
+
+    async def present() -> bool:
+        return await ledger.get(key) is not None
+
+    await until_async(
+        present, within=20, what=f"the admission of {key} committed", alive=harness.services.check
+    )
 
 
 async def test_a_victims_release_whose_publish_failed_in_the_handler_is_not_lost(
@@ -147,7 +193,7 @@ async def test_a_victims_release_whose_publish_failed_in_the_handler_is_not_lost
     await harness.queue(QueueConfig(name="q"))
     await harness.start_admission()
     victim = await inference_needs_the_victims_room(harness)
-    await refuse_releases(harness, True)
+    await refuse_kind(harness, "released")
     try:
         preempted = victim_aborted_for_serve()
         subject = subjects.decision(harness.cluster, "preempted", "ns", "serve")
@@ -156,7 +202,7 @@ async def test_a_victims_release_whose_publish_failed_in_the_handler_is_not_lost
         await asyncio.sleep(1.0)  # the message is handled (and acked or redelivered)
         assert harness.of(Released, "ns/victim") == []
     finally:
-        await refuse_releases(harness, False)
+        await refuse_kind(harness, None)
     await harness.until(
         lambda: harness.of(Released, "ns/victim"), within=20, what="the victim's release"
     )

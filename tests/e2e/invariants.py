@@ -19,7 +19,8 @@ The API, kept small so that any harness can call it:
   :func:`double_admissions`, :func:`release_problems`, :func:`eviction_problems`,
   :func:`unreleased_victims` (and :func:`decision_problems`, all four);
 - end checks, pure functions of API objects and of the last message of every capacity or
-  state subject: :func:`capacity_differences`, :func:`mirror_differences`.
+  state subject: :func:`capacity_differences`, :func:`mirror_differences`; and
+  :func:`gated_forever` of the decisions and the Pod objects.
 
 Sampled (:meth:`Invariants.sample`), where a *tidegate pod* is a pod in a managed namespace and
 it is *released* once it no longer carries the ``tidegate.io/admission`` gate:
@@ -60,6 +61,10 @@ visible on the bus):
 - **victims released** (:func:`unreleased_victims`, at the end): every victim is released as
   ``Evicted``.
 
+At the end, from the decisions and the Pod objects: **nothing gated forever**
+(:func:`gated_forever`): no live pod of a workload whose admission is in force still carries
+the gate.
+
 Once the system is quiet: the capacity view on the bus equals a recomputation from the Node
 and Pod objects less the reservations the admissions in force call for (:func:`reservations`:
 so the topology-cache applied every decision and event once — a reservation never ended or
@@ -84,12 +89,16 @@ from tidegate.model import (
     parse_resources,
 )
 from tidegate.model import resources as res
+from tidegate.model.pods import TERMINAL_PHASES
 from tidegate.placement import DEFAULT_MAX_PODS
-from tidegate.placement.accounting import TERMINAL_PHASES
 from tidegate.testing import capacity_differences as compare_capacity
 from tidegate.testing import capacity_of, pod_requests, published_capacity
 
 GATE: Final = "tidegate.io/admission"
+POD_GROUP_KEYS: Final = ("scheduling.k8s.io/group-name", "scheduling.x-k8s.io/pod-group")
+"""Label or annotation naming a pod's PodGroup (docs/workloads.md)."""
+PARENT_KINDS: Final = {"Job": "JobSet", "ReplicaSet": "Deployment"}
+"""Owner kind → the kind of its owner that is the workload instead (docs/workloads.md)."""
 OBSERVER_LAG_SECONDS: Final = 3.0
 """How much later than the services the observer may learn of a decision."""
 
@@ -585,19 +594,9 @@ def decision_problems(decisions: Sequence[Message], *, settled: bool = False) ->
 # ---------------------------------------------------------------------- checks at the end
 
 
-def reservations(
-    decisions: Iterable[Message],
-    nodes: Sequence[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
-) -> dict[str, dict[str, int]] | None:
-    """Node → what the capacity view must hold there for admitted pods not bound yet, from the
-    admissions in force (in stream order: a newer admission of a workload replaces its older
-    one; a release of it, or a ``preempted`` naming it, ends it) and the pods bound (for every
-    podset domain, ``max(0, assigned − bound) × per-pod requests``, docs/topology-cache.md).
-
-    Only domains that are one node have an exact answer (wider ones are spread by the cache's
-    estimate): None when an admission in force has a wider domain with pods still unbound.
-    Pods name no podset, so a workload's bound pods are matched to its podsets in order."""
+def admissions_in_force(decisions: Iterable[Message]) -> dict[str, Admitted]:
+    """Workload key → its admission in force, in stream order: a newer admission of a workload
+    replaces its older one; a release of it, or a ``preempted`` naming it, ends it."""
     in_force: dict[str, Admitted] = {}
     for decision in distinct(decisions):
         match decision:
@@ -622,6 +621,72 @@ def reservations(
                         del in_force[victim]
             case _:
                 pass
+    return in_force
+
+
+def gated_forever(
+    decisions: Iterable[Message],
+    pods: Iterable[Mapping[str, Any]],
+    owners: Mapping[str, Mapping[str, Any]],
+) -> list[str]:
+    """Nothing gated forever (at the end, once the run is quiet): the live pods in ``pods``
+    that still carry the gate although their workload (:func:`workload_key`; ``owners``: the
+    Jobs and ReplicaSets by uid) has an admission in force."""
+    in_force = admissions_in_force(decisions)
+    found = []
+    for pod in pods:
+        if not gated(pod) or terminating(pod) or pod_phase(pod) in TERMINAL_PHASES:
+            continue
+        key = workload_key(pod, owners)
+        admission = in_force.get(key)
+        if admission is not None:
+            found.append(
+                f"{object_name(pod)} is still gated though {key} is admitted "
+                f"(sequence {admission.sequence})"
+            )
+    return found
+
+
+def workload_key(pod: Mapping[str, Any], owners: Mapping[str, Mapping[str, Any]]) -> str:
+    """A pod's workload key (``namespace/name``) as docs/workloads.md defines it: its PodGroup,
+    else its owner's top owner (a Job's JobSet, a ReplicaSet's Deployment), else its owner,
+    else the pod itself. ``owners``: the Jobs and ReplicaSets by uid."""
+    metadata = pod.get("metadata", {})
+    namespace = metadata.get("namespace")
+    for key in POD_GROUP_KEYS:
+        group = labels_of(pod).get(key) or (metadata.get("annotations") or {}).get(key)
+        if group:
+            return f"{namespace}/{group}"
+    owner_ref = _owner_ref(pod)
+    if owner_ref is None:
+        return f"{namespace}/{metadata['name']}"
+    owner = owners.get(str(owner_ref.get("uid")))
+    parent_ref = _owner_ref(owner) if owner is not None else None
+    if parent_ref is not None and parent_ref.get("kind") == PARENT_KINDS.get(owner_ref["kind"]):
+        return f"{namespace}/{parent_ref['name']}"
+    return f"{namespace}/{owner_ref['name']}"
+
+
+def _owner_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The controller ownerReference, else the first one."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+
+
+def reservations(
+    decisions: Iterable[Message],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+) -> dict[str, dict[str, int]] | None:
+    """Node → what the capacity view must hold there for admitted pods not bound yet, from the
+    admissions in force (in stream order: a newer admission of a workload replaces its older
+    one; a release of it, or a ``preempted`` naming it, ends it) and the pods bound (for every
+    podset domain, ``max(0, assigned − bound) × per-pod requests``, docs/topology-cache.md).
+
+    Only domains that are one node have an exact answer (wider ones are spread by the cache's
+    estimate): None when an admission in force has a wider domain with pods still unbound.
+    Pods name no podset, so a workload's bound pods are matched to its podsets in order."""
+    in_force = admissions_in_force(decisions)
     bound: dict[tuple[str, str], int] = {}
     for pod in pods:
         key, node = workload_of(pod), pod.get("spec", {}).get("nodeName")

@@ -37,6 +37,7 @@ from tidegate.kube import (
     NAMESPACES,
     NODES,
     PODS,
+    REPLICASETS,
     AlreadyExists,
     KubeClient,
     KubeSettings,
@@ -52,7 +53,7 @@ from tidegate.sim.workloads import jobset_child_job
 from tidegate.testing import ServiceProcess, connected, until_async
 from tidegate.testing.controlplane import ControlPlane, serving_certificate
 
-from .invariants import Invariants, decision_problems
+from .invariants import Invariants, decision_problems, gated_forever, unreleased_victims
 from .system import fast_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,6 +96,8 @@ TIME_SCALE = 0.05
 default 30 s become 1.5 s) and the services' timeouts in simulated time (``fast_env``), as the
 simulator's end-to-end tests compress them."""
 
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+"""The label a JobSet controller puts on its child Jobs and their pods."""
 JOBSET_CRD = next(c for c in bundled_crds() if c["metadata"]["name"] == "jobsets.jobset.x-k8s.io")  # type: ignore[index]
 """The JobSet CRD as the simulator serves it (open schema). No JobSet controller runs on the
 real control plane: :meth:`RealSystem.create_jobset` creates the child Jobs as it would."""
@@ -157,6 +160,11 @@ class RealSystem:
     seen_nodes: list[JsonObject] = field(default_factory=list)
     """This test's fake nodes as last listed from the API server."""
     checks: Invariants | None = None
+    settled: bool = False
+    """Whether an :meth:`observing` block ended (cleanly) and :meth:`settle` ran: from then on
+    :meth:`problems` includes the end checks."""
+    end_problems: list[str] = field(default_factory=list)
+    """What :meth:`settle` found still wrong at the end (pods gated forever)."""
 
     @classmethod
     def fresh(
@@ -359,7 +367,8 @@ class RealSystem:
     @contextlib.asynccontextmanager
     async def observing(self, *, grace_seconds: float = 20.0) -> AsyncIterator[Invariants]:
         """Follow the decisions on the bus and sample the invariants of tests/e2e/invariants.py
-        from the API server's objects about five times a second."""
+        from the API server's objects about five times a second; when the block ends without
+        an error, :meth:`settle`."""
         await self.refresh()
         checks = self.checks = Invariants(
             managed_namespaces=[self.namespace], grace_seconds=grace_seconds
@@ -392,6 +401,7 @@ class RealSystem:
             tasks = [asyncio.create_task(consumer.run(stop)), asyncio.create_task(sampler())]
             try:
                 yield checks
+                await self.settle()
             finally:
                 stop.set()
                 for result in await asyncio.gather(*tasks, return_exceptions=True):
@@ -399,12 +409,14 @@ class RealSystem:
                         raise result
 
     def healthy(self, what: str) -> None:
-        """Fail, naming ``what``, when a service died or the API server refused one a
-        request (403)."""
+        """Fail, naming ``what``, when a service died, the API server refused one a request
+        (403) or (while or after :meth:`observing`) an invariant broke."""
         for process in self.services.values():
             process.check()
         refused = self.forbidden()
         assert refused == [], f"{what}: the API server refused {refused}"
+        problems = self.problems()
+        assert problems == [], f"{what}: invariants broken: {problems}"
 
     def assert_rbac(self, usage: "RbacUsage | None" = None) -> None:
         """No request refused, none outside the chart's grants; add to ``usage``."""
@@ -434,10 +446,50 @@ class RealSystem:
                 await self.admin.create(JOBS, job, namespace=self.namespace)
         return jobset
 
+    async def sync_jobset_suspend(self, name: str) -> None:
+        """Give the JobSet ``name``'s child Jobs its ``spec.suspend``, as the JobSet controller
+        would once the JobSet is suspended or resumed (none runs here)."""
+        jobset = await self.admin.get(JOBSETS, name, namespace=self.namespace)
+        suspended = jobset["spec"].get("suspend") is True  # type: ignore[union-attr]
+        children = await self.admin.list_objects(
+            JOBS, namespace=self.namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}"
+        )
+        for job in children.items:
+            if job["spec"].get("suspend", False) != suspended:  # type: ignore[union-attr]
+                await self.admin.patch(
+                    JOBS,
+                    str(job["metadata"]["name"]),  # type: ignore[index]
+                    {"spec": {"suspend": suspended}},
+                    namespace=self.namespace,
+                )
+
     def problems(self) -> list[str]:
-        """Sampled violations and the decision log's problems (tests/e2e/invariants.py), so far."""
+        """Sampled violations and the decision log's problems (tests/e2e/invariants.py) so far;
+        once :meth:`settle` ran, also victims never released and pods gated forever."""
         sampled = self.checks.violations if self.checks is not None else []
-        return sampled + decision_problems(self.decisions)
+        logged = decision_problems(self.decisions, settled=self.settled)
+        return sampled + logged + self.end_problems
+
+    async def settle(self, *, within: float = 30.0) -> None:
+        """The end of a scenario (the observer still following): wait up to ``within`` seconds
+        until every victim was released and no live pod of a workload whose admission is in
+        force still carries the gate, read from the API server; what is still wrong then stays
+        in :meth:`problems`."""
+        deadline = asyncio.get_running_loop().time() + within
+        while True:
+            await self.refresh()
+            jobs = await self.admin.list_objects(JOBS, namespace=self.namespace)
+            replicasets = await self.admin.list_objects(REPLICASETS, namespace=self.namespace)
+            owners = {
+                str(o["metadata"]["uid"]): o  # type: ignore[index]
+                for o in [*jobs.items, *replicasets.items]
+            }
+            self.end_problems = gated_forever(self.decisions, self.seen_pods, owners)
+            quiet = not self.end_problems and not unreleased_victims(self.decisions)
+            if quiet or asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(0.5)
+        self.settled = True
 
     def forbidden(self) -> list[str]:
         """Every request of a tidegate service that RBAC refused (403, authorization denied)."""
@@ -551,8 +603,9 @@ async def real_system(
 ) -> AsyncIterator[RealSystem]:
     """Install tidegate on ``plane`` and start it, with fake nodes ``nodes``, all of them Ready
     and untainted when it yields; tear it down. On a clean exit it checks that every service
-    is alive, that the API server refused none of their requests and that none asked beyond the
-    chart's RBAC (adding what they asked to ``usage``)."""
+    is alive, that the API server refused none of their requests, that nothing observed broke
+    an invariant (:meth:`RealSystem.problems`, end checks included) and that none asked beyond
+    the chart's RBAC (adding what they asked to ``usage``)."""
     settings = KubeSettings(source="kubeconfig", kubeconfig=plane.kubeconfig, qps=0.0)
     expected = len(layout_for(nodes).nodes)
     async with await connect(settings) as admin:

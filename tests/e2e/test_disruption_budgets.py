@@ -6,11 +6,11 @@ pods. An inference Deployment ``serve`` of 2 × 8 GPUs arrives: the preemption m
 whole and leave ``a`` untouched — not one of ``a``'s pods is deleted, so ``a`` is never half
 evicted — and ``serve`` runs.
 
-Read from the API server: pods (by uid), Events (``Preempted`` on ``b`` only); on the
-simulator also the decision log (the ``preempted`` decision names ``b`` and says ``a`` was
-skipped for its budget) and the sampled invariants (tests/e2e/invariants.py: whole gangs,
-evicted whole, no overcommit, …); on the real control plane the audit log (no request refused,
-none outside the chart's RBAC: the watcher's new grant on poddisruptionbudgets is used).
+Read from the API server: pods (by uid), Events (``Preempted`` on ``b`` only); on both also
+the decision log (the ``preempted`` decision names ``b`` and says ``a`` was skipped for its
+budget) and the sampled invariants (tests/e2e/invariants.py: whole gangs, evicted whole, no
+overcommit, …); on the real control plane the audit log (no request refused, none outside the
+chart's RBAC: the watcher's new grant on poddisruptionbudgets is used).
 """
 
 from pathlib import Path
@@ -29,6 +29,7 @@ from tidegate.kube import DEPLOYMENTS, EVENTS, JOBS, PDBS, PRIORITY_CLASSES, QUE
 from tidegate.model import DisruptionBudgetState, Preempted, subjects
 from tidegate.testing import connected, following
 
+from .invariants import distinct
 from .platform import JsonObject, Platform, live_pods, wait
 from .real import RealTidegate
 from .system import running_system
@@ -141,4 +142,13 @@ async def test_a_budget_protected_gang_is_skipped_on_real_kubernetes(
     real_tidegate: RealTidegate,
 ) -> None:
     async with real_tidegate(nodes=NODES) as system:
-        await scenario(Platform.of_real(system))
+        ns = system.namespace
+        async with system.observing():
+            await scenario(Platform.of_real(system))
+        assert system.problems() == []
+        (decision,) = [d for d in distinct(system.decisions) if isinstance(d, Preempted)]
+        assert decision.victims == [f"{ns}/b"]
+        assert (
+            f"skipped for their PodDisruptionBudget: {ns}/a (PodDisruptionBudget {ns}/keep-a"
+            in decision.message
+        )

@@ -42,9 +42,9 @@ from tidegate.kube import (
 )
 from tidegate.model import Admitted, Preempted
 from tidegate.testing import until_async
-from tidegate.testing.controlplane import ControlPlane
 
-from .real import real_system
+from .invariants import distinct
+from .real import RealTidegate
 from .system import running_system
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -234,30 +234,18 @@ async def test_scale_up_down_and_rollout_on_the_simulator(tmp_path: Path) -> Non
 
 
 @pytest.mark.real_k8s
-async def test_scale_up_down_and_rollout_on_real_kubernetes(
-    real_cluster: ControlPlane, nats_url: str, tmp_path: Path
-) -> None:
-    async with real_system(real_cluster, nats_url, tmp_path, nodes=NODES) as system:
-
-        async def both_nodes() -> bool:
-            return len(await system.ready_nodes()) == 2
-
-        await until_async(both_nodes, within=90.0, what="2 fake nodes Ready")
+async def test_scale_up_down_and_rollout_on_real_kubernetes(real_tidegate: RealTidegate) -> None:
+    async with real_tidegate(nodes=NODES) as system:
         queue = f"q-{system.cluster}"
         await system.admin.create(
             QUEUES, queue_object(QueueEntry(name=queue, spec=dict(QUEUE_SPEC)))
         )
         async with system.observing():
-
-            def healthy(what: str) -> None:
-                for process in system.services.values():
-                    process.check()
-                assert system.forbidden() == [], what
-                assert system.problems() == [], what
-
-            await scenario(Platform(system.admin, system.namespace, queue, healthy))
-        missing, _ = system.rbac_report()
-        assert {s: m for s, m in missing.items() if m} == {}
+            await scenario(Platform(system.admin, system.namespace, queue, system.healthy))
+        assert system.problems() == []
+        admissions = [a for a in distinct(system.decisions) if isinstance(a, Admitted)]
+        assert admissions[0].replaces is None, admissions
+        assert len(resized(admissions)) == len(admissions) - 1 >= 3, admissions
 
 
 async def test_growth_preempts_training_on_the_simulator(tmp_path: Path) -> None:
@@ -278,15 +266,8 @@ async def test_growth_preempts_training_on_the_simulator(tmp_path: Path) -> None
 
 
 @pytest.mark.real_k8s
-async def test_growth_preempts_training_on_real_kubernetes(
-    real_cluster: ControlPlane, nats_url: str, tmp_path: Path
-) -> None:
-    async with real_system(real_cluster, nats_url, tmp_path, nodes=NODES) as system:
-
-        async def both_nodes() -> bool:
-            return len(await system.ready_nodes()) == 2
-
-        await until_async(both_nodes, within=90.0, what="2 fake nodes Ready")
+async def test_growth_preempts_training_on_real_kubernetes(real_tidegate: RealTidegate) -> None:
+    async with real_tidegate(nodes=NODES) as system:
         run = system.cluster
         online, offline = f"online-{run}", f"offline-{run}"
         for name, value in (("serving", 100000), ("batch", 10000)):
@@ -298,15 +279,9 @@ async def test_growth_preempts_training_on_real_kubernetes(
         ):
             await system.admin.create(QUEUES, queue_object(QueueEntry(name=name, spec=spec)))
         async with system.observing():
-
-            def healthy(what: str) -> None:
-                for process in system.services.values():
-                    process.check()
-                assert system.forbidden() == [], what
-                assert system.problems() == [], what
-
             await growth_preempts(
-                Platform(system.admin, system.namespace, online, healthy), online, offline
+                Platform(system.admin, system.namespace, online, system.healthy), online, offline
             )
-        preempted = [d for d in system.decisions if isinstance(d, Preempted)]
+        assert system.problems() == []
+        preempted = [d for d in distinct(system.decisions) if isinstance(d, Preempted)]
         assert [p.victims for p in preempted] == [[f"{system.namespace}/train"]]

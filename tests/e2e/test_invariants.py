@@ -31,10 +31,12 @@ from .invariants import (
     decision_problems,
     double_admissions,
     eviction_problems,
+    gated_forever,
     mirror_differences,
     release_problems,
     reservations,
     unreleased_victims,
+    workload_key,
 )
 
 NAMESPACE = "t"
@@ -448,3 +450,47 @@ def test_a_preemption_that_names_an_older_admission_ends_no_later_one() -> None:
     # The capacity view's recomputation applies the same rule: the re-admission still holds.
     assert reservations([*log, again], NODES, []) == {NODE: {"pods": 1}}
     assert reservations([*log, later], NODES, []) == {}
+
+
+def owned(obj: dict[str, Any], kind: str, name: str, *, controller: bool = True) -> dict[str, Any]:
+    """``obj`` with an ownerReference to the ``kind`` named ``name``."""
+    ref = {"kind": kind, "name": name, "uid": f"uid-{kind}-{name}", "controller": controller}
+    obj["metadata"]["ownerReferences"] = [ref]
+    return obj
+
+
+def test_a_pods_workload_is_its_group_else_its_top_owner_else_itself() -> None:
+    job = owned({"metadata": {"name": "js-workers-0"}}, "JobSet", "js")
+    replicaset = owned({"metadata": {"name": "web-1"}}, "Deployment", "web")
+    cron_job = owned({"metadata": {"name": "nightly-1"}}, "CronJob", "nightly")
+    owners = {"uid-Job-js-workers-0": job, "uid-ReplicaSet-web-1": replicaset}
+    owners["uid-Job-nightly-1"] = cron_job
+    grouped = owned(pod("g-0", app="x"), "Job", "js-workers-0")
+    grouped["metadata"]["labels"]["scheduling.k8s.io/group-name"] = "gang"
+    assert workload_key(grouped, owners) == "t/gang"  # membership wins over owners
+    assert workload_key(owned(pod("j", app="x"), "Job", "js-workers-0"), owners) == "t/js"
+    assert workload_key(owned(pod("w", app="x"), "ReplicaSet", "web-1"), owners) == "t/web"
+    assert workload_key(owned(pod("n", app="x"), "Job", "nightly-1"), owners) == "t/nightly-1"
+    assert workload_key(owned(pod("s", app="x"), "StatefulSet", "db"), owners) == "t/db"
+    assert workload_key(pod("bare", app="x"), owners) == "t/bare"
+
+
+def test_a_pod_still_gated_while_its_workload_is_admitted_is_named() -> None:
+    owners = {"uid-ReplicaSet-web-1": owned({"metadata": {"name": "web-1"}}, "Deployment", "web")}
+    pods = [
+        owned(pod("web-a", app="web", node=NODE), "ReplicaSet", "web-1"),
+        owned(pod("web-b", app="web", gated=True), "ReplicaSet", "web-1"),
+        owned(pod("web-c", app="web", gated=True, deleting=True), "ReplicaSet", "web-1"),
+        pod("other", app="other", gated=True),  # never admitted: waiting is fine
+        pod("gone", app="gone", gated=True),  # admitted, then released: waiting again
+    ]
+    log: list[Message] = [
+        admitted("t/web", 1),
+        admitted("t/gone", 2),
+        released("t/gone", 3),
+    ]
+    assert gated_forever(log, pods, owners) == [
+        "t/web-b is still gated though t/web is admitted (sequence 1)"
+    ]
+    # Once a preemption ends web's admission, its gated pod waits for a new one.
+    assert gated_forever([*log, preempted("t/web")], pods, owners) == []

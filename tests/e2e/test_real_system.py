@@ -279,6 +279,13 @@ async def test_tidal_preemption_through_the_eviction_api(
         admitted = [d.workload for d in system.decisions if isinstance(d, Admitted)]
         assert admitted.count(f"{ns}/train") == 2, admitted
         assert f"{ns}/broken" not in admitted
+        # It ends pending, refused as Invalid, the bad annotation named.
+        pending = [
+            d for d in system.decisions if isinstance(d, Pending) and d.workload == f"{ns}/broken"
+        ]
+        assert pending, system.decisions
+        assert pending[-1].reason == "Invalid", pending
+        assert "tidegate.io/queue" in pending[-1].message, pending[-1]
 
 
 def jobset(name: str, queue: str, *, replicas: int, level: str) -> dict[str, object]:

@@ -12,9 +12,14 @@ One scenario on a cluster of exactly two 8-GPU nodes (room for one 2-pod, 16-GPU
 4. The user resumes ``held``: its pods come back gated and wait; once ``kq`` is deleted,
    ``held`` runs again.
 
-Everything is read from the API server (pods, the Jobs, Events); on the simulator the sampled
-invariants (tests/e2e/invariants.py) and the decision log are checked too, on the real control
-plane the audit log (no request refused, none outside the chart's RBAC).
+On the real control plane only (the simulator's counterpart is tests/ungater/test_resume.py),
+a Kueue-style JobSet created suspended is admitted from its spec, unsuspended by tidegate and
+runs.
+
+Everything is read from the API server (pods, the Jobs, Events); on both the sampled invariants
+(tests/e2e/invariants.py) and the decision log are checked too (``held`` released once, as
+``Suspended``), on the real control plane the audit log (no request refused, none outside the
+chart's RBAC).
 """
 
 from collections.abc import Awaitable
@@ -23,10 +28,11 @@ from pathlib import Path
 import pytest
 
 from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry, queue_object, workload_object
-from tidegate.kube import EVENTS, JOBS, QUEUES
-from tidegate.model import Released
+from tidegate.kube import EVENTS, JOBS, JOBSETS, QUEUES
+from tidegate.model import Admitted, Released
 from tidegate.model.names import RESUME_ANNOTATION
 
+from .invariants import distinct
 from .platform import JsonObject, Platform, live_pods, wait
 from .real import RealTidegate
 from .system import running_system
@@ -138,4 +144,69 @@ async def test_suspend_resume_and_kueue_style_jobs_on_real_kubernetes(
         await system.admin.create(
             QUEUES, queue_object(QueueEntry(name=queue, spec={"cardQuota": {"NVIDIA-H200": 64}}))
         )
-        await scenario(platform, queue)
+        async with system.observing():
+            await scenario(platform, queue)
+        assert system.problems() == []
+        held = f"{system.namespace}/held"
+        released = [
+            d
+            for d in distinct(system.decisions)
+            if isinstance(d, Released) and d.workload == held and d.reason == "Suspended"
+        ]
+        assert len(released) == 1, system.decisions
+
+
+def kueue_jobset(name: str, queue: str) -> JsonObject:
+    """A JobSet written as Kueue users write them: created ``suspend: true`` with only
+    ``kueue.x-k8s.io/queue-name``; one replicated Job of 2 pods × 8 GPUs (the whole cluster)."""
+    child = workload_object(WorkloadEntry(name=name, pods=2, requests=GANG), "")
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": {KUEUE_QUEUE: queue}},
+        "spec": {
+            "suspend": True,
+            "replicatedJobs": [
+                {"name": "workers", "replicas": 1, "template": {"spec": child["spec"]}}
+            ],
+        },
+    }
+
+
+@pytest.mark.real_k8s
+async def test_a_kueue_style_suspended_jobset_is_admitted_and_unsuspended_on_real_kubernetes(
+    real_tidegate: RealTidegate,
+) -> None:
+    """Its child Job is created suspended (no pods yet): tidegate admits the JobSet from its
+    spec and unsuspends it (``tidegate.io/resume: manual``); once its child Job is resumed
+    too (the test plays the JobSet controller: :meth:`RealSystem.sync_jobset_suspend`) the Job
+    controller creates the pods, the API server's webhook gates them, the ungater releases
+    them and kube-scheduler binds them."""
+    async with real_tidegate(nodes=NODES) as system:
+        platform = Platform.of_real(system)
+        ns, queue = system.namespace, f"q{platform.suffix}"
+        await system.admin.create(
+            QUEUES, queue_object(QueueEntry(name=queue, spec={"cardQuota": {"NVIDIA-H200": 64}}))
+        )
+        async with system.observing():
+            await system.create_jobset(kueue_jobset("kjs", queue))
+            assert await live_pods(platform, "kjs") == []  # suspended: no pods to gate
+
+            async def unsuspended() -> JsonObject | None:
+                stored = await system.admin.get(JOBSETS, "kjs", namespace=ns)
+                return dict(stored) if stored["spec"].get("suspend") is False else None
+
+            stored = await wait(platform, unsuspended, "the JobSet unsuspended on admission")
+            assert stored["metadata"]["annotations"][RESUME_ANNOTATION] == "manual"
+            await system.sync_jobset_suspend("kjs")
+
+            async def running() -> bool:
+                pods = await live_pods(platform, "kjs")
+                return len(pods) == 2 and all(
+                    p["status"].get("phase") == "Running" and not is_gated(p) for p in pods
+                )
+
+            await wait(platform, running, "the JobSet's pods running")
+        assert system.problems() == []
+        admitted = [d.workload for d in distinct(system.decisions) if isinstance(d, Admitted)]
+        assert admitted == [f"{ns}/kjs"], system.decisions

@@ -140,7 +140,11 @@ async def running_pair(h: Harness) -> dict[str, set[str]]:
     uids = {}
     for job, slots in (("train-a", nodes[:2]), ("train-b", nodes[2:])):
         await h.create(JOBS, training_job(job, pods=2))
-        await h.until(lambda job=job: h.workload(job) is not None, what=f"{job} on the bus")
+
+        def on_the_bus(job: str = job) -> bool:
+            return h.workload(job) is not None
+
+        await h.until(on_the_bus, what=f"{job} on the bus")
 
         async def two_gated(job: str = job) -> bool:
             return len([p for p in await h.pods(f"{job}-") if gated(p)]) == 2

@@ -16,7 +16,7 @@ from tidegate.bus import (
     connect,
     layout,
 )
-from tidegate.bus.lease import EpochFence, Lease, LeaseRecord, LeaseSettings
+from tidegate.bus.lease import Lease, LeaseRecord, LeaseSettings
 from tidegate.bus.ledger import Ledger
 
 from .slow_link import SlowLink
@@ -112,15 +112,6 @@ async def test_release_hands_over_at_once_and_keep_alive_reports_loss(
     assert await standby.try_acquire()
     with pytest.raises(LeaseLost):
         await asyncio.wait_for(usurped.keep_alive(), timeout=10)
-
-
-def test_epoch_fence_drops_writes_of_an_older_epoch() -> None:
-    fence = EpochFence()
-    assert fence.accept(5)
-    assert fence.accept(5)
-    assert fence.accept(9)
-    assert not fence.accept(5)
-    assert fence.newest == 9
 
 
 async def test_a_record_from_a_newer_version_is_read_and_garbage_is_an_error(

@@ -142,3 +142,14 @@ async def test_deleted_ledger_keys_leave_the_bucket_after_the_retention(
     assert await ledger.keys() == [f"team/w{i}" for i in range(5)]
     # A key whose marker expired is simply absent: it can be created again.
     await ledger.put("team/w7", b"admitted again", revision=0)
+
+
+async def test_the_decision_stream_keeps_decisions_by_count_per_subject_not_by_age(
+    short_retention: Bus, cluster_id: str
+) -> None:
+    """An admission lives as long as its workload: no age or size limit would forget it; the
+    newest ``decisions_per_subject`` per subject bound a long-lived workload's history."""
+    info = await short_retention.jetstream.stream_info(layout.decisions_stream(cluster_id))
+    assert not info.config.max_age
+    assert info.config.max_bytes in (None, -1)
+    assert info.config.max_msgs_per_subject == layout.LayoutSettings().decisions_per_subject

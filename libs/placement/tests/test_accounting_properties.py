@@ -32,8 +32,8 @@ from tidegate.model import (
     TopologyConfig,
 )
 from tidegate.model import resources as res
+from tidegate.model.pods import TERMINAL_PHASES
 from tidegate.placement.accounting import (
-    TERMINAL_PHASES,
     CapacityAccounting,
     CapacityKey,
     CapacityRecord,

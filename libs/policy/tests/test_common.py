@@ -4,10 +4,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidegate.model import Admitted, PodState, QueueConfig, WorkloadState
+from tidegate.model.names import ADMISSION_GATE
 from tidegate.policy.common import (
     TopologyProblem,
+    active,
     charged_usage,
     choose_topology,
+    evictable,
     holds_capacity,
     queue_of,
     runs,
@@ -89,6 +92,31 @@ def test_a_running_member_always_holds_capacity(
     assert not runs(pod) or holds_capacity(pod)
     assert holds_capacity(pod) == (node is not None and phase in ("Pending", "Running"))
     assert runs(pod) == (holds_capacity(pod) and not terminating)
+    assert active(pod) == (phase in ("Pending", "Running") and not terminating)
+    assert runs(pod) == (active(pod) and node is not None)
+
+
+@given(
+    node=st.sampled_from([None, "n1"]),
+    phase=st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]),
+    terminating=st.booleans(),
+    gated=st.booleans(),
+)
+def test_an_eviction_removes_every_active_released_pod_and_nothing_else(
+    node: str | None, phase: str, terminating: bool, gated: bool
+) -> None:
+    pod = PodState(
+        namespace="ns",
+        name="p",
+        uid="u",
+        node_name=node,
+        phase=phase,
+        terminating=terminating,
+        scheduling_gates=[ADMISSION_GATE] if gated else [],
+    )
+    assert evictable(pod) == (active(pod) and not gated)
+    # A released member of a running gang is always evictable.
+    assert not runs(pod) or gated or evictable(pod)
 
 
 def test_a_queue_holds_what_admission_charged_to_it() -> None:

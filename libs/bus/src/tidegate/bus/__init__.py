@@ -39,7 +39,7 @@ from tidegate.bus.errors import (
 from tidegate.bus.fence import Fence
 from tidegate.bus.follower import StateFollower, StateHandler
 from tidegate.bus.layout import LayoutSettings
-from tidegate.bus.lease import EpochFence, Lease, LeaseRecord, LeaseSettings, default_holder_id
+from tidegate.bus.lease import Lease, LeaseRecord, LeaseSettings, default_holder_id
 from tidegate.bus.ledger import Ledger, LedgerEntry
 from tidegate.bus.message import Published, Received
 from tidegate.bus.publisher import Publisher, PublishError, PublishFailure, PublishStats
@@ -53,7 +53,6 @@ __all__ = [
     "ConsumerObserver",
     "ConsumerSettings",
     "DurableConsumer",
-    "EpochFence",
     "Fence",
     "Handler",
     "LayoutSettings",

@@ -39,12 +39,15 @@ def translate(exc: BaseException, what: str) -> BusError:
         return exc
     if isinstance(exc, nats.js.errors.KeyWrongLastSequenceError):
         return Conflict(f"{what}: someone else wrote first ({exc.description})")
-    if isinstance(exc, nats.js.errors.APIError) and exc.err_code in _WRONG_LAST_SEQUENCE:
-        return Conflict(f"{what}: someone else wrote first ({exc.description})")
+    # The KV errors subclass APIError without calling its __init__: no err_code, no description.
+    err_code = getattr(exc, "err_code", None)
+    description = getattr(exc, "description", None) or str(exc)
+    if isinstance(exc, nats.js.errors.APIError) and err_code in _WRONG_LAST_SEQUENCE:
+        return Conflict(f"{what}: someone else wrote first ({description})")
     if isinstance(exc, _TRANSIENT):
         return Unavailable(f"{what}: NATS unavailable ({type(exc).__name__}: {exc})")
     if isinstance(exc, nats.js.errors.APIError):
-        return BusError(f"{what}: JetStream refused (code {exc.err_code}: {exc.description})")
+        return BusError(f"{what}: JetStream refused (code {err_code}: {description})")
     return BusError(f"{what}: {type(exc).__name__}: {exc}")
 
 

@@ -374,6 +374,18 @@ class Bus:
             return True
         return False
 
+    async def subjects_in(self, stream: str, subjects: str) -> dict[str, int]:
+        """The subjects of ``stream`` matching ``subjects`` (a wildcard) that hold messages,
+        with their message counts (the server answers at most 100,000 subjects at once)."""
+        with wrapped(f"listing the subjects of {stream}"):
+            info = await self._js.stream_info(stream, subjects_filter=subjects)
+        return dict(info.state.subjects or {})
+
+    async def purge(self, stream: str, subjects: str) -> None:
+        """Remove every message of ``stream`` on ``subjects`` (a wildcard)."""
+        with wrapped(f"purging {subjects} from {stream}"):
+            await self._js.purge_stream(stream, subject=subjects)
+
     async def last_sequence(self, stream: str) -> int:
         """The sequence of the newest message in ``stream`` (0 when empty)."""
         with wrapped(f"reading stream {stream}"):

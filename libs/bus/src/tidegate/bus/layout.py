@@ -9,8 +9,9 @@ name                           subjects                             retention
                                                                     tombstones expire
 ``tidegate-<c>-capacity``      ``tg.<c>.capacity.>``                last value per subject;
                                                                     tombstones expire
-``tidegate-<c>-decisions``     ``tg.<c>.decision.>``,               append-only, by age / size
-                               ``tg.<c>.fence.>``
+``tidegate-<c>-decisions``     ``tg.<c>.decision.>``,               append-only, newest 64 per
+                               ``tg.<c>.fence.>``                   subject; a deleted workload's
+                                                                    purged by admission
 ``tidegate-<c>-deadletter``    ``tg.<c>.deadletter.>``              append-only, by age
 KV ``tidegate-<c>-ledger``     (``$KV.tidegate-<c>-ledger.>``)      last value per key
 KV ``tidegate-<c>-leases``     (``$KV.tidegate-<c>-leases.>``)      last value, per-message TTL
@@ -42,10 +43,15 @@ class LayoutSettings:
 
     duplicate_window_seconds: float = 120.0
     """How long JetStream remembers a Nats-Msg-Id to drop a retried publish."""
-    decisions_max_age_seconds: float = 7 * DAY
-    """Decisions older than this are removed from the log (0 = keep forever)."""
-    decisions_max_bytes: int = 1 << 30
-    """Size bound of the decision log; the oldest decisions go first (-1 = unbounded)."""
+    decisions_max_age_seconds: float = 0.0
+    """Decisions older than this are removed from the log (0 = kept until purged). An age
+    limit would forget the admission of a workload that runs longer than it."""
+    decisions_max_bytes: int = -1
+    """Size bound of the decision log; the oldest decisions go first (-1 = unbounded). A bound
+    can drop an admission still in force: size the stream instead (docs/bus.md)."""
+    decisions_per_subject: int = 64
+    """The newest decisions kept per subject (per workload and kind): the log of a workload
+    that lives for months, resized or re-admitted many times, stays bounded."""
     deadletter_max_age_seconds: float = 14 * DAY
     """Dead letters older than this are removed."""
     replicas: int = 1
@@ -127,6 +133,7 @@ def _stream(
     stream_subjects: list[str],
     settings: LayoutSettings,
     last_value: bool,
+    per_subject: int = -1,
     max_age: float | None = None,
     max_bytes: int | None = None,
     allow_msg_ttl: bool = False,
@@ -136,7 +143,7 @@ def _stream(
         description=description,
         subjects=stream_subjects,
         retention=api.RetentionPolicy.LIMITS,
-        max_msgs_per_subject=1 if last_value else -1,
+        max_msgs_per_subject=1 if last_value else per_subject,
         max_age=max_age,
         max_bytes=max_bytes,
         discard=api.DiscardPolicy.OLD,
@@ -174,6 +181,7 @@ def stream_configs(cluster: str, settings: LayoutSettings) -> list[api.StreamCon
             stream_subjects=[subjects.decision_wildcard(cluster), fence_wildcard(cluster)],
             settings=settings,
             last_value=False,
+            per_subject=settings.decisions_per_subject,
             max_age=settings.decisions_max_age_seconds,
             max_bytes=settings.decisions_max_bytes,
         ),

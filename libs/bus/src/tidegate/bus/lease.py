@@ -13,8 +13,8 @@ one key (the role, e.g. ``admission``) in ``tidegate-<cluster>-leases``:
   machines. JetStream's TTL granularity is one second: TTLs are rounded up to whole seconds.
 * **epoch**: the stream sequence of the write that acquired the lease. Sequences only grow, so
   every new holder has a larger epoch than all earlier ones. Put the epoch in what you write
-  (``Admitted.epoch``); readers drop writes from an epoch older than the newest they have seen
-  (:class:`EpochFence`), which fences off a stale leader's in-flight messages.
+  (``Admitted.epoch``) to say which tenure wrote it. No reader filters on it: what stops a
+  deposed leader is a :class:`~tidegate.bus.fence.Fence` on its writes.
 
 What it does not do: make an unrelated write atomic with holding the lease. Check
 :meth:`Lease.check` before a critical write and carry the epoch in the write itself.
@@ -307,21 +307,3 @@ class Lease:
             yield epoch
         finally:
             await self.release()
-
-
-class EpochFence:
-    """Drops writes of a stale leader: accepts an epoch only if none newer has been seen.
-
-    Pure bookkeeping for consumers of single-writer output (e.g. ``Admitted.epoch``).
-    """
-
-    def __init__(self) -> None:
-        self.newest = 0
-        """The newest epoch accepted so far."""
-
-    def accept(self, epoch: int) -> bool:
-        """True if ``epoch`` is the newest seen (or equal to it); remembers it."""
-        if epoch < self.newest:
-            return False
-        self.newest = epoch
-        return True

@@ -102,3 +102,16 @@ def capacity_wildcard(cluster: str) -> str:
 def decision_wildcard(cluster: str) -> str:
     """Subjects of the append-only decision stream."""
     return f"tg.{cluster}.decision.>"
+
+
+def decisions_of(cluster: str, namespace: str, name: str) -> str:
+    """The subjects of every decision about one workload (any kind)."""
+    return f"tg.{cluster}.decision.*.{token(namespace)}.{token(name)}"
+
+
+def decision_workload(subject: str) -> tuple[str, str] | None:
+    """Namespace and name of the workload a decision subject is about (None: not one)."""
+    parts = subject.split(".")
+    if len(parts) != 6 or parts[0] != "tg" or parts[2] != "decision":
+        return None
+    return untoken(parts[4]), untoken(parts[5])

@@ -6,8 +6,9 @@ the cache's arithmetic, pure and typed, so it is tested without NATS or Kubernet
     free(node) = allocatable − usage − reserved
 
 - *allocatable* is the node's ``status.allocatable`` (``pods`` defaults to the kubelet's 110);
-- *usage* is what the pods bound to the node request, if they are not terminal (Succeeded or
-  Failed), whether tidegate manages them or not (DaemonSets count); each takes one ``pods``;
+- *usage* is what the pods that hold capacity on the node request
+  (:func:`tidegate.model.pods.holds_capacity`: bound and not Succeeded or Failed), whether
+  tidegate manages them or not (DaemonSets count); each takes one ``pods``;
 - *reserved* is room admission promised to admitted gangs whose pods are not bound yet.
 
 **Reservations.** An admitted decision says, per podset, how many pods go to each domain (the
@@ -64,11 +65,9 @@ from tidegate.model import (
     WorkloadState,
     workload_key,
 )
+from tidegate.model.pods import holds_capacity
 from tidegate.placement.capacity import DEFAULT_MAX_PODS, HARD_TAINT_EFFECTS, PODS
 from tidegate.placement.ordering import natural_key
-
-TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
-"""Pod phases that hold no capacity any more."""
 
 UNSCHEDULABLE_TAINTS: Final = frozenset(
     {
@@ -467,7 +466,7 @@ class CapacityAccounting:
 
     def set_pod(self, pod: PodState) -> None:
         """Add or replace a pod: bound and not terminal, it uses capacity on its node."""
-        bound = pod.node_name if pod.node_name and pod.phase not in TERMINAL_PHASES else None
+        bound = pod.node_name if holds_capacity(pod) else None
         owner = (pod.workload, pod.podset or "") if pod.workload else None
         self._replace_pod((pod.namespace, pod.name), _Pod(bound, per_pod(pod.requests), owner))
 

@@ -432,6 +432,11 @@ class Admission:
         """The workload known under ``key``, if any."""
         return self._workloads.get(key)
 
+    def known(self) -> set[WorkloadKey]:
+        """Every workload that exists, is admitted or is kept out: those whose decisions
+        still matter to someone."""
+        return {*self._workloads, *self._admitted, *self._stopped}
+
     def is_admitted(self, key: WorkloadKey) -> bool:
         """Whether ``key`` is admitted."""
         return key in self._admitted

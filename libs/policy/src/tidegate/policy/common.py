@@ -11,8 +11,11 @@ training was never a victim). The services call these functions; none keeps a co
 - **Which Topology it is placed on** (:func:`choose_topology`): its queue's, else its own, else
   the only one known, else the configured default; a workload naming another Topology than
   its queue is invalid. Admission carries its answer in ``preempt-requested.topology``.
-- **Which pods hold capacity** (:func:`holds_capacity`) and **which run** as members of a
-  running gang (:func:`runs`).
+- **Which pods hold capacity** (:func:`holds_capacity`), **which run** as members of a
+  running gang (:func:`runs`) and which are **active** (:func:`active`): defined in
+  :mod:`tidegate.model.pods` (placement, below policy, needs them) and re-exported here.
+- **Which pods an eviction removes** (:func:`evictable`): the ungater's evictions and
+  preemption's victims alike.
 - **What a queue holds** (:func:`charged_usage`): what admission charged for the admissions in
   force, per resource and per card model.
 
@@ -21,14 +24,24 @@ Pure: no I/O.
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
 
 from tidegate.model import Admitted, PendingReason, PodState, QueueConfig, WorkloadState
 from tidegate.model import resources as res
+from tidegate.model.pods import TERMINAL_PHASES, active, gated, holds_capacity, runs
 from tidegate.policy.quota import QueueUsage
 
-TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
-"""Pod phases in which a pod holds nothing any more."""
+__all__ = [
+    "TERMINAL_PHASES",
+    "TopologyProblem",
+    "active",
+    "charged_usage",
+    "choose_topology",
+    "evictable",
+    "gated",
+    "holds_capacity",
+    "queue_of",
+    "runs",
+]
 
 
 def queue_of(workload: WorkloadState, default_queue: str | None) -> str | None:
@@ -87,16 +100,10 @@ def choose_topology(
     return name
 
 
-def holds_capacity(pod: PodState) -> bool:
-    """Whether ``pod`` holds room on a node: bound and not finished. A terminating pod still
-    does (its room is not free until it is gone)."""
-    return bool(pod.node_name) and pod.phase not in TERMINAL_PHASES
-
-
-def runs(pod: PodState) -> bool:
-    """Whether ``pod`` counts as a member of its running gang: it holds capacity and is not
-    terminating (a terminating pod is on its way out)."""
-    return holds_capacity(pod) and not pod.terminating
+def evictable(pod: PodState) -> bool:
+    """Whether an eviction must remove ``pod``: active and released (a gated pod holds no
+    capacity and never runs without admission)."""
+    return active(pod) and not gated(pod)
 
 
 def charged_usage(admissions: Iterable[Admitted], queue: str) -> QueueUsage:

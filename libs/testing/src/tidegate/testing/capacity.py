@@ -20,9 +20,9 @@ from typing import Any, Final, NamedTuple, cast
 
 from tidegate.model import CapacityDomain, CapacityNode, Message, parse_resources
 from tidegate.model import resources as res
+from tidegate.model.pods import TERMINAL_PHASES
 from tidegate.placement import DEFAULT_MAX_PODS
 from tidegate.placement.accounting import (
-    TERMINAL_PHASES,
     UNSCHEDULABLE_TAINTS,
     CapacityKey,
     DomainKey,

@@ -21,6 +21,9 @@ at a time holds the ``admission`` lease (taken with
    workload's trace) and delete the outbox keys of those JetStream stored. A publish that fails
    leaves its decision in the outbox, sent again on the next tick (:mod:`.ledger`).
 
+4. **Retention**: every ``decisions_sweep_seconds``, purge the decisions of workloads gone for
+   ``decisions_kept_after_delete_seconds`` (:mod:`tidegate.admission.retention`).
+
 A lost lease or a ledger conflict raises :class:`tidegate.bus.LeaseLost`: the process exits
 (status 1) and restarts as a standby; it never decides without the lease. Decisions are pure
 calls into :mod:`tidegate.policy.admission`; nothing here chooses anything.
@@ -39,6 +42,7 @@ from tidegate.admission.handlers import SOURCE, Handlers
 from tidegate.admission.ledger import AdmissionLedger, LedgerRecord, OutboxEntry, deliverable
 from tidegate.admission.metrics import QueueMetrics
 from tidegate.admission.nominations import restore_nominations
+from tidegate.admission.retention import DecisionRetention
 from tidegate.bus import (
     BusError,
     ConsumerSettings,
@@ -159,6 +163,12 @@ class Leader:
         """Every decision is published through this fence (claimed at takeover)."""
         self._unsent: list[OutboxEntry] = []
         """Outbox entries committed and not yet stored on the stream, in decision order."""
+        self._retention = DecisionRetention(
+            ctx.bus,
+            ctx.cluster,
+            keep_seconds=ctx.settings.decisions_kept_after_delete_seconds,
+            every_seconds=ctx.settings.decisions_sweep_seconds,
+        )
 
     async def run(self) -> None:
         """Take over, decide until asked to stop."""
@@ -265,6 +275,16 @@ class Leader:
                 if self._unsent:
                     await self._send()
                 self._metrics.cycle_seconds.observe(time.monotonic() - started)
+                if self._retention.due(time.time()):
+                    await self._sweep()
+
+    async def _sweep(self) -> None:
+        """Purge the decisions of workloads long gone (under the lock: no decision about a
+        workload created meanwhile can be in flight)."""
+        try:
+            await self._retention.sweep(self._admission.known(), now=time.time())
+        except BusError as exc:
+            log.warning("admission: decision retention sweep failed, retrying later: %s", exc)
 
     async def commit(self, decisions: Sequence[Decision]) -> None:
         """Claim the sequence, stage the decisions in the outbox, record admissions and

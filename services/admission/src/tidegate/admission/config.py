@@ -33,6 +33,11 @@ class Settings(ServiceSettings):
     """How long capacity freed by preemption stays reserved for its preemptor."""
     overlay_grace_seconds: float = 30.0
     """How long an applied decision may wait for its node's capacity report (see docs)."""
+    decisions_kept_after_delete_seconds: float = 3600.0
+    """How long the decisions of a deleted workload stay on the decision stream before the
+    leader purges them (:mod:`tidegate.admission.retention`)."""
+    decisions_sweep_seconds: float = 60.0
+    """How often the leader looks for decisions to purge."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -42,6 +47,7 @@ class Settings(ServiceSettings):
             "preemption_timeout_seconds": self.preemption_timeout_seconds,
             "nomination_timeout_seconds": self.nomination_timeout_seconds,
             "overlay_grace_seconds": self.overlay_grace_seconds,
+            "decisions_sweep_seconds": self.decisions_sweep_seconds,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -50,6 +56,8 @@ class Settings(ServiceSettings):
             raise SettingsError(
                 "lease_ttl_seconds", "must be at least 1 (JetStream TTLs are whole seconds)"
             )
+        if self.decisions_kept_after_delete_seconds < 0:
+            raise SettingsError("decisions_kept_after_delete_seconds", "must not be negative")
         if self.cycle_coalesce_seconds < 0:
             raise SettingsError("cycle_coalesce_seconds", "must not be negative")
         if self.default_queue is not None and not self.default_queue.strip():

@@ -47,14 +47,13 @@ from tidegate.model import (
 )
 from tidegate.model import resources as res
 from tidegate.model.events import OnPreemption
-from tidegate.model.names import ADMISSION_GATE
 from tidegate.placement import CapacityView
 from tidegate.policy.capacity import ClusterCapacity
 from tidegate.policy.common import (
-    TERMINAL_PHASES,
     TopologyProblem,
     charged_usage,
     choose_topology,
+    evictable,
     holds_capacity,
     runs,
 )
@@ -248,14 +247,12 @@ class PreemptionView:
     def evictable_pods(
         self, key: WorkloadKey, *, created_before: float | None = None
     ) -> list[PodRef]:
-        """Pods of ``key`` an eviction must remove: not terminating and not held by the
-        admission gate (a gated pod holds no capacity and never runs without admission).
-        With ``created_before``, pods created later (the controller's replacements) are left."""
+        """Pods of ``key`` an eviction must remove
+        (:func:`~tidegate.policy.common.evictable`). With ``created_before``, pods created
+        later (the controller's replacements) are left."""
         out = []
         for pod in self.pods(key):
-            if pod.terminating or pod.phase in TERMINAL_PHASES:
-                continue
-            if ADMISSION_GATE in pod.scheduling_gates:
+            if not evictable(pod):
                 continue
             if created_before is not None and pod.created_at > created_before:
                 continue

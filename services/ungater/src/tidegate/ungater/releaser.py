@@ -4,7 +4,7 @@ A *round* takes every workload marked dirty since the last one (a pod, node, wor
 decision changed), and for each:
 
 1. finds the admission in force (:meth:`tidegate.ungater.view.View.admission`);
-2. per podset, plans releases with :func:`tidegate.ungater.slots.plan_podset`: released pods
+2. per podset, plans releases with :func:`tidegate.policy.slots.plan_podset`: released pods
    are counted from their nodeSelectors, releases in flight from the *expectations* (uid →
    domain, recorded before the patch is sent, dropped once the bus shows the pod released, the
    pod is gone, the patch failed, or ``expectation_timeout_seconds`` passed), pods on
@@ -76,10 +76,11 @@ from tidegate.model import (
     subjects,
 )
 from tidegate.model.names import ADMISSION_GATE, RESUME_ANNOTATION, RESUME_MANUAL
-from tidegate.policy import elastic
+from tidegate.policy import elastic, slots
 from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, parse_card_name
+from tidegate.policy.common import gated
 from tidegate.telemetry import note_pod_released, release_span
-from tidegate.ungater import slots, status
+from tidegate.ungater import status
 from tidegate.ungater.config import UngaterSettings
 from tidegate.ungater.view import View
 
@@ -269,7 +270,7 @@ class Releaser:
             if admitted is None:
                 continue
             for pod in self.view.members(key):
-                if not _gated(pod):
+                if not gated(pod):
                     continue
                 actual = by_uid.get(pod.uid)
                 if actual is None:
@@ -368,7 +369,7 @@ class Releaser:
         )
         if self.view.member_count(key) < wanted:
             return False
-        return all(_gated(pod) for pod in self.view.members(key))
+        return all(gated(pod) for pod in self.view.members(key))
 
     async def round(
         self, only: set[WorkloadKey] | None = None, *, background: bool = False
@@ -499,7 +500,7 @@ class Releaser:
         expected = self.expectations.get(key, {})
         for uid, expectation in list(expected.items()):
             pod = by_uid.get(uid)
-            if pod is None or ADMISSION_GATE not in pod.scheduling_gates:
+            if pod is None or not gated(pod):
                 del expected[uid]  # gone, or seen released: its selector counts now
             elif expectation.at < deadline:
                 log.warning(
@@ -537,7 +538,7 @@ class Releaser:
             }
             plan = slots.plan_podset(
                 assignment,
-                [self._member(pod) for pod in pods if not (pod.terminating and _gated(pod))],
+                slots.members(pods, self.view.node_ready),
                 expected=expected,
                 lost=lost,
             )
@@ -584,21 +585,6 @@ class Releaser:
         )
         event_id = f"{SOURCE}-giveback-{admitted.uid}-{admitted.sequence}-{signature}-{attempt}"
         item.writes.append(_bind(self._ask_replacement, request, event_id))
-
-    def _member(self, pod: PodState) -> slots.Member:
-        return slots.Member(
-            uid=pod.uid,
-            name=pod.name,
-            rank=pod.rank,
-            created_at=pod.created_at,
-            gated=_gated(pod),
-            node_selector=pod.node_selector,
-            holds_slot=(
-                pod.phase not in ("Succeeded", "Failed")
-                and not pod.terminating
-                and self.view.node_ready(pod.node_name)
-            ),
-        )
 
     def _failed(self, assignment: TopologyAssignment) -> list[DomainCount]:
         levels = assignment.levels
@@ -670,26 +656,11 @@ class Releaser:
         """Evict the pods released before the eviction decision ``sequence``: those this
         process released under an older admission; after a restart, when it cannot know,
         every released pod unless the workload was admitted again and the pod sits in a slot
-        domain of the new admission (a valid place: it keeps it)."""
-        slot_domains: dict[str, set[slots.Domain]] = {}
-        if admitted is not None and admitted.sequence > sequence:
-            slot_domains = {
-                name: set(slots.assigned(assignment))
-                for name, assignment in admitted.assignments.items()
-            }
-        for pod in members:
-            if _gated(pod) or pod.terminating or pod.phase in ("Succeeded", "Failed"):
-                continue
-            under = self._released_under.get(item.key, {}).get(pod.uid)
-            if under is not None and under > sequence:
-                continue
-            if under is None and admitted is not None and admitted.sequence > sequence:
-                assignment = admitted.assignments.get(pod.podset or "")
-                domains = slot_domains.get(pod.podset or "", set())
-                if assignment is not None and (
-                    slots.domain_of(assignment.levels, pod.node_selector, domains) is not None
-                ):
-                    continue
+        domain of the new admission (a valid place: it keeps it); :func:`slots.must_evict`."""
+        released_under = self._released_under.get(item.key, {})
+        for pod in slots.must_evict(
+            members, sequence=sequence, released_under=released_under, admitted=admitted
+        ):
             evicting = self._evicting.setdefault(item.key, set())
             if pod.uid in evicting:
                 continue
@@ -1030,10 +1001,6 @@ async def _first_set(*events: asyncio.Event, within: float) -> None:
     finally:
         for waiter in waiters:
             waiter.cancel()
-
-
-def _gated(pod: PodState) -> bool:
-    return ADMISSION_GATE in pod.scheduling_gates
 
 
 def _bind(function: Callable[..., Awaitable[None]], *args: object) -> Callable[[], Awaitable[None]]:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from tidegate.model import Admitted, Pending, PodState, Released, WorkloadState
-from tidegate.model.names import ADMISSION_GATE
+from tidegate.policy.common import active as is_active
+from tidegate.policy.common import gated
 
 Phase = Literal["Pending", "Admitted", "Running", "Succeeded", "Failed"]
 """PodGroup ``status.phase`` values (the CRD's enum)."""
@@ -55,10 +56,9 @@ def count(pods: Sequence[PodState]) -> Counts:
     """Count a workload's member pods."""
     admitted = running = succeeded = failed = waiting = active = 0
     for pod in pods:
-        gated = ADMISSION_GATE in pod.scheduling_gates
-        if gated and not pod.terminating:
+        if gated(pod) and not pod.terminating:
             waiting += 1
-        if not gated and not pod.terminating:
+        if not gated(pod) and not pod.terminating:
             admitted += 1
         if pod.phase == "Running":
             running += 1
@@ -66,7 +66,7 @@ def count(pods: Sequence[PodState]) -> Counts:
             succeeded += 1
         elif pod.phase == "Failed":
             failed += 1
-        if pod.phase not in ("Succeeded", "Failed") and not pod.terminating:
+        if is_active(pod):
             active += 1
     return Counts(
         admitted=admitted,

@@ -27,15 +27,13 @@ afterwards) is the index's job (:mod:`tidegate.watcher.index`).
 """
 
 from collections.abc import Sequence
-from typing import Final, Literal
+from typing import Literal
 
+from tidegate.model.pods import TERMINAL_PHASES
 from tidegate.watcher.objects import Job, JobSet, Pod, PodGroup, ReplicaOwner
 
 Finished = Literal["Completed", "Failed"]
 """How a workload ended (the values of ``WorkloadState.finished``)."""
-
-TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
-"""Pod phases a pod never leaves."""
 
 
 def workload_finished(

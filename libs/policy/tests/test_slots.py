@@ -1,16 +1,21 @@
-"""Slot assignment: rank order, expectations, never more than assigned, lost domains."""
+"""Slot assignment: rank order, expectations, never more than assigned, lost domains; which
+pods hold a slot and which an eviction removes."""
 
 import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidegate.model import DomainCount, TopologyAssignment
-from tidegate.ungater.slots import (
+from tidegate.model import Admitted, DomainCount, PodState, TopologyAssignment
+from tidegate.model.names import ADMISSION_GATE
+from tidegate.policy.common import evictable, holds_capacity
+from tidegate.policy.slots import (
     Member,
     assigned,
     domain_of,
     failed_domains,
+    members,
+    must_evict,
     plan_podset,
     selector_for,
     spare_slots,
@@ -213,3 +218,100 @@ def test_a_shrunk_podset_gives_back_only_slots_no_pod_holds_newest_first() -> No
         DomainCount(values=["b1", "r1", "h2"], count=1)
     ]
     assert spare_slots(target, plan.occupied, surplus=0) == []
+
+
+def pod(
+    index: int,
+    *,
+    host: str | None = None,
+    node: str | None = None,
+    phase: str = "Pending",
+    terminating: bool = False,
+    gated: bool = False,
+) -> PodState:
+    """Pod p<index> of podset "main"; ``host`` ("r1/h1") is the slot its selector names."""
+    selector = {}
+    if host is not None:
+        rack, name = host.split("/")
+        selector = {"block": "b1", "rack": rack, "host": name}
+    return PodState(
+        namespace="ns",
+        name=f"p{index}",
+        uid=f"u{index}",
+        node_name=node,
+        phase=phase,
+        terminating=terminating,
+        scheduling_gates=[ADMISSION_GATE] if gated else [],
+        node_selector=selector,
+        podset="main",
+        rank=index,
+    )
+
+
+def test_members_hold_a_slot_while_active_and_on_a_ready_node() -> None:
+    pods = [
+        pod(1, host="r1/h1", node="n1", phase="Running"),
+        pod(2, host="r1/h1", node="n1", phase="Succeeded"),
+        pod(3, host="r1/h1", node="n1", phase="Running", terminating=True),
+        pod(4, host="r1/h1", node="down", phase="Running"),
+        pod(5, host="r1/h1"),  # released, not bound yet: holds its slot
+        pod(6, gated=True),
+        pod(7, gated=True, terminating=True),  # never takes a slot: left out
+    ]
+    got = members(pods, lambda node: node != "down")
+    assert [(m.name, m.gated, m.holds_slot) for m in got] == [
+        ("p1", False, True),
+        ("p2", False, False),
+        ("p3", False, False),
+        ("p4", False, False),
+        ("p5", False, True),
+        ("p6", True, True),
+    ]
+    # A terminating pod still holds its node's capacity, but not its slot.
+    assert holds_capacity(pods[2])
+    assert not got[2].holds_slot
+
+
+def admitted_at(sequence: int, *hosts: str) -> Admitted:
+    return Admitted(
+        workload="ns/w",
+        uid="w",
+        queue="q",
+        sequence=sequence,
+        epoch=1,
+        assignments={"main": assignment(*((h, 1) for h in hosts))},
+    )
+
+
+def test_an_eviction_removes_the_active_released_pods_released_before_it() -> None:
+    pods = [
+        pod(1, host="r1/h1", node="n1", phase="Running"),
+        pod(2, host="r1/h2", node="n2", phase="Running"),
+        pod(3, host="r1/h2", node="n2", phase="Failed"),
+        pod(4, host="r1/h2", node="n2", phase="Running", terminating=True),
+        pod(5, gated=True),
+        pod(6, host="r1/h1"),  # released, not bound yet
+    ]
+    evicted = must_evict(pods, sequence=5, released_under={"u1": 4}, admitted=None)
+    assert [p.name for p in evicted] == ["p1", "p2", "p6"]
+    assert evicted == [p for p in pods if evictable(p)]
+    # Released under a newer admission (this process knows): it stays.
+    kept = must_evict(pods, sequence=5, released_under={"u1": 6}, admitted=admitted_at(6, "r1/h9"))
+    assert [p.name for p in kept] == ["p2", "p6"]
+
+
+def test_after_a_restart_a_pod_in_a_slot_of_the_newer_admission_keeps_it() -> None:
+    pods = [
+        pod(1, host="r1/h1", node="n1", phase="Running"),
+        pod(2, host="r1/h2", node="n2", phase="Running"),
+    ]
+    newer = admitted_at(7, "r1/h1")
+    assert [p.name for p in must_evict(pods, sequence=5, released_under={}, admitted=newer)] == [
+        "p2"
+    ]
+    # An admission no newer than the eviction keeps nothing.
+    older = admitted_at(5, "r1/h1")
+    assert [p.name for p in must_evict(pods, sequence=5, released_under={}, admitted=older)] == [
+        "p1",
+        "p2",
+    ]

@@ -9,8 +9,11 @@ only into a domain with a free slot, where
 so no more pods are ever released into a domain than it was assigned, whatever order events
 arrive in: a released pod is recognised by its nodeSelector (restarts recount from it), a
 release in flight by its *expectation* (the caller's record of a patch not yet seen on the
-bus). A pod holds its slot while it is neither finished, nor terminating, nor on a failed node;
-so a replacement for a failed or evicted pod takes the slot its predecessor freed.
+bus). A pod holds its slot while it is active (:func:`tidegate.model.pods.active`: neither
+finished nor terminating) and not on a failed node (:func:`members`); so a replacement for a
+failed or evicted pod takes the slot its predecessor freed. (Its predecessor's *capacity* is
+held until it is gone, :func:`tidegate.model.pods.holds_capacity`: the replacement may wait in
+the scheduler, never in a slot another pod took.)
 
 Rank order (seed 003: the TopologyUngater; consecutive indexes close together): the slots
 are numbered in the assignment's order (domain 0's slots first). A pod with rank ``r`` goes to
@@ -18,14 +21,18 @@ slot ``r mod total`` when that slot's domain has room, else to the domain with r
 are nearest to ``r``; pods without a rank fill the first domains with room. Ranked pods are
 placed before unranked ones, lowest rank first.
 
-Pure: no I/O and no clock. The caller decides which pods hold slots (it knows the nodes) and
-keeps the expectations; :mod:`tidegate.ungater.releaser` does the patching.
+When admission answers a lost admission with an eviction, :func:`must_evict` names the
+released pods to remove.
+
+Pure: no I/O and no clock. The caller says which nodes are ready and keeps the expectations;
+:mod:`tidegate.ungater.releaser` does the patching.
 """
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tidegate.model import DomainCount, TopologyAssignment
+from tidegate.model import Admitted, DomainCount, PodState, TopologyAssignment
+from tidegate.policy.common import active, evictable, gated
 
 Domain = tuple[str, ...]
 """A domain's label values, widest level first (as in :class:`~tidegate.model.DomainCount`)."""
@@ -68,6 +75,60 @@ class PodSetPlan:
     and the new ``releases``)."""
     waiting: int
     """Gated pods left without a slot."""
+
+
+def members(pods: Iterable[PodState], node_ready: Callable[[str | None], bool]) -> list[Member]:
+    """``pods`` of one podset as slot assignment sees them: a terminating gated pod is left
+    out (it never takes a slot); a released pod holds its slot while it is active and its node
+    is ready (``node_ready``; an unbound pod's is)."""
+    return [
+        Member(
+            uid=pod.uid,
+            name=pod.name,
+            rank=pod.rank,
+            created_at=pod.created_at,
+            gated=gated(pod),
+            node_selector=pod.node_selector,
+            holds_slot=active(pod) and node_ready(pod.node_name),
+        )
+        for pod in pods
+        if not (pod.terminating and gated(pod))
+    ]
+
+
+def must_evict(
+    pods: Iterable[PodState],
+    *,
+    sequence: int,
+    released_under: Mapping[str, int],
+    admitted: Admitted | None,
+) -> list[PodState]:
+    """The pods of a workload to evict for the eviction decision ``sequence``: the evictable
+    ones (:func:`tidegate.policy.common.evictable`), except a pod released under a newer admission (``released_under``: pod uid
+    → the admission sequence it was released under, as far as the caller knows) and, when the
+    caller does not know (after a restart) and the workload was admitted again (``admitted``,
+    newer than ``sequence``), a pod whose nodeSelector puts it in a slot domain of that
+    admission (a valid place: it keeps it)."""
+    newer = admitted if admitted is not None and admitted.sequence > sequence else None
+    slot_domains: dict[str, set[Domain]] = {}
+    if newer is not None:
+        slot_domains = {name: set(assigned(a)) for name, a in newer.assignments.items()}
+    out = []
+    for pod in pods:
+        if not evictable(pod):
+            continue
+        under = released_under.get(pod.uid)
+        if under is not None and under > sequence:
+            continue
+        if under is None and newer is not None:
+            assignment = newer.assignments.get(pod.podset or "")
+            domains = slot_domains.get(pod.podset or "", set())
+            if assignment is not None and (
+                domain_of(assignment.levels, pod.node_selector, domains) is not None
+            ):
+                continue
+        out.append(pod)
+    return out
 
 
 def selector_for(levels: Sequence[str], domain: Domain) -> dict[str, str]:

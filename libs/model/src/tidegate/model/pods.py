@@ -1,0 +1,46 @@
+"""Which pods hold capacity, which run and which are still active: written once for every
+package (re-exported by :mod:`tidegate.policy.common` for the services).
+
+It lives in the model, not in :mod:`tidegate.policy`, because the topology-cache's accounting
+(:mod:`tidegate.placement.accounting`, a layer below policy) counts capacity by it too.
+
+- A pod **holds capacity** (:func:`holds_capacity`) while it is bound and not finished; a
+  terminating pod still does (its room is not free until it is gone).
+- A pod **runs** (:func:`runs`) as a member of its gang while it holds capacity and is not
+  terminating.
+- A pod is **active** (:func:`active`) while it is neither finished nor terminating, bound or
+  not (Kubernetes' Job controller counts the same pods active). Only active pods are evicted,
+  hold an ungater slot, or count as a PodGroup's active members.
+
+Pure: no I/O.
+"""
+
+from typing import Final
+
+from tidegate.model.events import PodState
+from tidegate.model.names import ADMISSION_GATE
+
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+"""Pod phases in which a pod holds nothing any more (it finished)."""
+
+
+def holds_capacity(pod: PodState) -> bool:
+    """Whether ``pod`` holds room on a node: bound and not finished. A terminating pod still
+    does (its room is not free until it is gone)."""
+    return bool(pod.node_name) and pod.phase not in TERMINAL_PHASES
+
+
+def runs(pod: PodState) -> bool:
+    """Whether ``pod`` counts as a member of its running gang: it holds capacity and is not
+    terminating (a terminating pod is on its way out)."""
+    return holds_capacity(pod) and not pod.terminating
+
+
+def active(pod: PodState) -> bool:
+    """Whether ``pod`` is neither finished nor terminating (bound or not)."""
+    return pod.phase not in TERMINAL_PHASES and not pod.terminating
+
+
+def gated(pod: PodState) -> bool:
+    """Whether ``pod`` still carries tidegate's admission gate (it was not released)."""
+    return ADMISSION_GATE in pod.scheduling_gates

@@ -1,0 +1,51 @@
+"""The pod-state rules are written once: no service keeps its own terminal-phase set.
+
+Which pods hold capacity, run, or are active is :mod:`tidegate.model.pods` (re-exported by
+:mod:`tidegate.policy.common`). A service, or policy or placement, that spells the terminal
+phases itself (``{"Succeeded", "Failed"}`` as a set, tuple or list literal) has made a second
+copy of that rule; this test names it. The simulator (libs/sim) is left out on purpose: it
+imitates Kubernetes independently, so tidegate's rules are tested against it, not with it.
+"""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+TERMINAL = {"Succeeded", "Failed"}
+
+
+def terminal_phase_sets(source: str) -> list[int]:
+    """Line numbers of the collection literals in ``source`` whose strings are exactly the
+    terminal phases."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Set | ast.Tuple | ast.List):
+            strings = {e.value for e in node.elts if isinstance(e, ast.Constant)}
+            if strings == TERMINAL and len(node.elts) == len(TERMINAL):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_detector_finds_a_copy_in_any_spelling() -> None:
+    assert terminal_phase_sets('X = frozenset({"Succeeded", "Failed"})') == [1]
+    assert terminal_phase_sets('ok = p.phase not in ("Failed", "Succeeded")') == [1]
+    assert terminal_phase_sets('x = ["Succeeded", "Failed"]') == [1]
+    assert terminal_phase_sets('PHASES = ("Pending", "Running", "Succeeded", "Failed")') == []
+    assert terminal_phase_sets('done = p.phase == "Succeeded"') == []
+
+
+def test_no_service_or_domain_library_defines_its_own_terminal_phases() -> None:
+    sources = sorted(
+        [
+            *(ROOT / "services").glob("*/src/**/*.py"),
+            *(ROOT / "libs/policy/src").glob("**/*.py"),
+            *(ROOT / "libs/placement/src").glob("**/*.py"),
+        ]
+    )
+    assert sources, "no service sources found"
+    copies = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sources
+        for line in terminal_phase_sets(path.read_text())
+    ]
+    assert copies == [], f"use tidegate.policy.common (TERMINAL_PHASES, active, …): {copies}"
