@@ -2,7 +2,8 @@
 
 import pytest
 
-from tidegate.kube import JOBS, PODS, Conflict, Invalid, NotFound
+from tidegate.kube import JOBS, PODS, BadRequest, Conflict, Invalid, KnownPod, NotFound
+from tidegate.kube.ungate import ungate_json_patch
 
 from .conftest import GATE, ContractEnv
 
@@ -42,6 +43,75 @@ async def test_ungate_removes_only_its_gate_and_merges_the_selector(env: Contrac
 
     last = await env.client.ungate_pod(env.namespace, "p", gate=OTHER_GATE, node_selector={})
     assert gates(last) == []
+
+
+def known(pod: dict[str, object]) -> KnownPod:
+    """The pod as a watcher saw it."""
+    metadata = pod["metadata"]
+    assert isinstance(metadata, dict)
+    return KnownPod(str(metadata["uid"]), gates(pod), selector(pod))
+
+
+async def test_a_guarded_json_patch_releases_a_pod_as_known_in_one_request(
+    env: ContractEnv,
+) -> None:
+    """The ungater's one-request release (tidegate.kube.ungate.ungate_json_patch)."""
+    created = await env.create_pod(
+        "p", gates=(OTHER_GATE, GATE), node_selector={"tidegate.io/block": "b1"}
+    )
+    patch = ungate_json_patch(known(created), GATE, {"tidegate.io/rack": "r2"})
+    assert patch is not None
+    pod = await env.client.patch(PODS, "p", patch, namespace=env.namespace, patch_type="json")
+    assert gates(pod) == [OTHER_GATE]
+    assert selector(pod) == {"tidegate.io/block": "b1", "tidegate.io/rack": "r2"}
+
+    alone = await env.create_pod("alone", gates=(GATE,))
+    patch = ungate_json_patch(known(alone), GATE, {"r": "2"})
+    assert patch is not None
+    pod = await env.client.patch(PODS, "alone", patch, namespace=env.namespace, patch_type="json")
+    assert gates(pod) == []
+    assert selector(pod) == {"r": "2"}
+
+
+async def test_a_guarded_json_patch_is_refused_for_a_pod_not_as_known(env: ContractEnv) -> None:
+    """What makes the one-request release safe without a read: a pod that changed since it
+    was seen is refused, never overwritten; ungate_pod then reads it and still releases it."""
+    created = await env.create_pod("moved", gates=(OTHER_GATE, GATE))
+    seen = known(created)
+    await env.client.ungate_pod(env.namespace, "moved", gate=OTHER_GATE, node_selector={})
+    stale = ungate_json_patch(seen, GATE, {})  # the gate is at index 0 now, not 1
+    assert stale is not None
+    with pytest.raises((Invalid, BadRequest)):
+        await env.client.patch(PODS, "moved", stale, namespace=env.namespace, patch_type="json")
+    pod = await env.client.ungate_pod(
+        env.namespace, "moved", gate=GATE, node_selector={"r": "1"}, known=seen
+    )
+    assert (gates(pod), selector(pod)) == ([], {"r": "1"})
+
+    # Seen without a selector, given one since: replacing the whole selector would drop a
+    # key, which the API refuses for a gated pod.
+    other = await env.create_pod("selected", gates=(GATE,))
+    seen = known(other)
+    await env.client.patch(
+        PODS, "selected", {"spec": {"nodeSelector": {"a": "1"}}}, namespace=env.namespace
+    )
+    stale = ungate_json_patch(seen, GATE, {"r": "1"})
+    assert stale is not None
+    with pytest.raises((Invalid, BadRequest)):
+        await env.client.patch(PODS, "selected", stale, namespace=env.namespace, patch_type="json")
+    pod = await env.client.ungate_pod(
+        env.namespace, "selected", gate=GATE, node_selector={"r": "1"}, known=seen
+    )
+    assert (gates(pod), selector(pod)) == ([], {"a": "1", "r": "1"})
+
+    # Another pod of the same name.
+    first = await env.create_pod("again")
+    await env.client.delete(PODS, "again", namespace=env.namespace, grace_seconds=0)
+    await env.create_pod("again")
+    stale = ungate_json_patch(known(first), GATE, {})
+    assert stale is not None
+    with pytest.raises((Invalid, BadRequest)):
+        await env.client.patch(PODS, "again", stale, namespace=env.namespace, patch_type="json")
 
 
 async def test_ungate_surfaces_illegal_selector_changes_as_invalid(env: ContractEnv) -> None:

@@ -58,6 +58,7 @@ from tidegate.kube.resources import (
 )
 from tidegate.kube.settings import KubeSettings
 from tidegate.kube.transport import JsonObject
+from tidegate.kube.ungate import KnownPod
 
 __all__ = [
     "CONFLICT_ATTEMPTS",
@@ -88,6 +89,7 @@ __all__ = [
     "InformerState",
     "Invalid",
     "JsonObject",
+    "KnownPod",
     "KubeClient",
     "KubeConfigError",
     "KubeError",

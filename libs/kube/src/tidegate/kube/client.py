@@ -27,7 +27,9 @@ from kubernetes_asyncio.config.kube_config import refresh_token
 
 from tidegate.kube.errors import (
     AlreadyExists,
+    BadRequest,
     Conflict,
+    Invalid,
     KubeConfigError,
     NotFound,
     UnexpectedResponse,
@@ -44,7 +46,7 @@ from tidegate.kube.transport import (
     decode_object,
     render_query,
 )
-from tidegate.kube.ungate import ungate_patch
+from tidegate.kube.ungate import KnownPod, ungate_json_patch, ungate_patch
 
 PatchType = Literal["merge", "json", "strategic"]
 """JSON merge patch (RFC 7386), JSON patch (RFC 6902), or Kubernetes strategic merge patch."""
@@ -309,16 +311,30 @@ class KubeClient:
     # --- pods ----------------------------------------------------------------------------
 
     async def ungate_pod(
-        self, namespace: str, name: str, *, gate: str, node_selector: Mapping[str, str]
+        self,
+        namespace: str,
+        name: str,
+        *,
+        gate: str,
+        node_selector: Mapping[str, str],
+        known: KnownPod | None = None,
     ) -> JsonObject:
         """Remove scheduling gate ``gate`` (only that one) and merge ``node_selector`` in.
 
-        Read-modify-write with the pod's resourceVersion as precondition, re-read on 409. When
-        the gate is already gone and the selector already set it returns the pod unchanged, so
-        calling it twice is safe. An illegal change (e.g. altering a selector key, or any
-        selector change on a pod that is no longer gated) raises
-        :class:`~tidegate.kube.errors.Invalid` from the server's 422.
+        With ``known`` (the pod as the caller last saw it), first one guarded JSON patch
+        (:func:`~tidegate.kube.ungate.ungate_json_patch`); if the pod is no longer as known,
+        or without ``known``, read-modify-write with the pod's resourceVersion as
+        precondition, re-read on 409. When the gate is already gone and the selector already
+        set it returns the pod unchanged, so calling it twice is safe. An illegal change
+        (e.g. altering a selector key, or any selector change on a pod that is no longer
+        gated) raises :class:`~tidegate.kube.errors.Invalid` from the server's 422.
         """
+        guarded = None if known is None else ungate_json_patch(known, gate, node_selector)
+        if guarded is not None:
+            try:
+                return await self.patch(PODS, name, guarded, namespace=namespace, patch_type="json")
+            except (Invalid, BadRequest):
+                pass  # not as known (or an illegal change): read it and decide below
         for _ in range(CONFLICT_ATTEMPTS):
             pod = await self.get(PODS, name, namespace=namespace)
             patch = ungate_patch(pod, gate, node_selector)

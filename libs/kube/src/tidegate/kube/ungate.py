@@ -9,14 +9,67 @@ server checks the *old* pod's gates. The patch carries the pod's resourceVersion
 changed since it was read yields 409 Conflict instead of a lost update, and resending the same
 patch after a lost response is harmless.
 
+With what the caller already knows of the pod (:class:`KnownPod`: its uid, gates and
+selector, for example from a watch), :func:`ungate_json_patch` gives a JSON patch that does the
+same in one request without reading the pod first: ``test`` operations check that the pod is
+the one known and that the gate is where it was seen, so a pod that changed since is refused
+(422) instead of overwritten, and the caller reads it and uses the merge patch. It relies on
+the same rules: a gate list can only shrink, so a gate found at its known index proves the
+gates before it unchanged; a selector replaced whole while the caller saw none could only add
+keys, or the server refuses it.
+
 What it does not do: decide which selector a pod gets (the ungater does), or hide an illegal
 change: a selector that would change an existing key is sent as asked and the server's 422
 reaches the caller as :class:`~tidegate.kube.errors.Invalid`.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from tidegate.kube.transport import JsonObject
+
+
+@dataclass(frozen=True)
+class KnownPod:
+    """What a caller already knows of a pod, to release it without reading it first."""
+
+    uid: str
+    scheduling_gates: Sequence[str]
+    """Names of its scheduling gates, in order."""
+    node_selector: Mapping[str, str]
+
+
+def ungate_json_patch(
+    known: KnownPod, gate: str, node_selector: Mapping[str, str]
+) -> list[JsonObject] | None:
+    """A JSON patch removing ``gate`` and adding ``node_selector`` to the pod ``known``
+    describes, refused by the server unless the pod still is as known (module docstring);
+    None when ``known`` shows no such gate (read the pod instead)."""
+    if gate not in known.scheduling_gates:
+        return None
+    index = list(known.scheduling_gates).index(gate)
+    operations: list[JsonObject] = [
+        {"op": "test", "path": "/metadata/uid", "value": known.uid},
+        {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": gate},
+    ]
+    if len(known.scheduling_gates) == 1:
+        operations.append({"op": "remove", "path": "/spec/schedulingGates"})
+    else:
+        operations.append({"op": "remove", "path": f"/spec/schedulingGates/{index}"})
+    additions = {k: v for k, v in node_selector.items() if known.node_selector.get(k) != v}
+    if additions and not known.node_selector:
+        operations.append({"op": "add", "path": "/spec/nodeSelector", "value": additions})
+    else:
+        operations.extend(
+            {"op": "add", "path": f"/spec/nodeSelector/{_pointer(key)}", "value": value}
+            for key, value in additions.items()
+        )
+    return operations
+
+
+def _pointer(key: str) -> str:
+    """``key`` as one JSON Pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def ungate_patch(

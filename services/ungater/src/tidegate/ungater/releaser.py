@@ -58,6 +58,7 @@ from tidegate.kube import (
     PODS,
     Conflict,
     Invalid,
+    KnownPod,
     KubeClient,
     KubeError,
     NotFound,
@@ -777,7 +778,11 @@ class Releaser:
             return
         try:
             await self.kube.ungate_pod(
-                pod.namespace, pod.name, gate=ADMISSION_GATE, node_selector=selector
+                pod.namespace,
+                pod.name,
+                gate=ADMISSION_GATE,
+                node_selector=selector,
+                known=KnownPod(pod.uid, pod.scheduling_gates, pod.node_selector),
             )
         except NotFound:
             self._forget_expectation(key, pod.uid)
