@@ -12,6 +12,8 @@ day (``tidegate demo`` as shipped) is held to the same trace shape, and ``tidega
 answers for each of its workloads.
 """
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -154,7 +156,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @pytest.mark.slow
 @pytest.mark.timeout(480)
-def test_the_built_in_tidal_day(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_built_in_tidal_day(tmp_path: Path) -> None:
     """`tidegate demo` as shipped: a compressed day on 512 GPUs. The report, computed from the
     pods the API server listed and the decisions on the bus, shows the HPA-like driver scaling
     inference up by day and down at night, inference running more by day, training filling
@@ -247,15 +249,26 @@ def test_the_built_in_tidal_day(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert trace_problems(spans, report) == []
     traces = {span.trace_id for span in spans}
 
-    # `tidegate explain --json` (in this process) answers for every workload the demo ran.
-    with NatsServerProcess(store_dir=workdir / "jetstream") as nats:
-        for name, entry in workloads.items():
-            capsys.readouterr()
-            status = tidegate_main(
-                ["explain", name, "--json", "--cluster", "demo", "--nats-url", nats.url]
-            )
-            out, err = capsys.readouterr()
-            assert status == 0, (name, err)
-            answer = json.loads(out)
-            assert as_reported(answer) == entry["state"], (name, answer)
-            assert answer["trace_id"] in traces, (name, answer)
+    # `tidegate explain --json` (in this process) answers for every workload the demo ran. A
+    # workload still running when the report was taken may complete before the services stop.
+    answers = explained(workdir / "jetstream", list(workloads))
+    for name, entry in workloads.items():
+        later = {"Completed"} if entry["state"] == "Admitted" else set()
+        assert as_reported(answers[name]) in {entry["state"], *later}, (name, answers[name])
+        assert answers[name]["trace_id"] in traces, (name, answers[name])
+
+
+def explained(store: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    """``tidegate explain NAME --json`` run in this process for each name, from the demo bus
+    kept in ``store``; fails on a non-zero exit status."""
+    answers: dict[str, dict[str, Any]] = {}
+    with NatsServerProcess(store_dir=store) as nats:
+        for name in names:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                status = tidegate_main(
+                    ["explain", name, "--json", "--cluster", "demo", "--nats-url", nats.url]
+                )
+            assert status == 0, name
+            answers[name] = json.loads(out.getvalue())
+    return answers
