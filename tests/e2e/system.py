@@ -56,6 +56,7 @@ from tidegate.model import (
 )
 from tidegate.sim import SimCluster
 from tidegate.testing import connected, until_async
+from tidegate.testing.traces import admission_trace_problems, spans_from_json_lines
 
 from .invariants import (
     Invariants,
@@ -439,6 +440,35 @@ class System:
                 f"{len(differences)} differences, first: {differences[:8]}\n{exc}"
             ) from None
 
+    @property
+    def sigkilled(self) -> list[str]:
+        """Services SIGKILLed during the run (restarted or not)."""
+        return [name for name, _, _ in self.crashes] + list(self._killed)
+
+    def trace_problems(self, trace_file: Path) -> list[str]:
+        """What is wrong with the traces in ``trace_file`` (read once the services stopped and
+        flushed) of every workload this run admitted or preempted
+        (:func:`~tidegate.testing.traces.admission_trace_problems`, each admitted workload's
+        trace holding a span of every service that ran). After a SIGKILL only what survives
+        lost spans is checked (``complete=False``): one exported root per workload, none of
+        its spans in another trace, the victim searches naming and linking the victims."""
+        spans = spans_from_json_lines(trace_file)
+        admitted = sorted({d.workload for d in self.of(Admitted)})
+        services = [f"tidegate-{name}" for name in self.stack.processes]
+        complete = not self.sigkilled
+        problems = admission_trace_problems(
+            spans, admitted=admitted, services=services, complete=complete
+        )
+        # One call per preemption: a preemptor may preempt more than once.
+        for preempted in self.of(Preempted):
+            problems += admission_trace_problems(
+                spans,
+                admitted=(),
+                preemptions={preempted.preemptor: preempted.victims},
+                complete=complete,
+            )
+        return list(dict.fromkeys(problems))
+
     def capacity_differences(self) -> list[str]:
         """Where the capacity view on the bus differs from the API objects last listed."""
         return capacity_differences(
@@ -465,7 +495,11 @@ async def running_system(
 
     With ``nats_servers`` > 1, NATS runs as a JetStream cluster of that many servers with the
     streams replicated on each (:class:`~tidegate.bus.server.NatsCluster`). ``env`` overrides
-    service settings of :func:`fast_env`."""
+    service settings of :func:`fast_env`. When the block ends without an error and every
+    service has stopped (flushing its spans), the traces the services wrote to the stack's
+    trace file must have the admission shape (:meth:`System.trace_problems`); only part of it
+    when a service was SIGKILLed, since a killed process loses the spans it had not exported
+    yet (docs/operations.md, "A killed service loses what it had not exported")."""
     settings = StackSettings(
         workdir=workdir,
         cluster=CLUSTER,
@@ -486,6 +520,10 @@ async def running_system(
         ) as system,
     ):
         yield system
+    problems = system.trace_problems(stack.trace_file)
+    assert not problems, (
+        f"{len(problems)} trace problems, first: {problems[:20]}\n{system.report()}"
+    )
 
 
 @contextlib.asynccontextmanager

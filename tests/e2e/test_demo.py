@@ -5,10 +5,15 @@ training gangs each required in one rack fill the cluster; an inference Deployme
 reclaims a whole training gang; the victim goes back to its queue and is admitted again once
 the other finishes; a malformed workload is marked Invalid and nothing else is disturbed.
 Then the traces the services wrote have the shape docs/operations.md promises (one admission
-trace per workload, no missing parent, victims linked), and ``tidegate explain`` / ``tidegate
-queues`` answer for every workload from the bus the demo left behind.
+trace per workload, no missing parent, victims linked, a span of each of the five services,
+the topology-cache's included, in every admitted workload's trace), and ``tidegate explain`` /
+``tidegate queues`` answer for every workload from the bus the demo left behind. The built-in
+day (``tidegate demo`` as shipped) is held to the same trace shape, and ``tidegate explain``
+answers for each of its workloads.
 """
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -18,7 +23,9 @@ from typing import Any
 import pytest
 
 from tidegate.bus.server import NatsServerProcess
-from tidegate.testing.traces import admission_trace_problems, spans_from_json_lines
+from tidegate.cli.main import main as tidegate_main
+from tidegate.cli.stack import SERVICES as STACK_SERVICES
+from tidegate.testing.traces import SpanRecord, admission_trace_problems, spans_from_json_lines
 
 TRACE = Path(__file__).with_name("tidal-trace.yaml")
 
@@ -88,10 +95,9 @@ def test_tidal_scenario_end_to_end(tmp_path: Path) -> None:
     ), {t: services_by_trace[t] for t in workload_traces}
 
     # Every admitted or preempted workload: exactly one admission trace, its root exported, no
-    # missing parent anywhere, decisions naming queue, reason and placement, victims linked.
-    admitted = [name for name, w in workloads.items() if w["admitted_at"]]
-    preemptions = {p["preemptor"]: p["victims"] for p in report["preemptions"]}
-    assert admission_trace_problems(spans, admitted=admitted, preemptions=preemptions) == []
+    # missing parent anywhere, decisions naming queue, reason and placement, victims linked,
+    # and a span of every service (the topology-cache's included) in each admitted one.
+    assert trace_problems(spans, report) == []
     # Transport (pods, nodes, capacity) is not traced by default: only workload traces remain.
     assert not [s for s in spans if ".pod." in s.name or ".capacity." in s.name]
 
@@ -105,6 +111,22 @@ def test_tidal_scenario_end_to_end(tmp_path: Path) -> None:
         queues = {row["queue"]: row for row in table}
         assert queues["online"]["admitted"] == 1
         assert queues["offline"]["pending"] == {"Invalid": 1}
+
+
+SERVICES = [f"tidegate-{name}" for name in STACK_SERVICES]
+"""Each service's ``service.name`` in the demo's spans."""
+
+
+def trace_problems(spans: list[SpanRecord], report: dict[str, Any]) -> list[str]:
+    """:func:`admission_trace_problems` for every workload the demo report says was admitted,
+    and for each of its preemptions (one call each: a preemptor may preempt more than once)."""
+    admitted = [name for name, w in report["workloads"].items() if w["admitted_at"]]
+    problems = admission_trace_problems(spans, admitted=admitted, services=SERVICES)
+    for p in report["preemptions"]:
+        problems += admission_trace_problems(
+            spans, admitted=(), preemptions={p["preemptor"]: p["victims"]}
+        )
+    return list(dict.fromkeys(problems))
 
 
 def cli(*args: str) -> Any:
@@ -133,12 +155,13 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(480)
 def test_the_built_in_tidal_day(tmp_path: Path) -> None:
     """`tidegate demo` as shipped: a compressed day on 512 GPUs. The report, computed from the
     pods the API server listed and the decisions on the bus, shows the HPA-like driver scaling
     inference up by day and down at night, inference running more by day, training filling
-    the night, and charts beside report.md."""
+    the night, and charts beside report.md; the traces it wrote have the admission shape, and
+    `tidegate explain` answers for every workload it ran."""
     workdir = tmp_path / "demo"
     result = subprocess.run(
         [sys.executable, "-m", "tidegate.cli", "demo", "--workdir", str(workdir), "--json"],
@@ -219,3 +242,33 @@ def test_the_built_in_tidal_day(tmp_path: Path) -> None:
         assert data.startswith(PNG_SIGNATURE)
         assert len(data) > 10_000, chart
     assert json.loads((workdir / "report.json").read_text()) == report
+
+    # The traces the demo wrote: one admission trace per admitted or preempted workload, as in
+    # the small scenario above.
+    spans = spans_from_json_lines(workdir / "traces.jsonl")
+    assert trace_problems(spans, report) == []
+    traces = {span.trace_id for span in spans}
+
+    # `tidegate explain --json` (in this process) answers for every workload the demo ran. A
+    # workload still running when the report was taken may complete before the services stop.
+    answers = explained(workdir / "jetstream", list(workloads))
+    for name, entry in workloads.items():
+        later = {"Completed"} if entry["state"] == "Admitted" else set()
+        assert as_reported(answers[name]) in {entry["state"], *later}, (name, answers[name])
+        assert answers[name]["trace_id"] in traces, (name, answers[name])
+
+
+def explained(store: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    """``tidegate explain NAME --json`` run in this process for each name, from the demo bus
+    kept in ``store``; fails on a non-zero exit status."""
+    answers: dict[str, dict[str, Any]] = {}
+    with NatsServerProcess(store_dir=store) as nats:
+        for name in names:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                status = tidegate_main(
+                    ["explain", name, "--json", "--cluster", "demo", "--nats-url", nats.url]
+                )
+            assert status == 0, name
+            answers[name] = json.loads(out.getvalue())
+    return answers

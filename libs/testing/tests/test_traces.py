@@ -131,3 +131,37 @@ async def test_the_receiver_decodes_what_the_otlp_exporter_sends() -> None:
 def test_a_trace_that_stops_before_the_pods_are_bound_is_named() -> None:
     spans = [s for s in good() if not (s.name == "bind pods" and s.trace_id == T_VICTIM)]
     assert check(spans) == ["n/v: no bind pods span: its trace does not reach its pods bound"]
+
+
+def test_a_service_missing_from_an_admitted_workloads_trace_is_named() -> None:
+    cache = "tidegate-topology-cache"
+    spans = good()
+    assert admission_trace_problems(spans, admitted=["n/serve"], services=[cache]) == [
+        f"n/serve: no span of {cache} in its trace"
+    ]
+    process = SpanRecord(
+        T_SERVE, "a" * 16, "3" * 16, "tg.c.decision.admitted.n.serve process", cache
+    )
+    spans.append(process)
+    assert admission_trace_problems(spans, admitted=["n/serve"], services=[cache]) == []
+    assert admission_trace_problems(spans, admitted=["n/v"], services=[cache]) == [
+        f"n/v: no span of {cache} in its trace"
+    ]
+
+
+def test_an_incomplete_run_is_held_only_to_one_trace_per_workload_and_the_victim_links() -> None:
+    def incomplete(spans: list[SpanRecord]) -> list[str]:
+        return admission_trace_problems(
+            spans, admitted=["n/serve", "n/v"], preemptions={"n/serve": ["n/v"]}, complete=False
+        )
+
+    lost = {"4" * 16, "8" * 16}  # n/v's admission decision and serve's bind pods
+    spans = [s for s in good() if s.span_id not in lost]
+    spans.append(SpanRecord(T_VICTIM, "6" * 16, "4" * 16, "process", "tidegate-ungater"))
+    assert len(check(spans)) == 3
+    assert incomplete(spans) == []
+    assert incomplete([*spans, replace(spans[1], span_id="7" * 16)]) == [
+        "n/v: 2 exported root spans, expected exactly one"
+    ]
+    unlinked = [replace(s, links=()) if s.name == "select victims" else s for s in spans]
+    assert incomplete(unlinked) == ["n/serve: the victim search does not link n/v's trace"]
