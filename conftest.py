@@ -16,11 +16,13 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tidegate.bus.server import NatsServerProcess
 from tidegate.sim import SimCluster, SimSettings
+from tidegate.testing import workers
 from tidegate.testing.controlplane import (
     ASSETS_ENV,
     ControlPlane,
@@ -29,6 +31,7 @@ from tidegate.testing.controlplane import (
     missing_binaries,
     unpack_binaries,
 )
+from tidegate.testing.rbac import RbacUsage
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +71,11 @@ K8S_CACHE = Path(__file__).resolve().parent / ".cache" / "k8s"
 _BINARIES = pytest.StashKey[Path | None]()
 _WHY_NOT = pytest.StashKey[str]()
 _NOT_RUN = pytest.StashKey[int]()
+_RBAC_USAGE = pytest.StashKey[RbacUsage]()
+_RESTARTS = pytest.StashKey[list[str]]()
+_LINES = pytest.StashKey[list[str]]()
+_WORKER_NOT_RUN = "tidegate_real_k8s_not_run"
+_WORKER_WHY_NOT = "tidegate_real_k8s_why_not"
 
 
 def _locate_binaries() -> tuple[Path | None, str]:
@@ -132,10 +140,32 @@ def _not_run_line(config: pytest.Config) -> str | None:
     )
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """Under pytest-xdist, the controller learns what its workers deselected (each collects
+    every test, so the largest count is the suite's)."""
+    output = getattr(node, "workeroutput", {})
+    count = int(output.get(_WORKER_NOT_RUN, 0))
+    config = node.config
+    if count > config.stash.get(_NOT_RUN, 0):
+        config.stash[_NOT_RUN] = count
+        config.stash[_WHY_NOT] = str(output.get(_WORKER_WHY_NOT, ""))
+    # What tests/e2e/conftest.py and tests/chaos/conftest.py report in a run without workers.
+    usage = config.stash.setdefault(_RBAC_USAGE, RbacUsage())
+    usage.merge_json(output.get(workers.RBAC_USAGE, {}))
+    config.stash.setdefault(_RESTARTS, []).extend(output.get(workers.RESTARTS, []))
+    config.stash.setdefault(_LINES, []).extend(output.get(workers.REPORT_LINES, []))
+
+
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
-    """One line when real-cluster tests did not run."""
+    """One line when real-cluster tests did not run; under pytest-xdist also what the workers'
+    real-cluster scenarios reported (tests/e2e/conftest.py prints it in a run without them)."""
+    for report in config.stash.get(_RBAC_USAGE, RbacUsage()).report():
+        terminalreporter.write_line(report)
+    for note in [*config.stash.get(_RESTARTS, []), *config.stash.get(_LINES, [])]:
+        terminalreporter.write_line(note)
     line = _not_run_line(config)
     if line:
         markup = {"red": True} if _must_run() else {"yellow": True}
@@ -145,7 +175,13 @@ def pytest_terminal_summary(
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Real-cluster tests that did not run fail the run in CI (``CI=true``) and wherever
     ``../shared/k8s`` exists."""
-    if _not_run_line(session.config) and _must_run():
+    config = session.config
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller reports and decides
+        workeroutput[_WORKER_NOT_RUN] = config.stash.get(_NOT_RUN, 0)
+        workeroutput[_WORKER_WHY_NOT] = config.stash.get(_WHY_NOT, "")
+        return
+    if _not_run_line(config) and _must_run():
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

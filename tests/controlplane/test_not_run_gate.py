@@ -49,10 +49,10 @@ def checkout(root: Path, *, shared: bool) -> Path:
     return repo
 
 
-def run_pytest(repo: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def run_pytest(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k not in ("CI", "KUBEBUILDER_ASSETS")}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
         cwd=repo,
         env={**environ, **env},
         capture_output=True,
@@ -86,6 +86,15 @@ def test_without_shared_binaries_a_local_run_reports_them_and_ci_fails(tmp_path:
     ci = run_pytest(repo, KUBEBUILDER_ASSETS=str(empty), CI="true")
     assert len(not_run_lines(ci)) == 1, ci.stdout
     assert ci.returncode == 1, ci.stdout
+
+    # With the workers of pytest-xdist (as ./dev/test runs): the controller, which collects
+    # nothing itself, learns from its workers, says so once and fails in CI.
+    parallel = run_pytest(repo, "-n", "2", KUBEBUILDER_ASSETS=str(empty))
+    assert len(not_run_lines(parallel)) == 1, parallel.stdout
+    assert parallel.returncode == 0, parallel.stdout
+    parallel_ci = run_pytest(repo, "-n", "2", KUBEBUILDER_ASSETS=str(empty), CI="true")
+    assert len(not_run_lines(parallel_ci)) == 1, parallel_ci.stdout
+    assert parallel_ci.returncode == 1, parallel_ci.stdout
 
 
 @pytest.mark.slow

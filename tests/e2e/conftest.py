@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from tidegate.testing import workers
 from tidegate.testing.controlplane import ControlPlane
+from tidegate.testing.rbac import RbacUsage
 
-from .real import STARTUP_RESTARTS, RbacUsage, RealTidegate, real_system
+from .real import STARTUP_RESTARTS, RealTidegate, real_system
 
 _REPORT = pytest.StashKey[list[str]]()
 
@@ -19,6 +21,11 @@ def rbac_usage(request: pytest.FixtureRequest) -> Iterator[RbacUsage]:
     reported once, at the end of the run."""
     usage = RbacUsage()
     yield usage
+    workeroutput = getattr(request.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the root conftest's controller reports
+        workeroutput[workers.RBAC_USAGE] = usage.as_json()
+        workeroutput[workers.RESTARTS] = list(STARTUP_RESTARTS)
+        return
     request.config.stash[_REPORT] = usage.report()
 
 

@@ -52,6 +52,7 @@ from tidegate.sim.topology import layout_for
 from tidegate.sim.workloads import jobset_child_job
 from tidegate.testing import ServiceProcess, connected, until_async
 from tidegate.testing.controlplane import ControlPlane, serving_certificate
+from tidegate.testing.rbac import Permission, RbacUsage
 
 from .invariants import Invariants, decision_problems, gated_forever, unreleased_victims
 from .system import fast_env
@@ -88,8 +89,6 @@ WEBHOOKS = ResourceType(
     plural="mutatingwebhookconfigurations",
     kind="MutatingWebhookConfiguration",
 )
-Permission = tuple[str, str, str]
-"""(API group, resource or resource/subresource, verb)."""
 
 TIME_SCALE = 0.05
 """Wall seconds per simulated second, for the fake kubelets (grace periods: a deleted pod's
@@ -424,7 +423,7 @@ class RealSystem:
         missing, _ = self.rbac_report()
         assert {s: m for s, m in missing.items() if m} == {}
         if usage is not None:
-            usage.add(self)
+            usage.add(self.roles, self.used())
 
     async def create_jobset(self, body: JsonObject) -> JsonObject:
         """Create a JobSet and then its child Jobs as the JobSet controller would
@@ -547,42 +546,6 @@ class RealSystem:
     async def pods(self) -> list[JsonObject]:
         """The test namespace's pods, from the API server."""
         return (await self.admin.list_objects(PODS, namespace=self.namespace)).items
-
-
-@dataclass
-class RbacUsage:
-    """What the chart grants each service and what the services asked for, summed over every
-    real-cluster scenario of a session (the ``rbac_usage`` fixture reports it at the end)."""
-
-    granted: dict[str, set[Permission]] = field(default_factory=dict)
-    used: dict[str, set[Permission]] = field(default_factory=dict)
-
-    def add(self, system: "RealSystem") -> None:
-        """Take in one scenario's grants and requests."""
-        for service, grants in system.roles.items():
-            self.granted.setdefault(service, set()).update(grants)
-        for service, asked in system.used().items():
-            self.used.setdefault(service, set()).update(asked)
-
-    def unused(self) -> dict[str, set[Permission]]:
-        """Grants that no request of any scenario used, per service."""
-        return {
-            service: grants - self.used.get(service, set())
-            for service, grants in sorted(self.granted.items())
-            if grants - self.used.get(service, set())
-        }
-
-    def report(self) -> list[str]:
-        """Lines for the end of the run (empty when nothing ran)."""
-        if not self.granted:
-            return []
-        lines = ["RBAC: granted by the chart, used by no request in the real-cluster scenarios:"]
-        for service, grants in self.unused().items():
-            text = ", ".join(
-                f"{verb} {group or 'core'}/{resource}" for group, resource, verb in sorted(grants)
-            )
-            lines.append(f"  {service}: {text}")
-        return lines
 
 
 def _b64(data: bytes) -> str:

@@ -14,8 +14,9 @@ from tidegate.kube import PODGROUPS, PODS, KubeSettings, connect
 from tidegate.preemption.evict import EvictionSettings, Evictor
 from tidegate.preemption.record import PodRef, VictimRecord
 from tidegate.testing.controlplane import ControlPlane
+from tidegate.testing.rbac import RbacUsage
 
-from .real import RbacUsage, RealSystem, render_chart
+from .real import RealSystem, render_chart
 
 pytestmark = [pytest.mark.real_k8s]
 

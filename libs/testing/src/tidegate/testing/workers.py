@@ -1,0 +1,16 @@
+"""What a pytest-xdist worker hands its controller at the end of a run, by key.
+
+Under ``./dev/test`` the tests run in xdist workers, whose terminal output nobody sees; what a
+test leaves for the end of the run (the chaos summary, the RBAC report, notes of services
+started twice) goes into the worker's ``config.workeroutput`` under these keys, and the root
+conftest.py prints it from the controller.
+"""
+
+from typing import Final
+
+RBAC_USAGE: Final = "tidegate_rbac_usage"
+""":meth:`tidegate.testing.rbac.RbacUsage.as_json` of the worker's real-cluster scenarios."""
+RESTARTS: Final = "tidegate_startup_restarts"
+"""Notes of services a real-cluster scenario had to start twice."""
+REPORT_LINES: Final = "tidegate_report_lines"
+"""Lines for the end of the run, printed as they are (the chaos summary)."""
