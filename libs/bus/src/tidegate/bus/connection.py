@@ -381,10 +381,11 @@ class Bus:
             info = await self._js.stream_info(stream, subjects_filter=subjects)
         return dict(info.state.subjects or {})
 
-    async def purge(self, stream: str, subjects: str) -> None:
-        """Remove every message of ``stream`` on ``subjects`` (a wildcard)."""
+    async def purge(self, stream: str, subjects: str, *, before: int | None = None) -> None:
+        """Remove the messages of ``stream`` on ``subjects`` (a wildcard); with ``before``,
+        only those stored at a lower sequence."""
         with wrapped(f"purging {subjects} from {stream}"):
-            await self._js.purge_stream(stream, subject=subjects)
+            await self._js.purge_stream(stream, subject=subjects, seq=before)
 
     async def last_sequence(self, stream: str) -> int:
         """The sequence of the newest message in ``stream`` (0 when empty)."""

@@ -201,7 +201,11 @@ class Leader:
                 ),
                 self._handlers.decision_handler(self.commit),
             )
-            await self._decide_until_stopped()
+            self._handlers.on_workload_deleted = self._retention.deleted
+            async with asyncio.TaskGroup() as tasks:
+                retaining = tasks.create_task(self._retain(), name="decision retention")
+                await self._decide_until_stopped()
+                retaining.cancel()
         finally:
             self._metrics.leader.set(0)
             self._queue_metrics.leading = False
@@ -275,16 +279,25 @@ class Leader:
                 if self._unsent:
                     await self._send()
                 self._metrics.cycle_seconds.observe(time.monotonic() - started)
-                if self._retention.due(time.time()):
-                    await self._sweep()
 
-    async def _sweep(self) -> None:
-        """Purge the decisions of workloads long gone (under the lock: no decision about a
-        workload created meanwhile can be in flight)."""
+    async def _retain(self) -> None:
+        """The decision log's retention sweep, beside the decision loop (it holds the lock
+        only to read which workloads are known)."""
+        retention = self._retention
         try:
-            await self._retention.sweep(self._admission.known(), now=time.time())
+            found = await retention.list_all()
+            log.info("admission: %d workloads have decisions on the stream", found)
         except BusError as exc:
-            log.warning("admission: decision retention sweep failed, retrying later: %s", exc)
+            log.warning("admission: cannot list the decision stream's workloads: %s", exc)
+        while True:
+            await asyncio.sleep(retention.every_seconds)
+            try:
+                up_to = await retention.stored_so_far()
+                async with self._handlers.lock:
+                    due = retention.due(self._admission.known(), now=time.time())
+                await retention.purge(due, up_to=up_to)
+            except BusError as exc:
+                log.warning("admission: decision retention sweep failed, retrying later: %s", exc)
 
     async def commit(self, decisions: Sequence[Decision]) -> None:
         """Claim the sequence, stage the decisions in the outbox, record admissions and

@@ -62,6 +62,8 @@ class Handlers:
         """Set when something happened that may change a decision."""
         self.lock = asyncio.Lock()
         """Held while the policy state is changed and its decisions committed."""
+        self.on_workload_deleted: Callable[[WorkloadKey, float], None] | None = None
+        """Told each workload deleted and when (the leader's decision retention)."""
 
     async def on_state(self, received: Received) -> None:
         """A workload, queue, topology or node snapshot, or a tombstone of one."""
@@ -77,7 +79,10 @@ class Handlers:
             case NodeState():
                 admission.capacity.set_node(body)
             case Tombstone(object_kind="workload", namespace=str(namespace), name=name):
-                self.outbox.extend(admission.remove_workload(workload_key(namespace, name)))
+                key = workload_key(namespace, name)
+                self.outbox.extend(admission.remove_workload(key))
+                if self.on_workload_deleted is not None:
+                    self.on_workload_deleted(key, time.time())
             case Tombstone(object_kind="queue", name=name):
                 admission.remove_queue(name)
             case Tombstone(object_kind="topology", name=name):

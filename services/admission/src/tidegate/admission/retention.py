@@ -3,12 +3,14 @@
 The decision stream has no age limit (an admission is in force as long as its workload runs,
 which may be months) and keeps the newest decisions per subject
 (:attr:`tidegate.bus.layout.LayoutSettings.decisions_per_subject`). What keeps it proportional
-to live workloads is this sweep: every ``decisions_sweep_seconds`` the admission leader lists
-the workloads the stream holds decisions about, and purges those of a workload it has not
-known (no state, no admission, not kept out) for ``decisions_kept_after_delete_seconds`` in a
-row. Only absence seen by this leader counts, so a new leader starts every clock again: it
-keeps decisions longer, never shorter. A workload created again under the same name before
-its clock runs out is known again and keeps its subjects.
+to live workloads is this sweep, in a task of its own beside the decision loop: every
+``decisions_sweep_seconds`` it purges every decision of each workload admission has not known
+(no state, no admission, not kept out) for ``decisions_kept_after_delete_seconds`` since it
+was deleted. The candidates are the workloads whose tombstones the leader saw, plus, once at
+takeover, every workload the stream holds decisions about (deletions no leader saw: their
+clocks start then, so a takeover keeps decisions longer, never shorter). A purge removes only
+messages stored before the sweep looked (``seq``), so a decision about a workload created
+again under the same name meanwhile stays.
 """
 
 import logging
@@ -25,22 +27,21 @@ next sweep."""
 
 
 def expired(
-    listed: Iterable[WorkloadKey],
+    candidates: Iterable[WorkloadKey],
     known: set[WorkloadKey],
     absent_since: dict[WorkloadKey, float],
     *,
     now: float,
     keep_seconds: float,
 ) -> list[WorkloadKey]:
-    """The listed workloads unknown for ``keep_seconds`` in a row, oldest absence first.
-
-    ``absent_since`` (updated) remembers when each listed workload was first seen unknown;
-    one known again, or no longer listed, is forgotten."""
-    listed = set(listed)
+    """The candidates unknown for ``keep_seconds`` since they were last seen deleted (or first
+    seen unknown), oldest first. ``absent_since`` (updated) holds those clocks; a candidate
+    known again, or no longer a candidate, is forgotten."""
+    candidates = set(candidates)
     for key in list(absent_since):
-        if key in known or key not in listed:
+        if key in known or key not in candidates:
             del absent_since[key]
-    for key in listed - known:
+    for key in candidates - known:
         absent_since.setdefault(key, now)
     due = [k for k, since in absent_since.items() if now - since >= keep_seconds]
     return sorted(due, key=lambda k: (absent_since[k], k))
@@ -50,44 +51,61 @@ class DecisionRetention:
     """The admission leader's sweep of the decision stream (module docstring)."""
 
     def __init__(self, bus: Bus, cluster: str, *, keep_seconds: float, every_seconds: float):
-        """Purge decisions of workloads unknown for ``keep_seconds``, looking every
+        """Purge decisions of workloads gone for ``keep_seconds``, looking every
         ``every_seconds``."""
         self._bus = bus
         self._cluster = cluster
-        self._keep_seconds = keep_seconds
-        self._every_seconds = every_seconds
+        self.keep_seconds = keep_seconds
+        self.every_seconds = every_seconds
+        self._candidates: set[WorkloadKey] = set()
         self._absent_since: dict[WorkloadKey, float] = {}
-        self._next_sweep = 0.0
         self.purged = 0
         """Workloads whose decisions this instance purged."""
 
-    def due(self, now: float) -> bool:
-        """Whether a sweep is due at ``now``."""
-        return now >= self._next_sweep
+    def deleted(self, key: WorkloadKey, now: float) -> None:
+        """``key``'s workload was deleted at ``now`` (its clock starts again)."""
+        self._candidates.add(key)
+        self._absent_since[key] = now
 
-    async def sweep(self, known: set[WorkloadKey], *, now: float) -> list[WorkloadKey]:
-        """List the stream's workloads, purge those expired (see :func:`expired`); the
-        workloads purged. Raises BusError when NATS cannot be asked (the next sweep retries)."""
-        self._next_sweep = now + self._every_seconds
+    async def list_all(self) -> int:
+        """Take every workload the stream holds decisions about as a candidate (at takeover);
+        how many. Raises BusError when NATS cannot be asked."""
         stream = layout.decisions_stream(self._cluster)
         listed = await self._bus.subjects_in(stream, subjects.decision_wildcard(self._cluster))
-        workloads = {
-            workload_key(*found)
+        found = {
+            workload_key(*workload)
             for subject in listed
-            if (found := subjects.decision_workload(subject)) is not None
+            if (workload := subjects.decision_workload(subject)) is not None
         }
-        due = expired(
-            workloads, known, self._absent_since, now=now, keep_seconds=self._keep_seconds
+        self._candidates |= found
+        return len(found)
+
+    async def stored_so_far(self) -> int:
+        """The stream's newest sequence: read it before :meth:`due`, purge up to it."""
+        return await self._bus.last_sequence(layout.decisions_stream(self._cluster))
+
+    def due(self, known: set[WorkloadKey], *, now: float) -> list[WorkloadKey]:
+        """The candidates to purge now (at most :data:`MAX_PURGES_PER_SWEEP`); candidates
+        ``known`` again are dropped."""
+        self._candidates -= known
+        return expired(
+            self._candidates, known, self._absent_since, now=now, keep_seconds=self.keep_seconds
         )[:MAX_PURGES_PER_SWEEP]
-        for key in due:
+
+    async def purge(self, keys: list[WorkloadKey], *, up_to: int) -> None:
+        """Remove the decisions about ``keys`` stored at sequence ``up_to`` or before. Raises
+        BusError when NATS cannot be asked (the keys stay candidates)."""
+        stream = layout.decisions_stream(self._cluster)
+        for key in keys:
             namespace, _, name = key.partition("/")
-            await self._bus.purge(stream, subjects.decisions_of(self._cluster, namespace, name))
-            del self._absent_since[key]
-        if due:
-            self.purged += len(due)
+            subject = subjects.decisions_of(self._cluster, namespace, name)
+            await self._bus.purge(stream, subject, before=up_to + 1)
+            self._candidates.discard(key)
+            self._absent_since.pop(key, None)
+            self.purged += 1
+        if keys:
             log.info(
                 "admission: purged the decisions of %d workloads gone for %.0f s or more",
-                len(due),
-                self._keep_seconds,
+                len(keys),
+                self.keep_seconds,
             )
-        return due
