@@ -66,6 +66,65 @@ class Platform:
     healthy: Callable[[str], None]
     """Fails (naming ``what``) when a service died or an invariant broke."""
 
+    async def wait(self, check: Callable[[], Awaitable[object]], what: str) -> Any:
+        """Wait up to 2 minutes for ``check``, failing at once on :attr:`healthy`'s word."""
+
+        async def checked() -> object:
+            self.healthy(what)
+            return await check()
+
+        return await until_async(checked, within=120.0, what=what, interval=0.25)
+
+    async def live(self, app: str) -> list[JsonObject]:
+        """The pods of ``app`` not being deleted, from the API server."""
+        listed = await self.kube.list_objects(
+            PODS, namespace=self.namespace, label_selector=f"app={app}"
+        )
+        return [dict(p) for p in listed.items if not p["metadata"].get("deletionTimestamp")]
+
+    def running(
+        self, app: str, count: int, revision: str | None = None
+    ) -> Callable[[], Awaitable[bool]]:
+        """A check: ``count`` live pods of ``app`` run, released (of template ``revision``)."""
+
+        async def check() -> bool:
+            pods = await self.live(app)
+            return len(pods) == count and all(
+                p["status"].get("phase") == "Running"
+                and not is_gated(p)
+                and (
+                    revision is None
+                    or p["metadata"].get("annotations", {}).get("revision") == revision
+                )
+                for p in pods
+            )
+
+        return check
+
+    def usage(self, gpus: int) -> Callable[[], Awaitable[bool]]:
+        """A check: the queue's ``status.usage`` shows ``gpus`` GPUs."""
+
+        async def check() -> bool:
+            queue = await self.kube.get(QUEUES, self.queue)
+            return queue.get("status", {}).get("usage", {}).get("nvidia.com/gpu") == str(gpus)
+
+        return check
+
+    def rolled_out(self, name: str, replicas: int) -> Callable[[], Awaitable[bool]]:
+        """A check: Deployment ``name`` completed its rollout at ``replicas`` replicas."""
+
+        async def check() -> bool:
+            stored = await self.kube.get(DEPLOYMENTS, name, namespace=self.namespace)
+            status = stored.get("status", {})
+            return (
+                status.get("observedGeneration", 0) >= stored["metadata"].get("generation", 1)
+                and status.get("updatedReplicas") == replicas
+                and status.get("replicas") == replicas
+                and status.get("availableReplicas") == replicas
+            )
+
+        return check
+
 
 def deployment(queue: str) -> JsonObject:
     """Deployment ``web``: 2 replicas of a 1-GPU pod that runs until deleted."""
@@ -82,77 +141,32 @@ def is_gated(pod: JsonObject) -> bool:
 
 
 async def scenario(platform: Platform) -> None:
-    kube, ns = platform.kube, platform.namespace
-
-    async def wait(check: Callable[[], Awaitable[object]], what: str) -> Any:
-        async def checked() -> object:
-            platform.healthy(what)
-            return await check()
-
-        return await until_async(checked, within=120.0, what=what, interval=0.25)
-
-    async def live() -> list[JsonObject]:
-        listed = await kube.list_objects(PODS, namespace=ns, label_selector="app=web")
-        return [dict(p) for p in listed.items if not p["metadata"].get("deletionTimestamp")]
-
-    def running(count: int, revision: str | None = None) -> Callable[[], Awaitable[bool]]:
-        async def check() -> bool:
-            pods = await live()
-            return len(pods) == count and all(
-                p["status"].get("phase") == "Running"
-                and not is_gated(p)
-                and (
-                    revision is None
-                    or p["metadata"].get("annotations", {}).get("revision") == revision
-                )
-                for p in pods
-            )
-
-        return check
-
-    def usage(gpus: int) -> Callable[[], Awaitable[bool]]:
-        async def check() -> bool:
-            queue = await kube.get(QUEUES, platform.queue)
-            shown = queue.get("status", {}).get("usage", {}).get("nvidia.com/gpu")
-            return shown == str(gpus)
-
-        return check
+    kube, ns, wait = platform.kube, platform.namespace, platform.wait
 
     async def scale(replicas: int) -> None:
         await kube.patch(DEPLOYMENTS, "web", {"spec": {"replicas": replicas}}, namespace=ns)
 
     # 1. two replicas.
     await kube.create(DEPLOYMENTS, deployment(platform.queue), namespace=ns)
-    await wait(running(2), "2 pods of web running")
-    await wait(usage(2), "queue usage 2 GPUs")
+    await wait(platform.running("web", 2), "2 pods of web running")
+    await wait(platform.usage(2), "queue usage 2 GPUs")
 
     # 2. grows to six: the delta is admitted.
     await scale(6)
-    await wait(running(6), "6 pods of web running after the scale-up")
-    await wait(usage(6), "queue usage 6 GPUs")
+    await wait(platform.running("web", 6), "6 pods of web running after the scale-up")
+    await wait(platform.usage(6), "queue usage 6 GPUs")
 
     # 3. shrinks to one: the slots its pods leave are given back.
     await scale(1)
-    await wait(running(1), "1 pod of web running after the scale-down")
-    await wait(usage(1), "queue usage back to 1 GPU")
+    await wait(platform.running("web", 1), "1 pod of web running after the scale-down")
+    await wait(platform.usage(1), "queue usage back to 1 GPU")
 
     # 4. a template change rolls out under the gate (surge pod, then the old one goes).
     template_change = {"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}}
     await kube.patch(DEPLOYMENTS, "web", template_change, namespace=ns)
-
-    async def rolled_out() -> bool:
-        stored = await kube.get(DEPLOYMENTS, "web", namespace=ns)
-        status = stored.get("status", {})
-        return (
-            status.get("observedGeneration", 0) >= stored["metadata"].get("generation", 1)
-            and status.get("updatedReplicas") == 1
-            and status.get("replicas") == 1
-            and status.get("availableReplicas") == 1
-        )
-
-    await wait(rolled_out, "the rollout of web's new template completed")
-    await wait(running(1, revision="2"), "web's one pod is of the new template")
-    await wait(usage(1), "queue usage 1 GPU after the rollout")
+    await wait(platform.rolled_out("web", 1), "the rollout of web's new template completed")
+    await wait(platform.running("web", 1, revision="2"), "web's one pod is of the new template")
+    await wait(platform.usage(1), "queue usage 1 GPU after the rollout")
     platform.healthy("the end")
 
 
@@ -160,27 +174,7 @@ async def growth_preempts(platform: Platform, online: str, offline: str) -> None
     """An inference Deployment that grows into a full cluster takes the room of a training
     Job: its growth (only the extra pods) is the preemptor, the Job is evicted whole and
     waits again, the Deployment runs its 4 pods."""
-    kube, ns = platform.kube, platform.namespace
-
-    async def wait(check: Callable[[], Awaitable[object]], what: str) -> Any:
-        async def checked() -> object:
-            platform.healthy(what)
-            return await check()
-
-        return await until_async(checked, within=120.0, what=what, interval=0.25)
-
-    async def pods(app: str) -> list[JsonObject]:
-        listed = await kube.list_objects(PODS, namespace=ns, label_selector=f"app={app}")
-        return [dict(p) for p in listed.items if not p["metadata"].get("deletionTimestamp")]
-
-    def running(app: str, count: int) -> Callable[[], Awaitable[bool]]:
-        async def check() -> bool:
-            found = await pods(app)
-            return len(found) == count and all(
-                p["status"].get("phase") == "Running" and not is_gated(p) for p in found
-            )
-
-        return check
+    kube, ns, wait, running = platform.kube, platform.namespace, platform.wait, platform.running
 
     train = WorkloadEntry(
         name="train", queue=offline, priority_class="batch", pods=1, requests={"nvidia.com/gpu": 8}
@@ -205,7 +199,7 @@ async def growth_preempts(platform: Platform, online: str, offline: str) -> None
     await wait(running("serve", 4), "serve grown to 4 pods by preempting train")
 
     async def train_waits() -> bool:
-        found = await pods("train")
+        found = await platform.live("train")
         return len(found) == 1 and is_gated(found[0])
 
     await wait(train_waits, "train re-created and waiting, gated")

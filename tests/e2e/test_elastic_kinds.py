@@ -14,21 +14,18 @@ On the simulator and on the real control plane. Everything is read from the API 
 sampled invariants and the decision log are checked throughout (tests/e2e/invariants.py).
 """
 
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry, queue_object, workload_object
-from tidegate.kube import DEPLOYMENTS, JOBS, PODS, QUEUES
+from tidegate.kube import DEPLOYMENTS, JOBS, QUEUES
 from tidegate.model import Admitted
-from tidegate.testing import until_async
 
 from .invariants import distinct
 from .real import RealTidegate
 from .system import running_system
-from .test_elastic import NODES, POD, QUEUE_SPEC, JsonObject, Platform, is_gated, resized
+from .test_elastic import NODES, POD, QUEUE_SPEC, JsonObject, Platform, resized
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -42,47 +39,17 @@ def submitted(entry: WorkloadEntry) -> JsonObject:
 
 async def kinds_scenario(platform: Platform) -> None:
     """Steps 1 and 2 of the module docstring."""
-    kube, ns = platform.kube, platform.namespace
-
-    async def wait(check: Callable[[], Awaitable[object]], what: str) -> Any:
-        async def checked() -> object:
-            platform.healthy(what)
-            return await check()
-
-        return await until_async(checked, within=120.0, what=what, interval=0.25)
-
-    def running(app: str, count: int, revision: str | None = None) -> Callable[[], Awaitable[bool]]:
-        async def check() -> bool:
-            listed = await kube.list_objects(PODS, namespace=ns, label_selector=f"app={app}")
-            pods = [p for p in listed.items if not p["metadata"].get("deletionTimestamp")]
-            return len(pods) == count and all(
-                p["status"].get("phase") == "Running"
-                and not is_gated(dict(p))
-                and (
-                    revision is None
-                    or p["metadata"].get("annotations", {}).get("revision") == revision
-                )
-                for p in pods
-            )
-
-        return check
-
-    def usage(gpus: int) -> Callable[[], Awaitable[bool]]:
-        async def check() -> bool:
-            queue = await kube.get(QUEUES, platform.queue)
-            return queue.get("status", {}).get("usage", {}).get("nvidia.com/gpu") == str(gpus)
-
-        return check
+    kube, ns, wait, running = platform.kube, platform.namespace, platform.wait, platform.running
 
     # 1. a Job's parallelism grows.
     job = submitted(WorkloadEntry(name="grow", queue=platform.queue, pods=4, requests=POD))
     job["spec"]["parallelism"] = 2
     await kube.create(JOBS, job, namespace=ns)
     await wait(running("grow", 2), "2 pods of grow running")
-    await wait(usage(2), "queue usage 2 GPUs")
+    await wait(platform.usage(2), "queue usage 2 GPUs")
     await kube.patch(JOBS, "grow", {"spec": {"parallelism": 4}}, namespace=ns)
     await wait(running("grow", 4), "4 pods of grow running after its parallelism grew")
-    await wait(usage(4), "queue usage 4 GPUs")
+    await wait(platform.usage(4), "queue usage 4 GPUs")
 
     # 2. a 3-replica rollout that surges by 2 and may lose 1.
     wide = submitted(
@@ -94,23 +61,12 @@ async def kinds_scenario(platform: Platform) -> None:
     }
     await kube.create(DEPLOYMENTS, wide, namespace=ns)
     await wait(running("wide", 3), "3 pods of wide running")
-    await wait(usage(7), "queue usage 7 GPUs")
+    await wait(platform.usage(7), "queue usage 7 GPUs")
     change = {"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}}
     await kube.patch(DEPLOYMENTS, "wide", change, namespace=ns)
-
-    async def rolled_out() -> bool:
-        stored = await kube.get(DEPLOYMENTS, "wide", namespace=ns)
-        status = stored.get("status", {})
-        return (
-            status.get("observedGeneration", 0) >= stored["metadata"].get("generation", 1)
-            and status.get("updatedReplicas") == 3
-            and status.get("replicas") == 3
-            and status.get("availableReplicas") == 3
-        )
-
-    await wait(rolled_out, "the rollout of wide's new template completed")
+    await wait(platform.rolled_out("wide", 3), "the rollout of wide's new template completed")
     await wait(running("wide", 3, revision="2"), "wide's 3 pods are of the new template")
-    await wait(usage(7), "queue usage 7 GPUs after the rollout")
+    await wait(platform.usage(7), "queue usage 7 GPUs after the rollout")
     platform.healthy("the end")
 
 

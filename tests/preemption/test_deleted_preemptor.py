@@ -6,33 +6,15 @@ from pathlib import Path
 from tidegate.kube import DEPLOYMENTS
 
 from .conftest import NAMESPACE, Harness
-from .test_preemption_service import (
-    dead_kubeconfig,
-    evicted_record,
-    gone,
-    inference_arrives,
-    running_training_job,
-)
+from .test_preemption_service import evicted_record, gone, published_not_evicted
 
 
 async def test_a_record_with_unfinished_evictions_outlives_its_deleted_preemptor(
     harness: Harness, tmp_path: Path
 ) -> None:
     h = harness
-    original = await running_training_job(h)
     # The leader records and publishes the preemption but cannot reach the API server to evict.
-    first = await h.start_preemption(
-        kubeconfig=dead_kubeconfig(tmp_path / "dead"),
-        kube_max_attempts=1,
-        eviction_retry_seconds=0.1,
-    )
-    await inference_arrives(h)
-
-    async def published() -> bool:
-        record = await h.record("serve")
-        return record is not None and record.published
-
-    await h.until_async(published, what="the published preemption record")
+    original, first, _ = await published_not_evicted(h, tmp_path)
     await h.kube.delete(DEPLOYMENTS, "serve", namespace=NAMESPACE, propagation="Background")
     await h.until(lambda: h.workload("serve") is None, what="the preemptor's deletion on the bus")
     await asyncio.sleep(2.0)  # ten reconcile rounds of the leader, which sees the preemptor gone

@@ -10,7 +10,9 @@ import yaml
 
 from tidegate.kube import DEPLOYMENTS, JOBS, PODS
 from tidegate.model import PodState, Preempted, PreemptRequested, subjects
+from tidegate.preemption.config import Settings
 from tidegate.preemption.record import PreemptionRecord
+from tidegate.runtime import Service
 
 from .conftest import (
     GATE,
@@ -150,13 +152,13 @@ def dead_kubeconfig(path: Path) -> Path:
     return path
 
 
-async def test_a_preemption_published_but_not_evicted_is_finished_once_after_a_restart(
-    harness: Harness, tmp_path: Path
-) -> None:
-    h = harness
+async def published_not_evicted(
+    h: Harness, tmp_path: Path
+) -> tuple[set[str], Service[Settings], PreemptionRecord]:
+    """A training Job runs and an inference workload arrives; the preemption leader started
+    here records the preemption and publishes its decision (before any eviction) but cannot
+    reach the API server to evict. The training Job's original pods, that leader, its record."""
     original = await running_training_job(h)
-    # The first instance records the preemption and publishes its decision (before any
-    # eviction), but cannot reach the API server to evict, then stops.
     first = await h.start_preemption(
         kubeconfig=dead_kubeconfig(tmp_path / "dead"),
         kube_max_attempts=1,
@@ -169,6 +171,15 @@ async def test_a_preemption_published_but_not_evicted_is_finished_once_after_a_r
         return record if record is not None and record.published else None
 
     recorded = await h.until_async(published_record, what="the published preemption record")
+    return original, first, recorded
+
+
+async def test_a_preemption_published_but_not_evicted_is_finished_once_after_a_restart(
+    harness: Harness, tmp_path: Path
+) -> None:
+    h = harness
+    # The first instance cannot evict, then stops.
+    original, first, recorded = await published_not_evicted(h, tmp_path)
     assert not recorded.evicted
     assert [v.key for v in recorded.victims] == [f"{NAMESPACE}/train"]
 
