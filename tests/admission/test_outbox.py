@@ -209,3 +209,38 @@ async def test_a_victims_release_whose_publish_failed_in_the_handler_is_not_lost
     await asyncio.sleep(1.0)  # a second copy would have arrived by now
     released = released_once(harness, "ns/victim")
     assert (released.uid, released.reason) == (victim.uid, "Evicted")
+
+
+async def refuse_workload_keys(harness: Harness, refuse: bool) -> None:
+    """Make the ledger bucket refuse writes to workload keys (``ns/name``) while it takes
+    every other key (the sequence, the outbox, kept-out and preemption records, the fence),
+    or take them all again: a ledger delete then finds no stream (a real failure)."""
+    js = harness.bus.jetstream
+    bucket = layout.ledger_bucket(harness.cluster)
+    info = await js.stream_info(f"KV_{bucket}")
+    config = info.config
+    prefix = f"$KV.{bucket}"
+    others = ("sequence", "outbox.>", "stopped.>", "preemption.>", "fence.>")
+    config.subjects = [f"{prefix}.{o}" for o in others] if refuse else [f"{prefix}.>"]
+    await js.update_stream(config)
+
+
+async def test_a_release_whose_ledger_delete_failed_deletes_the_key_when_tried_again(
+    harness: Harness,
+) -> None:
+    """Seen in the chaos run (seed 27): the ledger forgot a key's revision before its delete
+    was stored, so after a failed commit the retry skipped the delete and published the
+    release; the key stayed, and a successor restored the admission and released it again."""
+    await small_cluster(harness)
+    await harness.start_admission()
+    await admitted_train(harness)
+    await refuse_workload_keys(harness, True)
+    try:
+        await harness.delete_workload("ns", "train")
+        await asyncio.sleep(1.0)  # commits tried and failed: the delete finds no stream
+        assert harness.of(Released, "ns/train") == []
+    finally:
+        await refuse_workload_keys(harness, False)
+    await harness.until(lambda: harness.of(Released, "ns/train"), within=20, what="the release")
+    await committed_release(harness, "ns/train")
+    released_once(harness, "ns/train")

@@ -318,13 +318,18 @@ class AdmissionLedger:
             raise LeaseLost(f"ledger key {key} was written by another admission: {exc}") from exc
 
     async def _delete(self, key: str) -> None:
-        revision = self._revisions.pop(key, None)
+        # The revision is forgotten only once the delete is stored: a delete that failed (a
+        # BusError; the commit is tried again) must be sent again, not skipped as done.
+        revision = self._revisions.get(key)
         if revision is None:
             return
         if self._fence is not None:
             await self._ledger.delete(key, fence=self._fence)
-            return
-        try:
-            await self._ledger.delete(key, revision=revision)
-        except Conflict as exc:
-            raise LeaseLost(f"ledger key {key} was changed by another admission: {exc}") from exc
+        else:
+            try:
+                await self._ledger.delete(key, revision=revision)
+            except Conflict as exc:
+                raise LeaseLost(
+                    f"ledger key {key} was changed by another admission: {exc}"
+                ) from exc
+        self._revisions.pop(key, None)
