@@ -380,8 +380,8 @@ class Invariants:
     ) -> None:
         """Never more pods released than assigned, in total and per domain of the newest
         admission: released pods that hold (or held) a slot — not being deleted, not failed.
-        Per domain, the observer may see a new admission a moment after the ungater acted on
-        it, so only an excess that lasts longer than that is named."""
+        The observer may see a new admission (a move, a growth) a moment after the ungater
+        acted on it, so only an excess that lasts longer than that is named."""
         labels = {n["metadata"]["name"]: labels_of(n) for n in nodes}
         released: dict[str, int] = {}
         in_domain: dict[tuple[str, Domain], int] = {}
@@ -398,14 +398,20 @@ class Invariants:
                 if domain is not None:
                     in_domain[(key, domain)] = in_domain.get((key, domain), 0) + 1
                     break
+        excess = set()
         for key, count in released.items():
             assigned = self.assigned.get(key)
-            if assigned is not None and count > assigned:
+            if assigned is None or count <= assigned:
+                continue
+            # A growth: the ungater may act on the larger admission before the observer sees it.
+            tag = f"{key}:total"
+            excess.add(tag)
+            since = self._overfull_since.setdefault(tag, now)
+            if now - since > self.observer_lag_seconds:
                 self._report(
                     f"overrelease:{key}:{count}",
                     f"{count} pods of {key} released but its admission assigned {assigned}",
                 )
-        excess = set()
         for (key, domain), count in in_domain.items():
             admission = self.admissions[key]
             allowed = sum(

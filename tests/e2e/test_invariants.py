@@ -192,6 +192,20 @@ def test_overcommit_unscheduled_and_overrelease_are_named() -> None:
     assert "3 pods of t/a released but its admission assigned 2" in text
 
 
+def test_an_overrelease_shorter_than_the_observer_lag_is_not_named_a_longer_one_is() -> None:
+    """A growth: the ungater releases the extra pods as soon as it sees the larger admission,
+    which the observer may see a moment later (seen in test_elastic_kinds on a loaded run)."""
+    found = checks(lag=1.0)
+    found.decided(admitted(f"{NAMESPACE}/a", 1, count=2))
+    pods = [pod(f"a-{i}", app="a", node=NODE, gpus=1) for i in range(3)]
+    now = time.monotonic()
+    found.sample(NODES, pods, now)
+    found.sample(NODES, pods, now + 0.5)
+    assert not any("released but its admission assigned" in v for v in found.violations)
+    found.sample(NODES, pods, now + 1.5)
+    assert any("3 pods of t/a released but its admission assigned 2" in v for v in found.violations)
+
+
 def test_released_pods_that_cannot_fit_beside_other_pods_are_named() -> None:
     """The scheduler would never bind these (it refuses to overcommit): the pods would wait,
     and only a check computed from the objects sees that tidegate released them anyway."""

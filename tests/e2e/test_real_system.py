@@ -109,7 +109,13 @@ async def test_kueue_and_kai_jobs_land_in_one_rack_through_a_watcher_crash(
         assert system.problems() == []
         assert system.checks is not None
         assert system.checks.samples > 0
-        admitted = {d.workload for d in system.decisions if isinstance(d, Admitted)}
+        # This test's namespace only: a Job left by an earlier test in a namespace still being
+        # deleted may be admitted too (the known gap in docs/preemption.md).
+        admitted = {
+            d.workload
+            for d in system.decisions
+            if isinstance(d, Admitted) and d.workload.startswith(f"{system.namespace}/")
+        }
         assert admitted == {f"{system.namespace}/kueue", f"{system.namespace}/kai"}, admitted
         nodes = await all_nodes(system)
         racks = {job: {rack_of(nodes, p) for p in pods} for job, pods in placed.items()}
@@ -409,9 +415,10 @@ async def test_a_jobset_in_one_rack_and_a_kueue_job_in_one_block(
         assert system.problems() == []
         assert system.checks is not None
         assert system.checks.samples > 0
-        admitted = [d.workload for d in system.decisions if isinstance(d, Admitted)]
+        mine = [d for d in system.decisions if getattr(d, "workload", "").startswith(f"{ns}/")]
+        admitted = [d.workload for d in mine if isinstance(d, Admitted)]
         assert sorted(admitted) == sorted(f"{ns}/{w}" for w in ("js", "wide", "after")), admitted
-        released = [d for d in system.decisions if isinstance(d, Released)]
+        released = [d for d in mine if isinstance(d, Released)]
         assert [(d.workload, d.reason) for d in released] == [(f"{ns}/js", "Deleted")], released
 
         nodes = await all_nodes(system)
