@@ -72,7 +72,6 @@ _BINARIES = pytest.StashKey[Path | None]()
 _WHY_NOT = pytest.StashKey[str]()
 _NOT_RUN = pytest.StashKey[int]()
 _RBAC_USAGE = pytest.StashKey[RbacUsage]()
-_RESTARTS = pytest.StashKey[list[str]]()
 _LINES = pytest.StashKey[list[str]]()
 _WORKER_NOT_RUN = "tidegate_real_k8s_not_run"
 _WORKER_WHY_NOT = "tidegate_real_k8s_why_not"
@@ -153,7 +152,6 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     # What tests/e2e/conftest.py and tests/chaos/conftest.py report in a run without workers.
     usage = config.stash.setdefault(_RBAC_USAGE, RbacUsage())
     usage.merge_json(output.get(workers.RBAC_USAGE, {}))
-    config.stash.setdefault(_RESTARTS, []).extend(output.get(workers.RESTARTS, []))
     config.stash.setdefault(_LINES, []).extend(output.get(workers.REPORT_LINES, []))
 
 
@@ -164,7 +162,7 @@ def pytest_terminal_summary(
     real-cluster scenarios reported (tests/e2e/conftest.py prints it in a run without them)."""
     for report in config.stash.get(_RBAC_USAGE, RbacUsage()).report():
         terminalreporter.write_line(report)
-    for note in [*config.stash.get(_RESTARTS, []), *config.stash.get(_LINES, [])]:
+    for note in config.stash.get(_LINES, []):
         terminalreporter.write_line(note)
     line = _not_run_line(config)
     if line:

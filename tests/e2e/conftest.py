@@ -24,7 +24,7 @@ def rbac_usage(request: pytest.FixtureRequest) -> Iterator[RbacUsage]:
     workeroutput = getattr(request.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the root conftest's controller reports
         workeroutput[workers.RBAC_USAGE] = usage.as_json()
-        workeroutput[workers.RESTARTS] = list(STARTUP_RESTARTS)
+        workeroutput.setdefault(workers.REPORT_LINES, []).extend(STARTUP_RESTARTS)
         return
     request.config.stash[_REPORT] = usage.report()
 

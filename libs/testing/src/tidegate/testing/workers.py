@@ -10,7 +10,6 @@ from typing import Final
 
 RBAC_USAGE: Final = "tidegate_rbac_usage"
 """:meth:`tidegate.testing.rbac.RbacUsage.as_json` of the worker's real-cluster scenarios."""
-RESTARTS: Final = "tidegate_startup_restarts"
-"""Notes of services a real-cluster scenario had to start twice."""
 REPORT_LINES: Final = "tidegate_report_lines"
-"""Lines for the end of the run, printed as they are (the chaos summary)."""
+"""Lines for the end of the run, printed as they are (the chaos summary, notes of services a
+real-cluster scenario had to start twice)."""

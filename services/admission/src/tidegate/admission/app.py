@@ -285,7 +285,7 @@ class Leader:
         only to read which workloads are known)."""
         retention = self._retention
         try:
-            found = await retention.list_all()
+            found = await retention.list_all(now=time.time())
             log.info("admission: %d workloads have decisions on the stream", found)
         except BusError as exc:
             log.warning("admission: cannot list the decision stream's workloads: %s", exc)

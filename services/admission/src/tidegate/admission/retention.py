@@ -14,7 +14,6 @@ again under the same name meanwhile stays.
 """
 
 import logging
-from collections.abc import Iterable
 
 from tidegate.bus import Bus, layout
 from tidegate.model import WorkloadKey, subjects, workload_key
@@ -27,22 +26,17 @@ next sweep."""
 
 
 def expired(
-    candidates: Iterable[WorkloadKey],
-    known: set[WorkloadKey],
     absent_since: dict[WorkloadKey, float],
+    known: set[WorkloadKey],
     *,
     now: float,
     keep_seconds: float,
 ) -> list[WorkloadKey]:
-    """The candidates unknown for ``keep_seconds`` since they were last seen deleted (or first
-    seen unknown), oldest first. ``absent_since`` (updated) holds those clocks; a candidate
-    known again, or no longer a candidate, is forgotten."""
-    candidates = set(candidates)
-    for key in list(absent_since):
-        if key in known or key not in candidates:
-            del absent_since[key]
-    for key in candidates - known:
-        absent_since.setdefault(key, now)
+    """The workloads of ``absent_since`` (workload → when it was last seen deleted, or first
+    seen unknown) unknown for ``keep_seconds`` since, oldest first; those ``known`` again are
+    dropped from it."""
+    for key in [k for k in absent_since if k in known]:
+        del absent_since[key]
     due = [k for k, since in absent_since.items() if now - since >= keep_seconds]
     return sorted(due, key=lambda k: (absent_since[k], k))
 
@@ -57,19 +51,17 @@ class DecisionRetention:
         self._cluster = cluster
         self.keep_seconds = keep_seconds
         self.every_seconds = every_seconds
-        self._candidates: set[WorkloadKey] = set()
         self._absent_since: dict[WorkloadKey, float] = {}
-        self.purged = 0
-        """Workloads whose decisions this instance purged."""
+        """The candidates: workload → when its clock started."""
 
     def deleted(self, key: WorkloadKey, now: float) -> None:
         """``key``'s workload was deleted at ``now`` (its clock starts again)."""
-        self._candidates.add(key)
         self._absent_since[key] = now
 
-    async def list_all(self) -> int:
-        """Take every workload the stream holds decisions about as a candidate (at takeover);
-        how many. Raises BusError when NATS cannot be asked."""
+    async def list_all(self, *, now: float) -> int:
+        """Take every workload the stream holds decisions about as a candidate whose clock
+        starts ``now`` unless it runs already (at takeover); how many. Raises BusError when
+        NATS cannot be asked."""
         stream = layout.decisions_stream(self._cluster)
         listed = await self._bus.subjects_in(stream, subjects.decision_wildcard(self._cluster))
         found = {
@@ -77,7 +69,8 @@ class DecisionRetention:
             for subject in listed
             if (workload := subjects.decision_workload(subject)) is not None
         }
-        self._candidates |= found
+        for key in found:
+            self._absent_since.setdefault(key, now)
         return len(found)
 
     async def stored_so_far(self) -> int:
@@ -87,10 +80,9 @@ class DecisionRetention:
     def due(self, known: set[WorkloadKey], *, now: float) -> list[WorkloadKey]:
         """The candidates to purge now (at most :data:`MAX_PURGES_PER_SWEEP`); candidates
         ``known`` again are dropped."""
-        self._candidates -= known
-        return expired(
-            self._candidates, known, self._absent_since, now=now, keep_seconds=self.keep_seconds
-        )[:MAX_PURGES_PER_SWEEP]
+        return expired(self._absent_since, known, now=now, keep_seconds=self.keep_seconds)[
+            :MAX_PURGES_PER_SWEEP
+        ]
 
     async def purge(self, keys: list[WorkloadKey], *, up_to: int) -> None:
         """Remove the decisions about ``keys`` stored at sequence ``up_to`` or before. Raises
@@ -100,9 +92,7 @@ class DecisionRetention:
             namespace, _, name = key.partition("/")
             subject = subjects.decisions_of(self._cluster, namespace, name)
             await self._bus.purge(stream, subject, before=up_to + 1)
-            self._candidates.discard(key)
             self._absent_since.pop(key, None)
-            self.purged += 1
         if keys:
             log.info(
                 "admission: purged the decisions of %d workloads gone for %.0f s or more",
