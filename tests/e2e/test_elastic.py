@@ -18,9 +18,7 @@ the real control plane the audit log too (no request refused, none outside the c
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -34,16 +32,14 @@ from tidegate.cli.demo_trace import (
 from tidegate.kube import (
     DEPLOYMENTS,
     JOBS,
-    PODS,
     PRIORITY_CLASSES,
     QUEUES,
     AlreadyExists,
-    KubeClient,
 )
 from tidegate.model import Admitted, Preempted
-from tidegate.testing import until_async
 
-from .invariants import distinct
+from .invariants import distinct, gated
+from .platform import JsonObject, Platform, live_pods, wait
 from .real import RealTidegate
 from .system import running_system
 
@@ -53,77 +49,50 @@ NODES = "1x1x2x8gpu"
 POD = {"cpu": "100m", "nvidia.com/gpu": 1}
 QUEUE_SPEC = {"capability": {"nvidia.com/gpu": "16"}}
 
-JsonObject = dict[str, Any]
 
+def running(
+    platform: Platform, app: str, count: int, revision: str | None = None
+) -> Callable[[], Awaitable[bool]]:
+    """A check: ``count`` live pods of ``app`` run, released (of template ``revision``)."""
 
-@dataclass
-class Platform:
-    """What the scenario needs of the cluster it runs on."""
-
-    kube: KubeClient
-    namespace: str
-    queue: str
-    healthy: Callable[[str], None]
-    """Fails (naming ``what``) when a service died or an invariant broke."""
-
-    async def wait(self, check: Callable[[], Awaitable[object]], what: str) -> Any:
-        """Wait up to 2 minutes for ``check``, failing at once on :attr:`healthy`'s word."""
-
-        async def checked() -> object:
-            self.healthy(what)
-            return await check()
-
-        return await until_async(checked, within=120.0, what=what, interval=0.25)
-
-    async def live(self, app: str) -> list[JsonObject]:
-        """The pods of ``app`` not being deleted, from the API server."""
-        listed = await self.kube.list_objects(
-            PODS, namespace=self.namespace, label_selector=f"app={app}"
+    async def check() -> bool:
+        pods = await live_pods(platform, app)
+        return len(pods) == count and all(
+            p["status"].get("phase") == "Running"
+            and not gated(p)
+            and (
+                revision is None or p["metadata"].get("annotations", {}).get("revision") == revision
+            )
+            for p in pods
         )
-        return [dict(p) for p in listed.items if not p["metadata"].get("deletionTimestamp")]
 
-    def running(
-        self, app: str, count: int, revision: str | None = None
-    ) -> Callable[[], Awaitable[bool]]:
-        """A check: ``count`` live pods of ``app`` run, released (of template ``revision``)."""
+    return check
 
-        async def check() -> bool:
-            pods = await self.live(app)
-            return len(pods) == count and all(
-                p["status"].get("phase") == "Running"
-                and not is_gated(p)
-                and (
-                    revision is None
-                    or p["metadata"].get("annotations", {}).get("revision") == revision
-                )
-                for p in pods
-            )
 
-        return check
+def usage(platform: Platform, queue: str, gpus: int) -> Callable[[], Awaitable[bool]]:
+    """A check: Queue ``queue``'s ``status.usage`` shows ``gpus`` GPUs."""
 
-    def usage(self, gpus: int) -> Callable[[], Awaitable[bool]]:
-        """A check: the queue's ``status.usage`` shows ``gpus`` GPUs."""
+    async def check() -> bool:
+        stored = await platform.kube.get(QUEUES, queue)
+        return stored.get("status", {}).get("usage", {}).get("nvidia.com/gpu") == str(gpus)
 
-        async def check() -> bool:
-            queue = await self.kube.get(QUEUES, self.queue)
-            return queue.get("status", {}).get("usage", {}).get("nvidia.com/gpu") == str(gpus)
+    return check
 
-        return check
 
-    def rolled_out(self, name: str, replicas: int) -> Callable[[], Awaitable[bool]]:
-        """A check: Deployment ``name`` completed its rollout at ``replicas`` replicas."""
+def rolled_out(platform: Platform, name: str, replicas: int) -> Callable[[], Awaitable[bool]]:
+    """A check: Deployment ``name`` completed its rollout at ``replicas`` replicas."""
 
-        async def check() -> bool:
-            stored = await self.kube.get(DEPLOYMENTS, name, namespace=self.namespace)
-            status = stored.get("status", {})
-            return (
-                status.get("observedGeneration", 0) >= stored["metadata"].get("generation", 1)
-                and status.get("updatedReplicas") == replicas
-                and status.get("replicas") == replicas
-                and status.get("availableReplicas") == replicas
-            )
+    async def check() -> bool:
+        stored = await platform.kube.get(DEPLOYMENTS, name, namespace=platform.namespace)
+        status = stored.get("status", {})
+        return (
+            status.get("observedGeneration", 0) >= stored["metadata"].get("generation", 1)
+            and status.get("updatedReplicas") == replicas
+            and status.get("replicas") == replicas
+            and status.get("availableReplicas") == replicas
+        )
 
-        return check
+    return check
 
 
 def deployment(queue: str) -> JsonObject:
@@ -134,39 +103,37 @@ def deployment(queue: str) -> JsonObject:
     return body
 
 
-def is_gated(pod: JsonObject) -> bool:
-    return any(
-        g.get("name") == "tidegate.io/admission" for g in pod["spec"].get("schedulingGates") or []
-    )
-
-
-async def scenario(platform: Platform) -> None:
-    kube, ns, wait = platform.kube, platform.namespace, platform.wait
+async def scenario(platform: Platform, queue: str) -> None:
+    kube, ns = platform.kube, platform.namespace
 
     async def scale(replicas: int) -> None:
         await kube.patch(DEPLOYMENTS, "web", {"spec": {"replicas": replicas}}, namespace=ns)
 
     # 1. two replicas.
-    await kube.create(DEPLOYMENTS, deployment(platform.queue), namespace=ns)
-    await wait(platform.running("web", 2), "2 pods of web running")
-    await wait(platform.usage(2), "queue usage 2 GPUs")
+    await kube.create(DEPLOYMENTS, deployment(queue), namespace=ns)
+    await wait(platform, running(platform, "web", 2), "2 pods of web running")
+    await wait(platform, usage(platform, queue, 2), "queue usage 2 GPUs")
 
     # 2. grows to six: the delta is admitted.
     await scale(6)
-    await wait(platform.running("web", 6), "6 pods of web running after the scale-up")
-    await wait(platform.usage(6), "queue usage 6 GPUs")
+    await wait(platform, running(platform, "web", 6), "6 pods of web running after the scale-up")
+    await wait(platform, usage(platform, queue, 6), "queue usage 6 GPUs")
 
     # 3. shrinks to one: the slots its pods leave are given back.
     await scale(1)
-    await wait(platform.running("web", 1), "1 pod of web running after the scale-down")
-    await wait(platform.usage(1), "queue usage back to 1 GPU")
+    await wait(platform, running(platform, "web", 1), "1 pod of web running after the scale-down")
+    await wait(platform, usage(platform, queue, 1), "queue usage back to 1 GPU")
 
     # 4. a template change rolls out under the gate (surge pod, then the old one goes).
     template_change = {"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}}
     await kube.patch(DEPLOYMENTS, "web", template_change, namespace=ns)
-    await wait(platform.rolled_out("web", 1), "the rollout of web's new template completed")
-    await wait(platform.running("web", 1, revision="2"), "web's one pod is of the new template")
-    await wait(platform.usage(1), "queue usage 1 GPU after the rollout")
+    await wait(
+        platform, rolled_out(platform, "web", 1), "the rollout of web's new template completed"
+    )
+    await wait(
+        platform, running(platform, "web", 1, revision="2"), "web's one pod is of the new template"
+    )
+    await wait(platform, usage(platform, queue, 1), "queue usage 1 GPU after the rollout")
     platform.healthy("the end")
 
 
@@ -174,7 +141,7 @@ async def growth_preempts(platform: Platform, online: str, offline: str) -> None
     """An inference Deployment that grows into a full cluster takes the room of a training
     Job: its growth (only the extra pods) is the preemptor, the Job is evicted whole and
     waits again, the Deployment runs its 4 pods."""
-    kube, ns, wait, running = platform.kube, platform.namespace, platform.wait, platform.running
+    kube, ns = platform.kube, platform.namespace
 
     train = WorkloadEntry(
         name="train", queue=offline, priority_class="batch", pods=1, requests={"nvidia.com/gpu": 8}
@@ -182,7 +149,7 @@ async def growth_preempts(platform: Platform, online: str, offline: str) -> None
     body = workload_object(train, "")
     del body["metadata"]["namespace"]
     await kube.create(JOBS, body, namespace=ns)
-    await wait(running("train", 1), "train running")
+    await wait(platform, running(platform, "train", 1), "train running")
     serve = WorkloadEntry(
         name="serve",
         kind="Deployment",
@@ -194,15 +161,15 @@ async def growth_preempts(platform: Platform, online: str, offline: str) -> None
     body = workload_object(serve, "")
     del body["metadata"]["namespace"]
     await kube.create(DEPLOYMENTS, body, namespace=ns)
-    await wait(running("serve", 2), "serve running on the other node")
+    await wait(platform, running(platform, "serve", 2), "serve running on the other node")
     await kube.patch(DEPLOYMENTS, "serve", {"spec": {"replicas": 4}}, namespace=ns)
-    await wait(running("serve", 4), "serve grown to 4 pods by preempting train")
+    await wait(platform, running(platform, "serve", 4), "serve grown to 4 pods by preempting train")
 
     async def train_waits() -> bool:
-        found = await platform.live("train")
-        return len(found) == 1 and is_gated(found[0])
+        found = await live_pods(platform, "train")
+        return len(found) == 1 and gated(found[0])
 
-    await wait(train_waits, "train re-created and waiting, gated")
+    await wait(platform, train_waits, "train re-created and waiting, gated")
     platform.healthy("the end")
 
 
@@ -217,7 +184,7 @@ async def test_scale_up_down_and_rollout_on_the_simulator(tmp_path: Path) -> Non
         await system.set_up(
             priority_classes={}, queues=[QueueEntry(name="q", spec=dict(QUEUE_SPEC))]
         )
-        await scenario(Platform(system.kube, "elastic", "q", system.assert_healthy))
+        await scenario(Platform.of_sim(system), "q")
         # The capacity view holds exactly the reservations of the admission in force.
         await system.until_bus_agrees(within=30.0)
         admissions = system.of(Admitted, "web")
@@ -235,7 +202,7 @@ async def test_scale_up_down_and_rollout_on_real_kubernetes(real_tidegate: RealT
             QUEUES, queue_object(QueueEntry(name=queue, spec=dict(QUEUE_SPEC)))
         )
         async with system.observing():
-            await scenario(Platform(system.admin, system.namespace, queue, system.healthy))
+            await scenario(Platform.of_real(system), queue)
         assert system.problems() == []
         admissions = [a for a in distinct(system.decisions) if isinstance(a, Admitted)]
         assert admissions[0].replaces is None, admissions
@@ -251,9 +218,7 @@ async def test_growth_preempts_training_on_the_simulator(tmp_path: Path) -> None
                 QueueEntry(name="offline", spec={"priority": 10}),
             ],
         )
-        await growth_preempts(
-            Platform(system.kube, "grow", "online", system.assert_healthy), "online", "offline"
-        )
+        await growth_preempts(Platform.of_sim(system), "online", "offline")
         (preempted,) = system.of(Preempted, "serve")
         assert preempted.victims == ["grow/train"], system.report()
         assert system.admission_problems() == [], system.report()
@@ -273,9 +238,7 @@ async def test_growth_preempts_training_on_real_kubernetes(real_tidegate: RealTi
         ):
             await system.admin.create(QUEUES, queue_object(QueueEntry(name=name, spec=spec)))
         async with system.observing():
-            await growth_preempts(
-                Platform(system.admin, system.namespace, online, system.healthy), online, offline
-            )
+            await growth_preempts(Platform.of_real(system), online, offline)
         assert system.problems() == []
         preempted = [d for d in distinct(system.decisions) if isinstance(d, Preempted)]
         assert [p.victims for p in preempted] == [[f"{system.namespace}/train"]]

@@ -23,9 +23,10 @@ from tidegate.kube import DEPLOYMENTS, JOBS, QUEUES
 from tidegate.model import Admitted
 
 from .invariants import distinct
+from .platform import JsonObject, Platform, wait
 from .real import RealTidegate
 from .system import running_system
-from .test_elastic import NODES, POD, QUEUE_SPEC, JsonObject, Platform, resized
+from .test_elastic import NODES, POD, QUEUE_SPEC, resized, rolled_out, running, usage
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -37,36 +38,44 @@ def submitted(entry: WorkloadEntry) -> JsonObject:
     return body
 
 
-async def kinds_scenario(platform: Platform) -> None:
+async def kinds_scenario(platform: Platform, queue: str) -> None:
     """Steps 1 and 2 of the module docstring."""
-    kube, ns, wait, running = platform.kube, platform.namespace, platform.wait, platform.running
+    kube, ns = platform.kube, platform.namespace
 
     # 1. a Job's parallelism grows.
-    job = submitted(WorkloadEntry(name="grow", queue=platform.queue, pods=4, requests=POD))
+    job = submitted(WorkloadEntry(name="grow", queue=queue, pods=4, requests=POD))
     job["spec"]["parallelism"] = 2
     await kube.create(JOBS, job, namespace=ns)
-    await wait(running("grow", 2), "2 pods of grow running")
-    await wait(platform.usage(2), "queue usage 2 GPUs")
+    await wait(platform, running(platform, "grow", 2), "2 pods of grow running")
+    await wait(platform, usage(platform, queue, 2), "queue usage 2 GPUs")
     await kube.patch(JOBS, "grow", {"spec": {"parallelism": 4}}, namespace=ns)
-    await wait(running("grow", 4), "4 pods of grow running after its parallelism grew")
-    await wait(platform.usage(4), "queue usage 4 GPUs")
+    await wait(
+        platform, running(platform, "grow", 4), "4 pods of grow running after its parallelism grew"
+    )
+    await wait(platform, usage(platform, queue, 4), "queue usage 4 GPUs")
 
     # 2. a 3-replica rollout that surges by 2 and may lose 1.
     wide = submitted(
-        WorkloadEntry(name="wide", kind="Deployment", queue=platform.queue, pods=3, requests=POD)
+        WorkloadEntry(name="wide", kind="Deployment", queue=queue, pods=3, requests=POD)
     )
     wide["spec"]["strategy"] = {
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 2, "maxUnavailable": 1},
     }
     await kube.create(DEPLOYMENTS, wide, namespace=ns)
-    await wait(running("wide", 3), "3 pods of wide running")
-    await wait(platform.usage(7), "queue usage 7 GPUs")
+    await wait(platform, running(platform, "wide", 3), "3 pods of wide running")
+    await wait(platform, usage(platform, queue, 7), "queue usage 7 GPUs")
     change = {"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}}
     await kube.patch(DEPLOYMENTS, "wide", change, namespace=ns)
-    await wait(platform.rolled_out("wide", 3), "the rollout of wide's new template completed")
-    await wait(running("wide", 3, revision="2"), "wide's 3 pods are of the new template")
-    await wait(platform.usage(7), "queue usage 7 GPUs after the rollout")
+    await wait(
+        platform, rolled_out(platform, "wide", 3), "the rollout of wide's new template completed"
+    )
+    await wait(
+        platform,
+        running(platform, "wide", 3, revision="2"),
+        "wide's 3 pods are of the new template",
+    )
+    await wait(platform, usage(platform, queue, 7), "queue usage 7 GPUs after the rollout")
     platform.healthy("the end")
 
 
@@ -77,7 +86,7 @@ async def test_job_parallelism_growth_and_a_surging_rollout_on_the_simulator(
         await system.set_up(
             priority_classes={}, queues=[QueueEntry(name="q", spec=dict(QUEUE_SPEC))]
         )
-        await kinds_scenario(Platform(system.kube, "kinds", "q", system.assert_healthy))
+        await kinds_scenario(Platform.of_sim(system), "q")
         await system.until_bus_agrees(within=30.0)
         for name in ("grow", "wide"):
             admissions = system.of(Admitted, name)
@@ -96,7 +105,7 @@ async def test_job_parallelism_growth_and_a_surging_rollout_on_real_kubernetes(
             QUEUES, queue_object(QueueEntry(name=queue, spec=dict(QUEUE_SPEC)))
         )
         async with system.observing():
-            await kinds_scenario(Platform(system.admin, system.namespace, queue, system.healthy))
+            await kinds_scenario(Platform.of_real(system), queue)
         assert system.problems() == []
         admissions = [a for a in distinct(system.decisions) if isinstance(a, Admitted)]
         for name in ("grow", "wide"):
