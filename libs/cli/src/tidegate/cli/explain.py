@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tidegate.model import Admitted, Pending, PodState, Released, WorkloadState
-from tidegate.model.names import ADMISSION_GATE
+from tidegate.model.pods import gated
 from tidegate.model.quantity import format_quantity
 from tidegate.policy.ordering import order_workloads
 
@@ -126,11 +126,11 @@ def placement_lines(admitted: Admitted) -> list[str]:
 def pods_summary(pods: list[PodState]) -> dict[str, object]:
     """How many pods exist, are still gated by tidegate, released, bound to a node, running."""
     live = [p for p in pods if not p.terminating]
-    gated = [p for p in live if ADMISSION_GATE in p.scheduling_gates]
+    still_gated = [p for p in live if gated(p)]
     return {
         "total": len(live),
-        "gated": len(gated),
-        "released": len(live) - len(gated),
+        "gated": len(still_gated),
+        "released": len(live) - len(still_gated),
         "bound": sum(1 for p in live if p.node_name),
         "running": sum(1 for p in live if p.phase == "Running"),
         "terminating": len(pods) - len(live),
