@@ -52,6 +52,7 @@ average is reported too. Keep runs short on a shared machine.
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
@@ -78,7 +79,7 @@ from tidegate.cli.stack import SERVICES, LocalStack, StackSettings
 from tidegate.kube import JOBS, NAMESPACES, PRIORITY_CLASSES, QUEUES, KubeClient, KubeSettings
 from tidegate.kube import PODS as KUBE_PODS
 from tidegate.kube import connect as kube_connect
-from tidegate.model import Admitted, Pending, Released, subjects
+from tidegate.model import Admitted, Pending, Released, WorkloadState, subjects
 from tidegate.sim.kinds import PODS
 from tidegate.testing import connected
 
@@ -243,6 +244,10 @@ class JobTimes:
     spec: JobSpec
     created: float = 0.0
     created_wall: float = 0.0
+    pods_seen: float | None = None
+    """When the simulator's Job controller created its first pod."""
+    published: float | None = None
+    """Epoch seconds the watcher stamped on the Job's first workload state."""
     ungated: dict[str, float] = field(default_factory=dict)
     """Pod name → when its gate was seen gone."""
     running: dict[str, float] = field(default_factory=dict)
@@ -296,6 +301,8 @@ class Observer:
             return
         name = metadata.get("name", "")
         now = time.monotonic()
+        if job.pods_seen is None:
+            job.pods_seen = now
         gates = pod.get("spec", {}).get("schedulingGates") or []
         if name not in job.ungated and not any(g.get("name") == GATE for g in gates):
             job.ungated[name] = now
@@ -328,6 +335,15 @@ class Observer:
             )
         )
         self.last_change = time.monotonic()
+
+    async def on_state(self, received: Received) -> None:
+        """A workload's state on the state stream: the first one is when the watcher
+        published the Job."""
+        body = received.envelope.body
+        if isinstance(body, WorkloadState) and body.namespace == NAMESPACE:
+            job = self.jobs.get(body.name)
+            if job is not None and job.published is None:
+                job.published = received.envelope.time
 
     def history(self, name: str) -> list[Seen]:
         """The Job's decisions in stream order."""
@@ -428,33 +444,66 @@ SLOWEST = 10
 """How many of the slowest Jobs the figures break down stage by stage."""
 
 
-def slowest_jobs(observer: Observer, jobs: list[JobTimes]) -> list[dict[str, Any]]:
-    """The :data:`SLOWEST` Jobs by created → last pod ungated, each split into its stages (ms):
-    created → first admitted (the decision's stamp), → first pod ungated, → last pod ungated;
-    where the tail's time goes."""
-    rows: list[dict[str, Any]] = []
-    for job in jobs:
-        last = job.all_ungated()
-        if last is None:
-            continue
-        admitted = next(
-            (d.time for d in observer.history(job.spec.name) if d.kind == "admitted"), None
-        )
-        first = min(job.ungated.values())
-        rows.append(
-            {
-                "job": job.spec.name,
-                "pods": job.spec.pods,
-                "created_to_ungated_ms": round((last - job.created) * 1000, 1),
-                "created_to_admitted_ms": None
-                if admitted is None
-                else round((admitted - job.created_wall) * 1000, 1),
-                "created_to_first_ungated_ms": round((first - job.created) * 1000, 1),
-                "first_to_last_ungated_ms": round((last - first) * 1000, 1),
-            }
-        )
-    rows.sort(key=lambda row: row["created_to_ungated_ms"], reverse=True)
-    return rows[:SLOWEST]
+STAGES = (
+    "created_to_pods_ms",
+    "pods_to_published_ms",
+    "published_to_admitted_ms",
+    "admitted_to_first_ungated_ms",
+    "first_to_last_ungated_ms",
+)
+"""The stages of created → last pod ungated, in order (:func:`job_stages`)."""
+
+
+def job_stages(observer: Observer, job: JobTimes) -> dict[str, Any] | None:
+    """A wholly ungated Job's way through the pipeline (ms), or None before it is: created →
+    its first pod in the simulator's store (the simulator's Job controller), → the watcher's
+    first state of it (its stamp), → first admitted (the decision's stamp), → first pod
+    ungated, → last pod ungated. A stage whose end was not seen is None."""
+    last = job.all_ungated()
+    if last is None:
+        return None
+    admitted = next((d.time for d in observer.history(job.spec.name) if d.kind == "admitted"), None)
+    first = min(job.ungated.values())
+    # Monotonic and epoch instants of the same moments, all as seconds since the create.
+    pods = None if job.pods_seen is None else job.pods_seen - job.created
+    published = None if job.published is None else job.published - job.created_wall
+    decided = None if admitted is None else admitted - job.created_wall
+    points = [0.0, pods, published, decided, first - job.created, last - job.created]
+    row: dict[str, Any] = {
+        "job": job.spec.name,
+        "pods": job.spec.pods,
+        "created_at_s": round(job.spec.at, 2),
+        "created_to_ungated_ms": round((last - job.created) * 1000, 1),
+    }
+    for name, (begin, end) in zip(STAGES, itertools.pairwise(points), strict=True):
+        row[name] = None if begin is None or end is None else round((end - begin) * 1000, 1)
+    return row
+
+
+def slowest_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The :data:`SLOWEST` Jobs by created → last pod ungated, with their stages: where the
+    tail's time goes."""
+    return sorted(rows, key=lambda row: row["created_to_ungated_ms"], reverse=True)[:SLOWEST]
+
+
+def stage_percentiles(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | int | None]]:
+    """p50/p99/max of each stage over the Jobs (where the typical Job's time goes)."""
+    return {
+        name: percentiles([row[name] / 1000 for row in rows if row[name] is not None])
+        for name in STAGES
+    }
+
+
+def cpu_per_second(samples: list[tuple[float, dict[str, float]]]) -> list[dict[str, float]]:
+    """Each process's share of a core between consecutive samples (``t``: seconds since the
+    submissions started): which process was busy when the tail's Jobs waited."""
+    out: list[dict[str, float]] = []
+    for (t0, before), (t1, after) in itertools.pairwise(samples):
+        span = t1 - t0
+        row = {"t": round(t1, 1)}
+        row.update({n: round((after[n] - before.get(n, 0.0)) / span, 2) for n in after if span > 0})
+        out.append(row)
+    return out
 
 
 def slope(samples: list[tuple[float, int]]) -> float:
@@ -581,9 +630,17 @@ async def run_load(
     started = time.monotonic()
     done = asyncio.Event()
 
+    cpu: list[tuple[float, dict[str, float]]] = []
+
     async def sample() -> None:
         while not done.is_set():
             samples.append((time.monotonic() - started, observer.backlog()))
+            cpu.append(
+                (
+                    time.monotonic() - started,
+                    {n: f["cpu_s"] for n, f in process_figures(stack).items()},
+                )
+            )
             await asyncio.sleep(1.0)
 
     sampler = asyncio.create_task(sample())
@@ -622,6 +679,7 @@ async def run_load(
         if j.ungated and not any(d.kind == "admitted" for d in observer.seen.get(j.spec.name, []))
     ]
 
+    stages = [row for j in jobs if (row := job_stages(observer, j)) is not None]
     to_ungated = [u - j.created for j in jobs if (u := j.all_ungated()) is not None]
     to_running = [r - j.created for j in jobs if (r := j.all_running()) is not None]
     splits = [(j, split) for j in jobs if (split := latency_split(observer, j)) is not None]
@@ -640,7 +698,9 @@ async def run_load(
     admitted_span = (max(admitted_times) - first_created) if admitted_times else 0.0
     window = [(t, v) for t, v in samples if seconds / 2 <= t <= seconds]
     return {
-        "slowest_jobs": slowest_jobs(observer, jobs),
+        "slowest_jobs": slowest_jobs(stages),
+        "stages": stage_percentiles(stages),
+        "cpu_per_second": cpu_per_second(cpu),
         "offered_jobs": len(specs),
         "offered_per_s": rate,
         "offered_pods": sum(s.pods for s in specs),
@@ -770,7 +830,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 ),
                 handler=observer.on_decision,
             )
-            following = asyncio.create_task(consumer.run(stop))
+            states = DurableConsumer(
+                bus,
+                cluster=CLUSTER,
+                settings=ConsumerSettings(
+                    durable="e2e-bench-states",
+                    stream=layout.state_stream(CLUSTER),
+                    subjects=(subjects.workload(CLUSTER, NAMESPACE, "x").rsplit(".", 1)[0] + ".*",),
+                    fetch_timeout_seconds=0.25,
+                    max_ack_pending=8192,
+                    batch_size=256,
+                ),
+                handler=observer.on_state,
+            )
+            following = asyncio.gather(consumer.run(stop), states.run(stop))
             try:
                 await set_up(kube)
                 figures: dict[str, Any] = {
@@ -928,11 +1001,18 @@ def print_run(figures: Mapping[str, Any]) -> None:
             f"  {label:<34} p50 {p['p50_ms']} ms, p99 {p['p99_ms']} ms, max {p['max_ms']} ms "
             f"({p['count']} Jobs)"
         )
+    print(
+        "  stages p50 / p99 ms: "
+        + ", ".join(
+            f"{name.removesuffix('_ms').replace('_to_', ' → ')} {p['p50_ms']} / {p['p99_ms']}"
+            for name, p in figures["stages"].items()
+        )
+    )
     for row in figures["slowest_jobs"][:3]:
         print(
             f"  slow: {row['job']} ({row['pods']} pods) {row['created_to_ungated_ms']} ms = "
-            f"admitted after {row['created_to_admitted_ms']}, first pod ungated after "
-            f"{row['created_to_first_ungated_ms']}, the rest {row['first_to_last_ungated_ms']}"
+            + " + ".join(f"{row[name]}" for name in STAGES)
+            + f" ({', '.join(name.removesuffix('_ms') for name in STAGES)})"
         )
     print(
         f"  admitted {figures['admitted_per_s']} workloads/s; pending reasons "

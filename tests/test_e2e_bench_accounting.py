@@ -173,3 +173,20 @@ def test_the_offered_load_is_little_s_law() -> None:
     # 1 Job/s x 8 GPUs x 10 s = 80 busy GPUs of 256.
     assert load["gpu_demand"] == round(80 / 256, 3)
     assert load["pods_per_s"] == 2.0
+
+
+def test_the_stages_of_a_job_add_up_to_created_to_ungated() -> None:
+    observer = e2e.Observer()
+    times = job(observer, 2)
+    times.pods_seen = times.created + 0.010  # type: ignore[attr-defined]
+    times.published = times.created_wall + 0.030  # type: ignore[attr-defined]
+    asyncio.run(observer.on_decision(received(admitted(1), at=times.created_wall + 0.100)))  # type: ignore[attr-defined]
+    times.ungated["job-1-a"] = times.created + 0.150  # type: ignore[attr-defined]
+    assert e2e.job_stages(observer, times) is None  # one pod of two: not wholly ungated
+    times.ungated["job-1-b"] = times.created + 0.400  # type: ignore[attr-defined]
+    row = e2e.job_stages(observer, times)
+    assert row is not None
+    assert [row[name] for name in e2e.STAGES] == [10.0, 20.0, 70.0, 50.0, 250.0]
+    assert sum(row[name] for name in e2e.STAGES) == row["created_to_ungated_ms"] == 400.0
+    figures = e2e.stage_percentiles([row])
+    assert figures["first_to_last_ungated_ms"]["p50_ms"] == 250.0

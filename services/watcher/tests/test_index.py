@@ -237,3 +237,23 @@ def test_a_rolling_deployment_counts_its_replicasets_surge_included(k8s: Any) ->
     assert count() == 6  # its pods are still there
     index.apply("ReplicaSet", "MODIFIED", k8s.replicaset("web-new", deployment="web", replicas=1))
     assert count() == 1
+
+
+def test_a_status_update_of_the_owner_touches_its_workload_not_each_of_its_pods(
+    k8s: Any,
+) -> None:
+    # A Job counting its finished pods must not make every pod of a big gang be looked at
+    # again (O(pods) per event); a change of its spec still does.
+    index = ClusterIndex()
+    owner = k8s.owner_ref("Job", "big")
+    index.apply("Job", "ADDED", k8s.job("big", parallelism=3))
+    for i in range(3):
+        index.apply("Pod", "ADDED", k8s.pod(f"big-{i}", owner=owner))
+    counted = k8s.job("big", parallelism=3)
+    counted["status"] = {"succeeded": 1, "active": 2}
+    applied = index.apply("Job", "MODIFIED", counted)
+    assert applied.affected == {wkey("big")}
+    grown = k8s.job("big", parallelism=4)
+    applied = index.apply("Job", "MODIFIED", grown)
+    assert {pkey(f"big-{i}") for i in range(3)} <= applied.affected
+    assert pod_workload(index, "big-2") == "default/big"

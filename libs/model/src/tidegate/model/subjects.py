@@ -99,6 +99,11 @@ def capacity_wildcard(cluster: str) -> str:
     return f"tg.{cluster}.capacity.>"
 
 
+def capacity_nodes_wildcard(cluster: str) -> str:
+    """The capacity stream's per-node subjects only (every topology; no domain aggregates)."""
+    return f"tg.{cluster}.capacity.*.node.>"
+
+
 def decision_wildcard(cluster: str) -> str:
     """Subjects of the append-only decision stream."""
     return f"tg.{cluster}.decision.>"

@@ -45,8 +45,19 @@ def traced_subject(subject: str) -> bool:
     return os.environ.get(TRANSPORT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _tracer(tracer: Tracer | None) -> Tracer:
-    return tracer if tracer is not None else trace.get_tracer(_TRACER_NAME)
+_cached: tuple[trace.TracerProvider, Tracer] | None = None
+
+
+def tidegate_tracer(tracer: Tracer | None = None) -> Tracer:
+    """``tracer``, or tidegate's tracer from the global provider (made once per provider:
+    ``get_tracer`` builds a new tracer on every call, a cost on every message)."""
+    global _cached
+    if tracer is not None:
+        return tracer
+    provider = trace.get_tracer_provider()
+    if _cached is None or _cached[0] is not provider:
+        _cached = (provider, provider.get_tracer(_TRACER_NAME))
+    return _cached[1]
 
 
 def _tracing_off(tracer: Tracer | None) -> bool:
@@ -100,7 +111,7 @@ def producer_span(
         inject(headers)
         yield trace.INVALID_SPAN
         return
-    with _tracer(tracer).start_as_current_span(
+    with tidegate_tracer(tracer).start_as_current_span(
         f"{subject} publish",
         kind=SpanKind.PRODUCER,
         attributes=_attributes(subject, "publish", message_id),
@@ -128,7 +139,7 @@ def consumer_span(
         finally:
             otel_context.detach(token)
         return
-    with _tracer(tracer).start_as_current_span(
+    with tidegate_tracer(tracer).start_as_current_span(
         f"{subject} process",
         context=extract(headers),
         kind=SpanKind.CONSUMER,
@@ -153,7 +164,7 @@ def batch_span(
         span_context = trace.get_current_span(extract(message_headers)).get_span_context()
         if span_context.is_valid:
             links.append(Link(span_context))
-    with _tracer(tracer).start_as_current_span(
+    with tidegate_tracer(tracer).start_as_current_span(
         f"{name} process",
         context=otel_context.Context(),
         kind=SpanKind.CONSUMER,

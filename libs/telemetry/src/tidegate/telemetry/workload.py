@@ -49,14 +49,13 @@ from tidegate.model import (
     WorkloadState,
 )
 from tidegate.model.quantity import format_quantity
-from tidegate.telemetry.messaging import extract
+from tidegate.telemetry.messaging import extract, tidegate_tracer
 from tidegate.telemetry.tracing import forced_ids
 
 if TYPE_CHECKING:  # imported for types only: the policy pulls in numpy, every process pays
     from tidegate.policy.admission import Admission
     from tidegate.policy.victims import VictimChoice
 
-_TRACER: Final = "tidegate"
 
 ROOT_SPAN: Final = "workload"
 """Name of the root span of a workload's trace."""
@@ -81,10 +80,6 @@ def _tracing_off(tracer: Tracer | None) -> bool:
     return isinstance(
         trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
     )
-
-
-def _tracer(tracer: Tracer | None) -> Tracer:
-    return tracer if tracer is not None else trace.get_tracer(_TRACER)
 
 
 def workload_trace_context(uid: str) -> dict[str, str]:
@@ -179,7 +174,7 @@ def export_workload_root(
     end = time.time() if now is None else now
     start = workload.created_at if 0 < workload.created_at <= end else end
     with forced_ids(int(parts[1], 16), int(parts[2], 16)):
-        span = _tracer(tracer).start_span(
+        span = tidegate_tracer(tracer).start_span(
             ROOT_SPAN,
             context=otel_context.Context(),
             kind=SpanKind.INTERNAL,
@@ -342,7 +337,9 @@ def decision_span(
         attributes = decision_attributes(body, workload, admission)
         if tries:
             attributes["tidegate.admission.tries"] = tries
-        with _tracer(tracer).start_as_current_span(DECISION_SPAN, attributes=attributes) as span:
+        with tidegate_tracer(tracer).start_as_current_span(
+            DECISION_SPAN, attributes=attributes
+        ) as span:
             yield span
 
 
@@ -414,7 +411,7 @@ def victim_choice_span(
             if victim is not None
         }
     attributes = {**workload_attributes(preemptor), **victim_attributes(choice, room)}
-    span = _tracer(tracer).start_span(
+    span = tidegate_tracer(tracer).start_span(
         VICTIMS_SPAN, links=links, attributes=attributes, start_time=int(start * 1e9)
     )
     span.end()
@@ -447,7 +444,9 @@ def release_span(
         releases = _Releases()
         token = _releases.set(releases)
         try:
-            with _tracer(tracer).start_as_current_span(RELEASE_SPAN, attributes=attributes) as span:
+            with tidegate_tracer(tracer).start_as_current_span(
+                RELEASE_SPAN, attributes=attributes
+            ) as span:
                 yield
                 span.set_attribute(
                     "tidegate.release.pods", sum(len(p) for p in releases.by_domain.values())
@@ -521,4 +520,4 @@ def pods_bound_span(
     if workload is not None:
         attributes["tidegate.workload.pods"] = sum(p.count for p in workload.podsets)
     with continuing(trace_context):
-        _tracer(tracer).start_span(BIND_SPAN, attributes=attributes).end()
+        tidegate_tracer(tracer).start_span(BIND_SPAN, attributes=attributes).end()

@@ -126,7 +126,7 @@ async def setup(ctx: ServiceContext[Settings]) -> None:
     capacity = await ctx.follow(
         "capacity",
         stream=layout.capacity_stream(cluster),
-        subjects=[subjects.capacity_wildcard(cluster)],
+        subjects=[subjects.capacity_nodes_wildcard(cluster)],
         handler=handlers.on_capacity,
     )
     settings = ctx.settings

@@ -86,7 +86,7 @@ async def setup(ctx: ServiceContext[Settings]) -> None:
         await ctx.follow(
             "capacity",
             stream=layout.capacity_stream(cluster),
-            subjects=[subjects.capacity_wildcard(cluster)],
+            subjects=[subjects.capacity_nodes_wildcard(cluster)],
             handler=handlers.on_capacity,
         ),
         await ctx.follow(

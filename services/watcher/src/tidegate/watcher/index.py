@@ -548,6 +548,7 @@ class ClusterIndex:
         previous = self.owners.get(meta.uid)
         if previous is not None:
             applied.affected.update(self._owner_workloads(previous))
+        relink = True
         if deleted:
             self.owners.pop(meta.uid, None)
             self._forget_source((meta.namespace, meta.name), ("owner", meta.uid))
@@ -558,8 +559,12 @@ class ClusterIndex:
             if parent is not None:
                 self._children.setdefault(parent.uid, set()).add(meta.uid)
             applied.affected.update(self._owner_workloads(owner))
-            self._manage_if_queued(owner)
-        self._relink([meta.uid, *self._children.get(meta.uid, ())], applied)
+            newly_managed = self._manage_if_queued(owner)
+            # A status update (a Job counting its pods) changes no pod's workload or position:
+            # relinking every pod of a big gang on each would cost O(pods) per event.
+            relink = previous is None or newly_managed or not _same_for_pods(previous, owner)
+        if relink:
+            self._relink([meta.uid, *self._children.get(meta.uid, ())], applied)
         if deleted:
             self._children.pop(meta.uid, None)
             parent = meta.controller_ref()
@@ -585,13 +590,17 @@ class ClusterIndex:
             return Owner(kind, api_version, meta, None, describe_error(exc))
         return Owner(kind, api_version, meta, decoded)
 
-    def _manage_if_queued(self, owner: Owner) -> None:
-        """A top owner created suspended for tidegate is managed before it has any pod."""
+    def _manage_if_queued(self, owner: Owner) -> bool:
+        """A top owner created suspended for tidegate is managed before it has any pod;
+        whether it became managed now."""
         resolution = self._top(owner)
-        if resolution.owner != ("owner", owner.meta.uid) or resolution.workload is None:
-            return
-        if suspension(owner.meta, owner.obj).resume_on_admission:
-            self.managed.add(resolution.workload)
+        workload = resolution.workload
+        if resolution.owner != ("owner", owner.meta.uid) or workload is None:
+            return False
+        if workload in self.managed or not suspension(owner.meta, owner.obj).resume_on_admission:
+            return False
+        self.managed.add(workload)
+        return True
 
     def _owner_workloads(self, owner: Owner) -> set[StateKey]:
         resolution = self._top(owner)
@@ -672,7 +681,10 @@ class ClusterIndex:
         owner = self._owner_of(workload)
         if owner is None:
             return
-        finished = workload_finished(owner.obj, self._member_pods(workload))
+        # Only a PodGroup's end is read from its pods; listing a big gang's members on each of
+        # its pods' events would cost O(pods) per event.
+        members = self._member_pods(workload) if isinstance(owner.obj, PodGroup) else []
+        finished = workload_finished(owner.obj, members)
         if finished is not None:
             self._finished[workload] = (owner.meta.uid, finished)
 
@@ -716,6 +728,16 @@ class ClusterIndex:
             replicas = child.obj.spec.replicas
             total = (total or 0) + max(1 if replicas is None else replicas, 0)
         return total
+
+
+def _same_for_pods(before: Owner, after: Owner) -> bool:
+    """Whether the pods of an owner resolve and read the same after an update of it: same
+    controller, same spec (only its status, labels or annotations changed)."""
+    return (
+        before.meta.controller_ref() == after.meta.controller_ref()
+        and before.error == after.error
+        and getattr(before.obj, "spec", None) == getattr(after.obj, "spec", None)
+    )
 
 
 def _group_name(meta: ObjectMeta) -> str | None:
