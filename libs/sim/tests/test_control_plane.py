@@ -517,3 +517,41 @@ async def test_jobset_creates_jobs_and_completes(
         return found.get("status", {}).get("conditions", [])  # type: ignore[union-attr,no-any-return]
 
     await eventually(lambda: any(c["type"] == "Completed" for c in conditions()), within=8)
+
+
+async def test_a_jobs_pod_events_are_synced_in_batches(
+    cluster: SimCluster, http: aiohttp.ClientSession
+) -> None:
+    # As kube-controller-manager's syncJobBatchPeriod: 16 pods going through creation,
+    # binding, running and success (~64 pod events) rewrite the Job's status a few times, not
+    # once per event; the Job still completes.
+    updates: list[str] = []
+    unsubscribe = cluster.store.subscribe(
+        ("batch", "jobs"), lambda event: updates.append(event.type)
+    )
+    try:
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "many"},
+            "spec": {
+                "parallelism": 16,
+                "completions": 16,
+                "template": template(gpus=1, duration=20, labels={"app": "many"}),
+            },
+        }
+        async with http.post(JOBS, json=job) as response:
+            assert response.status == 201
+
+        def complete() -> bool:
+            found = cluster.store.get(("batch", "jobs"), "default", "many")
+            assert found is not None
+            conditions = found.get("status", {}).get("conditions", [])  # type: ignore[union-attr]
+            return any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
+
+        await eventually(complete, within=15)
+    finally:
+        unsubscribe()
+    assert all(p["status"]["phase"] == "Succeeded" for p in pods_of(cluster, "app=many"))
+    assert len(pods_of(cluster, "app=many")) == 16
+    assert updates.count("MODIFIED") <= 4, updates  # 7 when every pod event synced it

@@ -10,7 +10,10 @@ Job: ``parallelism``, ``completions``, ``completionMode: Indexed`` (index in the
 ``batch.kubernetes.io/job-completion-index`` annotation and label, ``<job>-<index>-`` name
 prefix), ``suspend`` (active pods deleted, ``Suspended`` condition), ``backoffLimit``
 (``Failed`` with ``BackoffLimitExceeded``), the ``Complete`` condition, and status counters
-(active, ready, succeeded, failed, terminating, completedIndexes, start/completion time). A pod
+(active, ready, succeeded, failed, terminating, completedIndexes, start/completion time). As
+the real controller does (``syncJobBatchPeriod``, 1 s in kube-controller-manager), a change of
+its pods syncs the Job at most once per :data:`JOB_POD_SYNC_BATCH_SECONDS`, a change of the
+Job itself at once: a 256-pod gang finishing writes its status a few times, not 256. A pod
 deleted before it finished counts as failed, as with the real controller's tracking
 finalizers; a terminating pod does not block its replacement (podReplacementPolicy
 TerminatingOrFailed).
@@ -30,6 +33,7 @@ revision history limits, minReadySeconds, progress deadlines, JobSet restarts.
 
 import contextlib
 import hashlib
+import time
 from collections.abc import Callable, Hashable
 from typing import Final
 
@@ -44,6 +48,8 @@ from tidegate.sim.names import rfc3339
 from tidegate.sim.store import DELETED, WatchEvent, object_key
 
 COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+JOB_POD_SYNC_BATCH_SECONDS: Final = 1.0
+"""Pod events of one Job are synced together after this long (Kubernetes' syncJobBatchPeriod)."""
 _TERMINAL: Final = frozenset({"Succeeded", "Failed"})
 
 Key = tuple[str, str]
@@ -195,10 +201,14 @@ class _OwnedPods(Reconciler):
             self.on_owned_deleted(uid, event.obj)
         owner = self.owner_key_by_uid.get(uid)
         if owner is not None:
-            self.mark(owner)
+            self.owned_changed(owner)
 
     def on_owned_deleted(self, owner_uid: str, obj: JsonObject) -> None:
         """Hook: an owned object disappeared."""
+
+    def owned_changed(self, owner: Key) -> None:
+        """Hook: an object ``owner`` controls changed (default: reconcile it soon)."""
+        self.mark(owner)
 
     def _index(self, obj: JsonObject, *, add: bool) -> None:
         ref = controller_of(obj)
@@ -266,9 +276,22 @@ class JobController(_OwnedPods):
     name = "job-controller"
     owner_type = JOBS
 
-    def __init__(self, api: ApiServer) -> None:
+    def __init__(
+        self, api: ApiServer, *, pod_sync_batch_seconds: float = JOB_POD_SYNC_BATCH_SECONDS
+    ) -> None:
         super().__init__(api)
         self._lost: dict[str, set[str]] = {}
+        self._pod_sync_batch = pod_sync_batch_seconds
+        self._batched: set[Key] = set()
+        """Jobs with a batched sync pending."""
+
+    def owned_changed(self, owner: Key) -> None:
+        """A pod of the Job changed: sync it with the others changing within the batch."""
+        if not self._pod_sync_batch:
+            self.mark(owner)
+        elif owner not in self._batched:
+            self._batched.add(owner)
+            self.at(time.monotonic() + self._pod_sync_batch, owner)
 
     def on_owned_deleted(self, owner_uid: str, obj: JsonObject) -> None:
         """A pod removed before finishing counts as failed."""
@@ -280,6 +303,7 @@ class JobController(_OwnedPods):
     def reconcile(self, key: Hashable) -> None:
         """Converge one Job."""
         assert isinstance(key, tuple)
+        self._batched.discard(key)
         job = self.api.store.get(JOBS.key, *key)
         if job is None:
             return

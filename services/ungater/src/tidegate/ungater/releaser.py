@@ -183,6 +183,8 @@ class _Work:
     key: WorkloadKey
     workload: WorkloadState | None
     writes: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    ended: bool = False
+    """Its writes were sent (or failed): the workload may be planned again."""
 
 
 class Releaser:
@@ -237,7 +239,10 @@ class Releaser:
         """Per workload: (uid, admission sequence) this process unsuspended it for."""
         self._stop = asyncio.Event()
         self._executing: set[asyncio.Task[None]] = set()
-        """Early rounds' writes still being sent (:meth:`_batch` does not wait for them)."""
+        """Rounds' writes still being sent in the background (:meth:`run` does not wait for
+        them)."""
+        self._in_flight: set[WorkloadKey] = set()
+        """Workloads whose writes are being sent: not planned again until they are."""
         self._failure: BaseException | None = None
         """The first error of a write sent in the background, raised by :meth:`run`."""
         self.rounds = 0
@@ -313,7 +318,7 @@ class Releaser:
                 await self._batch(stop)
                 self._raise_background_failure()
                 if self._dirty:
-                    await self.round()
+                    await self.round(background=True)
         finally:
             if self._executing:
                 await asyncio.wait(set(self._executing))
@@ -382,10 +387,11 @@ class Releaser:
         started = time.perf_counter()
         if only is None:
             self._wake.clear()
-            keys, self._dirty = sorted(self._dirty), set()
-        else:
-            keys = sorted(only & self._dirty)
-            self._dirty.difference_update(keys)
+            only = self._dirty
+        # A workload whose writes are still being sent stays marked for the round after they
+        # are (:meth:`_execute`): planning it meanwhile would plan some of them again.
+        keys = sorted(only & self._dirty - self._in_flight)
+        self._dirty.difference_update(keys)
         # Releases only from a view that has every decision stored so far: a `preempted` is
         # stored before its victims' pods are evicted, so before their replacements exist; a
         # decision stream that lags the state stream (its leader failing over) must not let
@@ -406,6 +412,7 @@ class Releaser:
         self.metrics.expectations.set(sum(len(e) for e in self.expectations.values()))
         if held:
             self.mark(held)
+        self._in_flight.update(item.key for item in work)
         if background and work:
             task = asyncio.create_task(self._execute_round(work, started))
             self._executing.add(task)
@@ -415,9 +422,15 @@ class Releaser:
         return releasing
 
     async def _execute_round(self, work: list[_Work], started: float) -> None:
-        async with asyncio.TaskGroup() as tasks:
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                for item in work:
+                    tasks.create_task(self._execute(item))
+        finally:
+            # An item cancelled before it began (a failed sibling, a stop) never ended.
             for item in work:
-                tasks.create_task(self._execute(item))
+                if not item.ended:
+                    self._ended(item)
         self.rounds += 1
         self.metrics.round_seconds.observe(time.perf_counter() - started)
 
@@ -747,10 +760,19 @@ class Releaser:
         # One workload uses at most half the concurrent writes, so a big gang's releases do
         # not hold back every small one planned after it.
         share = asyncio.Semaphore(max(1, self.settings.max_concurrent_patches // 2))
-        with release_span(item.key, item.workload):
-            async with asyncio.TaskGroup() as tasks:
-                for write in item.writes:
-                    tasks.create_task(self._limited(write, share))
+        try:
+            with release_span(item.key, item.workload):
+                async with asyncio.TaskGroup() as tasks:
+                    for write in item.writes:
+                        tasks.create_task(self._limited(write, share))
+        finally:
+            self._ended(item)
+
+    def _ended(self, item: _Work) -> None:
+        item.ended = True
+        self._in_flight.discard(item.key)
+        if item.key in self._dirty:
+            self._wake.set()
 
     async def _limited(
         self, write: Callable[[], Awaitable[None]], share: asyncio.Semaphore
