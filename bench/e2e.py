@@ -62,12 +62,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidegate.bus import ConsumerSettings, DurableConsumer, Received, layout
+from tidegate.bus import Bus, ConsumerSettings, DurableConsumer, Received, layout
 from tidegate.cli.demo_trace import (
     QueueEntry,
     WorkloadEntry,
@@ -800,6 +800,30 @@ def stack_settings(args: argparse.Namespace, workdir: Path) -> StackSettings:
     )
 
 
+def observing(
+    bus: Bus,
+    durable: str,
+    stream: str,
+    subject: str,
+    handler: Callable[[Received], Awaitable[None]],
+) -> DurableConsumer:
+    """The benchmark's own consumer of ``subject`` on ``stream`` (large batches: it must keep
+    up with the whole run)."""
+    return DurableConsumer(
+        bus,
+        cluster=CLUSTER,
+        settings=ConsumerSettings(
+            durable=durable,
+            stream=stream,
+            subjects=(subject,),
+            fetch_timeout_seconds=0.25,
+            max_ack_pending=8192,
+            batch_size=256,
+        ),
+        handler=handler,
+    )
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start everything, offer the load (or probe rates), and collect the figures."""
     with tempfile.TemporaryDirectory(prefix="tidegate-e2e-bench-") as scratch:
@@ -817,31 +841,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             assert stack.sim is not None
             unsubscribe = stack.sim.store.subscribe(PODS.key, observer.on_pod)
             stop = asyncio.Event()
-            consumer = DurableConsumer(
+            consumer = observing(
                 bus,
-                cluster=CLUSTER,
-                settings=ConsumerSettings(
-                    durable="e2e-bench",
-                    stream=layout.decisions_stream(CLUSTER),
-                    subjects=(subjects.decision_wildcard(CLUSTER),),
-                    fetch_timeout_seconds=0.25,
-                    max_ack_pending=8192,
-                    batch_size=256,
-                ),
-                handler=observer.on_decision,
+                "e2e-bench",
+                layout.decisions_stream(CLUSTER),
+                subjects.decision_wildcard(CLUSTER),
+                observer.on_decision,
             )
-            states = DurableConsumer(
+            states = observing(
                 bus,
-                cluster=CLUSTER,
-                settings=ConsumerSettings(
-                    durable="e2e-bench-states",
-                    stream=layout.state_stream(CLUSTER),
-                    subjects=(subjects.workload(CLUSTER, NAMESPACE, "x").rsplit(".", 1)[0] + ".*",),
-                    fetch_timeout_seconds=0.25,
-                    max_ack_pending=8192,
-                    batch_size=256,
-                ),
-                handler=observer.on_state,
+                "e2e-bench-states",
+                layout.state_stream(CLUSTER),
+                subjects.workload(CLUSTER, NAMESPACE, "x").rsplit(".", 1)[0] + ".*",
+                observer.on_state,
             )
             following = asyncio.gather(consumer.run(stop), states.run(stop))
             try:
