@@ -80,6 +80,7 @@ from typing import Any, Final
 
 import msgspec
 
+from tidegate.kube.ungate import has_gate
 from tidegate.model import (
     Admitted,
     Message,
@@ -841,8 +842,7 @@ def terminating(pod: Mapping[str, Any]) -> bool:
 
 def gated(pod: Mapping[str, Any]) -> bool:
     """Whether a pod still carries tidegate's scheduling gate."""
-    gates = pod.get("spec", {}).get("schedulingGates") or []
-    return any(g.get("name") == GATE for g in gates)
+    return has_gate(pod, GATE)
 
 
 def unschedulable_message(pod: Mapping[str, Any]) -> str:

@@ -25,6 +25,7 @@ from tidegate.model import Admitted, Pending, Preempted, Released
 from tidegate.model.names import RESUME_ANNOTATION
 from tidegate.testing import until_async
 
+from .invariants import gated
 from .real import RealSystem, RealTidegate
 
 pytestmark = [pytest.mark.real_k8s, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -250,7 +251,7 @@ async def test_tidal_preemption_through_the_eviction_api(
             again = await until_async(
                 train_again, within=90.0, what="train's pods re-created by the Job controller"
             )
-            assert all(_gated(p) for p in again), again
+            assert all(gated(p) for p in again), again
 
             # The PodGroup was not needed: it runs on, whole.
             assert (
@@ -394,7 +395,7 @@ async def test_a_jobset_in_one_rack_and_a_kueue_job_in_one_block(
                 what="after pending on quota",
                 describe=about_after,
             )
-            assert all(_gated(p) for p in await system.pods() if _labels(p).get("app") == "after")
+            assert all(gated(p) for p in await system.pods() if _labels(p).get("app") == "after")
 
             await system.admin.delete(JOBSETS, "js", namespace=ns, propagation="Background")
 
@@ -466,10 +467,6 @@ def _app(pod: dict[str, object]) -> str | None:
 
 def _in_group(pod: dict[str, object], group: str) -> bool:
     return _labels(pod).get("scheduling.k8s.io/group-name") == group
-
-
-def _gated(pod: dict[str, object]) -> bool:
-    return {"name": "tidegate.io/admission"} in (pod["spec"].get("schedulingGates") or [])  # type: ignore[union-attr]
 
 
 def _running(pod: dict[str, object]) -> bool:

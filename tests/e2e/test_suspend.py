@@ -32,7 +32,7 @@ from tidegate.kube import EVENTS, JOBS, JOBSETS, QUEUES
 from tidegate.model import Admitted, Released
 from tidegate.model.names import RESUME_ANNOTATION
 
-from .invariants import distinct
+from .invariants import distinct, gated
 from .platform import JsonObject, Platform, live_pods, wait
 from .real import RealTidegate
 from .system import running_system
@@ -57,19 +57,13 @@ def job(name: str, queue: str, *, kueue: bool = False) -> JsonObject:
     return body
 
 
-def is_gated(pod: JsonObject) -> bool:
-    return any(
-        g.get("name") == "tidegate.io/admission" for g in pod["spec"].get("schedulingGates") or []
-    )
-
-
 async def scenario(platform: Platform, queue: str) -> None:
     kube, ns = platform.kube, platform.namespace
 
     async def running(name: str) -> bool:
         pods = await live_pods(platform, name)
         return len(pods) == 2 and all(
-            p["status"].get("phase") == "Running" and not is_gated(p) for p in pods
+            p["status"].get("phase") == "Running" and not gated(p) for p in pods
         )
 
     async def event(name: str, reason: str) -> JsonObject | None:
@@ -113,7 +107,7 @@ async def scenario(platform: Platform, queue: str) -> None:
 
     async def held_gated() -> bool:
         pods = await live_pods(platform, "held")
-        return len(pods) == 2 and all(is_gated(p) for p in pods)
+        return len(pods) == 2 and all(gated(p) for p in pods)
 
     await wait(platform, held_gated, "held's new pods gated while kq runs")
     await kube.delete(JOBS, "kq", namespace=ns, propagation="Background")
@@ -203,7 +197,7 @@ async def test_a_kueue_style_suspended_jobset_is_admitted_and_unsuspended_on_rea
             async def running() -> bool:
                 pods = await live_pods(platform, "kjs")
                 return len(pods) == 2 and all(
-                    p["status"].get("phase") == "Running" and not is_gated(p) for p in pods
+                    p["status"].get("phase") == "Running" and not gated(p) for p in pods
                 )
 
             await wait(platform, running, "the JobSet's pods running")

@@ -36,6 +36,7 @@ from tidegate.kube import (
     KubeClient,
     ResourceType,
 )
+from tidegate.kube.ungate import has_gate
 from tidegate.model import (
     Admitted,
     CapacityNode,
@@ -274,11 +275,7 @@ class Harness:
 
     async def ungate(self, prefix: str, nodes: list[str]) -> None:
         """Release the gated pods named ``prefix…``, one per node of ``nodes`` (the ungater)."""
-        gated = [
-            p
-            for p in await self.pods(prefix)
-            if any(g.get("name") == GATE for g in p["spec"].get("schedulingGates") or [])
-        ]
+        gated = [p for p in await self.pods(prefix) if has_gate(p, GATE)]
         gated.sort(key=lambda p: str(p["metadata"]["name"]))
         assert len(gated) >= len(nodes), f"only {len(gated)} gated pods named {prefix}"
         for pod, node in zip(gated, nodes, strict=False):

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from tidegate.kube import DEPLOYMENTS, JOBS, PODS
+from tidegate.kube.ungate import has_gate
 from tidegate.model import PodState, Preempted, PreemptRequested, subjects
 from tidegate.preemption.config import Settings
 from tidegate.preemption.record import PreemptionRecord
@@ -25,7 +26,7 @@ from .conftest import (
 
 
 def gated(pod: dict[str, Any]) -> bool:
-    return any(g.get("name") == GATE for g in pod["spec"].get("schedulingGates") or [])
+    return has_gate(pod, GATE)
 
 
 def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ import pytest
 
 from tidegate.bus import Bus, Received, layout
 from tidegate.kube import EVENTS, JOBS, NAMESPACES, PODS, KubeClient, ResourceType
+from tidegate.kube.ungate import has_gate
 from tidegate.model import (
     Admitted,
     DomainCount,
@@ -81,8 +82,7 @@ class SlotMonitor:
 
     def _slot(self, pod: dict[str, Any]) -> Domain | None:
         spec = pod.get("spec", {})
-        gates = [g.get("name") for g in spec.get("schedulingGates") or []]
-        if ADMISSION_GATE in gates or pod["metadata"].get("deletionTimestamp"):
+        if has_gate(pod, ADMISSION_GATE) or pod["metadata"].get("deletionTimestamp"):
             return None
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             return None
@@ -332,7 +332,7 @@ class Env:
 
 def gated(pod: dict[str, Any]) -> bool:
     """Whether a pod still carries tidegate's gate."""
-    return ADMISSION_GATE in [g.get("name") for g in pod["spec"].get("schedulingGates") or []]
+    return has_gate(pod, ADMISSION_GATE)
 
 
 def index_of(pod: dict[str, Any]) -> int:

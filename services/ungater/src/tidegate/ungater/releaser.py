@@ -65,6 +65,7 @@ from tidegate.kube import (
     ResourceType,
 )
 from tidegate.kube.eventrecord import timestamp
+from tidegate.kube.ungate import has_gate
 from tidegate.model import (
     Admitted,
     DomainCount,
@@ -183,8 +184,6 @@ class _Work:
     key: WorkloadKey
     workload: WorkloadState | None
     writes: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    ended: bool = False
-    """Its writes were sent (or failed): the workload may be planned again."""
 
 
 class Releaser:
@@ -240,9 +239,8 @@ class Releaser:
         self._stop = asyncio.Event()
         self._executing: set[asyncio.Task[None]] = set()
         """Rounds' writes still being sent in the background (:meth:`run` does not wait for
-        them)."""
-        self._in_flight: set[WorkloadKey] = set()
-        """Workloads whose writes are being sent: not planned again until they are."""
+        them; what a round planned is remembered as it plans, so the next round does not plan
+        it again: expectations, evictions sent, requests asked, statuses, resumes)."""
         self._failure: BaseException | None = None
         """The first error of a write sent in the background, raised by :meth:`run`."""
         self.rounds = 0
@@ -281,7 +279,7 @@ class Releaser:
                 actual = by_uid.get(pod.uid)
                 if actual is None:
                     continue
-                if ADMISSION_GATE in _gates(actual):
+                if has_gate(actual, ADMISSION_GATE):
                     continue
                 podset = pod.podset or ""
                 assignment = admitted.assignments.get(podset)
@@ -388,9 +386,7 @@ class Releaser:
         if only is None:
             self._wake.clear()
             only = self._dirty
-        # A workload whose writes are still being sent stays marked for the round after they
-        # are (:meth:`_execute`): planning it meanwhile would plan some of them again.
-        keys = sorted(only & self._dirty - self._in_flight)
+        keys = sorted(only & self._dirty)
         self._dirty.difference_update(keys)
         # Releases only from a view that has every decision stored so far: a `preempted` is
         # stored before its victims' pods are evicted, so before their replacements exist; a
@@ -412,7 +408,6 @@ class Releaser:
         self.metrics.expectations.set(sum(len(e) for e in self.expectations.values()))
         if held:
             self.mark(held)
-        self._in_flight.update(item.key for item in work)
         if background and work:
             task = asyncio.create_task(self._execute_round(work, started))
             self._executing.add(task)
@@ -422,15 +417,9 @@ class Releaser:
         return releasing
 
     async def _execute_round(self, work: list[_Work], started: float) -> None:
-        try:
-            async with asyncio.TaskGroup() as tasks:
-                for item in work:
-                    tasks.create_task(self._execute(item))
-        finally:
-            # An item cancelled before it began (a failed sibling, a stop) never ended.
+        async with asyncio.TaskGroup() as tasks:
             for item in work:
-                if not item.ended:
-                    self._ended(item)
+                tasks.create_task(self._execute(item))
         self.rounds += 1
         self.metrics.round_seconds.observe(time.perf_counter() - started)
 
@@ -760,19 +749,10 @@ class Releaser:
         # One workload uses at most half the concurrent writes, so a big gang's releases do
         # not hold back every small one planned after it.
         share = asyncio.Semaphore(max(1, self.settings.max_concurrent_patches // 2))
-        try:
-            with release_span(item.key, item.workload):
-                async with asyncio.TaskGroup() as tasks:
-                    for write in item.writes:
-                        tasks.create_task(self._limited(write, share))
-        finally:
-            self._ended(item)
-
-    def _ended(self, item: _Work) -> None:
-        item.ended = True
-        self._in_flight.discard(item.key)
-        if item.key in self._dirty:
-            self._wake.set()
+        with release_span(item.key, item.workload):
+            async with asyncio.TaskGroup() as tasks:
+                for write in item.writes:
+                    tasks.create_task(self._limited(write, share))
 
     async def _limited(
         self, write: Callable[[], Awaitable[None]], share: asyncio.Semaphore
@@ -857,7 +837,7 @@ class Releaser:
             return None
         if _uid(current) != pod.uid:
             return False
-        return ADMISSION_GATE not in _gates(current)
+        return not has_gate(current, ADMISSION_GATE)
 
     async def _evict(self, pod: PodState) -> None:
         key = WorkloadKey(pod.workload or "")
@@ -1003,14 +983,6 @@ def _uid(obj: Mapping[str, object]) -> str:
 def _spec(obj: Mapping[str, object]) -> dict[str, object]:
     spec = obj.get("spec")
     return spec if isinstance(spec, dict) else {}
-
-
-def _gates(obj: Mapping[str, object]) -> list[str]:
-    """Names of an API object's scheduling gates."""
-    gates = _spec(obj).get("schedulingGates")
-    if not isinstance(gates, list):
-        return []
-    return [str(g.get("name")) for g in gates if isinstance(g, dict)]
 
 
 def _selector(obj: Mapping[str, object]) -> dict[str, str]:
