@@ -17,6 +17,7 @@ from tidegate.kube import (
     DEPLOYMENTS,
     JOBS,
     JOBSETS,
+    NAMESPACES,
     NODES,
     PODGROUPS,
     PODS,
@@ -460,3 +461,19 @@ async def test_a_relist_after_410_publishes_tombstones_for_what_vanished(harness
     await harness.until(lambda: isinstance(harness.pod("j-0"), Tombstone), what="pod tombstone")
     assert watcher.stats.relists.get("Pod", 0) >= 1
     assert isinstance(harness.pod("j-1"), PodState)
+
+
+async def test_a_namespace_being_deleted_marks_its_workloads(harness: Harness) -> None:
+    # Nothing empties the namespace here (no controllers), so it stays Terminating with its
+    # Job, as a namespace held by a finalizer does: admission must not admit what it holds.
+    await harness.start_watcher()
+    job = await harness.create(
+        JOBS, job_body("doomed", parallelism=1, annotations={"tidegate.io/queue": "q"})
+    )
+    await harness.create(PODS, pod_body("doomed-0", owner=owner_ref(job)))
+    await harness.until(lambda: workload(harness, "doomed"), what="workload doomed")
+    assert not workload(harness, "doomed").namespace_deleting
+    await harness.kube.delete(NAMESPACES, NAMESPACE)
+    await harness.until(
+        lambda: workload(harness, "doomed").namespace_deleting, what="namespace_deleting set"
+    )

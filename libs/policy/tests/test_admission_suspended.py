@@ -71,3 +71,24 @@ def test_a_successor_releases_a_restored_admission_whose_workload_was_suspended(
     (released,) = successor.release_orphans()
     assert isinstance(released.body, Released)
     assert released.body.reason == "Suspended"
+
+
+def test_a_workload_whose_namespace_is_being_deleted_is_never_admitted_and_gives_back() -> None:
+    # Its objects are about to go; a Job that cannot re-create an evicted pod there (a
+    # finalizer held in a namespace being deleted) would otherwise hold room for nothing.
+    admission = cluster(*two_racks())
+    doomed = workload("b", workers(1, 8), created_at=2, namespace_deleting=True)
+    assert stopped(doomed)
+    gang = workload("a", workers(1, 8), created_at=1)
+    admission.set_workload(gang)
+    admission.set_workload(doomed)
+    first = admission.cycle(now=1.0)
+    assert admitted_ids(first) == ["ns/a"]
+    assert admission.waiting() == {}
+    (released,) = admission.set_workload(msgspec.structs.replace(gang, namespace_deleting=True))
+    body = released.body
+    assert isinstance(body, Released)
+    assert (body.workload, body.reason) == ("ns/a", "Deleted")
+    assert "namespace" in body.message
+    assert admission.cycle(now=2.0) == []
+    assert admission.quota.usage("q").resources == {}

@@ -257,3 +257,28 @@ def test_a_status_update_of_the_owner_touches_its_workload_not_each_of_its_pods(
     applied = index.apply("Job", "MODIFIED", grown)
     assert {pkey(f"big-{i}") for i in range(3)} <= applied.affected
     assert pod_workload(index, "big-2") == "default/big"
+
+
+def test_the_workloads_of_a_namespace_being_deleted_say_so(k8s: Any) -> None:
+    index = ClusterIndex()
+    owner = k8s.owner_ref("Job", "j")
+    index.apply("Job", "ADDED", k8s.job("j"))
+    index.apply("Pod", "ADDED", k8s.pod("j-0", owner=owner))
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}
+    assert index.apply("Namespace", "ADDED", namespace).affected == set()
+    message = index.desired(wkey("j")).message
+    assert isinstance(message, WorkloadState)
+    assert not message.namespace_deleting
+    deleting = {
+        **namespace,
+        "metadata": {"name": "default", "deletionTimestamp": "2026-11-27T20:00:00Z"},
+    }
+    assert index.apply("Namespace", "MODIFIED", deleting).affected == {wkey("j")}
+    message = index.desired(wkey("j")).message
+    assert isinstance(message, WorkloadState)
+    assert message.namespace_deleting
+    other = {
+        **namespace,
+        "metadata": {"name": "other", "deletionTimestamp": "2026-11-27T20:00:00Z"},
+    }
+    assert index.apply("Namespace", "MODIFIED", other).affected == set()

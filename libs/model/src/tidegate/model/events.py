@@ -189,6 +189,10 @@ class WorkloadState(_Body, frozen=True, kw_only=True, tag="workload"):
     resumed it yet. Admission queues and admits it; the ungater then unsuspends it. A suspended
     workload without this flag is someone else's suspension: never admitted, and an admission
     in force is released (reason ``Suspended``)."""
+    namespace_deleting: bool = False
+    """The workload's namespace is being deleted: never admitted (its objects are about to go,
+    and a pod its controller cannot re-create there would hold the room for nothing), and an
+    admission in force is released (reason ``Deleted``)."""
 
 
 class TopologyConfig(_Body, frozen=True, kw_only=True, tag="topology"):

@@ -35,9 +35,10 @@ A workload whose state says it ``finished`` (it ran to the end) gives its quota 
 under that uid, whether it was admitted, waiting, or (after a leader takeover) only restored
 from the ledger.
 
-A workload suspended by someone else than tidegate (:func:`stopped`) is never admitted and
-does not wait: an admission it holds is released with reason ``Suspended``. One suspended for
-tidegate (``resume_on_admission``, Kueue's way) is queued and admitted like any other.
+A workload suspended by someone else than tidegate, or whose namespace is being deleted
+(:func:`stopped`), is never admitted and does not wait: an admission it holds is released with
+reason ``Suspended`` (``Deleted`` for the namespace). One suspended for tidegate
+(``resume_on_admission``, Kueue's way) is queued and admitted like any other.
 """
 
 from collections.abc import Mapping, Sequence
@@ -827,16 +828,21 @@ class Admission:
         return [released] if released is not None else []
 
     def _stop(self, key: WorkloadKey, workload: WorkloadState) -> list[Decision]:
-        """``workload`` was suspended by someone else: it stops waiting, holds no nomination,
-        and its admission of this uid, if any, is released (``Suspended``)."""
+        """``workload`` is :func:`stopped`: it stops waiting, holds no nomination, and its
+        admission of this uid, if any, is released (``Suspended``, or ``Deleted`` when its
+        namespace is being deleted)."""
         self._reasons.pop(key, None)
         self._awaiting.pop(key, None)
         self._drop_nomination(key)
         admitted = self._admitted.get(key)
         if admitted is None or admitted.uid != workload.uid:
             return []
-        message = f"{workload.owner_kind} {key} was suspended; it runs again once resumed"
-        released = self.release(key, "Suspended", message)
+        if workload.namespace_deleting:
+            message = f"the namespace of {workload.owner_kind} {key} is being deleted"
+            released = self.release(key, "Deleted", message)
+        else:
+            message = f"{workload.owner_kind} {key} was suspended; it runs again once resumed"
+            released = self.release(key, "Suspended", message)
         return [released] if released is not None else []
 
     def _try(
@@ -1051,8 +1057,9 @@ class Admission:
 
 def stopped(workload: WorkloadState) -> bool:
     """Whether ``workload`` is suspended by someone else than tidegate (docs/workloads.md,
-    "Suspended Jobs and JobSets"): never admitted, reserves nothing, until it is resumed."""
-    return workload.suspended and not workload.resume_on_admission
+    "Suspended Jobs and JobSets"), or its namespace is being deleted: never admitted, reserves
+    nothing, until it is resumed (or gone)."""
+    return workload.namespace_deleting or (workload.suspended and not workload.resume_on_admission)
 
 
 def queue_problem(queue: QueueConfig) -> str | None:

@@ -38,6 +38,7 @@ from tidegate.kube import (
     DEPLOYMENTS,
     JOBS,
     JOBSETS,
+    NAMESPACES,
     NODES,
     PDBS,
     PODGROUPS,
@@ -94,6 +95,7 @@ def resource_types(settings: WatcherSettings) -> dict[ObjectKind, ResourceType]:
         "Topology": TOPOLOGIES,
         "Queue": QUEUES,
         "PodDisruptionBudget": PDBS,
+        "Namespace": NAMESPACES,
         "KueueTopology": ResourceType(
             group="kueue.x-k8s.io",
             version=settings.kueue_topology_version,

@@ -74,6 +74,7 @@ ObjectKind = Literal[
     "Queue",
     "PriorityClass",
     "PodDisruptionBudget",
+    "Namespace",
 ]
 """The kinds the watcher follows; "KueueTopology" is kueue.x-k8s.io's Topology."""
 
@@ -163,6 +164,8 @@ class ClusterIndex:
         self.budgets: dict[tuple[str, str], PodDisruptionBudget] = {}
         """PodDisruptionBudgets by (namespace, name)."""
         self.managed: set[tuple[str, str]] = set()
+        self.deleting_namespaces: set[str] = set()
+        """Namespaces being deleted (a ``deletionTimestamp``): their workloads say so."""
         self._resolution: dict[tuple[str, str], _Resolution] = {}
         self._members: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self._sources: dict[tuple[str, str], tuple[str, str]] = {}
@@ -213,6 +216,8 @@ class ClusterIndex:
             self._apply_priority_class(meta, obj, deleted, applied)
         elif kind == "PodDisruptionBudget":
             self._apply_budget(meta, obj, deleted, applied)
+        elif kind == "Namespace":
+            self._apply_namespace(meta, deleted, applied)
         if kind == "Pod" or kind in OWNER_KINDS:
             # A budget counts the managed pods it selects by workload.
             applied.affected.update(
@@ -351,6 +356,18 @@ class ClusterIndex:
                 applied.problems.append(f"PriorityClass {meta.name}: {describe_error(exc)}")
                 return
         self._context_changed(applied)
+
+    def _apply_namespace(self, meta: ObjectMeta, deleted: bool, applied: Applied) -> None:
+        deleting = not deleted and meta.deletion_timestamp is not None
+        if deleting == (meta.name in self.deleting_namespaces):
+            return
+        if deleting:
+            self.deleting_namespaces.add(meta.name)
+        else:
+            self.deleting_namespaces.discard(meta.name)
+        applied.affected.update(
+            StateKey("workload", ns, name) for ns, name in self.managed if ns == meta.name
+        )
 
     def _apply_budget(
         self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
@@ -712,6 +729,8 @@ class ClusterIndex:
         message = self._keep_finished(
             workload, recognize(owner, members, self.context(), rollout_replicas=rollout)
         )
+        if workload[0] in self.deleting_namespaces:
+            message = msgspec.structs.replace(message, namespace_deleting=True)
         problems = (message.invalid_reason,) if message.invalid_reason else ()
         return Desired(message, message.uid, problems)
 
