@@ -1,13 +1,16 @@
 """Benchmark of publishing to JetStream: awaiting each acknowledgement vs. asynchronous.
 
-    python bench/bus.py [--awaited 2000] [--async-messages 30000] [--in-flight 4096] [--json] [--out FILE]
+    python bench/bus.py [--awaited 2000] [--async-messages 30000] [--in-flight 4096]
+                        [--follow 20000] [--json] [--out FILE]
 
 Starts a throwaway nats-server (file storage, like production), creates one cluster's streams,
 and publishes decision envelopes (~300 bytes of JSON, each with its own Nats-Msg-Id):
 
 * **awaited** — ``Bus.publish`` one after another, each waiting for JetStream's ack;
 * **async** — ``Publisher.submit`` with at most ``--in-flight`` unacknowledged, then ``flush``;
-* **consume** — a durable consumer reading the async batch back (batches of 256, acked).
+* **consume** — a durable consumer reading the async batch back (batches of 256, acked);
+* **follow** — a :class:`~tidegate.bus.StateFollower` replaying ``--follow`` pod states, each
+  on its own subject (how every service rebuilds its view at start), with the CPU it took.
 
 Prints messages per second for each. With --json it prints one object (and writes it to --out
 when given): ``{"awaited_msgs_per_s", "async_msgs_per_s", "consume_msgs_per_s", ...,
@@ -25,17 +28,19 @@ import time
 from pathlib import Path
 
 from tidegate.bus import (
+    Bus,
     BusSettings,
     ConsumerSettings,
     DurableConsumer,
     Publisher,
     Received,
+    StateFollower,
     connect,
     layout,
 )
 from tidegate.bus.server import NatsServerProcess
 from tidegate.model import DomainCount, Envelope, TopologyAssignment, codec, subjects
-from tidegate.model.events import Admitted
+from tidegate.model.events import Admitted, PodState
 
 CLUSTER = "bench"
 
@@ -64,20 +69,25 @@ def envelope(index: int) -> Envelope:
     )
 
 
-async def measure(url: str, awaited: int, async_messages: int, in_flight: int) -> dict[str, float]:
+async def measure(
+    url: str, awaited: int, async_messages: int, in_flight: int, follow_messages: int
+) -> dict[str, float]:
     bus = await connect(BusSettings(servers=(url,), wait_for_server_seconds=10))
     await bus.ensure_layout(CLUSTER)
-    subject = subjects.decision(CLUSTER, "admitted", "team-a", "job")
+
+    def subject(index: int) -> str:
+        # One workload's: the decision stream keeps the newest 64 decisions of each subject.
+        return subjects.decision(CLUSTER, "admitted", "team-a", f"job-{index}")
 
     started = time.perf_counter()
     for index in range(awaited):
-        await bus.publish(subject, envelope(index))
+        await bus.publish(subject(index), envelope(index))
     awaited_seconds = time.perf_counter() - started
 
     started = time.perf_counter()
     async with Publisher(bus, max_in_flight=in_flight) as publisher:
         for index in range(awaited, awaited + async_messages):
-            await publisher.submit(subject, envelope(index))
+            await publisher.submit(subject(index), envelope(index))
         await publisher.flush(timeout_seconds=60)
     async_seconds = time.perf_counter() - started
 
@@ -106,6 +116,7 @@ async def measure(url: str, awaited: int, async_messages: int, in_flight: int) -
     started = time.perf_counter()
     await asyncio.wait_for(consumer.run(done), timeout=120)
     consume_seconds = time.perf_counter() - started
+    follow_seconds, follow_cpu = await follow(bus, follow_messages, in_flight)
     await bus.drain()
     return {
         "awaited_messages": awaited,
@@ -116,7 +127,64 @@ async def measure(url: str, awaited: int, async_messages: int, in_flight: int) -
         "consume_messages": total,
         "consume_msgs_per_s": round(total / consume_seconds),
         "message_bytes": len(codec.encode(envelope(0))),
+        "follow_messages": follow_messages,
+        "follow_msgs_per_s": round(follow_messages / follow_seconds),
+        "follow_cpu_us_per_msg": round(follow_cpu / follow_messages * 1e6, 1),
     }
+
+
+def pod_state(index: int) -> Envelope:
+    """A running pod's state, as the watcher publishes it."""
+    return Envelope(
+        event_id=f"pod-{index}",
+        cluster=CLUSTER,
+        source="bench",
+        time=time.time(),
+        body=PodState(
+            namespace="team-a",
+            name=f"pod-{index}",
+            uid=f"uid-{index}",
+            node_name=f"node-{index % 1024}",
+            phase="Running",
+            requests={"cpu": 8000, "nvidia.com/gpu": 8},
+            workload=f"team-a/job-{index // 8}",
+            podset="main",
+            rank=index % 8,
+        ),
+    )
+
+
+async def follow(bus: Bus, count: int, in_flight: int) -> tuple[float, float]:
+    """Publish ``count`` pod states on their own subjects, then replay them with a
+    :class:`StateFollower` (how every service rebuilds its view); (seconds, CPU seconds of
+    this process) of the replay."""
+    async with Publisher(bus, max_in_flight=in_flight) as publisher:
+        for index in range(count):
+            await publisher.submit(
+                subjects.pod(CLUSTER, "team-a", f"pod-{index}"), pod_state(index)
+            )
+        await publisher.flush(timeout_seconds=60)
+    handled = 0
+    done = asyncio.Event()
+
+    async def handle(message: Received) -> None:
+        nonlocal handled
+        handled += 1
+        if handled >= count:
+            done.set()
+
+    follower = StateFollower(
+        bus, stream=layout.state_stream(CLUSTER), subjects=[f"tg.{CLUSTER}.pod.>"], handler=handle
+    )
+    cpu_before = time.process_time()
+    started = time.perf_counter()
+    task = asyncio.create_task(follower.run())
+    try:
+        await asyncio.wait_for(done.wait(), timeout=120)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return time.perf_counter() - started, time.process_time() - cpu_before
 
 
 def main() -> int:
@@ -128,11 +196,16 @@ def main() -> int:
     parser.add_argument(
         "--in-flight", type=int, default=4096, help="async publishes awaiting ack, at most"
     )
+    parser.add_argument(
+        "--follow", type=int, default=20000, help="pod states replayed by a StateFollower"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON object to this file")
     args = parser.parse_args()
     with NatsServerProcess() as server:
-        result = asyncio.run(measure(server.url, args.awaited, args.async_messages, args.in_flight))
+        result = asyncio.run(
+            measure(server.url, args.awaited, args.async_messages, args.in_flight, args.follow)
+        )
     result |= {
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -156,6 +229,11 @@ def main() -> int:
         )
         print(f"durable consume : {result['consume_msgs_per_s']:>8} msg/s (batches of 256, acked)")
         print(f"message size    : {result['message_bytes']} bytes")
+        print(
+            f"state follower  : {result['follow_msgs_per_s']:>8} msg/s, "
+            f"{result['follow_cpu_us_per_msg']} µs of CPU a message "
+            f"({args.follow} pod states replayed, this process: nats-py's reader included)"
+        )
     return 0
 
 
