@@ -45,14 +45,16 @@ from tidegate.model.events import Admitted, PodState
 CLUSTER = "bench"
 
 
+def wrapped(event_id: str, body: Admitted | PodState) -> Envelope:
+    """``body`` in an envelope from the benchmark, stamped now."""
+    return Envelope(event_id=event_id, cluster=CLUSTER, source="bench", time=time.time(), body=body)
+
+
 def envelope(index: int) -> Envelope:
     """A realistic admitted decision."""
-    return Envelope(
-        event_id=f"bench-{index}",
-        cluster=CLUSTER,
-        source="bench",
-        time=time.time(),
-        body=Admitted(
+    return wrapped(
+        f"bench-{index}",
+        Admitted(
             workload=f"team-a/job-{index}",
             uid=f"uid-{index}",
             queue="training",
@@ -135,12 +137,9 @@ async def measure(
 
 def pod_state(index: int) -> Envelope:
     """A running pod's state, as the watcher publishes it."""
-    return Envelope(
-        event_id=f"pod-{index}",
-        cluster=CLUSTER,
-        source="bench",
-        time=time.time(),
-        body=PodState(
+    return wrapped(
+        f"pod-{index}",
+        PodState(
             namespace="team-a",
             name=f"pod-{index}",
             uid=f"uid-{index}",
