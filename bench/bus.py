@@ -25,6 +25,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tidegate.bus import (
@@ -71,6 +72,20 @@ def envelope(index: int) -> Envelope:
     )
 
 
+def counting(total: int) -> tuple[Callable[[Received], Awaitable[None]], asyncio.Event]:
+    """A handler that counts what it is given, and the event it sets at ``total``."""
+    done = asyncio.Event()
+    handled = 0
+
+    async def handle(message: Received) -> None:
+        nonlocal handled
+        handled += 1
+        if handled >= total:
+            done.set()
+
+    return handle, done
+
+
 async def measure(
     url: str, awaited: int, async_messages: int, in_flight: int, follow_messages: int
 ) -> dict[str, float]:
@@ -94,15 +109,7 @@ async def measure(
     async_seconds = time.perf_counter() - started
 
     total = awaited + async_messages
-    done = asyncio.Event()
-    handled = 0
-
-    async def handle(message: Received) -> None:
-        nonlocal handled
-        handled += 1
-        if handled >= total:
-            done.set()
-
+    handle, done = counting(total)
     consumer = DurableConsumer(
         bus,
         cluster=CLUSTER,
@@ -163,15 +170,7 @@ async def follow(bus: Bus, count: int, in_flight: int) -> tuple[float, float]:
                 subjects.pod(CLUSTER, "team-a", f"pod-{index}"), pod_state(index)
             )
         await publisher.flush(timeout_seconds=60)
-    handled = 0
-    done = asyncio.Event()
-
-    async def handle(message: Received) -> None:
-        nonlocal handled
-        handled += 1
-        if handled >= count:
-            done.set()
-
+    handle, done = counting(count)
     follower = StateFollower(
         bus, stream=layout.state_stream(CLUSTER), subjects=[f"tg.{CLUSTER}.pod.>"], handler=handle
     )

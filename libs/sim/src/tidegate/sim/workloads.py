@@ -276,22 +276,17 @@ class JobController(_OwnedPods):
     name = "job-controller"
     owner_type = JOBS
 
-    def __init__(
-        self, api: ApiServer, *, pod_sync_batch_seconds: float = JOB_POD_SYNC_BATCH_SECONDS
-    ) -> None:
+    def __init__(self, api: ApiServer) -> None:
         super().__init__(api)
         self._lost: dict[str, set[str]] = {}
-        self._pod_sync_batch = pod_sync_batch_seconds
         self._batched: set[Key] = set()
         """Jobs with a batched sync pending."""
 
     def owned_changed(self, owner: Key) -> None:
         """A pod of the Job changed: sync it with the others changing within the batch."""
-        if not self._pod_sync_batch:
-            self.mark(owner)
-        elif owner not in self._batched:
+        if owner not in self._batched:
             self._batched.add(owner)
-            self.at(time.monotonic() + self._pod_sync_batch, owner)
+            self.at(time.monotonic() + JOB_POD_SYNC_BATCH_SECONDS, owner)
 
     def on_owned_deleted(self, owner_uid: str, obj: JsonObject) -> None:
         """A pod removed before finishing counts as failed."""

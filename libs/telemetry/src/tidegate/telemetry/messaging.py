@@ -60,7 +60,7 @@ def tidegate_tracer(tracer: Tracer | None = None) -> Tracer:
     return _cached[1]
 
 
-def _tracing_off(tracer: Tracer | None) -> bool:
+def tracing_off(tracer: Tracer | None) -> bool:
     """True when no SDK provider is installed: spans would be no-ops, so skip making them.
 
     Trace context still flows (see the callers): a process without tracing passes on the
@@ -107,7 +107,7 @@ def producer_span(
     Its context is injected into ``headers`` before the body runs, so publish the message
     inside the ``with`` block.
     """
-    if _tracing_off(tracer) or not traced_subject(subject):
+    if tracing_off(tracer) or not traced_subject(subject):
         inject(headers)
         yield trace.INVALID_SPAN
         return
@@ -132,7 +132,7 @@ def consumer_span(
 
     The span is current inside the block, so logs and further publishes join the same trace.
     """
-    if _tracing_off(tracer) or not traced_subject(subject):
+    if tracing_off(tracer) or not traced_subject(subject):
         token = otel_context.attach(extract(headers))
         try:
             yield trace.INVALID_SPAN

@@ -49,7 +49,7 @@ from tidegate.model import (
     WorkloadState,
 )
 from tidegate.model.quantity import format_quantity
-from tidegate.telemetry.messaging import extract, tidegate_tracer
+from tidegate.telemetry.messaging import extract, tidegate_tracer, tracing_off
 from tidegate.telemetry.tracing import forced_ids
 
 if TYPE_CHECKING:  # imported for types only: the policy pulls in numpy, every process pays
@@ -72,14 +72,6 @@ _HOSTNAME: Final = "kubernetes.io/hostname"
 """Name of the span event of one pod released."""
 
 AttributeValue = str | int | float | bool | Sequence[str] | Sequence[int]
-
-
-def _tracing_off(tracer: Tracer | None) -> bool:
-    if tracer is not None:
-        return False
-    return isinstance(
-        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
-    )
 
 
 def workload_trace_context(uid: str) -> dict[str, str]:
@@ -168,7 +160,7 @@ def export_workload_root(
     set (an annotation) names a span of the user's own, which their system exports. Call once
     per workload UID (the watcher does, on its first publication). True when a span was made.
     """
-    if _tracing_off(tracer) or workload.trace_context != workload_trace_context(workload.uid):
+    if tracing_off(tracer) or workload.trace_context != workload_trace_context(workload.uid):
         return False
     parts = workload.trace_context["traceparent"].split("-")
     end = time.time() if now is None else now
@@ -331,7 +323,7 @@ def decision_span(
     if not trace_context and isinstance(body, DecisionBody):
         trace_context = workload_trace_context(body.uid)
     with continuing(trace_context):
-        if _tracing_off(tracer) or not isinstance(body, DecisionBody):
+        if tracing_off(tracer) or not isinstance(body, DecisionBody):
             yield trace.INVALID_SPAN
             return
         attributes = decision_attributes(body, workload, admission)
@@ -396,7 +388,7 @@ def victim_choice_span(
     """Record a ``select victims`` span (a child of the current span, from ``start`` to now)
     with a link to the trace of every victim in ``victims`` (key → its workload state).
     ``room``: what each victim's eviction frees (default: what its podsets request)."""
-    if _tracing_off(tracer):
+    if tracing_off(tracer):
         return
     links = []
     for key, victim in sorted(victims.items()):
@@ -436,7 +428,7 @@ def release_span(
     writes; pods noted with :func:`note_pod_released` inside are summed up per domain."""
     trace_context = workload.trace_context if workload is not None else None
     with continuing(trace_context):
-        if _tracing_off(tracer):
+        if tracing_off(tracer):
             yield
             return
         attributes = workload_attributes(workload) if workload is not None else {}
@@ -509,7 +501,7 @@ def pods_bound_span(
     tracer: Tracer | None = None,
 ) -> None:
     """Record a ``bind pods`` span in ``workload``'s trace: ``pods`` were seen bound."""
-    if _tracing_off(tracer) or not pods:
+    if tracing_off(tracer) or not pods:
         return
     trace_context = workload.trace_context if workload is not None else None
     attributes: dict[str, AttributeValue] = {

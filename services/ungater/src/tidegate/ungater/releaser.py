@@ -385,8 +385,7 @@ class Releaser:
         started = time.perf_counter()
         if only is None:
             self._wake.clear()
-            only = self._dirty
-        keys = sorted(only & self._dirty)
+        keys = sorted(self._dirty if only is None else only & self._dirty)
         self._dirty.difference_update(keys)
         # Releases only from a view that has every decision stored so far: a `preempted` is
         # stored before its victims' pods are evicted, so before their replacements exist; a
