@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Self, TextIO
+from typing import Final, Self
 
 import aiohttp
 
@@ -78,20 +78,21 @@ class ServiceProcess:
     log_path: Path
     env: dict[str, str]
     process: asyncio.subprocess.Process | None = None
-    _log: TextIO | None = None
 
     async def start(self) -> None:
         """Start the process (its stdout and stderr go to ``log_path``)."""
-        self._log = self.log_path.open("a")
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            self.module,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=asyncio.subprocess.STDOUT,
-            env=self.env,
-        )
+        # The child writes through its own copy of the descriptor; ours is closed at once (kept
+        # open, it leaked whenever a restart replaced this object before stop() ran).
+        with self.log_path.open("a") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                self.module,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                env=self.env,
+            )
 
     @property
     def running(self) -> bool:
@@ -142,9 +143,6 @@ class ServiceProcess:
             except TimeoutError:
                 self.process.kill()
                 await self.process.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
         return self.returncode
 
 
