@@ -53,7 +53,10 @@ async def pipeline(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncItera
             AdmissionSettings(lease_ttl_seconds=2.0, cycle_tick_seconds=0.2, **common),  # type: ignore[arg-type]
             admission_setup,
         )
-        await env.start_ungater(replace_retry_seconds=5.0)
+        # The default 1 s batch window, not the suite's 50 ms: the test's two node failures
+        # must reach the ungater inside one window to be asked for in one request, and on a
+        # loaded machine the watcher can publish them more than 50 ms apart.
+        await env.start_ungater(replace_retry_seconds=5.0, batch_window_seconds=1.0)
         yield env
 
 
