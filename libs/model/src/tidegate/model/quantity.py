@@ -6,6 +6,7 @@ devices for GPUs and other extended resources), rounded up like the API server r
 requests. Integers keep quota arithmetic exact and fit NumPy ``int64`` arrays.
 """
 
+import functools
 import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Final
@@ -84,6 +85,18 @@ def parse_quantity(resource: str, value: object) -> int:
 
     Raises :class:`QuantityError` for malformed or negative values.
     """
+    if type(value) in (str, int, float):
+        # Every pod event carries the same few quantities ("8", "16Gi"): parsed once each.
+        return _cached_quantity(resource, value)
+    return _quantity(resource, value)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _cached_quantity(resource: str, value: str | int | float) -> int:
+    return _quantity(resource, value)
+
+
+def _quantity(resource: str, value: object) -> int:
     amount = parse_decimal(value)
     if amount < 0:
         raise QuantityError(f"{value!r} is negative")

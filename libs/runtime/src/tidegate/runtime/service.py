@@ -31,6 +31,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Generic, NoReturn, TypeVar
 
@@ -333,7 +334,9 @@ def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> NoReturn:
     setup_tracing(f"tidegate-{name}")
     service = Service(name, settings, setup)
     limit = settings.shutdown_grace_seconds + settings.shutdown_margin_seconds
-    profiler = cProfile.Profile() if settings.cprofile_dir is not None else None
+    # CPU time, not wall time: on a busy machine a wall-clock profile charges the time the
+    # process waited for a core to whatever call it was in (a socket send that woke a peer).
+    profiler = cProfile.Profile(time.process_time) if settings.cprofile_dir is not None else None
     if profiler is not None:
         profiler.enable()
     try:

@@ -83,7 +83,7 @@ class ServiceSettings:
     """How much longer than the grace a process's stop may take (draining NATS, releasing
     leases) before it ends anyway with exit 1, after logging its tasks."""
     cprofile_dir: Path | None = None
-    """For profiling: run the process under cProfile and write ``<service>-<pid>.prof`` here
+    """For profiling: run the process under cProfile (CPU time) and write ``<service>-<pid>.prof`` here
     when it exits (slows it down; never in production)."""
 
     def __post_init__(self) -> None:

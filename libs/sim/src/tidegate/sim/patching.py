@@ -114,7 +114,9 @@ def json_patch(target: JsonObject, operations: object) -> JsonObject:
     if not isinstance(operations, list):
         raise bad_request("json patch must be a JSON array of operations")
     try:
-        patched = jsonpatch.apply_patch(target, operations, in_place=False)
+        # A msgspec round trip copies JSON data many times faster than the deepcopy
+        # ``in_place=False`` makes (the ungater's release patch: most of its cost here).
+        patched = jsonpatch.apply_patch(_copy(target), operations, in_place=True)
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
         raise ApiError(422, "Invalid", f"the json patch does not apply: {exc}") from exc
     except (TypeError, KeyError, IndexError, ValueError) as exc:
