@@ -41,6 +41,8 @@ class ClusterCapacity:
         self._levels: dict[str, tuple[str, ...]] = {}
         self._views: dict[str, CapacityView] = {}
         self._empty: dict[str, CapacityView] = {}
+        self._empty_nodes: dict[str, dict[NodeName, NodeCapacity]] = {}
+        """What each empty view holds per node: most reports change only what is free."""
         self._reports: dict[str, dict[NodeName, CapacityNode]] = {}
         self._nodes: dict[NodeName, NodeState] = {}
         self._topologies_of: dict[NodeName, set[str]] = {}
@@ -66,6 +68,7 @@ class ClusterCapacity:
         self._levels.pop(name, None)
         self._views.pop(name, None)
         self._empty.pop(name, None)
+        self._empty_nodes.pop(name, None)
         for node in self._reports.pop(name, {}):
             self._leave(name, node)
 
@@ -168,9 +171,9 @@ class ClusterCapacity:
         self._views[topology] = CapacityView(
             levels, [self._node(topology, n, r, empty=False) for n, r in sorted(reports.items())]
         )
-        self._empty[topology] = CapacityView(
-            levels, [self._node(topology, n, r, empty=True) for n, r in sorted(reports.items())]
-        )
+        empty = {n: self._node(topology, n, r, empty=True) for n, r in sorted(reports.items())}
+        self._empty[topology] = CapacityView(levels, list(empty.values()))
+        self._empty_nodes[topology] = empty
 
     def _refresh_nodes(self, nodes: Iterable[NodeName]) -> None:
         for node in nodes:
@@ -183,7 +186,11 @@ class ClusterCapacity:
         if view is None or report is None:
             return
         view.upsert_node(self._node(topology, node, report, empty=False))
-        self._empty[topology].upsert_node(self._node(topology, node, report, empty=True))
+        empty = self._node(topology, node, report, empty=True)
+        known = self._empty_nodes[topology]
+        if known.get(node) != empty:
+            self._empty[topology].upsert_node(empty)
+            known[node] = empty
 
     def _leave(self, topology: str, node: NodeName) -> None:
         self.overlay.forget(topology, node)
@@ -192,6 +199,7 @@ class ClusterCapacity:
             topologies.discard(topology)
             if not topologies:
                 del self._topologies_of[node]
+        self._empty_nodes.get(topology, {}).pop(node, None)
         for views in (self._views, self._empty):
             view = views.get(topology)
             if view is not None and node in view.node_names():
