@@ -3,17 +3,18 @@
 the victim's replacement pods into its old slots."""
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Collection
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from tidegate.bus import Received, layout
+from tidegate.bus import layout
 from tidegate.kube import PODS
 from tidegate.model import LostAdmission, Preempted, WorkloadKey, subjects
 from tidegate.testing import following
 from tidegate.ungater.app import decision_subjects, state_subjects
-from tidegate.ungater.releaser import Releaser, ReleaserMetrics
+from tidegate.ungater.releaser import DecisionsCurrent, Releaser, ReleaserMetrics
+from tidegate.ungater.seen import PER_WORKLOAD_LIMIT, SeenDecisions
 from tidegate.ungater.view import View
 
 from .conftest import NAMESPACE, Env, gated
@@ -24,20 +25,12 @@ async def test_replacements_wait_while_the_view_lags_the_decision_stream(
 ) -> None:
     view = View()
     key = WorkloadKey("team/victim")
-    handled = {"sequence": 0}
+    seen = SeenDecisions(env.cluster, decision_subjects(env.cluster))
 
-    async def on_decision(received: Received) -> None:
-        await view.on_decision(received)
-        handled["sequence"] = max(handled["sequence"], received.stream_sequence)
+    async def current(keys: Collection[WorkloadKey]) -> set[WorkloadKey]:
+        return await seen.current(env.bus, keys)
 
-    async def current() -> bool:
-        stream = layout.decisions_stream(env.cluster)
-        behind = await env.bus.stored_after(
-            stream, handled["sequence"], decision_subjects(env.cluster)
-        )
-        return not behind
-
-    def releaser(decisions_current: Callable[[], Awaitable[bool]] | None) -> Releaser:
+    def releaser(decisions_current: DecisionsCurrent | None) -> Releaser:
         return Releaser(
             view=view,
             kube=env.kube,
@@ -64,7 +57,7 @@ async def test_replacements_wait_while_the_view_lags_the_decision_stream(
             env.bus,
             stream=layout.decisions_stream(env.cluster),
             subjects=decision_subjects(env.cluster),
-            handler=on_decision,
+            handler=seen.wrap(view.on_decision),
         ):
             admitted = await env.admit("team/victim", uid, {"main": [(env.host(0, 0), 2)]})
             await env.until(lambda: view.verdict(key).admitted is not None, what="the admission")
@@ -108,8 +101,9 @@ async def test_a_view_found_behind_asks_again_soon_not_after_the_window(env: Env
     key = WorkloadKey("team/eager")
     answers = [False]
 
-    async def current() -> bool:
-        return answers.pop() if answers else True
+    async def current(keys: Collection[WorkloadKey]) -> set[WorkloadKey]:
+        current = answers.pop() if answers else True
+        return set(keys) if current else set()
 
     releaser = Releaser(
         view=view,
@@ -155,3 +149,41 @@ async def test_a_view_found_behind_asks_again_soon_not_after_the_window(env: Env
         finally:
             stop.set()
             await running
+
+
+async def test_only_unseen_decisions_that_could_move_a_workload_hold_its_releases(
+    env: Env,
+) -> None:
+    # Under load some decision is nearly always in flight; asking for a view holding every
+    # one held early releases back until the flood passed (issue 14's p99). A decision about
+    # another workload cannot move this one's pods; its own decisions and any preemption can.
+    key = WorkloadKey("team/mine")
+    other = WorkloadKey("team/other")
+    seen = SeenDecisions(env.cluster, decision_subjects(env.cluster))
+    stream = layout.decisions_stream(env.cluster)
+    seen.sequence = await env.bus.last_sequence(stream)
+    assert await seen.current(env.bus, [key, other]) == {key, other}
+
+    await env.admit("team/other", "u-other", {"main": [(env.host(0, 0), 1)]})
+    assert await seen.current(env.bus, [key, other]) == {key}
+
+    seen.sequence = await env.bus.last_sequence(stream)
+    await env.admit("team/mine", "u-mine", {"main": [(env.host(0, 1), 1)]})
+    assert await seen.current(env.bus, [key, other]) == {other}
+
+    seen.sequence = await env.bus.last_sequence(stream)
+    preempted = Preempted(
+        preemptor="team/serve",
+        preemptor_uid="u-serve",
+        victims=["team/mine"],
+        lost={"team/mine": LostAdmission(uid="u-mine", sequence=1)},
+    )
+    await env.publish(subjects.decision(env.cluster, "preempted", "team", "serve"), preempted)
+    assert await seen.current(env.bus, [key, other]) == set()
+
+    # Past the per-workload limit one check of every followed decision decides for all.
+    many = [WorkloadKey(f"team/w{i}") for i in range(PER_WORKLOAD_LIMIT + 1)]
+    seen.sequence = await env.bus.last_sequence(stream)
+    assert await seen.current(env.bus, many) == set(many)
+    await env.admit("team/other", "u-other", {"main": [(env.host(0, 0), 1)]})
+    assert await seen.current(env.bus, many) == set()

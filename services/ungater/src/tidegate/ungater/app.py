@@ -32,15 +32,12 @@ import logging
 from collections.abc import Iterable
 
 from tidegate.bus import (
-    Bus,
     ConsumerSettings,
     Fence,
     Lease,
     LeaseLost,
     Published,
-    Received,
     StateFollower,
-    StateHandler,
     layout,
 )
 from tidegate.kube import KubeClient
@@ -51,6 +48,7 @@ from tidegate.ungater.config import UngaterSettings
 from tidegate.ungater.handlers import Reporter
 from tidegate.ungater.queue_status import QueueStatusWriter
 from tidegate.ungater.releaser import Releaser, ReleaserMetrics
+from tidegate.ungater.seen import SeenDecisions
 from tidegate.ungater.view import View
 from tidegate.ungater.webhook import Certificate, Webhook
 
@@ -109,7 +107,7 @@ async def start(
     view = View(on_change=changed)
     metrics = ReleaserMetrics(ctx.metrics.registry)
     leader = _Leadership()
-    handled = _Handled()
+    handled = SeenDecisions(cluster, decision_subjects(cluster))
     queues = QueueStatusWriter(
         view=view,
         kube=kube,
@@ -126,7 +124,7 @@ async def start(
         metrics=metrics,
         guard=leader.guard,
         publish=leader.publish,
-        decisions_current=lambda: handled.current(ctx.bus, cluster),
+        decisions_current=lambda keys: handled.current(ctx.bus, keys),
     )
     followers = [
         await ctx.follow(
@@ -186,27 +184,6 @@ async def start(
             settings.webhook_cert_dir,
         )
     return releaser, queues
-
-
-class _Handled:
-    """The newest decision-stream sequence the view has handled."""
-
-    def __init__(self) -> None:
-        self.sequence = 0
-
-    def wrap(self, handler: StateHandler) -> StateHandler:
-        """``handler``, remembering the sequence of every message it handled."""
-
-        async def handle(received: Received) -> None:
-            await handler(received)
-            self.sequence = max(self.sequence, received.stream_sequence)
-
-        return handle
-
-    async def current(self, bus: Bus, cluster: str) -> bool:
-        """True unless the decision stream holds a followed decision the view has not seen."""
-        stream = layout.decisions_stream(cluster)
-        return not await bus.stored_after(stream, self.sequence, decision_subjects(cluster))
 
 
 class _Leadership:

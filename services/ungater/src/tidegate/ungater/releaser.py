@@ -45,7 +45,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -108,6 +108,10 @@ Guard = Callable[[], None]
 
 Publish = Callable[[str, Envelope], Awaitable[Published]]
 """Publishes one envelope (the leader's fenced publish)."""
+
+DecisionsCurrent = Callable[[Collection[WorkloadKey]], Awaitable[set[WorkloadKey]]]
+"""The workloads among those given that no stored decision unseen by the view could move
+(:meth:`tidegate.ungater.seen.SeenDecisions.current`)."""
 
 
 class ReleaserMetrics:
@@ -201,7 +205,7 @@ class Releaser:
         clock: Callable[[], float] = time.monotonic,
         guard: Guard | None = None,
         publish: Publish | None = None,
-        decisions_current: Callable[[], Awaitable[bool]] | None = None,
+        decisions_current: DecisionsCurrent | None = None,
     ) -> None:
         """Wire the releaser; call :meth:`mark` as the view's ``on_change``. ``guard`` runs
         before every Kubernetes write, ``publish`` (default: ``bus.publish``) sends the
@@ -379,7 +383,7 @@ class Releaser:
         self, only: set[WorkloadKey] | None = None, *, background: bool = False
     ) -> bool:
         """Reconcile every dirty workload once (``only``: those of them); whether the view was
-        current enough to release. The round's writes are sent before it returns, or with
+        current enough to release all of them. The round's writes are sent before it returns, or with
         ``background`` while the next rounds are planned (a 256-pod gang's releases took
         0.7 s, which every Job after it waited for: issue 14's p99)."""
         started = time.perf_counter()
@@ -387,16 +391,16 @@ class Releaser:
             self._wake.clear()
         keys = sorted(self._dirty if only is None else only & self._dirty)
         self._dirty.difference_update(keys)
-        # Releases only from a view that has every decision stored so far: a `preempted` is
-        # stored before its victims' pods are evicted, so before their replacements exist; a
-        # decision stream that lags the state stream (its leader failing over) must not let
-        # those replacements into the victim's old slots. No await between this check and
-        # the planning below.
-        releasing = await self._decisions_are_current()
+        # Releases only from a view holding every stored decision that could move the
+        # workload's pods (tidegate.ungater.seen). No await between this check and the
+        # planning below.
+        admitted = [key for key in keys if self.view.verdict(key).admitted is not None]
+        current = await self._decisions_are_current(admitted)
         waiting = 0
         work: list[_Work] = []
         held: list[WorkloadKey] = []
         for key in keys:
+            releasing = key in current
             item, left = self._plan(key, releasing=releasing)
             if not releasing and self.view.verdict(key).admitted is not None:
                 held.append(key)
@@ -413,7 +417,7 @@ class Releaser:
             task.add_done_callback(self._executed)
         else:
             await self._execute_round(work, started)
-        return releasing
+        return not held
 
     async def _execute_round(self, work: list[_Work], started: float) -> None:
         async with asyncio.TaskGroup() as tasks:
@@ -430,16 +434,21 @@ class Releaser:
         if self._failure is not None:
             self._wake.set()
 
-    async def _decisions_are_current(self) -> bool:
-        if self._decisions_current is None:
-            return True
+    async def _decisions_are_current(self, keys: list[WorkloadKey]) -> set[WorkloadKey]:
+        if self._decisions_current is None or not keys:
+            return set(keys)
         try:
-            current = await self._decisions_current()
+            current = await self._decisions_current(keys)
         except BusError as exc:
             log.warning("ungater: cannot tell whether the decisions are current: %s", exc)
-            return False
-        if not current:
-            log.info("ungater: the decision stream is ahead of the view; releases wait")
+            return set()
+        if len(current) < len(keys):
+            log.info(
+                "ungater: the decision stream holds decisions the view has not seen about %d "
+                "of %d workloads; their releases wait",
+                len(keys) - len(current),
+                len(keys),
+            )
         return current
 
     # ------------------------------------------------------------------ planning (no awaits)

@@ -1,0 +1,68 @@
+"""Which workloads the view knows every decision of that could change their releases.
+
+The releaser releases a workload's pods only from a view holding every decision stored so far
+that could move them: a ``preempted`` is stored before its victims' pods are evicted, so before
+their replacements exist, and a view that lags the decision stream must not let those
+replacements into the victim's old slots. What can move a workload's pods is a decision on its
+own subjects (``admitted``, ``released``) or any ``preempted`` (it names its victims in the
+preemptor's decision). Decisions about other workloads cannot, so they do not hold it back:
+under load some decision is nearly always in flight, and asking for a view that holds *every*
+decision held early releases back until the flood passed (issue 14's p99).
+"""
+
+import asyncio
+from collections.abc import Collection, Sequence
+
+from tidegate.bus import Bus, Received, StateHandler, layout
+from tidegate.model import WorkloadKey, subjects
+from tidegate.model.subjects import DecisionKind
+
+PER_WORKLOAD_LIMIT = 64
+"""Above this many workloads in one round, one check of every followed decision instead."""
+
+RELEASE_KINDS: tuple[DecisionKind, ...] = ("admitted", "released")
+"""Decisions on a workload's own subjects that change where its pods may go."""
+
+
+class SeenDecisions:
+    """The newest decision-stream sequence the view has handled, and the checks above."""
+
+    def __init__(self, cluster: str, followed: Sequence[str]) -> None:
+        """For the view of ``cluster`` following the decision subjects ``followed``."""
+        self.cluster = cluster
+        self.followed = list(followed)
+        self.sequence = 0
+        """Stream sequence of the newest decision the view handled."""
+
+    def wrap(self, handler: StateHandler) -> StateHandler:
+        """``handler``, remembering the sequence of every message it handled."""
+
+        async def handle(received: Received) -> None:
+            await handler(received)
+            self.sequence = max(self.sequence, received.stream_sequence)
+
+        return handle
+
+    async def current(self, bus: Bus, keys: Collection[WorkloadKey]) -> set[WorkloadKey]:
+        """The workloads of ``keys`` no stored and unseen decision could move (module doc)."""
+        if not keys:
+            return set()
+        stream = layout.decisions_stream(self.cluster)
+        seen = self.sequence
+        if len(keys) > PER_WORKLOAD_LIMIT:
+            behind = await bus.stored_after(stream, seen, self.followed)
+            return set() if behind else set(keys)
+        ordered = list(keys)
+        wanted = [f"tg.{self.cluster}.decision.preempted.>"]
+        for key in ordered:
+            namespace, _, name = key.partition("/")
+            wanted += [subjects.decision(self.cluster, k, namespace, name) for k in RELEASE_KINDS]
+        found = await asyncio.gather(*(bus.stored_after(stream, seen, [s]) for s in wanted))
+        if found[0]:
+            return set()
+        per_key = len(RELEASE_KINDS)
+        return {
+            key
+            for i, key in enumerate(ordered)
+            if not any(found[1 + i * per_key : 1 + (i + 1) * per_key])
+        }
