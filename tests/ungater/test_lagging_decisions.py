@@ -14,7 +14,7 @@ from tidegate.model import LostAdmission, Preempted, WorkloadKey, subjects
 from tidegate.testing import following
 from tidegate.ungater.app import decision_subjects, state_subjects
 from tidegate.ungater.releaser import DecisionsCurrent, Releaser, ReleaserMetrics
-from tidegate.ungater.seen import PER_WORKLOAD_LIMIT, SeenDecisions
+from tidegate.ungater.seen import FEW, PER_WORKLOAD_LIMIT, SeenDecisions
 from tidegate.ungater.view import View
 
 from .conftest import NAMESPACE, Env, gated
@@ -181,7 +181,16 @@ async def test_only_unseen_decisions_that_could_move_a_workload_hold_its_release
     await env.publish(subjects.decision(env.cluster, "preempted", "team", "serve"), preempted)
     assert await seen.current(env.bus, [key, other]) == set()
 
-    # Past the per-workload limit one check of every followed decision decides for all.
+    # More than a few: one check of every followed decision first, then each one's own.
+    several = [WorkloadKey(f"team/w{i}") for i in range(FEW + 1)]
+    seen.sequence = await env.bus.last_sequence(stream)
+    assert await seen.current(env.bus, several) == set(several)
+    await env.admit("team/other", "u-other", {"main": [(env.host(0, 0), 1)]})
+    assert await seen.current(env.bus, several) == set(several)
+    await env.admit("team/w0", "u-w0", {"main": [(env.host(0, 1), 1)]})
+    assert await seen.current(env.bus, several) == set(several[1:])
+
+    # Past the per-workload limit that one check decides for all.
     many = [WorkloadKey(f"team/w{i}") for i in range(PER_WORKLOAD_LIMIT + 1)]
     seen.sequence = await env.bus.last_sequence(stream)
     assert await seen.current(env.bus, many) == set(many)

@@ -17,8 +17,12 @@ from tidegate.bus import Bus, Received, StateHandler, layout
 from tidegate.model import WorkloadKey, subjects
 from tidegate.model.subjects import DecisionKind
 
+FEW = 4
+"""Up to this many workloads, their own decisions are asked for at once; above it, first one
+check of every followed decision (a quiet stream answers for all in a few reads)."""
+
 PER_WORKLOAD_LIMIT = 64
-"""Above this many workloads in one round, one check of every followed decision instead."""
+"""Above this many workloads, only that one check: all are current or none is."""
 
 RELEASE_KINDS: tuple[DecisionKind, ...] = ("admitted", "released")
 """Decisions on a workload's own subjects that change where its pods may go."""
@@ -49,9 +53,11 @@ class SeenDecisions:
             return set()
         stream = layout.decisions_stream(self.cluster)
         seen = self.sequence
-        if len(keys) > PER_WORKLOAD_LIMIT:
-            behind = await bus.stored_after(stream, seen, self.followed)
-            return set() if behind else set(keys)
+        if len(keys) > FEW:
+            if not await bus.stored_after(stream, seen, self.followed):
+                return set(keys)
+            if len(keys) > PER_WORKLOAD_LIMIT:
+                return set()
         ordered = list(keys)
         wanted = [f"tg.{self.cluster}.decision.preempted.>"]
         for key in ordered:
