@@ -59,16 +59,14 @@ class SeenDecisions:
             if len(keys) > PER_WORKLOAD_LIMIT:
                 return set()
         ordered = list(keys)
-        wanted = [f"tg.{self.cluster}.decision.preempted.>"]
-        for key in ordered:
-            namespace, _, name = key.partition("/")
-            wanted += [subjects.decision(self.cluster, k, namespace, name) for k in RELEASE_KINDS]
-        found = await asyncio.gather(*(bus.stored_after(stream, seen, [s]) for s in wanted))
-        if found[0]:
+        preempted, *behind = await asyncio.gather(
+            bus.stored_after(stream, seen, [f"tg.{self.cluster}.decision.preempted.>"]),
+            *(bus.stored_after(stream, seen, self._own(key)) for key in ordered),
+        )
+        if preempted:
             return set()
-        per_key = len(RELEASE_KINDS)
-        return {
-            key
-            for i, key in enumerate(ordered)
-            if not any(found[1 + i * per_key : 1 + (i + 1) * per_key])
-        }
+        return {key for key, late in zip(ordered, behind, strict=True) if not late}
+
+    def _own(self, key: WorkloadKey) -> list[str]:
+        namespace, _, name = key.partition("/")
+        return [subjects.decision(self.cluster, kind, namespace, name) for kind in RELEASE_KINDS]
