@@ -25,7 +25,6 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tidegate.bus import (
@@ -34,27 +33,21 @@ from tidegate.bus import (
     ConsumerSettings,
     DurableConsumer,
     Publisher,
-    Received,
-    StateFollower,
     connect,
     layout,
 )
 from tidegate.bus.server import NatsServerProcess
 from tidegate.model import DomainCount, Envelope, TopologyAssignment, codec, subjects
 from tidegate.model.events import Admitted, PodState
+from tidegate.testing.bus import counting, envelope, following
 
 CLUSTER = "bench"
 
 
-def wrapped(event_id: str, body: Admitted | PodState) -> Envelope:
-    """``body`` in an envelope from the benchmark, stamped now."""
-    return Envelope(event_id=event_id, cluster=CLUSTER, source="bench", time=time.time(), body=body)
-
-
-def envelope(index: int) -> Envelope:
+def decision(index: int) -> Envelope:
     """A realistic admitted decision."""
-    return wrapped(
-        f"bench-{index}",
+    return envelope(
+        CLUSTER,
         Admitted(
             workload=f"team-a/job-{index}",
             uid=f"uid-{index}",
@@ -69,21 +62,9 @@ def envelope(index: int) -> Envelope:
             },
             charged={"cpu": 8000, "nvidia.com/gpu": 8},
         ),
+        event_id=f"bench-{index}",
+        source="bench",
     )
-
-
-def counting(total: int) -> tuple[Callable[[Received], Awaitable[None]], asyncio.Event]:
-    """A handler that counts what it is given, and the event it sets at ``total``."""
-    done = asyncio.Event()
-    handled = 0
-
-    async def handle(message: Received) -> None:
-        nonlocal handled
-        handled += 1
-        if handled >= total:
-            done.set()
-
-    return handle, done
 
 
 async def measure(
@@ -98,13 +79,13 @@ async def measure(
 
     started = time.perf_counter()
     for index in range(awaited):
-        await bus.publish(subject(index), envelope(index))
+        await bus.publish(subject(index), decision(index))
     awaited_seconds = time.perf_counter() - started
 
     started = time.perf_counter()
     async with Publisher(bus, max_in_flight=in_flight) as publisher:
         for index in range(awaited, awaited + async_messages):
-            await publisher.submit(subject(index), envelope(index))
+            await publisher.submit(subject(index), decision(index))
         await publisher.flush(timeout_seconds=60)
     async_seconds = time.perf_counter() - started
 
@@ -135,7 +116,7 @@ async def measure(
         "async_msgs_per_s": round(async_messages / async_seconds),
         "consume_messages": total,
         "consume_msgs_per_s": round(total / consume_seconds),
-        "message_bytes": len(codec.encode(envelope(0))),
+        "message_bytes": len(codec.encode(decision(0))),
         "follow_messages": follow_messages,
         "follow_msgs_per_s": round(follow_messages / follow_seconds),
         "follow_cpu_us_per_msg": round(follow_cpu / follow_messages * 1e6, 1),
@@ -144,8 +125,8 @@ async def measure(
 
 def pod_state(index: int) -> Envelope:
     """A running pod's state, as the watcher publishes it."""
-    return wrapped(
-        f"pod-{index}",
+    return envelope(
+        CLUSTER,
         PodState(
             namespace="team-a",
             name=f"pod-{index}",
@@ -157,6 +138,8 @@ def pod_state(index: int) -> Envelope:
             podset="main",
             rank=index % 8,
         ),
+        event_id=f"pod-{index}",
+        source="bench",
     )
 
 
@@ -171,17 +154,12 @@ async def follow(bus: Bus, count: int, in_flight: int) -> tuple[float, float]:
             )
         await publisher.flush(timeout_seconds=60)
     handle, done = counting(count)
-    follower = StateFollower(
-        bus, stream=layout.state_stream(CLUSTER), subjects=[f"tg.{CLUSTER}.pod.>"], handler=handle
-    )
     cpu_before = time.process_time()
     started = time.perf_counter()
-    task = asyncio.create_task(follower.run())
-    try:
+    async with following(
+        bus, stream=layout.state_stream(CLUSTER), subjects=[f"tg.{CLUSTER}.pod.>"], handler=handle
+    ):
         await asyncio.wait_for(done.wait(), timeout=120)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
     return time.perf_counter() - started, time.process_time() - cpu_before
 
 

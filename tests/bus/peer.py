@@ -19,6 +19,7 @@ from tidegate.bus import BusSettings, ConsumerSettings, DurableConsumer, Receive
 from tidegate.model import Envelope, Released, subjects
 from tidegate.runtime import ServiceContext, ServiceSettings, run_service
 from tidegate.telemetry import setup_tracing, shutdown_tracing
+from tidegate.testing.bus import counting
 
 
 def decision_consumer(cluster: str, *, batch_size: int = 10) -> ConsumerSettings:
@@ -48,15 +49,7 @@ async def publish(url: str, cluster: str, event_id: str) -> None:
 async def consume(url: str, cluster: str, count: int) -> None:
     bus = await connect(BusSettings(servers=(url,), wait_for_server_seconds=5))
     await bus.ensure_layout(cluster)
-    stop = asyncio.Event()
-    handled = 0
-
-    async def handle(message: Received) -> None:
-        nonlocal handled
-        handled += 1
-        if handled >= count:
-            stop.set()
-
+    handle, stop = counting(count)
     consumer = DurableConsumer(
         bus, cluster=cluster, settings=decision_consumer(cluster), handler=handle
     )

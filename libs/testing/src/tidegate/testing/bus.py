@@ -19,6 +19,7 @@ from tidegate.bus import (
     Fence,
     Lease,
     LeaseSettings,
+    Received,
     StateFollower,
     StateHandler,
     connect,
@@ -95,6 +96,20 @@ async def following(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def counting(total: int) -> tuple[StateHandler, asyncio.Event]:
+    """A handler that counts the messages it is given, and the event it sets at ``total``."""
+    done = asyncio.Event()
+    handled = 0
+
+    async def handle(message: Received) -> None:
+        nonlocal handled
+        handled += 1
+        if handled >= total:
+            done.set()
+
+    return handle, done
 
 
 async def take_over(bus: Bus, cluster: str, role: str, *, holder: str = "successor") -> Lease:
