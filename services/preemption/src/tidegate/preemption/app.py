@@ -149,6 +149,9 @@ class Leader:
                     subjects=(f"tg.{ctx.cluster}.decision.preempt-requested.>",),
                     batch_size=16,
                     ack_wait_seconds=ctx.settings.ack_wait_seconds,
+                    # Room for the once-a-second deliveries of a request whose preemptor the
+                    # view does not know yet (handlers.UNKNOWN_PREEMPTOR_PATIENCE_SECONDS).
+                    max_deliver=20,
                 ),
                 self._handlers.on_request,
             )

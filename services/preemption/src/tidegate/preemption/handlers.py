@@ -16,8 +16,10 @@ a message of a kind a stream should not carry is logged and ignored.
 
 import asyncio
 import logging
+import time
+from typing import Final
 
-from tidegate.bus import LeaseLost, Received
+from tidegate.bus import Ack, LeaseLost, Outcome, Received, Retry
 from tidegate.model import (
     Admitted,
     CapacityDomain,
@@ -39,6 +41,14 @@ from tidegate.preemption.preempter import Preempter
 from tidegate.preemption.view import PreemptionView
 
 log = logging.getLogger(__name__)
+
+UNKNOWN_PREEMPTOR_PATIENCE_SECONDS: Final = 10.0
+"""How long a preempt request whose preemptor the view does not know (with that UID) is asked
+again, once a second: the state stream may lag the decision stream, e.g. while a NATS cluster
+elects a new stream leader. An older one is dropped as stale."""
+
+UNKNOWN_PREEMPTOR_RETRY_SECONDS: Final = 1.0
+"""The delay between two deliveries of such a request."""
 
 
 class Handlers:
@@ -117,20 +127,35 @@ class Handlers:
             case _:
                 log.debug("decisions: ignored %s on %s", type(body).__name__, received.subject)
 
-    async def on_request(self, received: Received) -> None:
-        """A preempt request (durable consumer): answered by the preempter."""
+    async def on_request(self, received: Received) -> Outcome:
+        """A preempt request (durable consumer): answered by the preempter; asked again later
+        while the view does not know its preemptor and the request is young."""
         body = received.envelope.body
         if not isinstance(body, PreemptRequested):
             log.warning("requests: ignored %s on %s", type(body).__name__, received.subject)
-            return
+            return Ack()
         if self.preempter is None:
             raise RuntimeError("a preempt request arrived before this instance leads")
         try:
-            await self.preempter.handle(body)
+            outcome = await self.preempter.handle(body)
         except LeaseLost as exc:
             self.lost = exc
             self.wake.set()
             raise
+        if outcome != "unknown":
+            return Ack()
+        age = time.time() - received.envelope.time
+        if age < UNKNOWN_PREEMPTOR_PATIENCE_SECONDS:
+            return Retry(
+                f"preemptor {body.workload} (uid {body.uid}) not in the view yet",
+                delay_seconds=UNKNOWN_PREEMPTOR_RETRY_SECONDS,
+            )
+        log.info(
+            "preempt request for %s ignored: the workload is gone or replaced (%.0f s old)",
+            body.workload,
+            age,
+        )
+        return Ack()
 
     def _touch(self, key: WorkloadKey) -> None:
         if self.preempter is not None and key in self.preempter.records:

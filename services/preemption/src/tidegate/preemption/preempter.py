@@ -81,7 +81,7 @@ class PreemptionMetrics:
             "tidegate_preemption_requests_total",
             "Preempt requests handled, by outcome (preempts, fits, no-victims, "
             "not-a-reclaimer, exceeds-quota, card-quota-exceeded, invalid, queue-not-found, "
-            "unanswerable, stale, duplicate, nominated, resumed, budget-blocked).",
+            "unanswerable, unknown, stale, duplicate, nominated, resumed, budget-blocked).",
             ["outcome"],
             registry=registry,
         )
@@ -163,10 +163,11 @@ class Preempter:
         """The preemption records, by preemptor."""
         return self._ledger.records
 
-    async def handle(self, request: PreemptRequested) -> None:
-        """Answer one preempt request (idempotent; see the module docstring).
+    async def handle(self, request: PreemptRequested) -> str:
+        """Answer one preempt request (idempotent; see the module docstring); its outcome.
 
-        Raises :class:`tidegate.bus.LeaseLost` when another instance wrote the ledger, and
+        The outcome ``unknown`` says the view does not know the preemptor with the request's
+        UID (yet, or any more): nothing was done, and the caller may ask again later. Raises :class:`tidegate.bus.LeaseLost` when another instance wrote the ledger, and
         bus errors when the ledger cannot be written (the request is retried). Eviction
         failures after the record is written are left to :meth:`reconcile`.
         """
@@ -174,6 +175,7 @@ class Preempter:
             outcome = await self._answer(request, now=time.time())
         self._metrics.requests.labels(outcome=outcome).inc()
         self._update_gauges()
+        return outcome
 
     async def _answer(self, request: PreemptRequested, *, now: float) -> str:
         key = WorkloadKey(request.workload)
@@ -194,8 +196,7 @@ class Preempter:
             return "duplicate"
         workload = self._view.workload(key)
         if workload is None or workload.uid != request.uid:
-            log.info("preempt request for %s ignored: the workload is gone or replaced", key)
-            return "stale"
+            return "unknown"
         growth = bool(request.podsets)
         if not growth and self._view.is_admitted(key, request.uid):
             log.info("preempt request for %s ignored: it is admitted already", key)
