@@ -37,7 +37,8 @@ decision stream):
   **duplicated** (a workload uid admitted while an earlier admission of it is in force, without
   replacing it): both must be 0;
 - every service's **CPU seconds** and **peak RSS** (``/proc/<pid>``: utime+stime, VmHWM), the
-  nats-server's, and this process's (the simulated cluster and the harness);
+  nats-server's, and this process's (the simulated cluster and the harness), and each one's
+  **CPU per Job** during the load with the share of a core it kept busy (``cpu_per_job``);
 - **start-up replay time** of each service at the end: SIGTERM, start again, time until
   ``/readyz`` answers (the replay of the streams is what it waits for).
 
@@ -506,6 +507,26 @@ def cpu_per_second(samples: list[tuple[float, dict[str, float]]]) -> list[dict[s
     return out
 
 
+def cpu_per_job(samples: list[tuple[float, dict[str, float]]], jobs: int) -> dict[str, Any]:
+    """CPU each process spent per offered Job, and the cores it kept busy on average, between
+    the first and the last sample (the load: from the first submission until every Job ran;
+    start-up and the restarts at the end excluded). Both are figures *at this rate*: a busier
+    pipeline batches more (rounds, flushes, coalesced publishes), so its CPU per Job falls as
+    the rate rises."""
+    if len(samples) < 2 or jobs < 1:
+        return {}
+    (t0, first), (t1, last) = samples[0], samples[-1]
+    spent = {name: last[name] - first[name] for name in last if name in first}
+    seconds = t1 - t0
+    return {
+        "seconds": round(seconds, 1),
+        "ms_per_job": {name: round(1000 * cpu / jobs, 1) for name, cpu in spent.items()},
+        "cores": {name: round(cpu / seconds, 2) for name, cpu in spent.items()},
+        "all_ms_per_job": round(1000 * sum(spent.values()) / jobs, 1),
+        "all_cores": round(sum(spent.values()) / seconds, 2),
+    }
+
+
 def slope(samples: list[tuple[float, int]]) -> float:
     """Least-squares slope (per second) of (time, value) samples; 0 for fewer than two."""
     if len(samples) < 2:
@@ -701,6 +722,7 @@ async def run_load(
         "slowest_jobs": slowest_jobs(stages),
         "stages": stage_percentiles(stages),
         "cpu_per_second": cpu_per_second(cpu),
+        "cpu_per_job": cpu_per_job(cpu, len(specs)),
         "offered_jobs": len(specs),
         "offered_per_s": rate,
         "offered_pods": sum(s.pods for s in specs),
@@ -955,7 +977,9 @@ async def find_max_rate(
             f"  probe {rate:g} Jobs/s ({offered:.1f} offered, "
             f"{result['offered_load'].get('pods_per_s', 0)} pods/s): admitted "
             f"{result['admitted_per_s']}/s, backlog slope {result['backlog_slope_per_s']}/s, "
-            f"pipeline p99 {result['pipeline_created_to_ungated']['p99_ms']} ms, load "
+            f"pipeline p99 {result['pipeline_created_to_ungated']['p99_ms']} ms, CPU "
+            f"{result['cpu_per_job'].get('all_ms_per_job')} ms per Job "
+            f"({result['cpu_per_job'].get('all_cores')} cores), load "
             f"{result['load_avg_1m']}: {'kept up' if ok else 'fell behind'}",
             file=sys.stderr,
             flush=True,
@@ -989,6 +1013,18 @@ async def find_max_rate(
             else:
                 bad = middle
     return {"max_sustained_per_s": good, "first_failing_per_s": bad, "probes": probes}
+
+
+def print_cpu_per_job(cost: Mapping[str, Any]) -> None:
+    """CPU per Job during the load and the cores it kept busy (see :func:`cpu_per_job`)."""
+    if not cost:
+        return
+    cores = cost["cores"]
+    print(
+        f"  CPU per Job at this rate (cores busy over the {cost['seconds']} s of load): "
+        + ", ".join(f"{name} {ms} ms ({cores[name]})" for name, ms in cost["ms_per_job"].items())
+        + f"; all {cost['all_ms_per_job']} ms ({cost['all_cores']})"
+    )
 
 
 def print_run(figures: Mapping[str, Any]) -> None:
@@ -1026,6 +1062,7 @@ def print_run(figures: Mapping[str, Any]) -> None:
             + " + ".join(f"{row[name]}" for name in STAGES)
             + f" ({', '.join(name.removesuffix('_ms') for name in STAGES)})"
         )
+    print_cpu_per_job(figures.get("cpu_per_job") or {})
     print(
         f"  admitted {figures['admitted_per_s']} workloads/s; pending reasons "
         f"{figures['pending_reasons'] or 'none'}"

@@ -190,3 +190,18 @@ def test_the_stages_of_a_job_add_up_to_created_to_ungated() -> None:
     assert sum(row[name] for name in e2e.STAGES) == row["created_to_ungated_ms"] == 400.0
     figures = e2e.stage_percentiles([row])
     assert figures["first_to_last_ungated_ms"]["p50_ms"] == 250.0
+
+
+def test_cpu_per_job_counts_only_the_load() -> None:
+    samples = [
+        (2.0, {"watcher": 3.0, "ungater": 1.0}),
+        (7.0, {"watcher": 4.0, "ungater": 3.0}),
+        (12.0, {"watcher": 5.0, "ungater": 5.0}),
+    ]
+    cost = e2e.cpu_per_job(samples, 200)
+    assert cost["seconds"] == 10.0
+    assert cost["ms_per_job"] == {"watcher": 10.0, "ungater": 20.0}
+    assert cost["cores"] == {"watcher": 0.2, "ungater": 0.4}
+    assert cost["all_ms_per_job"] == 30.0
+    assert cost["all_cores"] == 0.6
+    assert e2e.cpu_per_job(samples[:1], 200) == {}
