@@ -1,12 +1,15 @@
-"""A preempt request that reaches the preemption service before its preemptor's state does.
+"""A preempt request that reaches the preemption service before what it depends on does.
 
-The decision stream and the state stream are separate: while a NATS cluster elects a new
-stream leader, the preemptor's workload state can reach the service seconds after admission's
-request for it. The request is asked again until the view knows the preemptor, not dropped
-(it used to be dropped as stale, and admission asked again only after its preemption timeout).
+The service's view follows the state stream and the decisions; the requests come through a
+durable consumer of their own. While a NATS cluster elects a new stream leader, the preemptor's
+workload state (or, for a growth, its admission) can reach the view seconds after admission's
+request. The request is asked again until the view knows it, not dropped (it used to be dropped
+as stale, and admission asked again only after its preemption timeout).
 """
 
 import asyncio
+
+import msgspec
 
 from tidegate.kube import DEPLOYMENTS
 from tidegate.model import Preempted, PreemptRequested, subjects
@@ -56,3 +59,39 @@ async def test_a_request_for_a_preemptor_not_in_the_view_yet_is_answered_once_it
     assert decision.victims == [f"{NAMESPACE}/train"]
     await asyncio.sleep(1.5)
     assert len(h.of(Preempted)) == 1, "the request was answered once"
+
+
+async def test_a_growth_request_before_its_admission_is_seen_is_answered_once_it_is(
+    harness: Harness,
+) -> None:
+    h = harness
+    await running_training_job(h)
+    service = await h.start_preemption()
+    await h.create(DEPLOYMENTS, inference_deployment("serve", replicas=1))
+    await h.until(lambda: h.workload("serve") is not None, what="serve on the bus")
+    serve = h.workload("serve")
+    assert serve is not None
+    # Admission asks for room for one more replica of an admitted serve; the request reaches
+    # the preemption service before the admission does.
+    (podset,) = serve.podsets
+    h.sequence += 1
+    growth = PreemptRequested(
+        workload=f"{NAMESPACE}/serve",
+        uid=serve.uid,
+        queue="online",
+        sequence=h.sequence,
+        message="grows by one replica",
+        podsets=[msgspec.structs.replace(podset, count=1)],
+    )
+    await h.publish(subjects.decision(h.cluster, "preempt-requested", NAMESPACE, "serve"), growth)
+    await h.until(
+        lambda: requests_handled(service) >= 1,
+        what="the growth request handled before its admission is seen",
+    )
+    assert not h.of(Preempted)
+
+    await h.admit("serve")
+    await h.until(lambda: h.of(Preempted), what="the preempted decision", within=30)
+    (decision,) = h.of(Preempted)
+    assert decision.preemptor == f"{NAMESPACE}/serve"
+    assert decision.victims == [f"{NAMESPACE}/train"]

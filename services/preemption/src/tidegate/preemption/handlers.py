@@ -43,9 +43,9 @@ from tidegate.preemption.view import PreemptionView
 log = logging.getLogger(__name__)
 
 UNKNOWN_PREEMPTOR_PATIENCE_SECONDS: Final = 10.0
-"""How long a preempt request whose preemptor the view does not know (with that UID) is asked
-again, once a second: the state stream may lag the decision stream, e.g. while a NATS cluster
-elects a new stream leader. An older one is dropped as stale."""
+"""How long a preempt request whose preemptor the view does not know (with that UID; for a
+growth, as admitted) is asked again, once a second: the view's streams may lag the request,
+e.g. while a NATS cluster elects a new stream leader. An older one is dropped as stale."""
 
 UNKNOWN_PREEMPTOR_RETRY_SECONDS: Final = 1.0
 """The delay between two deliveries of such a request."""
@@ -147,12 +147,14 @@ class Handlers:
         age = time.time() - received.envelope.time
         if age < UNKNOWN_PREEMPTOR_PATIENCE_SECONDS:
             return Retry(
-                f"preemptor {body.workload} (uid {body.uid}) not in the view yet",
+                f"preemptor {body.workload} (uid {body.uid}) not in the view yet"
+                + (" as admitted (a growth)" if body.podsets else ""),
                 delay_seconds=UNKNOWN_PREEMPTOR_RETRY_SECONDS,
             )
         log.info(
-            "preempt request for %s ignored: the workload is gone or replaced (%.0f s old)",
+            "preempt request for %s ignored: the workload is gone or replaced%s (%.0f s old)",
             body.workload,
+            ", or no longer admitted (a growth)" if body.podsets else "",
             age,
         )
         return Ack()

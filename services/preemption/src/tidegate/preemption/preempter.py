@@ -167,7 +167,8 @@ class Preempter:
         """Answer one preempt request (idempotent; see the module docstring); its outcome.
 
         The outcome ``unknown`` says the view does not know the preemptor with the request's
-        UID (yet, or any more): nothing was done, and the caller may ask again later. Raises :class:`tidegate.bus.LeaseLost` when another instance wrote the ledger, and
+        UID, or for a growth does not know it admitted (yet, or any more): nothing was done,
+        and the caller may ask again later. Raises :class:`tidegate.bus.LeaseLost` when another instance wrote the ledger, and
         bus errors when the ledger cannot be written (the request is retried). Eviction
         failures after the record is written are left to :meth:`reconcile`.
         """
@@ -202,8 +203,9 @@ class Preempter:
             log.info("preempt request for %s ignored: it is admitted already", key)
             return "stale"
         if growth and not self._view.is_admitted(key, request.uid):
-            log.info("growth preempt request for %s ignored: it is not admitted", key)
-            return "stale"
+            # Admission asks for a growth only of a workload it admitted: the view has not
+            # seen that admission yet (or it ended since).
+            return "unknown"
         if growth:
             # An admitted workload that grew: room for its extra pods only, pinned by
             # admission inside its required domain (docs/workloads.md, "Elastic workloads").
