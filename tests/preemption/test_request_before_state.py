@@ -8,6 +8,7 @@ as stale, and admission asked again only after its preemption timeout).
 """
 
 import asyncio
+from typing import Any
 
 import msgspec
 
@@ -19,12 +20,29 @@ from .conftest import NAMESPACE, Harness, inference_deployment
 from .test_preemption_service import running_training_job
 
 
-def requests_handled(service: Service[object]) -> float:
+def requests_handled(service: Service[Any]) -> float:
     """How many preempt requests (deliveries) the service handled, whatever the outcome."""
     for metric in service.metrics.registry.collect():
         if metric.name == "tidegate_preemption_requests":
             return sum(s.value for s in metric.samples if s.name.endswith("_total"))
     return 0.0
+
+
+async def asked_too_early(h: Harness, service: Service[Any], request: PreemptRequested) -> None:
+    """Publish ``request`` for ``serve`` and wait until the service handled it, preempting no
+    one (it cannot answer yet)."""
+    subject = subjects.decision(h.cluster, "preempt-requested", NAMESPACE, "serve")
+    await h.publish(subject, request)
+    await h.until(lambda: requests_handled(service) >= 1, what="the request handled")
+    assert not h.of(Preempted)
+
+
+async def answered_at_last(h: Harness) -> None:
+    """Wait for the one preemption the request asked for: serve evicts train."""
+    await h.until(lambda: h.of(Preempted), what="the preempted decision", within=30)
+    (decision,) = h.of(Preempted)
+    assert decision.preemptor == f"{NAMESPACE}/serve"
+    assert decision.victims == [f"{NAMESPACE}/train"]
 
 
 async def test_a_request_for_a_preemptor_not_in_the_view_yet_is_answered_once_it_is(
@@ -45,18 +63,10 @@ async def test_a_request_for_a_preemptor_not_in_the_view_yet_is_answered_once_it
         sequence=h.sequence,
         message="no room",
     )
-    await h.publish(subjects.decision(h.cluster, "preempt-requested", NAMESPACE, "serve"), request)
-    await h.until(
-        lambda: requests_handled(service) >= 1,
-        what="the request handled while its preemptor is unknown",
-    )
-    assert not h.of(Preempted)
+    await asked_too_early(h, service, request)
 
     h.watcher = await h.start_watcher()
-    await h.until(lambda: h.of(Preempted), what="the preempted decision", within=30)
-    (decision,) = h.of(Preempted)
-    assert decision.preemptor == f"{NAMESPACE}/serve"
-    assert decision.victims == [f"{NAMESPACE}/train"]
+    await answered_at_last(h)
     await asyncio.sleep(1.5)
     assert len(h.of(Preempted)) == 1, "the request was answered once"
 
@@ -83,15 +93,7 @@ async def test_a_growth_request_before_its_admission_is_seen_is_answered_once_it
         message="grows by one replica",
         podsets=[msgspec.structs.replace(podset, count=1)],
     )
-    await h.publish(subjects.decision(h.cluster, "preempt-requested", NAMESPACE, "serve"), growth)
-    await h.until(
-        lambda: requests_handled(service) >= 1,
-        what="the growth request handled before its admission is seen",
-    )
-    assert not h.of(Preempted)
+    await asked_too_early(h, service, growth)
 
     await h.admit("serve")
-    await h.until(lambda: h.of(Preempted), what="the preempted decision", within=30)
-    (decision,) = h.of(Preempted)
-    assert decision.preemptor == f"{NAMESPACE}/serve"
-    assert decision.victims == [f"{NAMESPACE}/train"]
+    await answered_at_last(h)
