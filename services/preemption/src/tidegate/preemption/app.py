@@ -45,7 +45,7 @@ from tidegate.kube import connect as connect_kube
 from tidegate.model import Envelope, WorkloadKey, subjects
 from tidegate.preemption.config import Settings
 from tidegate.preemption.evict import Evictor
-from tidegate.preemption.handlers import Handlers
+from tidegate.preemption.handlers import REQUEST_MAX_DELIVER, Handlers
 from tidegate.preemption.ledger import PreemptionLedger
 from tidegate.preemption.preempter import Preempter, PreemptionMetrics
 from tidegate.preemption.view import PreemptionView
@@ -149,9 +149,7 @@ class Leader:
                     subjects=(f"tg.{ctx.cluster}.decision.preempt-requested.>",),
                     batch_size=16,
                     ack_wait_seconds=ctx.settings.ack_wait_seconds,
-                    # Room for the once-a-second deliveries of a request whose preemptor the
-                    # view does not know yet (handlers.UNKNOWN_PREEMPTOR_PATIENCE_SECONDS).
-                    max_deliver=20,
+                    max_deliver=REQUEST_MAX_DELIVER,
                 ),
                 self._handlers.on_request,
             )

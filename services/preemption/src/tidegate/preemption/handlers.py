@@ -16,6 +16,7 @@ a message of a kind a stream should not carry is logged and ignored.
 
 import asyncio
 import logging
+import math
 import time
 from typing import Final
 
@@ -49,6 +50,12 @@ e.g. while a NATS cluster elects a new stream leader. An older one is dropped as
 
 UNKNOWN_PREEMPTOR_RETRY_SECONDS: Final = 1.0
 """The delay between two deliveries of such a request."""
+
+REQUEST_MAX_DELIVER: Final = 2 * math.ceil(
+    UNKNOWN_PREEMPTOR_PATIENCE_SECONDS / UNKNOWN_PREEMPTOR_RETRY_SECONDS
+)
+"""Deliveries of a preempt request before it is dead-lettered: twice those of a request asked
+again through the whole patience (20)."""
 
 
 class Handlers:

@@ -168,9 +168,10 @@ class Preempter:
 
         The outcome ``unknown`` says the view does not know the preemptor with the request's
         UID, or for a growth does not know it admitted (yet, or any more): nothing was done,
-        and the caller may ask again later. Raises :class:`tidegate.bus.LeaseLost` when another instance wrote the ledger, and
-        bus errors when the ledger cannot be written (the request is retried). Eviction
-        failures after the record is written are left to :meth:`reconcile`.
+        and the caller may ask again later. Raises :class:`tidegate.bus.LeaseLost` when
+        another instance wrote the ledger, and bus errors when the ledger cannot be written
+        (the request is retried). Eviction failures after the record is written are left to
+        :meth:`reconcile`.
         """
         async with self.lock:
             outcome = await self._answer(request, now=time.time())
