@@ -11,10 +11,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, Tracer, TraceState
 
 from tidegate.telemetry import (
     JsonFormatter,
@@ -26,6 +27,7 @@ from tidegate.telemetry import (
     setup_logging,
 )
 from tidegate.telemetry.messaging import TRANSPORT_ENV, traced_subject
+from tidegate.telemetry.tracing import JsonLinesSpanExporter
 
 
 @pytest.fixture
@@ -96,6 +98,49 @@ def test_trace_file_exporter_writes_json_lines(tmp_path: Path) -> None:
     assert span["name"] == "tg.c.workload.ns.w publish"
     assert span["kind"] == "SpanKind.PRODUCER"
     assert span["resource"]["attributes"]["service.name"] == "tidegate-test"
+
+
+def test_trace_file_lines_are_the_sdks_own_json_form(tmp_path: Path) -> None:
+    """Every field the SDK's ``to_json`` writes, for spans with a parent, events, links, an
+    error status, a trace state, sequence attributes and whole-second times, from two
+    processes' resources sharing one exporter."""
+    trace_file = tmp_path / "spans.jsonl"
+    exporter = JsonLinesSpanExporter(trace_file)
+    memory = InMemorySpanExporter()
+    providers = [
+        TracerProvider(resource=Resource.create({SERVICE_NAME: name})) for name in ("a", "b")
+    ]
+    for provider in providers:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+    linked = SpanContext(
+        trace_id=7, span_id=9, is_remote=True, trace_state=TraceState([("tg", "x")])
+    )
+    for provider in providers:
+        tracer = provider.get_tracer("t")
+        with (
+            tracer.start_as_current_span("parent", start_time=1_700_000_000_000_000_000),
+            tracer.start_as_current_span(
+                "child",
+                kind=SpanKind.CONSUMER,
+                links=[Link(linked, {"why": "victim"})],
+                attributes={"n": 3, "f": 0.5, "ok": True, "names": ["p1", "p2"]},
+            ) as child,
+        ):
+            child.add_event("ungated", {"pod": "p1"}, timestamp=1_700_000_001_000_001_000)
+            child.add_event("plain")
+            child.set_status(Status(StatusCode.ERROR, "no room"))
+    exporter.shutdown()
+    written = [json.loads(line) for line in trace_file.read_text().splitlines()]
+    assert written == [
+        json.loads(span.to_json(indent=None)) for span in memory.get_finished_spans()
+    ]
+    assert [span["resource"]["attributes"]["service.name"] for span in written] == [
+        "a",
+        "a",
+        "b",
+        "b",
+    ]
 
 
 def test_no_provider_when_disabled_or_nowhere_to_send_spans(tmp_path: Path) -> None:
