@@ -92,14 +92,38 @@ async def test_a_pod_is_evicted_once_and_a_replacement_of_the_same_name_never(
     old = ref(dict(await kube.create(PODS, pod("worker-0"), namespace=NAMESPACE)))
     assert await evictor.evict(old) == "evicted"
     assert await exists(kube, "worker-0") is None
-    assert await evictor.evict(old) == "gone"  # evicting again is a no-op
+    restarted = Evictor(kube, EvictionSettings(), observe=outcomes.append)  # remembers nothing
+    assert await restarted.evict(old) == "gone"  # evicting again is a no-op
 
     replacement = dict(await kube.create(PODS, pod("worker-0"), namespace=NAMESPACE))
-    assert await evictor.evict(old) == "gone"  # the old UID: the new pod stays
+    assert await restarted.evict(old) == "gone"  # the old UID: the new pod stays
     still = await exists(kube, "worker-0")
     assert still is not None
     assert still["metadata"]["uid"] == replacement["metadata"]["uid"]
     assert outcomes == ["evicted", "gone", "gone"]
+
+
+async def test_a_pod_evicted_once_is_not_evicted_again_while_it_terminates(
+    kube: KubeClient,
+) -> None:
+    """A retried preemption (its other pods held by a budget) asks the same evictor again:
+    the pod it evicted is still terminating (no kubelet here finishes it), and the API server
+    would accept and count a second eviction; the evictor sends none."""
+    outcomes: list[str] = []
+    evictor = Evictor(kube, EvictionSettings(), observe=outcomes.append)
+    slow = pod("worker-0")
+    slow["spec"]["terminationGracePeriodSeconds"] = 30
+    evicted = ref(dict(await kube.create(PODS, slow, namespace=NAMESPACE)))
+    assert await evictor.evict(evicted) == "evicted"
+    terminating = await exists(kube, "worker-0")
+    assert terminating is not None
+    assert terminating["metadata"].get("deletionTimestamp")
+
+    assert await evictor.evict(evicted) == "gone"
+    assert outcomes == ["evicted"]  # every request the evictor sends is observed
+    assert await Evictor(kube, EvictionSettings(), observe=outcomes.append).evict(evicted) == (
+        "evicted"
+    )  # another process asks, and the server accepts it again
 
 
 async def test_abort_suspends_and_marks_the_job_then_evicts_its_pods(kube: KubeClient) -> None:

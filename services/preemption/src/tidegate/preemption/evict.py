@@ -7,6 +7,9 @@ and the rules for doing it safely live together:
   as precondition, so a newer pod of the same name (a replacement) is never evicted;
 - a pod that is already gone (NotFound) or was replaced (Conflict on the UID) counts as
   evicted: eviction is idempotent, which is what lets a restarted service finish a preemption;
+- a pod whose eviction the API server accepted is not asked for again by the same process
+  (a preemption retried while a budget holds its other pods would otherwise evict the
+  still-terminating pods again at every retry, each time counted as a new eviction);
 - a PodDisruptionBudget that refuses the eviction (429 TooManyRequests, after the Kubernetes
   client's own attempts) is not retried here: the other pods are still evicted and :class:`EvictionRefused` (an :class:`EvictionFailed`)
   names the refused pods and the budget's words; the caller reports it and finishes the
@@ -35,6 +38,7 @@ It decides nothing: which pods of which victims is the record's business (:mod:`
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -60,7 +64,11 @@ log = logging.getLogger(__name__)
 
 
 EvictionResult = Literal["evicted", "gone"]
-"""What became of one pod: evicted now, or already gone / replaced."""
+"""What became of one pod: evicted now, or already gone, replaced or evicted before."""
+
+REMEMBERED_EVICTIONS = 20_000
+"""How many evicted pods (by UID) an :class:`Evictor` remembers so as not to evict them again;
+the oldest are forgotten first (a forgotten one is asked again: harmless, and counted)."""
 
 
 class EvictionFailed(Retryable):
@@ -136,6 +144,8 @@ class Evictor:
         self._bucket = TokenBucket(qps=settings.rate_per_second, burst=settings.burst)
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._observe = observe or (lambda _outcome: None)
+        self._evicted: OrderedDict[str, None] = OrderedDict()
+        """UIDs of the pods whose eviction the API server accepted, oldest first."""
 
     async def preempt(
         self, victim: VictimRecord, pods: Sequence[PodRef], *, preemptor: str
@@ -252,7 +262,10 @@ class Evictor:
             raise EvictionFailed(str(exc)) from exc
 
     async def evict(self, pod: PodRef) -> EvictionResult:
-        """Evict one pod, retrying transient failures (see the module docstring)."""
+        """Evict one pod, retrying transient failures (see the module docstring); "gone"
+        without a request for a pod this evictor evicted before."""
+        if pod.uid and pod.uid in self._evicted:
+            return "gone"
         deadline = time.monotonic() + self._settings.retry_seconds
         async with self._slots:
             while True:
@@ -283,8 +296,16 @@ class Evictor:
                 except KubeError as exc:
                     self._observe("failed")
                     raise EvictionFailed(f"evicting pod {pod.namespace}/{pod.name}: {exc}") from exc
+                self._remember(pod.uid)
                 self._observe("evicted")
                 return "evicted"
+
+    def _remember(self, uid: str) -> None:
+        if not uid:
+            return
+        self._evicted[uid] = None
+        if len(self._evicted) > REMEMBERED_EVICTIONS:
+            self._evicted.popitem(last=False)
 
 
 def _budget_words(exc: KubeError) -> str:
