@@ -131,8 +131,13 @@ async def test_inference_reclaims_a_training_job_that_comes_back_later(cluster: 
     assert isinstance(serve_admitted, Admitted)
     assert serve_admitted.nominated_by == f"{NAMESPACE}/serve"
 
-    # The training Job is evicted whole, released, and back in its queue with gated pods.
-    assert not first_run & {p.uid for p in pods_of(h, "train")}
+    # The training Job is evicted whole, released, and back in its queue with gated pods (the
+    # last of its first pods may still be in their termination grace while serve runs).
+    await h.until(
+        lambda: not first_run & {p.uid for p in pods_of(h, "train")},
+        within=30,
+        what="every first pod of the training Job gone",
+    )
     released = decisions_about(h, Released, "train")
     assert [r.reason for r in released if isinstance(r, Released)] == ["Evicted"]
     train_state = h.workload("train")
