@@ -221,6 +221,50 @@ async def test_a_standby_stops_cleanly_while_waiting_for_the_lease(
         assert await running_leader == 0
 
 
+async def test_a_lease_awaited_by_a_spawned_task_does_not_make_a_running_setup_ready(
+    nats_url: str, cluster_id: str
+) -> None:
+    """The ungater's pattern: setup spawns the task that waits for the lease and goes on
+    registering work (its webhook). While that task is a standby the setup is not done, so
+    the service must not report ready: a CI run once called the webhook before it listened."""
+    leader_ready, go_on = asyncio.Event(), asyncio.Event()
+    contexts: list[ServiceContext[ServiceSettings]] = []
+    registered = False
+
+    async def leader_setup(ctx: ServiceContext[ServiceSettings]) -> None:
+        await ctx.lead("releaser", ttl_seconds=30)
+        leader_ready.set()
+
+    async def waits_for_lease(ctx: ServiceContext[ServiceSettings]) -> None:
+        await ctx.lead("releaser", ttl_seconds=30)
+
+    async def spawning_setup(ctx: ServiceContext[ServiceSettings]) -> None:
+        nonlocal registered
+        contexts.append(ctx)
+        ctx.spawn("lead", waits_for_lease(ctx))
+        await go_on.wait()  # as the ungater awaits a consumer's creation
+        ctx.require("late", lambda: True)
+        registered = True
+
+    settings = ServiceSettings(cluster=cluster_id, nats_url=nats_url, http_port=0)
+    leader = Service("leader", settings, leader_setup)
+    spawning = Service("spawning", settings, spawning_setup)
+    running_leader = asyncio.create_task(leader.run(handle_signals=False))
+    async with asyncio.timeout(20):
+        await leader_ready.wait()
+        running_spawning = asyncio.create_task(spawning.run(handle_signals=False))
+        await until(lambda: bool(contexts) and contexts[0].standby)
+        await asyncio.sleep(0.1)
+        assert not spawning.readiness.ready, "ready before its setup returned"
+        go_on.set()
+        await until(lambda: spawning.readiness.ready)
+        assert registered
+        spawning.request_stop()
+        assert await running_spawning == 0
+        leader.request_stop()
+        assert await running_leader == 0
+
+
 async def test_a_failed_leader_releases_its_lease_so_a_standby_takes_over_at_once(
     nats_url: str, cluster_id: str
 ) -> None:

@@ -86,7 +86,13 @@ class ServiceContext(Generic[S]):
         self._others: list[asyncio.Task[None]] = []
         self._leases: list[Lease] = []
         self.standby = False
-        """True while :meth:`lead` waits for the lease (a standby counts as ready)."""
+        """True while :meth:`lead` waits for the lease."""
+        self.setup_task: asyncio.Task[None] | None = None
+        """The task running the service's setup."""
+        self.setup_waits_for_lease = False
+        """True while the setup itself is blocked in :meth:`lead`: such a standby counts as
+        set up (ready), as everything the setup registered before the lease is running. A lease
+        awaited by a spawned task does not make a setup that is still running count."""
 
     @property
     def cluster(self) -> str:
@@ -171,10 +177,13 @@ class ServiceContext(Generic[S]):
         leading.set(0)
         log.info("%s: waiting for the %s lease (standby)", self.name, role)
         self.standby = True
+        in_setup = self.setup_task is not None and asyncio.current_task() is self.setup_task
+        self.setup_waits_for_lease = in_setup
         try:
             epoch = await lease.acquire()
         finally:
             self.standby = False
+            self.setup_waits_for_lease = False
         leading.set(1)
         log.info("%s: leading %s with epoch %d", self.name, role, epoch)
         self._leases.append(lease)
@@ -232,7 +241,7 @@ class Service(Generic[S]):
         self.readiness.add("setup", self._set_up)
 
     def _set_up(self) -> bool:
-        standby = self._context is not None and self._context.standby
+        standby = self._context is not None and self._context.setup_waits_for_lease
         return self._setup_done or standby
 
     def request_stop(self) -> None:
@@ -269,7 +278,8 @@ class Service(Generic[S]):
                     tasks=tasks,
                 )
                 try:
-                    self._setup_done, _ = await self._unless_stopped(self._setup(context))
+                    context.setup_task = asyncio.ensure_future(self._setup(context))
+                    self._setup_done, _ = await self._unless_stopped(context.setup_task)
                     if self._setup_done:
                         log.info("%s set up", self.name)
                         await self._stop.wait()
