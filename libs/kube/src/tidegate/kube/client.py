@@ -13,7 +13,6 @@ What it does not do: watch (see :mod:`tidegate.kube.informer`), cache, or decide
 import asyncio
 import os
 import socket
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -21,6 +20,7 @@ from typing import Literal, Self
 
 import msgspec
 import yaml
+from cachetools import LRUCache
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 from kubernetes_asyncio.config.kube_config import refresh_token
@@ -145,7 +145,7 @@ class KubeClient:
         self._transport = transport
         self._settings = settings
         self._refresher = refresher
-        self._events: OrderedDict[str, JsonObject] = OrderedDict()
+        self._events: LRUCache[str, JsonObject] = LRUCache(maxsize=_EVENT_CACHE_SIZE)
         self._instance = socket.gethostname()
 
     @property
@@ -558,9 +558,6 @@ class KubeClient:
 
     def _remember_event(self, name: str, event: JsonObject) -> JsonObject:
         self._events[name] = event
-        self._events.move_to_end(name)
-        while len(self._events) > _EVENT_CACHE_SIZE:
-            self._events.popitem(last=False)
         return event
 
 

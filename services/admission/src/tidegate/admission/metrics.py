@@ -26,6 +26,7 @@ devices as counts. This module only observes; it decides nothing.
 from collections.abc import Iterable, Sequence
 from typing import Final, get_args
 
+from cachetools import LRUCache
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -124,13 +125,13 @@ class QueueMetrics:
             ["queue", "reason"],
             registry=registry,
         )
-        self._admitted_uids: dict[str, None] = {}
+        self._admitted_uids: LRUCache[str, None] = LRUCache(maxsize=ADMITTED_REMEMBERED)
         registry.register(_QueueCollector(self))
 
     def restored(self, admitted: Iterable[Admitted]) -> None:
         """Admissions a takeover restored from the ledger: their re-admission is not a first."""
         for body in admitted:
-            self._remember(body.uid)
+            self._admitted_uids[body.uid] = None
 
     def committed(self, decisions: Sequence[Decision], *, now: float) -> None:
         """Decisions the leader committed at ``now`` (Unix seconds)."""
@@ -138,7 +139,7 @@ class QueueMetrics:
             body = decision.body
             if isinstance(body, Admitted) and body.replaces is None:
                 first = body.uid not in self._admitted_uids
-                self._remember(body.uid)
+                self._admitted_uids[body.uid] = None
                 workload = decision.workload
                 if first and workload is not None and workload.created_at > 0:
                     waited = max(0.0, now - workload.created_at)
@@ -146,12 +147,6 @@ class QueueMetrics:
             elif isinstance(body, Released) and body.reason == "Evicted":
                 queue = body.queue or NO_QUEUE
                 self.evicted.labels(queue=queue, reason=eviction_reason(body)).inc()
-
-    def _remember(self, uid: str) -> None:
-        self._admitted_uids.pop(uid, None)
-        self._admitted_uids[uid] = None
-        while len(self._admitted_uids) > ADMITTED_REMEMBERED:
-            del self._admitted_uids[next(iter(self._admitted_uids))]
 
 
 _GAUGES: Final = {

@@ -38,10 +38,11 @@ It decides nothing: which pods of which victims is the record's business (:mod:`
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from cachetools import LRUCache
 
 from tidegate.bus import LeaseLost, LeaseUnconfirmed, Retryable
 from tidegate.kube import (
@@ -144,7 +145,7 @@ class Evictor:
         self._bucket = TokenBucket(qps=settings.rate_per_second, burst=settings.burst)
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._observe = observe or (lambda _outcome: None)
-        self._evicted: OrderedDict[str, None] = OrderedDict()
+        self._evicted: LRUCache[str, None] = LRUCache(maxsize=REMEMBERED_EVICTIONS)
         """UIDs of the pods whose eviction the API server accepted, oldest first."""
 
     async def preempt(
@@ -304,8 +305,6 @@ class Evictor:
         if not uid:
             return
         self._evicted[uid] = None
-        if len(self._evicted) > REMEMBERED_EVICTIONS:
-            self._evicted.popitem(last=False)
 
 
 def _budget_words(exc: KubeError) -> str:

@@ -34,6 +34,8 @@ import logging
 import time
 from typing import Final
 
+from cachetools import LRUCache
+
 from tidegate.bus import Ack, Outcome, Received, Retry
 from tidegate.kube import (
     DEPLOYMENTS,
@@ -118,7 +120,7 @@ class Reporter:
         """Report about workloads of ``view`` through ``kube``."""
         self.view = view
         self.kube = kube
-        self._last_pending: dict[str, tuple[str, str]] = {}
+        self._last_pending: LRUCache[str, tuple[str, str]] = LRUCache(maxsize=PENDING_REMEMBERED)
 
     async def handle(self, received: Received) -> Outcome | None:
         """The durable consumer's handler."""
@@ -187,10 +189,7 @@ class Reporter:
             await self._event(workload, "Invalid", body.message, "Warning")
         else:
             await self._event(workload, "Pending", f"{body.reason}: {body.message}")
-        self._last_pending.pop(body.uid, None)
         self._last_pending[body.uid] = said
-        while len(self._last_pending) > PENDING_REMEMBERED:
-            del self._last_pending[next(iter(self._last_pending))]
         return Ack()
 
     async def _preempted(self, body: Preempted, received: Received) -> Outcome:
