@@ -106,9 +106,33 @@ def _needs_real_cluster(item: pytest.Item) -> bool:
     )
 
 
+SLOW_DEFAULT_SECONDS = 10.0
+"""What a ``slow`` mark without a figure is taken to cost."""
+
+
+def _test_file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _longest_files_first(items: list[pytest.Item]) -> None:
+    """Order the test files by the seconds their ``slow`` marks name, most first, the others
+    after them in collection order; a file's own tests keep their order. Two workers that
+    take one file at a time (``--dist loadfile --no-loadscope-reorder``) then start the long
+    files early instead of finishing the run on one of them alone."""
+    seconds: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("slow")
+        cost = (float(mark.args[0]) if mark.args else SLOW_DEFAULT_SECONDS) if mark else 0.0
+        seconds[_test_file(item)] = seconds.get(_test_file(item), 0.0) + cost
+    position = {name: index for index, name in enumerate(seconds)}
+    items.sort(key=lambda item: (-seconds[_test_file(item)], position[_test_file(item)]))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without binaries, real-cluster tests are deselected (and said so at the end)."""
+    """Long files first; without binaries, real-cluster tests are deselected (and said so
+    at the end)."""
+    _longest_files_first(items)
     config.stash[_NOT_RUN] = 0
     real = [item for item in items if _needs_real_cluster(item)]
     if not real:

@@ -46,7 +46,7 @@ def seeds() -> list[int]:
     return list(range(start, start + int(count or DEFAULT_SCHEDULES)))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(200)
 @pytest.mark.timeout(900)
 async def test_seeded_fault_schedules_keep_every_invariant(
     tmp_path: Path, request: pytest.FixtureRequest

@@ -66,7 +66,7 @@ def not_run_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in result.stdout.splitlines() if "did NOT run" in line]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(40)
 def test_without_shared_binaries_a_local_run_reports_them_and_ci_fails(tmp_path: Path) -> None:
     repo = checkout(tmp_path, shared=False)
     empty = tmp_path / "empty"

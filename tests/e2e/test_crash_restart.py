@@ -45,7 +45,7 @@ SERVE = inference("serve", pods=2)
 JOBS = ("train-a", "train-b", "train-c")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(35)
 @pytest.mark.timeout(240)
 async def test_every_service_killed_mid_run_and_the_invariants_hold(tmp_path: Path) -> None:
     # 1 block x 2 racks x 4 nodes x 8 GPUs: train-a and train-b fill a rack each.

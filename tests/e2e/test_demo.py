@@ -30,7 +30,7 @@ from tidegate.testing.traces import SpanRecord, admission_trace_problems, spans_
 TRACE = Path(__file__).with_name("tidal-trace.yaml")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(40)
 @pytest.mark.timeout(300)
 def test_tidal_scenario_end_to_end(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
@@ -154,7 +154,7 @@ def as_reported(answer: dict[str, str]) -> str:
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(145)
 @pytest.mark.timeout(480)
 def test_the_built_in_tidal_day(tmp_path: Path) -> None:
     """`tidegate demo` as shipped: a compressed day on 512 GPUs. The report, computed from the

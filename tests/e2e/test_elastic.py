@@ -43,7 +43,7 @@ from .platform import JsonObject, Platform, live_pods, wait
 from .real import RealTidegate
 from .system import running_system
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow(15), pytest.mark.timeout(300)]
 
 NODES = "1x1x2x8gpu"
 POD = {"cpu": "100m", "nvidia.com/gpu": 1}

@@ -46,7 +46,7 @@ meanwhile, and the leader then exits by design and is replaced as after any cras
 crash/restart test covers); this test is about the bus riding out the server's death."""
 
 
-@pytest.mark.slow
+@pytest.mark.slow(70)
 @pytest.mark.timeout(240)
 async def test_the_stream_leader_dies_mid_run_and_nothing_is_lost_or_repeated(
     tmp_path: Path,

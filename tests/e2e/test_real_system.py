@@ -28,7 +28,7 @@ from tidegate.testing import until_async
 from .invariants import gated
 from .real import RealSystem, RealTidegate
 
-pytestmark = [pytest.mark.real_k8s, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.real_k8s, pytest.mark.slow(20), pytest.mark.timeout(300)]
 
 GPU_JOB = {"cpu": "8", "nvidia.com/gpu": 8}
 

@@ -60,7 +60,7 @@ async def namespace_exists(kubeconfig: Path, name: str) -> bool:
         return True
 
 
-@pytest.mark.slow
+@pytest.mark.slow(40)
 @pytest.mark.timeout(360)
 def test_demo_runs_on_the_real_control_plane_with_fake_nodes(
     real_cluster: Any, tmp_path: Path
@@ -138,7 +138,7 @@ def test_demo_runs_on_the_real_control_plane_with_fake_nodes(
     assert not asyncio.run(namespace_exists(real_cluster.kubeconfig, namespace))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(18)
 @pytest.mark.timeout(300)
 def test_benchmark_smoke_run_on_the_real_control_plane(real_cluster: Any, tmp_path: Path) -> None:
     out = tmp_path / "realk8s.json"
