@@ -316,8 +316,9 @@ class RealSystem:
                     if process.process.returncode is None:
                         raise  # still running: not ready in time
                     # It exited while starting: start it once more, as Kubernetes restarts a
-                    # container, and say why at the end of the run (a cause not yet known:
-                    # an ungater exited 1 while starting once in a CI run).
+                    # container, and say why at the end of the run. (An ungater exited 1 while
+                    # starting once in a CI run, its log cut off; the likely cause, its webhook
+                    # port taken by an outgoing connection first, free_port no longer allows.)
                     STARTUP_RESTARTS.append(
                         f"{service} exited with {process.process.returncode} while starting "
                         f"and was started again; the end of its log:\n{process.log_tail()}"

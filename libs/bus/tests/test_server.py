@@ -3,7 +3,12 @@
 import json
 import socket
 
-from tidegate.bus.server import NatsServerProcess
+from tidegate.bus.server import (
+    LOWEST_PICKED_PORT,
+    NatsServerProcess,
+    ephemeral_range,
+    free_port,
+)
 
 
 def test_server_speaks_nats_with_jetstream(nats_server: NatsServerProcess) -> None:
@@ -14,3 +19,26 @@ def test_server_speaks_nats_with_jetstream(nats_server: NatsServerProcess) -> No
     assert fields["jetstream"] is True
     major, minor = (int(x) for x in fields["version"].split(".")[:2])
     assert (major, minor) >= (2, 10)
+
+
+def test_a_free_port_is_not_one_an_outgoing_connection_can_take() -> None:
+    """Outgoing connections get their local ports from the ephemeral range; a port picked
+    there for a server could be taken by one before the server binds it (a CI run saw a
+    service's bind fail so). ``free_port`` picks below the range, and the port binds."""
+    low, high = ephemeral_range()
+    assert low - LOWEST_PICKED_PORT >= 1000, "this machine leaves no room below the range"
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        outgoing = [socket.create_connection(listener.getsockname()) for _ in range(32)]
+        try:
+            taken = {sock.getsockname()[1] for sock in outgoing}
+            assert all(low <= port <= high for port in taken)
+            ports = [free_port() for _ in range(50)]
+        finally:
+            for sock in outgoing:
+                sock.close()
+    for port in ports:
+        assert LOWEST_PICKED_PORT <= port < low, port
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", port))

@@ -13,6 +13,7 @@ once; a test can SIGKILL one member and start it again on the same ports and sto
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -46,12 +47,46 @@ def find_nats_server() -> str:
     return found
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+"""Where Linux keeps the range it picks the local ports of outgoing connections from."""
+
+LOWEST_PICKED_PORT = 10_000
+""":func:`free_port` picks from here up to the ephemeral range (below it: well-known ports)."""
+
+_PICKS = 64
+_random = random.SystemRandom()  # not the global generator: tests seed that one
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range, inclusive (Linux's default where it cannot be read)."""
+    try:
+        low, high = (int(value) for value in EPHEMERAL_RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host``."""
+    """A TCP port that was free a moment ago on ``host``, for a server started right after.
+
+    It is drawn at random from below the kernel's ephemeral range: a port the kernel picks
+    (binding port 0) comes from that range, where any outgoing connection opened before the
+    server binds may take it and make the bind fail. Where the range leaves no room below it,
+    the kernel picks.
+    """
+    low, _ = ephemeral_range()
+    for _ in range(_PICKS if low - LOWEST_PICKED_PORT >= 1000 else 0):
+        port = _random.randrange(LOWEST_PICKED_PORT, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        picked: int = sock.getsockname()[1]
+        return picked
 
 
 @dataclass
@@ -346,13 +381,10 @@ def _healthy(member: NatsServerProcess) -> bool:
 
 
 def _distinct_free_ports(host: str, count: int) -> Sequence[int]:
-    """``count`` different ports that were free a moment ago (sockets held open together,
-    so the kernel cannot hand out one port twice)."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind((host, 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """``count`` different ports that were free a moment ago (:func:`free_port`)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port(host)
+        if port not in ports:
+            ports.append(port)
+    return ports
