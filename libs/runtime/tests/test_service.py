@@ -4,6 +4,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
@@ -193,32 +194,40 @@ async def test_one_leader_a_ready_standby_and_a_handover_on_graceful_stop(
         assert await running_second == 0
 
 
+@asynccontextmanager
+async def leader_holding(role: str, settings: ServiceSettings) -> AsyncIterator[None]:
+    """A service ``leader`` that holds the lease ``role`` while the block runs."""
+    ready = asyncio.Event()
+
+    async def setup(ctx: ServiceContext[ServiceSettings]) -> None:
+        await ctx.lead(role, ttl_seconds=30)
+        ready.set()
+
+    leader = Service("leader", settings, setup)
+    running = asyncio.create_task(leader.run(handle_signals=False))
+    await ready.wait()
+    try:
+        yield
+    finally:
+        leader.request_stop()
+        assert await running == 0
+
+
 async def test_a_standby_stops_cleanly_while_waiting_for_the_lease(
     nats_url: str, cluster_id: str
 ) -> None:
-    leader_ready = asyncio.Event()
-
-    async def leader_setup(ctx: ServiceContext[ServiceSettings]) -> None:
-        await ctx.lead("decider", ttl_seconds=30)
-        leader_ready.set()
-
     async def standby_setup(ctx: ServiceContext[ServiceSettings]) -> None:
         await ctx.lead("decider", ttl_seconds=30)
         raise AssertionError("the standby must not become leader here")
 
     settings = ServiceSettings(cluster=cluster_id, nats_url=nats_url, http_port=0)
-    leader = Service("leader", settings, leader_setup)
     standby = Service("standby", settings, standby_setup)
-    running_leader = asyncio.create_task(leader.run(handle_signals=False))
-    async with asyncio.timeout(20):
-        await leader_ready.wait()
+    async with asyncio.timeout(20), leader_holding("decider", settings):
         running_standby = asyncio.create_task(standby.run(handle_signals=False))
         await standby.started.wait()
         await until(lambda: standby.readiness.ready)
         standby.request_stop()
         assert await running_standby == 0
-        leader.request_stop()
-        assert await running_leader == 0
 
 
 async def test_a_lease_awaited_by_a_spawned_task_does_not_make_a_running_setup_ready(
@@ -227,13 +236,9 @@ async def test_a_lease_awaited_by_a_spawned_task_does_not_make_a_running_setup_r
     """The ungater's pattern: setup spawns the task that waits for the lease and goes on
     registering work (its webhook). While that task is a standby the setup is not done, so
     the service must not report ready: a CI run once called the webhook before it listened."""
-    leader_ready, go_on = asyncio.Event(), asyncio.Event()
+    go_on = asyncio.Event()
     contexts: list[ServiceContext[ServiceSettings]] = []
     registered = False
-
-    async def leader_setup(ctx: ServiceContext[ServiceSettings]) -> None:
-        await ctx.lead("releaser", ttl_seconds=30)
-        leader_ready.set()
 
     async def waits_for_lease(ctx: ServiceContext[ServiceSettings]) -> None:
         await ctx.lead("releaser", ttl_seconds=30)
@@ -247,11 +252,8 @@ async def test_a_lease_awaited_by_a_spawned_task_does_not_make_a_running_setup_r
         registered = True
 
     settings = ServiceSettings(cluster=cluster_id, nats_url=nats_url, http_port=0)
-    leader = Service("leader", settings, leader_setup)
     spawning = Service("spawning", settings, spawning_setup)
-    running_leader = asyncio.create_task(leader.run(handle_signals=False))
-    async with asyncio.timeout(20):
-        await leader_ready.wait()
+    async with asyncio.timeout(20), leader_holding("releaser", settings):
         running_spawning = asyncio.create_task(spawning.run(handle_signals=False))
         await until(lambda: bool(contexts) and contexts[0].standby)
         await asyncio.sleep(0.1)
@@ -261,8 +263,6 @@ async def test_a_lease_awaited_by_a_spawned_task_does_not_make_a_running_setup_r
         assert registered
         spawning.request_stop()
         assert await running_spawning == 0
-        leader.request_stop()
-        assert await running_leader == 0
 
 
 async def test_a_failed_leader_releases_its_lease_so_a_standby_takes_over_at_once(
