@@ -114,6 +114,13 @@ def _test_file(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+def _expected_seconds(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("slow")
+    if mark is None:
+        return 0.0
+    return float(mark.args[0]) if mark.args else SLOW_DEFAULT_SECONDS
+
+
 def _longest_files_first(items: list[pytest.Item]) -> None:
     """Order the test files by the seconds their ``slow`` marks name, most first, the others
     after them in collection order; a file's own tests keep their order. Two workers that
@@ -121,11 +128,10 @@ def _longest_files_first(items: list[pytest.Item]) -> None:
     files early instead of finishing the run on one of them alone."""
     seconds: dict[str, float] = {}
     for item in items:
-        mark = item.get_closest_marker("slow")
-        cost = (float(mark.args[0]) if mark.args else SLOW_DEFAULT_SECONDS) if mark else 0.0
-        seconds[_test_file(item)] = seconds.get(_test_file(item), 0.0) + cost
-    position = {name: index for index, name in enumerate(seconds)}
-    items.sort(key=lambda item: (-seconds[_test_file(item)], position[_test_file(item)]))
+        name = _test_file(item)
+        seconds[name] = seconds.get(name, 0.0) + _expected_seconds(item)
+    rank = {name: (-total, index) for index, (name, total) in enumerate(seconds.items())}
+    items.sort(key=lambda item: rank[_test_file(item)])
 
 
 @pytest.hookimpl(trylast=True)

@@ -177,8 +177,7 @@ class ServiceContext(Generic[S]):
         leading.set(0)
         log.info("%s: waiting for the %s lease (standby)", self.name, role)
         self.standby = True
-        in_setup = self.setup_task is not None and asyncio.current_task() is self.setup_task
-        self.setup_waits_for_lease = in_setup
+        self.setup_waits_for_lease = asyncio.current_task() is self.setup_task
         try:
             epoch = await lease.acquire()
         finally:
@@ -241,8 +240,8 @@ class Service(Generic[S]):
         self.readiness.add("setup", self._set_up)
 
     def _set_up(self) -> bool:
-        standby = self._context is not None and self._context.setup_waits_for_lease
-        return self._setup_done or standby
+        waiting_in_setup = self._context is not None and self._context.setup_waits_for_lease
+        return self._setup_done or waiting_in_setup
 
     def request_stop(self) -> None:
         """Begin a graceful stop (what SIGTERM does)."""
