@@ -1,11 +1,22 @@
 """ClusterCapacity: the live view and the empty view ("could it ever fit") follow the reports.
 
 Most capacity reports change only what is free; the empty view is then left as it is. These
-tests read both views back after every kind of change that does alter the empty one.
+tests read both views back after every kind of change that does alter the empty one, and check
+that the placements it remembers are forgotten by every change of the view they were made on.
 """
 
-from tidegate.model import CapacityNode, NodeName, NodeState, Taint, TopologyConfig
-from tidegate.placement import NodeCapacity
+import msgspec
+
+from tidegate.model import (
+    CapacityNode,
+    NodeName,
+    NodeState,
+    PodSetSpec,
+    Taint,
+    TopologyConfig,
+    TopologyRequest,
+)
+from tidegate.placement import NodeCapacity, PlacementRequest, PlacementResult
 from tidegate.policy.capacity import ClusterCapacity
 
 RACK = "tidegate.io/rack"
@@ -77,3 +88,62 @@ def test_a_topology_removed_and_added_again_is_rebuilt_from_new_reports() -> Non
     capacity.update(report("n1"))
     assert set(nodes(capacity, empty=True)) == {"n1"}
     assert capacity.topologies_of(NodeName("n1")) == ["t"]
+
+
+def gang(pods: int) -> PlacementRequest:
+    """``pods`` pods of 8 GPUs each, all in one rack."""
+    podset = PodSetSpec(
+        name="workers",
+        count=pods,
+        requests={"nvidia.com/gpu": 8},
+        topology=TopologyRequest(required=RACK),
+    )
+    return PlacementRequest(podsets=[podset])
+
+
+def fits(capacity: ClusterCapacity, request: PlacementRequest, *, empty: bool = False) -> bool:
+    """Whether ``capacity`` places ``request`` (on the empty view with ``empty``)."""
+    answer = capacity.place("t", request, empty=empty)
+    assert isinstance(answer, PlacementResult)
+    return answer.fits
+
+
+def test_the_same_request_on_an_unchanged_view_is_answered_from_memory() -> None:
+    capacity = cluster()
+    first = capacity.place("t", gang(2))
+    assert capacity.place("t", gang(2)) is first
+    assert capacity.place("t", gang(3), empty=True) is capacity.place("t", gang(3), empty=True)
+    assert capacity.place("unknown", gang(1)) is None
+
+
+def test_every_change_of_the_live_view_forgets_what_was_placed_on_it() -> None:
+    capacity = cluster()
+    assert fits(capacity, gang(2))
+    capacity.take(1, {NodeName("n1"): {"nvidia.com/gpu": 8}}, at=0.0)
+    assert not fits(capacity, gang(2))
+    capacity.update(msgspec.structs.replace(report("n1", free=8), applied_sequence=1))
+    assert fits(capacity, gang(2))
+    capacity.hold(NodeName("n2"), {"nvidia.com/gpu": 1})
+    assert not fits(capacity, gang(2))
+    capacity.unhold(NodeName("n2"), {"nvidia.com/gpu": 1})
+    assert fits(capacity, gang(2))
+    capacity.update(report("n2", free=0))
+    assert not fits(capacity, gang(2))
+    assert fits(capacity, gang(2), empty=True)  # a report of less free leaves the empty view
+
+
+def test_every_change_of_the_empty_view_forgets_what_was_placed_on_it() -> None:
+    capacity = cluster()
+    assert not fits(capacity, gang(3), empty=True)
+    capacity.update(report("n3"))
+    assert fits(capacity, gang(3), empty=True)
+    capacity.remove("t", "n3")
+    assert not fits(capacity, gang(3), empty=True)
+    assert fits(capacity, gang(2), empty=True)
+    taint = Taint(key="gpu", value="broken", effect="NoSchedule")
+    capacity.set_node(NodeState(name="n1", taints=[taint]))
+    assert not fits(capacity, gang(2), empty=True)
+    capacity.set_topology(TopologyConfig(name="t", levels=["other"]))
+    answer = capacity.place("t", gang(1), empty=True)
+    assert isinstance(answer, str)  # a rack no longer among the levels: an invalid request
+    assert "other" in answer or RACK in answer

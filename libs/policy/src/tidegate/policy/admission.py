@@ -63,14 +63,8 @@ from tidegate.model import (
     WorkloadState,
 )
 from tidegate.model.events import ReleaseReason
-from tidegate.placement import (
-    CapacityView,
-    PlacementError,
-    PlacementRequest,
-    PlacementResult,
-    place,
-)
-from tidegate.policy.capacity import ClusterCapacity
+from tidegate.placement import PlacementRequest, PlacementResult
+from tidegate.policy.capacity import ClusterCapacity, place_or_message
 from tidegate.policy.cards import CardDemand, CardError, card_demand
 from tidegate.policy.common import TopologyProblem, choose_topology, queue_of
 from tidegate.policy.elastic import (
@@ -347,7 +341,7 @@ class Admission:
             if node in view:
                 view.remove_node(node)
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
-        result = _place(view, PlacementRequest(podsets=podsets, profile=profile))
+        result = place_or_message(view, PlacementRequest(podsets=podsets, profile=profile))
         if isinstance(result, str) or not result.fits:
             why = result if isinstance(result, str) else result.reason or "no room"
             lost = sum(p.count for p in podsets)
@@ -642,8 +636,6 @@ class Admission:
         except (ReplacementError, CardError) as exc:
             return _Failure("Invalid", f"podset {name} cannot grow: {exc}")
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
-        view = self.capacity.view(topology)
-        assert view is not None  # the topology is known (chosen among the known ones)
         counts = assigned_counts(admitted)
 
         def attempt(
@@ -662,7 +654,10 @@ class Admission:
             if verdict is not None:
                 return _Failure(verdict.reason, f"{count} more pods of {name}: {verdict.message}")
             delta = msgspec.structs.replace(shape, count=count)
-            result = _place(view, PlacementRequest(podsets=[delta], profile=profile))
+            result = self.capacity.place(
+                topology, PlacementRequest(podsets=[delta], profile=profile)
+            )
+            assert result is not None  # the topology is known (chosen among the known ones)
             if isinstance(result, str):
                 return _Failure("Invalid", result)
             if not result.fits:
@@ -878,9 +873,8 @@ class Admission:
         if failure.request is None:
             return self._wait(out, workload, queue.name, failure.reason, failure.message)
 
-        empty = self.capacity.empty_view(topology)
-        assert empty is not None  # the topology is known (checked above)
-        ever = _place(empty, failure.request)
+        ever = self.capacity.place(topology, failure.request, empty=True)
+        assert ever is not None  # the topology is known (checked above)
         if isinstance(ever, str) or not ever.fits:
             why = ever if isinstance(ever, str) else ever.reason
             nodes = self.capacity.nodes(topology)
@@ -950,9 +944,8 @@ class Admission:
             return _Failure(verdict.reason, verdict.message)
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
         placement = PlacementRequest(podsets=restricted, profile=profile)
-        view = self.capacity.view(topology)
-        assert view is not None  # the topology is known (checked by the caller)
-        result = _place(view, placement)
+        result = self.capacity.place(topology, placement)
+        assert result is not None  # the topology is known (checked by the caller)
         if isinstance(result, str):
             return _Failure("Invalid", result)
         if not result.fits:
@@ -1147,11 +1140,3 @@ def _more(new: Mapping[str, int], old: Mapping[str, int]) -> Resources:
     return {
         name: amount - old.get(name, 0) for name, amount in new.items() if amount > old.get(name, 0)
     }
-
-
-def _place(view: CapacityView, request: PlacementRequest) -> PlacementResult | str:
-    """Place, turning an invalid request into its message."""
-    try:
-        return place(view, request)
-    except PlacementError as exc:
-        return str(exc)

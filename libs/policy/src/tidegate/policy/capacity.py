@@ -15,10 +15,18 @@ node in several Topologies is corrected in all of them. Beside each view it keep
 view of the same nodes with nothing used, not cordoned and ready, to tell "cannot fit now"
 from "can never fit here" (TopologyPlacementFailed).
 
+Placement is a pure function of a view and a request, so :meth:`ClusterCapacity.place`
+remembers its answers per view until that view changes: workloads of the same shape waiting
+for capacity cost one placement per change of the view, not one each (docs/admission.md).
+
 Pure: no I/O; the admission service feeds it messages in the order the bus delivers them.
 """
 
 from collections.abc import Iterable, Mapping
+from typing import Final
+
+import msgspec
+from cachetools import LRUCache
 
 from tidegate.model import (
     CapacityNode,
@@ -28,8 +36,20 @@ from tidegate.model import (
     TopologyConfig,
 )
 from tidegate.model import resources as res
-from tidegate.placement import CapacityView, NodeCapacity
+from tidegate.placement import (
+    CapacityView,
+    NodeCapacity,
+    PlacementError,
+    PlacementRequest,
+    PlacementResult,
+    place,
+)
 from tidegate.policy.overlay import Overlay
+
+PLACEMENTS_REMEMBERED: Final = 1024
+"""Answers :meth:`ClusterCapacity.place` keeps per view (the least recently used go first)."""
+
+_request_key = msgspec.msgpack.Encoder().encode
 
 
 class ClusterCapacity:
@@ -48,6 +68,8 @@ class ClusterCapacity:
         self._topologies_of: dict[NodeName, set[str]] = {}
         self._holds: dict[NodeName, Resources] = {}
         self._watermark = 0
+        self._placements: dict[tuple[str, bool], LRUCache[bytes, PlacementResult | str]] = {}
+        """Per (Topology, empty view?): answers of :meth:`place` while that view is unchanged."""
         self.version = 0
         """Bumped whenever capacity may have grown (more free room, a node or topology added,
         levels changed), so callers can skip re-trying workloads when nothing grew."""
@@ -65,6 +87,7 @@ class ClusterCapacity:
 
     def remove_topology(self, name: str) -> None:
         """Forget a deleted Topology and its views."""
+        self._forget_placements(name, empty=True)
         self._levels.pop(name, None)
         self._views.pop(name, None)
         self._empty.pop(name, None)
@@ -135,6 +158,24 @@ class ClusterCapacity:
 
     # ------------------------------------------------------------------ queries
 
+    def place(
+        self, topology: str, request: PlacementRequest, *, empty: bool = False
+    ) -> PlacementResult | str | None:
+        """Place ``request`` on the live view of ``topology`` (``empty``: on its empty view):
+        the result, an invalid request's message, or None if the Topology is unknown. The same
+        request on a view unchanged since is answered from memory."""
+        view = (self._empty if empty else self._views).get(topology)
+        if view is None:
+            return None
+        answers = self._placements.get((topology, empty))
+        if answers is None:
+            answers = self._placements[(topology, empty)] = LRUCache(PLACEMENTS_REMEMBERED)
+        key = _request_key(request)
+        answer = answers.get(key)
+        if answer is None:
+            answer = answers[key] = place_or_message(view, request)
+        return answer
+
     def topologies(self) -> list[str]:
         """Names of the known Topologies, sorted."""
         return sorted(self._levels)
@@ -165,7 +206,14 @@ class ClusterCapacity:
 
     # ------------------------------------------------------------------ internals
 
+    def _forget_placements(self, topology: str, *, empty: bool) -> None:
+        """The live view of ``topology`` changed (``empty``: its empty view too)."""
+        self._placements.pop((topology, False), None)
+        if empty:
+            self._placements.pop((topology, True), None)
+
     def _rebuild(self, topology: str) -> None:
+        self._forget_placements(topology, empty=True)
         levels = self._levels[topology]
         reports = self._reports.get(topology, {})
         self._views[topology] = CapacityView(
@@ -188,11 +236,14 @@ class ClusterCapacity:
         view.upsert_node(self._node(topology, node, report, empty=False))
         empty = self._node(topology, node, report, empty=True)
         known = self._empty_nodes[topology]
-        if known.get(node) != empty:
+        changed = known.get(node) != empty
+        if changed:
             self._empty[topology].upsert_node(empty)
             known[node] = empty
+        self._forget_placements(topology, empty=changed)
 
     def _leave(self, topology: str, node: NodeName) -> None:
+        self._forget_placements(topology, empty=True)
         self.overlay.forget(topology, node)
         topologies = self._topologies_of.get(node)
         if topologies is not None:
@@ -230,6 +281,14 @@ class ClusterCapacity:
             ready=ready,
             unschedulable=state is not None and state.unschedulable,
         )
+
+
+def place_or_message(view: CapacityView, request: PlacementRequest) -> PlacementResult | str:
+    """Place ``request`` on ``view``, turning an invalid request into its message."""
+    try:
+        return place(view, request)
+    except PlacementError as exc:
+        return str(exc)
 
 
 def _grew(before: CapacityNode, after: CapacityNode) -> bool:

@@ -1,0 +1,176 @@
+"""Benchmark of an admission cycle under a long queue: the CPU one cycle costs when many
+workloads wait for capacity on a full cluster and capacity keeps changing.
+
+    python bench/admission_backlog.py [--json] [--out FILE] [--nodes 1024] [--waiting 1000]
+                                      [--cycles 20] [--seed 1]
+
+Runs the pure admission policy (``tidegate.policy.admission.Admission``) in this process, no
+bus and no service: the decision loop alone. The cluster is ``--nodes`` nodes of 8 GPUs in
+racks of 32 and blocks of 16 racks. Gangs drawn as ``bench/e2e.py`` draws its Jobs (the
+heavy-tail mix: 2**X pods, X exponential of mean 1, at most 256; 1, 2, 4 or 8 GPUs per pod; a
+third rack-required, a third rack-preferred, a third unconstrained) are admitted until the
+first does not fit; then ``--waiting`` more are queued and one cycle places them all (the
+first cycle). Each of the ``--cycles`` timed cycles follows a capacity report that frees one
+GPU on a node, so capacity grew and every waiting workload is retried, as under overload in
+the whole pipeline (docs/benchmarks.md).
+
+Figures: the first cycle's time, the mean time per timed cycle and per waiting workload in
+it, and how many distinct shapes the waiting workloads have. With --json it prints one object
+(and writes it to --out when given). Measurements, never assertions; the load average is
+reported beside them.
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+from tidegate.model import (
+    Admitted,
+    CapacityNode,
+    PodSetSpec,
+    QueueConfig,
+    TopologyConfig,
+    TopologyRequest,
+    WorkloadState,
+)
+from tidegate.policy.admission import Admission
+
+LEVELS = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
+NODES_PER_RACK = 32
+RACKS_PER_BLOCK = 16
+NODE = {"cpu": 128_000, "memory": 1024 * 2**30, "nvidia.com/gpu": 8, "pods": 110}
+GPU_CHOICES = (1, 2, 4, 8)
+MAX_PODS = 256
+
+
+def reports(count: int) -> list[CapacityNode]:
+    """Capacity reports of ``count`` idle nodes in Topology ``default``."""
+    out = []
+    for index in range(count):
+        block, rest = divmod(index, RACKS_PER_BLOCK * NODES_PER_RACK)
+        rack = rest // NODES_PER_RACK
+        name = f"node-{index}"
+        out.append(
+            CapacityNode(
+                topology="default",
+                node=name,
+                domain=[f"b{block}", f"b{block}-r{rack}", name],
+                allocatable=dict(NODE),
+                free=dict(NODE),
+            )
+        )
+    return out
+
+
+def gang(index: int, rng: random.Random) -> WorkloadState:
+    """A training gang of the e2e benchmark's heavy-tail mix."""
+    pods = max(1, min(MAX_PODS, int(2 ** rng.expovariate(1.0))))
+    gpus = rng.choice(GPU_CHOICES)
+    shape = rng.randrange(3)
+    topology = (
+        TopologyRequest(required=LEVELS[1])
+        if shape == 0
+        else TopologyRequest(preferred=LEVELS[1])
+        if shape == 1
+        else TopologyRequest(unconstrained=True)
+    )
+    podset = PodSetSpec(
+        name="main",
+        count=pods,
+        requests={"cpu": 1000, "nvidia.com/gpu": gpus},
+        topology=topology,
+    )
+    return WorkloadState(
+        namespace="bench",
+        name=f"job-{index}",
+        uid=f"uid-{index}",
+        owner_kind="Job",
+        queue="bench",
+        service_type="training",
+        created_at=float(index),
+        podsets=[podset],
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, object]:
+    """Fill the cluster, queue the backlog, time the cycles; return the figures."""
+    load = os.getloadavg()[0]
+    admission = Admission()
+    admission.capacity.set_topology(TopologyConfig(name="default", levels=LEVELS))
+    admission.set_queue(QueueConfig(name="bench"))
+    nodes = reports(args.nodes)
+    for report in nodes:
+        admission.capacity.update(report)
+    rng = random.Random(args.seed)
+    index = 0
+    while True:
+        index += 1
+        admission.set_workload(gang(index, rng))
+        decisions = admission.cycle(now=0.0)
+        if not any(isinstance(d.body, Admitted) for d in decisions):
+            break
+    admitted = len(admission.admitted())
+    backlog = [gang(index + n + 1, rng) for n in range(args.waiting)]
+    for workload in backlog:
+        admission.set_workload(workload)
+    started = time.perf_counter()
+    admission.cycle(now=0.0)
+    first = time.perf_counter() - started
+    waiting = len(admission.waiting())
+
+    spent = 0.0
+    for cycle in range(args.cycles):
+        report = nodes[cycle % len(nodes)]
+        busy = msgspec.structs.replace(report, free={**report.free, "nvidia.com/gpu": 0})
+        admission.capacity.update(busy)
+        admission.capacity.update(
+            msgspec.structs.replace(busy, free={**report.free, "nvidia.com/gpu": 1})
+        )
+        started = time.perf_counter()
+        admission.cycle(now=0.0)
+        spent += time.perf_counter() - started
+    per_cycle = spent / args.cycles
+    shapes = {msgspec.json.encode(w.podsets) for w in backlog}
+    return {
+        "nodes": args.nodes,
+        "admitted_before_backlog": admitted,
+        "waiting": waiting,
+        "distinct_shapes_waiting": len(shapes),
+        "first_cycle_ms": round(first * 1e3, 1),
+        "cycle_ms": round(per_cycle * 1e3, 1),
+        "per_waiting_workload_us": round(per_cycle / max(1, waiting) * 1e6, 1),
+        "cycles": args.cycles,
+        "load_average": round(load, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments, run, print the figures."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1024)
+    parser.add_argument("--waiting", type=int, default=1000, help="workloads queued when full")
+    parser.add_argument("--cycles", type=int, default=20, help="timed cycles")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", type=Path, help="also write the JSON object to this file")
+    args = parser.parse_args(argv)
+    figures = run(args)
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for name, value in figures.items():
+            print(f"{name:>28}: {value}")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
