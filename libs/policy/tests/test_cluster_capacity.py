@@ -6,6 +6,7 @@ that the placements it remembers are forgotten by every change of the view they 
 """
 
 import msgspec
+import pytest
 
 from tidegate.model import (
     CapacityNode,
@@ -16,7 +17,7 @@ from tidegate.model import (
     TopologyConfig,
     TopologyRequest,
 )
-from tidegate.placement import NodeCapacity, PlacementRequest, PlacementResult
+from tidegate.placement import CapacityView, NodeCapacity, PlacementRequest, PlacementResult
 from tidegate.policy.capacity import ClusterCapacity
 
 RACK = "tidegate.io/rack"
@@ -147,3 +148,36 @@ def test_every_change_of_the_empty_view_forgets_what_was_placed_on_it() -> None:
     answer = capacity.place("t", gang(1), empty=True)
     assert isinstance(answer, str)  # a rack no longer among the levels: an invalid request
     assert "other" in answer or RACK in answer
+
+
+def test_reports_between_two_reads_are_written_into_the_views_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    capacity = cluster()
+    assert capacity.view("t") is not None  # the set-up's reports are written
+    written: list[str] = []
+    upsert = CapacityView.upsert_node
+
+    def counting(view: CapacityView, node: NodeCapacity) -> None:
+        written.append(node.name)
+        upsert(view, node)
+
+    monkeypatch.setattr(CapacityView, "upsert_node", counting)
+    for free in (7, 6, 5, 4):
+        capacity.update(report("n1", free=free))
+    assert written == []
+    assert nodes(capacity, empty=False)["n1"].used == {"nvidia.com/gpu": 4}
+    assert written == ["n1"]  # the live view once; the empty view did not change
+
+
+def test_a_node_that_left_and_came_back_between_two_reads_is_in_the_views() -> None:
+    capacity = cluster()
+    capacity.update(report("n1", free=3))
+    capacity.remove("t", "n1")
+    assert set(nodes(capacity, empty=False)) == {"n2"}
+    capacity.update(report("n2", free=1))
+    capacity.remove("t", "n2")
+    capacity.update(report("n2", free=2))
+    assert set(nodes(capacity, empty=False)) == {"n2"}
+    assert nodes(capacity, empty=False)["n2"].used == {"nvidia.com/gpu": 6}
+    assert set(nodes(capacity, empty=True)) == {"n2"}

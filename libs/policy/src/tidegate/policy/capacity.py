@@ -15,9 +15,11 @@ node in several Topologies is corrected in all of them. Beside each view it keep
 view of the same nodes with nothing used, not cordoned and ready, to tell "cannot fit now"
 from "can never fit here" (TopologyPlacementFailed).
 
-Placement is a pure function of a view and a request, so :meth:`ClusterCapacity.place`
-remembers its answers per view until that view changes: workloads of the same shape waiting
-for capacity cost one placement per change of the view, not one each (docs/admission.md).
+Changes reach the views when they are next read, not as they arrive: a node reported
+several times in between is written once. Placement is a pure function of a view and a
+request, so :meth:`ClusterCapacity.place` remembers its answers per view until that view
+changes: workloads of the same shape waiting for capacity cost one placement per change of the
+view, not one each (docs/admission.md).
 
 Pure: no I/O; the admission service feeds it messages in the order the bus delivers them.
 """
@@ -68,6 +70,8 @@ class ClusterCapacity:
         self._topologies_of: dict[NodeName, set[str]] = {}
         self._holds: dict[NodeName, Resources] = {}
         self._watermark = 0
+        self._stale: set[tuple[str, NodeName]] = set()
+        """(Topology, node) pairs whose entries in the views are behind: rewritten on a read."""
         self._placements: dict[tuple[str, bool], LRUCache[bytes, PlacementResult | str]] = {}
         """Per (Topology, empty view?): answers of :meth:`place` while that view is unchanged."""
         self.version = 0
@@ -164,7 +168,7 @@ class ClusterCapacity:
         """Place ``request`` on the live view of ``topology`` (``empty``: on its empty view):
         the result, an invalid request's message, or None if the Topology is unknown. The same
         request on a view unchanged since is answered from memory."""
-        view = (self._empty if empty else self._views).get(topology)
+        view = self.empty_view(topology) if empty else self.view(topology)
         if view is None:
             return None
         answers = self._placements.get((topology, empty))
@@ -185,11 +189,14 @@ class ClusterCapacity:
         return self._levels.get(topology)
 
     def view(self, topology: str) -> CapacityView | None:
-        """The live view of ``topology`` (corrected), or None if the Topology is unknown."""
+        """The live view of ``topology`` (corrected), or None if the Topology is unknown.
+        It is current when returned; later changes reach it at the next call."""
+        self._catch_up()
         return self._views.get(topology)
 
     def empty_view(self, topology: str) -> CapacityView | None:
         """The same nodes with nothing used: what ``topology`` could ever hold."""
+        self._catch_up()
         return self._empty.get(topology)
 
     def nodes(self, topology: str) -> int:
@@ -229,6 +236,14 @@ class ClusterCapacity:
                 self._refresh(topology, node)
 
     def _refresh(self, topology: str, node: NodeName) -> None:
+        self._stale.add((topology, node))
+
+    def _catch_up(self) -> None:
+        """Rewrite the stale entries of the views."""
+        while self._stale:
+            self._rewrite(*self._stale.pop())
+
+    def _rewrite(self, topology: str, node: NodeName) -> None:
         view = self._views.get(topology)
         report = self._reports.get(topology, {}).get(node)
         if view is None or report is None:
