@@ -103,21 +103,23 @@ def nodes(count: int) -> list[CapacityNode]:
     return out
 
 
+def rack_mix(rng: random.Random) -> TopologyRequest:
+    """A topology request drawn evenly: rack required, rack preferred, or unconstrained."""
+    shape = rng.randrange(3)
+    if shape == 0:
+        return TopologyRequest(required=LEVELS[1])
+    if shape == 1:
+        return TopologyRequest(preferred=LEVELS[1])
+    return TopologyRequest(unconstrained=True)
+
+
 def synthetic_workload(name: str, rng: random.Random) -> WorkloadState:
     """A gang of 1–64 pods with a mix of GPU use and topology requests."""
     pods = rng.randint(1, 64)
     requests = {"cpu": 1000, "memory": 2 * GIB}
     if rng.random() < 0.25:
         requests["nvidia.com/gpu"] = 1
-    shape = rng.randrange(3)
-    topology = (
-        TopologyRequest(required=LEVELS[1])
-        if shape == 0
-        else TopologyRequest(preferred=LEVELS[1])
-        if shape == 1
-        else TopologyRequest(unconstrained=True)
-    )
-    podset = PodSetSpec(name="workers", count=pods, requests=requests, topology=topology)
+    podset = PodSetSpec(name="workers", count=pods, requests=requests, topology=rack_mix(rng))
     return WorkloadState(
         namespace="bench",
         name=name,

@@ -29,62 +29,30 @@ import time
 from pathlib import Path
 
 import msgspec
+from admission import LEVELS, nodes, rack_mix
 
 from tidegate.model import (
     Admitted,
-    CapacityNode,
     PodSetSpec,
     QueueConfig,
     TopologyConfig,
-    TopologyRequest,
     WorkloadState,
 )
 from tidegate.policy.admission import Admission
 
-LEVELS = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
-NODES_PER_RACK = 32
-RACKS_PER_BLOCK = 16
-NODE = {"cpu": 128_000, "memory": 1024 * 2**30, "nvidia.com/gpu": 8, "pods": 110}
 GPU_CHOICES = (1, 2, 4, 8)
 MAX_PODS = 256
-
-
-def reports(count: int) -> list[CapacityNode]:
-    """Capacity reports of ``count`` idle nodes in Topology ``default``."""
-    out = []
-    for index in range(count):
-        block, rest = divmod(index, RACKS_PER_BLOCK * NODES_PER_RACK)
-        rack = rest // NODES_PER_RACK
-        name = f"node-{index}"
-        out.append(
-            CapacityNode(
-                topology="default",
-                node=name,
-                domain=[f"b{block}", f"b{block}-r{rack}", name],
-                allocatable=dict(NODE),
-                free=dict(NODE),
-            )
-        )
-    return out
 
 
 def gang(index: int, rng: random.Random) -> WorkloadState:
     """A training gang of the e2e benchmark's heavy-tail mix."""
     pods = max(1, min(MAX_PODS, int(2 ** rng.expovariate(1.0))))
     gpus = rng.choice(GPU_CHOICES)
-    shape = rng.randrange(3)
-    topology = (
-        TopologyRequest(required=LEVELS[1])
-        if shape == 0
-        else TopologyRequest(preferred=LEVELS[1])
-        if shape == 1
-        else TopologyRequest(unconstrained=True)
-    )
     podset = PodSetSpec(
         name="main",
         count=pods,
         requests={"cpu": 1000, "nvidia.com/gpu": gpus},
-        topology=topology,
+        topology=rack_mix(rng),
     )
     return WorkloadState(
         namespace="bench",
@@ -104,8 +72,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     admission = Admission()
     admission.capacity.set_topology(TopologyConfig(name="default", levels=LEVELS))
     admission.set_queue(QueueConfig(name="bench"))
-    nodes = reports(args.nodes)
-    for report in nodes:
+    reports = nodes(args.nodes)
+    for report in reports:
         admission.capacity.update(report)
     rng = random.Random(args.seed)
     index = 0
@@ -126,7 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
     spent = 0.0
     for cycle in range(args.cycles):
-        report = nodes[cycle % len(nodes)]
+        report = reports[cycle % len(reports)]
         busy = msgspec.structs.replace(report, free={**report.free, "nvidia.com/gpu": 0})
         admission.capacity.update(busy)
         admission.capacity.update(
