@@ -106,7 +106,7 @@ class ClusterCapacity:
         self._nodes[name] = node
         if before is None or before != node:
             for topology in self._topologies_of.get(name, ()):
-                self._refresh(topology, name)
+                self._mark_stale(topology, name)
             self.version += 1
 
     def remove_node(self, name: str) -> None:
@@ -122,7 +122,7 @@ class ClusterCapacity:
         self._topologies_of.setdefault(node, set()).add(report.topology)
         self._watermark = max(self._watermark, report.applied_sequence)
         self.overlay.report(report.topology, node, report.applied_sequence)
-        self._refresh(report.topology, node)
+        self._mark_stale(report.topology, node)
         if before is None or _grew(before, report):
             self.version += 1
 
@@ -136,20 +136,20 @@ class ClusterCapacity:
     def take(self, sequence: int, usage: Mapping[NodeName, Resources], *, at: float) -> None:
         """Record decision ``sequence`` taking ``usage``: unavailable until reported applied."""
         self.overlay.add(sequence, usage, at=at)
-        self._refresh_nodes(usage)
+        self._mark_stale_nodes(usage)
 
     def expire_overlay(self, *, before: float) -> None:
         """Drop overlay entries the cache has applied (sequence ≤ its highest report) that are
         older than ``before``: their nodes were never republished (see overlay.py)."""
         changed = self.overlay.expire(watermark=self._watermark, before=before)
-        self._refresh_nodes(changed)
+        self._mark_stale_nodes(changed)
         if changed:
             self.version += 1
 
     def hold(self, node: NodeName, amount: Mapping[str, int]) -> None:
         """Set ``amount`` aside on ``node`` (in every Topology) until :meth:`unhold`."""
         self._holds[node] = res.add(self._holds.get(node, {}), amount)
-        self._refresh_nodes([node])
+        self._mark_stale_nodes([node])
 
     def unhold(self, node: NodeName, amount: Mapping[str, int]) -> None:
         """Give back what :meth:`hold` set aside (callers decide whether that is growth)."""
@@ -158,7 +158,7 @@ class ClusterCapacity:
             self._holds[node] = left
         else:
             self._holds.pop(node, None)
-        self._refresh_nodes([node])
+        self._mark_stale_nodes([node])
 
     # ------------------------------------------------------------------ queries
 
@@ -230,12 +230,12 @@ class ClusterCapacity:
         self._empty[topology] = CapacityView(levels, list(empty.values()))
         self._empty_nodes[topology] = empty
 
-    def _refresh_nodes(self, nodes: Iterable[NodeName]) -> None:
+    def _mark_stale_nodes(self, nodes: Iterable[NodeName]) -> None:
         for node in nodes:
             for topology in self._topologies_of.get(node, ()):
-                self._refresh(topology, node)
+                self._mark_stale(topology, node)
 
-    def _refresh(self, topology: str, node: NodeName) -> None:
+    def _mark_stale(self, topology: str, node: NodeName) -> None:
         self._stale.add((topology, node))
 
     def _catch_up(self) -> None:
