@@ -30,6 +30,7 @@ from pathlib import Path
 
 import msgspec
 from admission import LEVELS, nodes, rack_mix
+from e2e import GPU_CHOICES, draw_pods
 
 from tidegate.model import (
     Admitted,
@@ -40,13 +41,10 @@ from tidegate.model import (
 )
 from tidegate.policy.admission import Admission
 
-GPU_CHOICES = (1, 2, 4, 8)
-MAX_PODS = 256
-
 
 def gang(index: int, rng: random.Random) -> WorkloadState:
     """A training gang of the e2e benchmark's heavy-tail mix."""
-    pods = max(1, min(MAX_PODS, int(2 ** rng.expovariate(1.0))))
+    pods = draw_pods(rng, "heavy-tail")
     gpus = rng.choice(GPU_CHOICES)
     podset = PodSetSpec(
         name="main",
