@@ -39,6 +39,10 @@ decision stream):
 - every service's **CPU seconds** and **peak RSS** (``/proc/<pid>``: utime+stime, VmHWM), the
   nats-server's, and this process's (the simulated cluster and the harness), and each one's
   **CPU per Job** during the load with the share of a core it kept busy (``cpu_per_job``);
+- **NATS messages per Job** (``bus_messages_per_job``), sent and received by each connection
+  from the first create to the end of the drain, from the nats-server's connection counters
+  (``/connz``): publishes, acknowledgements and requests sent; deliveries, publish
+  acknowledgements and replies received;
 - **start-up replay time** of each service at the end: SIGTERM, start again, time until
   ``/readyz`` answers (the replay of the streams is what it waits for).
 
@@ -46,6 +50,9 @@ decision stream):
 or halving when that rate already falls behind, then bisecting) and reports the highest rate
 whose backlog did not grow (slope ≤ 10% of the rate), whose admitted rate kept up with the
 offered one (≥ 90%) and that lost or duplicated nothing.
+
+Everything runs on the event loop ``TIDEGATE_EVENT_LOOP`` names (uvloop unless it says
+``asyncio``), the harness and the services alike; the JSON records it (``event_loop``).
 
 Figures are measurements, never assertions; everything shares this machine's cores, so the load
 average is reported too. Keep runs short on a shared machine.
@@ -81,6 +88,7 @@ from tidegate.kube import JOBS, NAMESPACES, PRIORITY_CLASSES, QUEUES, KubeClient
 from tidegate.kube import PODS as KUBE_PODS
 from tidegate.kube import connect as kube_connect
 from tidegate.model import Admitted, Pending, Released, WorkloadState, subjects
+from tidegate.runtime import eventloop
 from tidegate.sim.kinds import PODS
 from tidegate.testing import connected
 
@@ -421,6 +429,57 @@ def process_figures(stack: LocalStack) -> dict[str, dict[str, float]]:
     return out
 
 
+BusCounts = dict[str, tuple[int, int, int, int]]
+"""Per NATS connection name: messages and bytes it sent to the server(s), and received."""
+
+
+def bus_counts(stack: LocalStack) -> BusCounts:
+    """What every open NATS connection has sent and received so far, by connection name (each
+    service names its connection after itself), summed over the servers of a cluster."""
+    counts: BusCounts = {}
+    members = getattr(stack.nats, "members", None) or [stack.nats]
+    for member in members:
+        if not member.running:
+            continue
+        found = member.monitoring("connz?limit=4096")
+        for conn in found.get("connections") or []:
+            name = str(conn.get("name") or "unnamed")
+            sent, received, sent_bytes, received_bytes = counts.get(name, (0, 0, 0, 0))
+            counts[name] = (
+                sent + int(conn.get("in_msgs", 0)),
+                received + int(conn.get("out_msgs", 0)),
+                sent_bytes + int(conn.get("in_bytes", 0)),
+                received_bytes + int(conn.get("out_bytes", 0)),
+            )
+    return counts
+
+
+def bus_per_job(before: BusCounts, after: BusCounts, jobs: int) -> dict[str, dict[str, float]]:
+    """Messages (and KiB) each connection sent to NATS and received from it per Job, between
+    two :func:`bus_counts`: publishes, acknowledgements and requests out; deliveries, publish
+    acknowledgements and replies in. A connection opened in between counts from zero."""
+    if jobs <= 0:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    total = [0, 0, 0, 0]
+    for name, now in sorted(after.items()):
+        then = before.get(name, (0, 0, 0, 0))
+        delta = [max(n - t, 0) for n, t in zip(now, then, strict=True)]
+        total = [a + b for a, b in zip(total, delta, strict=True)]
+        out[name] = _bus_row(delta, jobs)
+    out["all"] = _bus_row(total, jobs)
+    return out
+
+
+def _bus_row(delta: list[int], jobs: int) -> dict[str, float]:
+    return {
+        "sent": round(delta[0] / jobs, 1),
+        "received": round(delta[1] / jobs, 1),
+        "sent_kib": round(delta[2] / jobs / 1024, 1),
+        "received_kib": round(delta[3] / jobs / 1024, 1),
+    }
+
+
 # ------------------------------------------------------------------------------------- runs
 
 
@@ -664,6 +723,7 @@ async def run_load(
             )
             await asyncio.sleep(1.0)
 
+    bus_before = bus_counts(stack)
     sampler = asyncio.create_task(sample())
     lag = await submit(kube, observer, specs)
     submitted_at = time.monotonic()
@@ -677,6 +737,7 @@ async def run_load(
     done.set()
     await sampler
     drained_at = time.monotonic()
+    bus = bus_per_job(bus_before, bus_counts(stack), len(specs))
     await asyncio.sleep(1.0)  # the last decisions reach the observer
     jobs = [observer.jobs[n] for n in names]
     backlog_at_end = sum(1 for j in jobs if j.all_ungated() is None)
@@ -723,6 +784,7 @@ async def run_load(
         "stages": stage_percentiles(stages),
         "cpu_per_second": cpu_per_second(cpu),
         "cpu_per_job": cpu_per_job(cpu, len(specs)),
+        "bus_messages_per_job": bus,
         "offered_jobs": len(specs),
         "offered_per_s": rate,
         "offered_pods": sum(s.pods for s in specs),
@@ -805,10 +867,12 @@ async def set_up(kube: KubeClient) -> None:
 
 
 def stack_settings(args: argparse.Namespace, workdir: Path) -> StackSettings:
-    """The local stack at the benchmark's scale, with quiet logs and no webhook."""
+    """The local stack at the benchmark's scale, with quiet logs, no webhook, and the
+    services on the harness's event loop (unless ``--env`` says otherwise)."""
     env: Mapping[str, str] = {
         "TIDEGATE_LOG_LEVEL": "WARNING",
         "TIDEGATE_WEBHOOK": "off",
+        eventloop.EVENT_LOOP_ENV: eventloop.configured_kind(),
         **dict(item.split("=", 1) for item in args.env),
     }
     return StackSettings(
@@ -889,6 +953,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "sizes": args.sizes,
                     "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
                     "service_env": list(args.env),
+                    "event_loop": eventloop.running_loop_kind(),
                     "stack_start_s": start_up,
                 }
                 if args.find_max_rate:
@@ -1027,6 +1092,16 @@ def print_cpu_per_job(cost: Mapping[str, Any]) -> None:
     )
 
 
+def print_bus_per_job(bus: Mapping[str, Mapping[str, float]]) -> None:
+    """NATS messages per Job, sent / received, by connection (see :func:`bus_per_job`)."""
+    if not bus:
+        return
+    print(
+        "  NATS messages per Job, sent / received: "
+        + ", ".join(f"{name} {row['sent']} / {row['received']}" for name, row in bus.items())
+    )
+
+
 def print_run(figures: Mapping[str, Any]) -> None:
     """The figures of one run, readably."""
     load = figures["offered_load"]
@@ -1063,6 +1138,7 @@ def print_run(figures: Mapping[str, Any]) -> None:
             + f" ({', '.join(name.removesuffix('_ms') for name in STAGES)})"
         )
     print_cpu_per_job(figures.get("cpu_per_job") or {})
+    print_bus_per_job(figures.get("bus_messages_per_job") or {})
     print(
         f"  admitted {figures['admitted_per_s']} workloads/s; pending reasons "
         f"{figures['pending_reasons'] or 'none'}"
@@ -1119,7 +1195,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if any("=" not in item for item in args.env):
         parser.error("--env takes TIDEGATE_NAME=VALUE")
-    figures = asyncio.run(run(args))
+    try:
+        figures = eventloop.run(run(args))
+    except eventloop.EventLoopError as exc:
+        parser.error(str(exc))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(figures, indent=2) + "\n")

@@ -14,7 +14,6 @@ GPU nodes for the run, see docs/nodes.md); the embedded simulator stays the defa
 """
 
 import argparse
-import asyncio
 import json
 import logging
 import shutil
@@ -77,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from tidegate.cli.nodeagent import AgentError
     from tidegate.cli.stack import StackError
     from tidegate.kube import KubeError
+    from tidegate.runtime import eventloop
 
     if args.time_scale <= 0:
         print("tidegate demo: --time-scale must be positive", file=sys.stderr)
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     try:
-        record, failed = asyncio.run(
+        record, failed = eventloop.run(
             run_demo(
                 trace,
                 say,
@@ -113,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
     except (StackError, AgentError, KubeError) as exc:
         print(f"tidegate demo: {exc}", file=sys.stderr)
         return 1
+    except eventloop.EventLoopError as exc:
+        print(f"tidegate demo: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     report = to_json(record)

@@ -75,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the cluster until interrupted; returns the exit status."""
+    from tidegate.runtime import eventloop
     from tidegate.sim import SettingsError, SimCluster, SimSettings, TopologyError
 
     settings = SimSettings(
@@ -114,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
             print("tidegate sim: stopping", flush=True)
 
     try:
-        asyncio.run(serve())
-    except (SettingsError, TopologyError) as exc:
+        eventloop.run(serve())
+    except (SettingsError, TopologyError, eventloop.EventLoopError) as exc:
         print(f"tidegate sim: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -236,7 +236,7 @@ class LocalStack:
         store = settings.workdir / "jetstream"
         store.mkdir(exist_ok=True)
         nats: NatsServerProcess | NatsCluster = (
-            NatsServerProcess(store_dir=store)
+            NatsServerProcess(store_dir=store, monitor_port=0)
             if settings.nats_servers == 1
             else NatsCluster(size=settings.nats_servers, store_dir=store)
         )

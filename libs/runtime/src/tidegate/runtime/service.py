@@ -48,6 +48,7 @@ from tidegate.bus import (
     connect,
     default_holder_id,
 )
+from tidegate.runtime import eventloop
 from tidegate.runtime.http import Readiness, make_app, serve
 from tidegate.runtime.metrics import Metrics
 from tidegate.runtime.settings import S, SettingsError, load_settings
@@ -349,7 +350,10 @@ def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> NoReturn:
     if profiler is not None:
         profiler.enable()
     try:
-        code = asyncio.run(run_bounded(service, limit))
+        code = eventloop.run(run_bounded(service, limit), settings.event_loop)
+    except eventloop.EventLoopError as exc:
+        sys.stderr.write(f"tidegate-{name}: {exc}\n")
+        code = 2
     finally:
         shutdown_tracing()
         if profiler is not None and settings.cprofile_dir is not None:

@@ -28,6 +28,7 @@ import yaml
 
 from tidegate.bus import BusSettings, servers_from_url
 from tidegate.model import subjects
+from tidegate.runtime.eventloop import EventLoopKind
 
 ENV_PREFIX: Final = "TIDEGATE_"
 CONFIG_ENV: Final = "TIDEGATE_CONFIG"
@@ -82,6 +83,9 @@ class ServiceSettings:
     shutdown_margin_seconds: float = 30.0
     """How much longer than the grace a process's stop may take (draining NATS, releasing
     leases) before it ends anyway with exit 1, after logging its tasks."""
+    event_loop: EventLoopKind = "uvloop"
+    """The asyncio event loop: ``uvloop`` (libuv, less CPU per message and request) or
+    ``asyncio`` (the standard library's)."""
     cprofile_dir: Path | None = None
     """For profiling: run the process under cProfile (CPU time) and write ``<service>-<pid>.prof`` here
     when it exits (slows it down; never in production)."""
