@@ -51,6 +51,11 @@ from tidegate.policy.overlay import Overlay
 PLACEMENTS_REMEMBERED: Final = 1024
 """Answers :meth:`ClusterCapacity.place` keeps per view (the least recently used go first)."""
 
+STALE_WRITTEN_AT: Final = 1024
+"""Stale (Topology, node) entries at which the views are rewritten at once rather than on the
+next read: a burst of reports (every node of a large cluster at start) is written as it comes,
+so no read pays for more than this many (docs/admission.md, "A cycle")."""
+
 _request_key = msgspec.msgpack.Encoder().encode
 
 
@@ -237,6 +242,8 @@ class ClusterCapacity:
 
     def _mark_stale(self, topology: str, node: NodeName) -> None:
         self._stale.add((topology, node))
+        if len(self._stale) >= STALE_WRITTEN_AT:
+            self._catch_up()
 
     def _catch_up(self) -> None:
         """Rewrite the stale entries of the views."""
