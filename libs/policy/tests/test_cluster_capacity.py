@@ -41,6 +41,19 @@ def nodes(capacity: ClusterCapacity, *, empty: bool) -> dict[str, NodeCapacity]:
     return {node.name: node for node in view.nodes()}
 
 
+def count_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, the name of every node written into a view, in order."""
+    written: list[str] = []
+    upsert = CapacityView.upsert_node
+
+    def counting(view: CapacityView, node: NodeCapacity) -> None:
+        written.append(node.name)
+        upsert(view, node)
+
+    monkeypatch.setattr(CapacityView, "upsert_node", counting)
+    return written
+
+
 def cluster() -> ClusterCapacity:
     """Topology ``t`` (one level, the rack) with two nodes of 8 GPUs, all free."""
     capacity = ClusterCapacity()
@@ -155,14 +168,7 @@ def test_reports_between_two_reads_are_written_into_the_views_once(
 ) -> None:
     capacity = cluster()
     assert capacity.view("t") is not None  # the set-up's reports are written
-    written: list[str] = []
-    upsert = CapacityView.upsert_node
-
-    def counting(view: CapacityView, node: NodeCapacity) -> None:
-        written.append(node.name)
-        upsert(view, node)
-
-    monkeypatch.setattr(CapacityView, "upsert_node", counting)
+    written = count_writes(monkeypatch)
     for free in (7, 6, 5, 4):
         capacity.update(report("n1", free=free))
     assert written == []
@@ -177,14 +183,7 @@ def test_a_burst_of_reports_is_written_as_it_comes_so_no_read_pays_for_all_of_it
     bound, that read rewrote all of them (1.2 s at 16,384 nodes, in the first admission)."""
     capacity = cluster()
     assert capacity.view("t") is not None
-    written: list[str] = []
-    upsert = CapacityView.upsert_node
-
-    def counting(view: CapacityView, node: NodeCapacity) -> None:
-        written.append(node.name)
-        upsert(view, node)
-
-    monkeypatch.setattr(CapacityView, "upsert_node", counting)
+    written = count_writes(monkeypatch)
     burst = STALE_WRITTEN_AT * 3 + 5
     for index in range(burst):
         capacity.update(report(f"m{index:05d}", free=index % 9))
