@@ -10,7 +10,9 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 from tidegate.bus import Received
-from tidegate.model import Admitted, Envelope, Pending, Released
+from tidegate.bus.server import NatsServerProcess
+from tidegate.model import Admitted, Envelope, Pending, Released, subjects
+from tidegate.testing import connected
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "e2e.py"
 
@@ -205,3 +207,46 @@ def test_cpu_per_job_counts_only_the_load() -> None:
     assert cost["all_ms_per_job"] == 30.0
     assert cost["all_cores"] == 0.6
     assert e2e.cpu_per_job(samples[:1], 200) == {}
+
+
+def test_bus_messages_per_job_are_the_counters_growth_over_the_jobs() -> None:
+    before = {"watcher": (100, 100, 10_240, 10_240), "ungater": (5, 50, 0, 0)}
+    after = {
+        "watcher": (300, 300, 30_720, 30_720),
+        "ungater": (25, 450, 2_048, 40_960),
+        "restarted": (10, 20, 1_024, 1_024),  # a connection opened in between counts from zero
+    }
+    rows = e2e.bus_per_job(before, after, 20)
+    assert rows["watcher"] == {"sent": 10.0, "received": 10.0, "sent_kib": 1.0, "received_kib": 1.0}
+    assert rows["ungater"] == {"sent": 1.0, "received": 20.0, "sent_kib": 0.1, "received_kib": 2.0}
+    assert rows["restarted"]["sent"] == 0.5
+    assert rows["all"]["sent"] == 11.5
+    assert rows["all"]["received"] == 31.0
+    assert e2e.bus_per_job(before, after, 0) == {}
+
+
+async def test_bus_counts_read_each_named_connection_from_the_server(cluster_id: str) -> None:
+    """What the nats-server says a named connection sent (each publish) and received (each
+    publish's acknowledgement), told apart by their sizes."""
+    with NatsServerProcess(monitor_port=0) as server:
+        stack = SimpleNamespace(nats=server)
+        async with connected(server.url, cluster_id, name="bench-counter") as bus:
+            first = e2e.bus_counts(stack)["bench-counter"]
+            for index in range(7):
+                envelope = Envelope(
+                    event_id=f"e{index}",
+                    cluster=cluster_id,
+                    source="test",
+                    time=0.0,
+                    body=released(index, uid=f"u{index}"),
+                )
+                await bus.publish(
+                    subjects.decision(cluster_id, "released", "ns", f"w{index}"), envelope
+                )
+            then = e2e.bus_counts(stack)["bench-counter"]
+        sent, received = then[0] - first[0], then[1] - first[1]
+        assert sent == 7, then
+        assert received == 7, then
+        # The envelopes went out; only the short acknowledgements came back.
+        sent_bytes, received_bytes = then[2] - first[2], then[3] - first[3]
+        assert sent_bytes > 2 * received_bytes > 0, then
