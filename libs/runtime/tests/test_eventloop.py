@@ -27,7 +27,7 @@ def test_uvloop_is_the_default_and_asyncio_is_one_setting_away() -> None:
     assert issubclass(run(_loop_type(), "uvloop"), uvloop.Loop)
     assert not issubclass(run(_loop_type(), "asyncio"), uvloop.Loop)
     assert configured_kind({}) == "uvloop"
-    assert configured_kind({EVENT_LOOP_ENV: " AsyncIO "}) == "asyncio"
+    assert configured_kind({EVENT_LOOP_ENV: " asyncio "}) == "asyncio"
     assert load_settings(ServiceSettings, env={}).event_loop == "uvloop"
     settings = load_settings(ServiceSettings, env={EVENT_LOOP_ENV: "asyncio"})
     assert settings.event_loop == "asyncio"
@@ -40,6 +40,21 @@ def test_an_unknown_loop_is_refused_naming_the_setting() -> None:
         configured_kind({EVENT_LOOP_ENV: "trio"})
     with pytest.raises(SettingsError, match="TIDEGATE_EVENT_LOOP"):
         load_settings(ServiceSettings, env={EVENT_LOOP_ENV: "trio"})
+
+
+@pytest.mark.parametrize("value", ["uvloop", " asyncio ", "asyncio", "AsyncIO", "UVLOOP", "trio"])
+def test_the_tools_and_the_services_read_the_variable_alike(value: str) -> None:
+    """The command-line tools and the benchmarks read TIDEGATE_EVENT_LOOP with
+    ``configured_kind``, a service with its settings: a value one accepts, the other does."""
+    try:
+        tools: str | None = configured_kind({EVENT_LOOP_ENV: value})
+    except EventLoopError:
+        tools = None
+    try:
+        service: str | None = load_settings(ServiceSettings, env={EVENT_LOOP_ENV: value}).event_loop
+    except SettingsError:
+        service = None
+    assert tools == service
 
 
 def test_a_missing_uvloop_is_a_clear_error_and_the_coroutine_is_not_left_unawaited(
