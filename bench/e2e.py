@@ -76,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from tidegate.bus import Bus, ConsumerSettings, DurableConsumer, Received, layout
+from tidegate.bus.server import NatsServerProcess
 from tidegate.cli.demo_trace import (
     QueueEntry,
     WorkloadEntry,
@@ -408,13 +409,18 @@ def proc_figures(pid: int) -> dict[str, float]:
     }
 
 
+def nats_members(stack: LocalStack) -> list[NatsServerProcess]:
+    """The stack's nats-server, or every server of its NATS cluster."""
+    return list(getattr(stack.nats, "members", None) or [stack.nats])
+
+
 def process_figures(stack: LocalStack) -> dict[str, dict[str, float]]:
     """Every service's, the nats-server(s)' and this process's CPU and memory."""
     out: dict[str, dict[str, float]] = {}
     for name, service in stack.processes.items():
         if service.process is not None and service.running:
             out[name] = proc_figures(service.process.pid)
-    members = getattr(stack.nats, "members", None) or [stack.nats]
+    members = nats_members(stack)
     for index, member in enumerate(members):
         pid = member.pid
         if pid is not None:
@@ -437,12 +443,11 @@ def bus_counts(stack: LocalStack) -> BusCounts:
     """What every open NATS connection has sent and received so far, by connection name (each
     service names its connection after itself), summed over the servers of a cluster."""
     counts: BusCounts = {}
-    members = getattr(stack.nats, "members", None) or [stack.nats]
-    for member in members:
+    for member in nats_members(stack):
         if not member.running:
             continue
-        found = member.monitoring("connz?limit=4096")
-        for conn in found.get("connections") or []:
+        connections = member.monitoring("connz?limit=4096").get("connections")
+        for conn in connections if isinstance(connections, list) else []:
             name = str(conn.get("name") or "unnamed")
             sent, received, sent_bytes, received_bytes = counts.get(name, (0, 0, 0, 0))
             counts[name] = (
