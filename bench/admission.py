@@ -254,7 +254,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "capacity_publish_s": round(setup_s, 2),
         "service_startup_s": round(startup_s, 2),
         "seed": args.seed,
-        "cpus": os.cpu_count(),
+        "cpus": len(os.sched_getaffinity(0)),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 

@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "commit": git_commit(),
         "python": platform.python_version(),
-        "cpus": os.cpu_count(),
+        "cpus": len(os.sched_getaffinity(0)),
         "full": args.full,
         "targets": verdicts(results),
         "runs": results,

@@ -185,7 +185,7 @@ def main() -> int:
     result |= {
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "cpus": os.cpu_count(),
+        "cpus": len(os.sched_getaffinity(0)),
         # Other work on the machine lowers every figure; the load says how busy it was.
         "load_average_1m": round(os.getloadavg()[0], 2),
     }

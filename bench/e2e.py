@@ -998,7 +998,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 stop.set()
                 unsubscribe()
                 await following
-    figures["cpus"] = os.cpu_count()
+    figures["cpus"] = len(os.sched_getaffinity(0))
     figures["load_avg_1m"] = round(os.getloadavg()[0], 2)
     return figures
 

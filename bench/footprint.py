@@ -255,7 +255,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "cpu_s_before_restart": loaded.get(name, {}).get("cpu_s"),
         }
     figures["services"] = services
-    figures["cpus"] = os.cpu_count()
+    figures["cpus"] = len(os.sched_getaffinity(0))
     figures["load_avg_1m"] = round(os.getloadavg()[0], 2)
     return figures
 

@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         "optimum_ratio": ratio,
         "repeat": repeat,
         "seed": args.seed,
-        "cpus": os.cpu_count(),
+        "cpus": len(os.sched_getaffinity(0)),
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "generate_s": round(generated - started, 3),
     }

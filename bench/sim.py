@@ -123,7 +123,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     """Run every measurement; returns the figures."""
     result: dict[str, object] = {
         "python": platform.python_version(),
-        "cpus": os.cpu_count(),
+        "cpus": len(os.sched_getaffinity(0)),
         "topology": args.nodes,
     }
     started = time.perf_counter()
