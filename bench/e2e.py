@@ -52,7 +52,9 @@ whose backlog did not grow (slope ≤ 10% of the rate), whose admitted rate kept
 offered one (≥ 90%) and that lost or duplicated nothing.
 
 Everything runs on the event loop ``TIDEGATE_EVENT_LOOP`` names (uvloop unless it says
-``asyncio``), the harness and the services alike; the JSON records it (``event_loop``).
+``asyncio``) and with the garbage-collector threshold ``TIDEGATE_GC_THRESHOLD`` names (20,000
+unless set), the harness and the services alike; the JSON records both (``event_loop``,
+``gc_threshold``).
 
 Figures are measurements, never assertions; everything shares this machine's cores, so the load
 average is reported too. Keep runs short on a shared machine.
@@ -60,6 +62,7 @@ average is reported too. Keep runs short on a shared machine.
 
 import argparse
 import asyncio
+import gc
 import itertools
 import json
 import math
@@ -89,7 +92,7 @@ from tidegate.kube import JOBS, NAMESPACES, PRIORITY_CLASSES, QUEUES, KubeClient
 from tidegate.kube import PODS as KUBE_PODS
 from tidegate.kube import connect as kube_connect
 from tidegate.model import Admitted, Pending, Released, WorkloadState, subjects
-from tidegate.runtime import eventloop
+from tidegate.runtime import collector, eventloop
 from tidegate.sim.kinds import PODS
 from tidegate.testing import connected
 
@@ -873,11 +876,13 @@ async def set_up(kube: KubeClient) -> None:
 
 def stack_settings(args: argparse.Namespace, workdir: Path) -> StackSettings:
     """The local stack at the benchmark's scale, with quiet logs, no webhook, and the
-    services on the harness's event loop (unless ``--env`` says otherwise)."""
+    services on the harness's event loop and garbage-collector threshold (unless ``--env``
+    says otherwise)."""
     env: Mapping[str, str] = {
         "TIDEGATE_LOG_LEVEL": "WARNING",
         "TIDEGATE_WEBHOOK": "off",
         eventloop.EVENT_LOOP_ENV: eventloop.configured_kind(),
+        collector.GC_THRESHOLD_ENV: str(collector.configured_threshold()),
         **dict(item.split("=", 1) for item in args.env),
     }
     return StackSettings(
@@ -959,6 +964,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
                     "service_env": list(args.env),
                     "event_loop": eventloop.running_loop_kind(),
+                    "gc_threshold": gc.get_threshold()[0],
                     "stack_start_s": start_up,
                 }
                 if args.find_max_rate:
@@ -1201,8 +1207,9 @@ def main(argv: list[str] | None = None) -> int:
     if any("=" not in item for item in args.env):
         parser.error("--env takes TIDEGATE_NAME=VALUE")
     try:
+        collector.apply(collector.configured_threshold())
         figures = eventloop.run(run(args))
-    except eventloop.EventLoopError as exc:
+    except (eventloop.EventLoopError, collector.GcThresholdError) as exc:
         parser.error(str(exc))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,9 @@
-"""The event loop a process runs on: uvloop by default, the standard one when asked."""
+"""How a process runs: on uvloop unless asked for the standard loop, and with the garbage
+collector's youngest generation collected every 20,000 objects unless set otherwise."""
 
 import asyncio
+import gc
+import json
 import os
 import sys
 import textwrap
@@ -10,6 +13,13 @@ import pytest
 import uvloop
 
 from tidegate.runtime import ServiceSettings, SettingsError, load_settings
+from tidegate.runtime.collector import (
+    DEFAULT_GC_THRESHOLD,
+    GC_THRESHOLD_ENV,
+    GcThresholdError,
+    apply,
+    configured_threshold,
+)
 from tidegate.runtime.eventloop import (
     EVENT_LOOP_ENV,
     EventLoopError,
@@ -42,7 +52,9 @@ def test_an_unknown_loop_is_refused_naming_the_setting() -> None:
         load_settings(ServiceSettings, env={EVENT_LOOP_ENV: "trio"})
 
 
-@pytest.mark.parametrize("value", ["uvloop", " asyncio ", "asyncio", "AsyncIO", "UVLOOP", "trio"])
+@pytest.mark.parametrize(
+    "value", ["uvloop", " asyncio ", "asyncio", "AsyncIO", "UVLOOP", "trio", "", " "]
+)
 def test_the_tools_and_the_services_read_the_variable_alike(value: str) -> None:
     """The command-line tools and the benchmarks read TIDEGATE_EVENT_LOOP with
     ``configured_kind``, a service with its settings: a value one accepts, the other does."""
@@ -70,6 +82,8 @@ def test_a_missing_uvloop_is_a_clear_error_and_the_coroutine_is_not_left_unawait
 
 SERVICE = textwrap.dedent(
     """
+    import gc
+    import json
     import os
     import signal
     from pathlib import Path
@@ -79,7 +93,8 @@ SERVICE = textwrap.dedent(
 
 
     async def report() -> None:
-        Path(os.environ["LOOP_FILE"]).write_text(running_loop_kind())
+        figures = {"loop": running_loop_kind(), "gc_threshold": gc.get_threshold()}
+        Path(os.environ["REPORT_FILE"]).write_text(json.dumps(figures))
         os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -92,20 +107,25 @@ SERVICE = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("setting", [None, "uvloop", "asyncio"])
-async def test_a_service_process_runs_on_the_loop_its_setting_names(
-    setting: str | None, nats_url: str, cluster_id: str, tmp_path: Path
-) -> None:
+async def _run_service(
+    settings: dict[str, str], nats_url: str, cluster_id: str, tmp_path: Path
+) -> dict[str, object]:
+    """Run a minimal service process with ``settings`` in its environment (and neither
+    variable under test unless given); what it reports of itself."""
     script = tmp_path / "loopcheck.py"
     script.write_text(SERVICE)
-    env = {key: value for key, value in os.environ.items() if key != EVENT_LOOP_ENV} | {
+    inherited = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {EVENT_LOOP_ENV, GC_THRESHOLD_ENV}
+    }
+    env = inherited | {
         "TIDEGATE_CLUSTER": cluster_id,
         "TIDEGATE_NATS_URL": nats_url,
         "TIDEGATE_HTTP_PORT": "0",
-        "LOOP_FILE": str(tmp_path / "loop"),
+        "REPORT_FILE": str(tmp_path / "report"),
     }
-    if setting is not None:
-        env[EVENT_LOOP_ENV] = setting
+    env.update(settings)
     process = await asyncio.create_subprocess_exec(
         sys.executable, str(script), env=env, stderr=asyncio.subprocess.PIPE
     )
@@ -117,7 +137,65 @@ async def test_a_service_process_runs_on_the_loop_its_setting_names(
             process.kill()
             await process.wait()
     assert process.returncode == 0, stderr.decode(errors="replace")
-    assert (tmp_path / "loop").read_text() == (setting or "uvloop")
+    report: dict[str, object] = json.loads((tmp_path / "report").read_text())
+    return report
+
+
+@pytest.mark.parametrize("setting", [None, "uvloop", "asyncio"])
+async def test_a_service_process_runs_on_the_loop_its_setting_names(
+    setting: str | None, nats_url: str, cluster_id: str, tmp_path: Path
+) -> None:
+    settings = {} if setting is None else {EVENT_LOOP_ENV: setting}
+    report = await _run_service(settings, nats_url, cluster_id, tmp_path)
+    assert report["loop"] == (setting or "uvloop")
+
+
+@pytest.mark.parametrize("setting", [None, "700", "50000"])
+async def test_a_service_process_collects_garbage_at_the_threshold_its_setting_names(
+    setting: str | None, nats_url: str, cluster_id: str, tmp_path: Path
+) -> None:
+    settings = {} if setting is None else {GC_THRESHOLD_ENV: setting}
+    report = await _run_service(settings, nats_url, cluster_id, tmp_path)
+    expected = DEFAULT_GC_THRESHOLD if setting is None else int(setting)
+    assert report["gc_threshold"] == [expected, *gc.get_threshold()[1:]]
+
+
+def test_the_threshold_is_20000_unless_set_and_a_bad_one_is_refused_naming_it() -> None:
+    assert configured_threshold({}) == DEFAULT_GC_THRESHOLD == 20_000
+    assert configured_threshold({GC_THRESHOLD_ENV: " 700 "}) == 700
+    assert load_settings(ServiceSettings, env={}).gc_threshold == DEFAULT_GC_THRESHOLD
+    for bad in ("0", "-5", "many", ""):
+        with pytest.raises(GcThresholdError, match="TIDEGATE_GC_THRESHOLD"):
+            configured_threshold({GC_THRESHOLD_ENV: bad})
+        with pytest.raises(SettingsError, match="TIDEGATE_GC_THRESHOLD"):
+            load_settings(ServiceSettings, env={GC_THRESHOLD_ENV: bad})
+
+
+@pytest.mark.parametrize("value", ["20000", " 700 ", "1", "0", "-1", "1e4", "x", ""])
+def test_the_tools_and_the_services_read_the_threshold_alike(value: str) -> None:
+    try:
+        tools: int | None = configured_threshold({GC_THRESHOLD_ENV: value})
+    except GcThresholdError:
+        tools = None
+    try:
+        service: int | None = load_settings(
+            ServiceSettings, env={GC_THRESHOLD_ENV: value}
+        ).gc_threshold
+    except SettingsError:
+        service = None
+    assert tools == service
+
+
+def test_apply_sets_the_youngest_generation_and_keeps_the_older_ones() -> None:
+    before = gc.get_threshold()
+    try:
+        apply(12_345)
+        assert gc.get_threshold() == (12_345, *before[1:])
+        with pytest.raises(GcThresholdError):
+            apply(0)
+        assert gc.get_threshold()[0] == 12_345, "a refused threshold changes nothing"
+    finally:
+        gc.set_threshold(*before)
 
 
 async def test_running_loop_kind_names_the_standard_loop_under_pytest() -> None:

@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the cluster until interrupted; returns the exit status."""
-    from tidegate.runtime import eventloop
+    from tidegate.runtime import collector, eventloop
     from tidegate.sim import SettingsError, SimCluster, SimSettings, TopologyError
 
     settings = SimSettings(
@@ -115,8 +115,14 @@ def run(args: argparse.Namespace) -> int:
             print("tidegate sim: stopping", flush=True)
 
     try:
+        collector.apply(collector.configured_threshold())
         eventloop.run(serve())
-    except (SettingsError, TopologyError, eventloop.EventLoopError) as exc:
+    except (
+        SettingsError,
+        TopologyError,
+        eventloop.EventLoopError,
+        collector.GcThresholdError,
+    ) as exc:
         print(f"tidegate sim: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -50,11 +50,15 @@ def loop_factory(kind: EventLoopKind) -> Callable[[], asyncio.AbstractEventLoop]
 def configured_kind(environ: Mapping[str, str] = os.environ) -> EventLoopKind:
     """The loop ``TIDEGATE_EVENT_LOOP`` asks for (uvloop when unset), for the command-line
     tools and benchmarks; a service reads the same setting with the rest of its settings, and
-    both accept the same values (surrounding spaces ignored, the name as written here).
+    both accept the same values (surrounding spaces ignored, the name as written here; set
+    but empty is refused).
 
     Raises :class:`EventLoopError` naming the variable and the accepted values.
     """
-    value = environ.get(EVENT_LOOP_ENV, "").strip() or "uvloop"
+    raw = environ.get(EVENT_LOOP_ENV)
+    if raw is None:
+        return "uvloop"
+    value = raw.strip()
     if value == "uvloop":
         return "uvloop"
     if value == "asyncio":

@@ -48,7 +48,7 @@ from tidegate.bus import (
     connect,
     default_holder_id,
 )
-from tidegate.runtime import eventloop
+from tidegate.runtime import collector, eventloop
 from tidegate.runtime.http import Readiness, make_app, serve
 from tidegate.runtime.metrics import Metrics
 from tidegate.runtime.settings import S, SettingsError, load_settings
@@ -342,6 +342,7 @@ def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> NoReturn:
         sys.exit(2)
     setup_logging(settings.log_level)
     setup_tracing(f"tidegate-{name}")
+    collector.apply(settings.gc_threshold)
     service = Service(name, settings, setup)
     limit = settings.shutdown_grace_seconds + settings.shutdown_margin_seconds
     # CPU time, not wall time: on a busy machine a wall-clock profile charges the time the

@@ -28,6 +28,7 @@ import yaml
 
 from tidegate.bus import BusSettings, servers_from_url
 from tidegate.model import subjects
+from tidegate.runtime.collector import DEFAULT_GC_THRESHOLD
 from tidegate.runtime.eventloop import EventLoopKind
 
 ENV_PREFIX: Final = "TIDEGATE_"
@@ -86,6 +87,9 @@ class ServiceSettings:
     event_loop: EventLoopKind = "uvloop"
     """The asyncio event loop: ``uvloop`` (libuv, less CPU per message and request) or
     ``asyncio`` (the standard library's)."""
+    gc_threshold: int = DEFAULT_GC_THRESHOLD
+    """Container objects made between two collections of the garbage collector's youngest
+    generation (CPython's default: 700)."""
     cprofile_dir: Path | None = None
     """For profiling: run the process under cProfile (CPU time) and write ``<service>-<pid>.prof`` here
     when it exits (slows it down; never in production)."""
@@ -118,6 +122,8 @@ class ServiceSettings:
             raise SettingsError("shutdown_grace_seconds", "must not be negative")
         if self.shutdown_margin_seconds <= 0:
             raise SettingsError("shutdown_margin_seconds", "must be positive")
+        if self.gc_threshold < 1:
+            raise SettingsError("gc_threshold", "must be at least 1")
 
     def bus_settings(self, name: str) -> BusSettings:
         """How this service connects to NATS; ``name`` labels the connection."""
