@@ -4,10 +4,13 @@ before anything starts."""
 
 import gc
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tidegate.bus.server import NatsServerProcess
 from tidegate.cli.main import main
+from tidegate.cli.stack import LocalStack, StackSettings
 
 
 @pytest.fixture(autouse=True)
@@ -38,3 +41,22 @@ def test_a_bad_process_setting_is_refused_naming_it(
     monkeypatch.setenv(variable, value)
     assert main(command) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_local_stacks_services_run_as_its_own_process_was_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tidegate demo`` and the benchmarks start the services from a LocalStack: the
+    variables that say how a process runs reach them; the stack's other settings are its own."""
+    monkeypatch.setenv("TIDEGATE_EVENT_LOOP", "asyncio")
+    monkeypatch.setenv("TIDEGATE_GC_THRESHOLD", "700")
+    monkeypatch.setenv("TIDEGATE_CLUSTER", "someone-elses")
+    stack = LocalStack(
+        StackSettings(workdir=tmp_path, cluster="demo", kubeconfig=tmp_path / "kubeconfig"),
+        NatsServerProcess(port=4222),
+        sim=None,
+    )
+    env = stack.service_env("admission", 8080)
+    assert env["TIDEGATE_EVENT_LOOP"] == "asyncio"
+    assert env["TIDEGATE_GC_THRESHOLD"] == "700"
+    assert env["TIDEGATE_CLUSTER"] == "demo"

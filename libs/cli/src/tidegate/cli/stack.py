@@ -25,6 +25,8 @@ from typing import Final, Self
 import aiohttp
 
 from tidegate.bus.server import NatsCluster, NatsServerProcess, free_port
+from tidegate.runtime.collector import GC_THRESHOLD_ENV
+from tidegate.runtime.eventloop import EVENT_LOOP_ENV
 from tidegate.sim import SimCluster, SimSettings
 
 SERVICES: Final[dict[str, str]] = {
@@ -35,6 +37,9 @@ SERVICES: Final[dict[str, str]] = {
     "ungater": "tidegate.ungater",
 }
 """Service name → the module that runs it (``python -m``), in start order."""
+
+PASSED_THROUGH: Final = frozenset({EVENT_LOOP_ENV, GC_THRESHOLD_ENV})
+"""This process's variables its services inherit: how every process of the stack runs."""
 
 
 class StackError(RuntimeError):
@@ -174,11 +179,16 @@ class LocalStack:
         return self.nats.url
 
     def service_env(self, name: str, http_port: int) -> dict[str, str]:
-        """The environment a service gets (the same variables the Helm chart sets)."""
+        """The environment a service gets (the same variables the Helm chart sets).
+
+        Of this process's own ``TIDEGATE_`` variables, only those that say how a process runs
+        (:data:`PASSED_THROUGH`) reach the services, so a stack started under
+        ``TIDEGATE_EVENT_LOOP=asyncio`` runs on it throughout.
+        """
         env = {
             key: value
             for key, value in os.environ.items()
-            if not key.startswith(("TIDEGATE_", "OTEL_"))
+            if not key.startswith(("TIDEGATE_", "OTEL_")) or key in PASSED_THROUGH
         }
         env.update(
             {
