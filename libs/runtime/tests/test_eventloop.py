@@ -82,6 +82,7 @@ def test_a_missing_uvloop_is_a_clear_error_and_the_coroutine_is_not_left_unawait
 
 SERVICE = textwrap.dedent(
     """
+    import asyncio
     import gc
     import json
     import os
@@ -92,14 +93,22 @@ SERVICE = textwrap.dedent(
     from tidegate.runtime.eventloop import running_loop_kind
 
 
-    async def report() -> None:
-        figures = {"loop": running_loop_kind(), "gc_threshold": gc.get_threshold()}
+    async def report(ctx: ServiceContext[ServiceSettings], starting: int) -> None:
+        for _ in range(60):  # the threshold is applied once the service is ready
+            if gc.get_threshold()[0] != starting:
+                break
+            await asyncio.sleep(0.05)
+        figures = {
+            "loop": running_loop_kind(),
+            "gc_threshold_while_starting": starting,
+            "gc_threshold": gc.get_threshold(),
+        }
         Path(os.environ["REPORT_FILE"]).write_text(json.dumps(figures))
         os.kill(os.getpid(), signal.SIGTERM)
 
 
     async def setup(ctx: ServiceContext[ServiceSettings]) -> None:
-        ctx.spawn("report", report())
+        ctx.spawn("report", report(ctx, gc.get_threshold()[0]))
 
 
     run_service("loopcheck", ServiceSettings, setup)
@@ -151,13 +160,14 @@ async def test_a_service_process_runs_on_the_loop_its_setting_names(
 
 
 @pytest.mark.parametrize("setting", [None, "700", "50000"])
-async def test_a_service_process_collects_garbage_at_the_threshold_its_setting_names(
+async def test_a_service_process_collects_garbage_at_the_threshold_its_setting_names_once_ready(
     setting: str | None, nats_url: str, cluster_id: str, tmp_path: Path
 ) -> None:
     settings = {} if setting is None else {GC_THRESHOLD_ENV: setting}
     report = await _run_service(settings, nats_url, cluster_id, tmp_path)
     expected = DEFAULT_GC_THRESHOLD if setting is None else int(setting)
     assert report["gc_threshold"] == [expected, *gc.get_threshold()[1:]]
+    assert report["gc_threshold_while_starting"] == 700, "CPython's own until ready"
 
 
 def test_the_threshold_is_20000_unless_set_and_a_bad_one_is_refused_naming_it() -> None:

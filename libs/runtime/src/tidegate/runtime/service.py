@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+READY_POLL_SECONDS = 0.1
+"""How often a starting service looks whether it is ready yet (to tune its collector)."""
+
 
 class ServiceContext(Generic[S]):
     """What a service's setup gets: settings, the bus, metrics, and ways to start work."""
@@ -342,7 +345,6 @@ def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> NoReturn:
         sys.exit(2)
     setup_logging(settings.log_level)
     setup_tracing(f"tidegate-{name}")
-    collector.apply(settings.gc_threshold)
     service = Service(name, settings, setup)
     limit = settings.shutdown_grace_seconds + settings.shutdown_margin_seconds
     # CPU time, not wall time: on a busy machine a wall-clock profile charges the time the
@@ -364,13 +366,29 @@ def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> NoReturn:
     sys.exit(code)
 
 
+async def collect_less_often_once_ready(service: Service[S]) -> None:
+    """Apply the garbage collector's threshold (``gc_threshold``) once ``service`` is ready.
+
+    Not before: while a service replays its streams nearly every object it makes stays, and
+    CPython's default collects them while they are still in the CPU's caches (docs/benchmarks.md,
+    "The garbage collector").
+    """
+    # Readiness is a set of predicates that nothing signals, so it is polled, as /readyz does.
+    while not service.readiness.ready:  # noqa: ASYNC110
+        await asyncio.sleep(READY_POLL_SECONDS)
+    collector.apply(service.settings.gc_threshold)
+    log.info("%s: garbage collector threshold %d", service.name, service.settings.gc_threshold)
+
+
 async def run_bounded(service: Service[S], limit_seconds: float) -> int:
     """Run ``service``; once it begins to stop, give it ``limit_seconds`` to finish, then log
     every asyncio task and end the process (exit 1) without waiting further."""
     run = asyncio.create_task(service.run(), name=f"{service.name}:run")
     stopping = asyncio.create_task(service.shutting_down.wait())
+    collecting = asyncio.create_task(collect_less_often_once_ready(service))
     await asyncio.wait({run, stopping}, return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()
+    collecting.cancel()
     try:
         async with asyncio.timeout(limit_seconds):
             return await asyncio.shield(run)
