@@ -92,7 +92,8 @@ from tidegate.kube import JOBS, NAMESPACES, PRIORITY_CLASSES, QUEUES, KubeClient
 from tidegate.kube import PODS as KUBE_PODS
 from tidegate.kube import connect as kube_connect
 from tidegate.model import Admitted, Pending, Released, WorkloadState, subjects
-from tidegate.runtime import collector, eventloop
+from tidegate.runtime import eventloop
+from tidegate.runtime.tool import ToolSettingError, run_tool
 from tidegate.sim.kinds import PODS
 from tidegate.testing import connected
 
@@ -875,14 +876,12 @@ async def set_up(kube: KubeClient) -> None:
 
 
 def stack_settings(args: argparse.Namespace, workdir: Path) -> StackSettings:
-    """The local stack at the benchmark's scale, with quiet logs, no webhook, and the
-    services on the harness's event loop and garbage-collector threshold (unless ``--env``
-    says otherwise)."""
+    """The local stack at the benchmark's scale, with quiet logs and no webhook (the stack
+    passes ``TIDEGATE_EVENT_LOOP`` and ``TIDEGATE_GC_THRESHOLD`` on to the services, unless
+    ``--env`` says otherwise)."""
     env: Mapping[str, str] = {
         "TIDEGATE_LOG_LEVEL": "WARNING",
         "TIDEGATE_WEBHOOK": "off",
-        eventloop.EVENT_LOOP_ENV: eventloop.configured_kind(),
-        collector.GC_THRESHOLD_ENV: str(collector.configured_threshold()),
         **dict(item.split("=", 1) for item in args.env),
     }
     return StackSettings(
@@ -1207,9 +1206,8 @@ def main(argv: list[str] | None = None) -> int:
     if any("=" not in item for item in args.env):
         parser.error("--env takes TIDEGATE_NAME=VALUE")
     try:
-        collector.apply(collector.configured_threshold())
-        figures = eventloop.run(run(args))
-    except (eventloop.EventLoopError, collector.GcThresholdError) as exc:
+        figures = run_tool(run(args))
+    except ToolSettingError as exc:
         parser.error(str(exc))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

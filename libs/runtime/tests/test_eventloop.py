@@ -27,6 +27,7 @@ from tidegate.runtime.eventloop import (
     run,
     running_loop_kind,
 )
+from tidegate.runtime.tool import ToolSettingError, run_tool
 
 
 async def _loop_type() -> type:
@@ -210,3 +211,23 @@ def test_apply_sets_the_youngest_generation_and_keeps_the_older_ones() -> None:
 
 async def test_running_loop_kind_names_the_standard_loop_under_pytest() -> None:
     assert running_loop_kind() == "asyncio"
+
+
+def test_a_tool_runs_with_the_loop_and_threshold_its_environment_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before = gc.get_threshold()
+    try:
+        monkeypatch.setenv(EVENT_LOOP_ENV, "asyncio")
+        monkeypatch.setenv(GC_THRESHOLD_ENV, "12345")
+        assert not issubclass(run_tool(_loop_type()), uvloop.Loop)
+        assert gc.get_threshold()[0] == 12_345
+        for variable, bad in ((GC_THRESHOLD_ENV, "0"), (EVENT_LOOP_ENV, "trio")):
+            monkeypatch.setenv(variable, bad)
+            main = _loop_type()
+            with pytest.raises(ToolSettingError, match=variable):
+                run_tool(main)
+            assert main.cr_frame is None, "closed, so Python does not warn it was never awaited"
+            monkeypatch.delenv(variable)
+    finally:
+        gc.set_threshold(*before)

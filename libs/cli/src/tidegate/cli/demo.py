@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from tidegate.cli.nodeagent import AgentError
     from tidegate.cli.stack import StackError
     from tidegate.kube import KubeError
-    from tidegate.runtime import collector, eventloop
+    from tidegate.runtime.tool import ToolSettingError, run_tool
 
     if args.time_scale <= 0:
         print("tidegate demo: --time-scale must be positive", file=sys.stderr)
@@ -97,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     try:
-        collector.apply(collector.configured_threshold())
-        record, failed = eventloop.run(
+        record, failed = run_tool(
             run_demo(
                 trace,
                 say,
@@ -114,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     except (StackError, AgentError, KubeError) as exc:
         print(f"tidegate demo: {exc}", file=sys.stderr)
         return 1
-    except (eventloop.EventLoopError, collector.GcThresholdError) as exc:
+    except ToolSettingError as exc:
         print(f"tidegate demo: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

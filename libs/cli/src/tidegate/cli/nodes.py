@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the agent until interrupted; returns the exit status."""
     from tidegate.cli.nodeagent import AgentError, AgentSettings, fake_nodes
     from tidegate.kube import KubeConfigError, KubeError
-    from tidegate.runtime import collector, eventloop
+    from tidegate.runtime.tool import ToolSettingError, run_tool
     from tidegate.sim import TopologyError
 
     labels: dict[str, str] = {}
@@ -140,15 +140,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings.validate()
-        collector.apply(collector.configured_threshold())
-        return eventloop.run(serve())
-    except (
-        AgentError,
-        TopologyError,
-        KubeConfigError,
-        eventloop.EventLoopError,
-        collector.GcThresholdError,
-    ) as exc:
+        return run_tool(serve())
+    except (AgentError, TopologyError, KubeConfigError, ToolSettingError) as exc:
         print(f"tidegate nodes: {exc}", file=sys.stderr)
         return 2 if not isinstance(exc, AgentError) or "must" in str(exc) else 1
     except KubeError as exc:

@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the cluster until interrupted; returns the exit status."""
-    from tidegate.runtime import collector, eventloop
+    from tidegate.runtime.tool import ToolSettingError, run_tool
     from tidegate.sim import SettingsError, SimCluster, SimSettings, TopologyError
 
     settings = SimSettings(
@@ -115,14 +115,8 @@ def run(args: argparse.Namespace) -> int:
             print("tidegate sim: stopping", flush=True)
 
     try:
-        collector.apply(collector.configured_threshold())
-        eventloop.run(serve())
-    except (
-        SettingsError,
-        TopologyError,
-        eventloop.EventLoopError,
-        collector.GcThresholdError,
-    ) as exc:
+        run_tool(serve())
+    except (SettingsError, TopologyError, ToolSettingError) as exc:
         print(f"tidegate sim: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
