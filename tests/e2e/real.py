@@ -269,8 +269,9 @@ class RealSystem:
                 ready.append(node)
         return ready
 
-    async def start_services(self) -> None:
-        """The five services as processes, each with its own ServiceAccount token."""
+    async def start_services(self, overrides: dict[str, str] | None = None) -> None:
+        """The five services as processes, each with its own ServiceAccount token;
+        ``overrides`` adds to (or replaces) every service's environment."""
         cert_dir = self.workdir / "webhook-tls"
         serving_certificate(
             self.plane.ca_file.read_bytes(),
@@ -294,6 +295,7 @@ class RealSystem:
                 "TIDEGATE_KUBECONFIG": str(kubeconfig),
                 "TIDEGATE_KUEUE_TOPOLOGY_VERSION": "v1alpha1",
                 "PYTHONUNBUFFERED": "1",
+                **(overrides or {}),
             }
             if service == "ungater":
                 env.update(
@@ -342,10 +344,19 @@ class RealSystem:
 
     async def crash(self, service: str) -> None:
         """SIGKILL a service, then start it again with the same identity and settings."""
+        await self.kill(service)
+        await self.restart(service)
+
+    async def kill(self, service: str) -> None:
+        """SIGKILL a service (:meth:`restart` starts it again)."""
         process = self.services[service]
         process.signal(signal.SIGKILL)
         await process.wait()
         await process.close()
+
+    async def restart(self, service: str) -> None:
+        """Start a killed service again with the same identity and settings; returns once it
+        is ready."""
         again = await ServiceProcess.start(MODULES[service], self.envs[service], logs=self.workdir)
         self.services[service] = again
         import aiohttp
@@ -564,9 +575,10 @@ async def real_system(
     nodes: str,
     usage: RbacUsage | None = None,
     time_scale: float = TIME_SCALE,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[RealSystem]:
     """Install tidegate on ``plane`` and start it, with fake nodes ``nodes``, all of them Ready
-    and untainted when it yields; tear it down. On a clean exit it checks that every service
+    and untainted when it yields (``env`` adds to the services' environment); tear it down. On a clean exit it checks that every service
     is alive, that the API server refused none of their requests, that nothing observed broke
     an invariant (:meth:`RealSystem.problems`, end checks included) and that none asked beyond
     the chart's RBAC (adding what they asked to ``usage``)."""
@@ -577,7 +589,7 @@ async def real_system(
         try:
             await system.install()
             await system.start_nodes(nodes)
-            await system.start_services()
+            await system.start_services(env)
 
             async def nodes_ready() -> bool:
                 return len(await system.ready_nodes()) == expected

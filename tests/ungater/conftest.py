@@ -16,8 +16,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tidegate.admission.app import setup as admission_setup
+from tidegate.admission.config import Settings as AdmissionSettings
 from tidegate.bus import Bus, Received, layout
-from tidegate.kube import EVENTS, JOBS, NAMESPACES, PODS, KubeClient, ResourceType
+from tidegate.kube import EVENTS, JOBS, NAMESPACES, PODS, QUEUES, KubeClient, ResourceType
 from tidegate.kube.ungate import has_gate
 from tidegate.model import (
     Admitted,
@@ -40,6 +42,8 @@ from tidegate.testing import (
     until,
     until_async,
 )
+from tidegate.topology_cache.app import setup as cache_setup
+from tidegate.topology_cache.config import Settings as CacheSettings
 from tidegate.ungater.app import setup as ungater_setup
 from tidegate.ungater.config import UngaterSettings
 from tidegate.watcher.app import setup as watcher_setup
@@ -375,6 +379,39 @@ async def environment(
             finally:
                 await env.services.stop_all()
                 env.monitor.close()
+
+
+async def start_topology_cache(env: Env) -> None:
+    """The topology-cache service on ``env``."""
+    settings = CacheSettings(
+        cluster=env.cluster, nats_url=env.nats_url, http_port=0, log_level="WARNING"
+    )
+    await env.start("topology-cache", settings, cache_setup)
+
+
+async def start_pipeline(env: Env, **ungater: Any) -> None:
+    """The queue ``q``, then the topology-cache, admission and the ungater (with the settings
+    ``ungater`` overrides) on ``env``: every service but preemption."""
+    await env.create(
+        QUEUES,
+        {
+            "apiVersion": "tidegate.io/v1alpha1",
+            "kind": "Queue",
+            "metadata": {"name": "q"},
+            "spec": {},
+        },
+    )
+    await start_topology_cache(env)
+    admission = AdmissionSettings(
+        cluster=env.cluster,
+        nats_url=env.nats_url,
+        http_port=0,
+        log_level="WARNING",
+        lease_ttl_seconds=2.0,
+        cycle_tick_seconds=0.2,
+    )
+    await env.start("admission", admission, admission_setup)
+    await env.start_ungater(**ungater)
 
 
 @pytest.fixture

@@ -12,15 +12,11 @@ from typing import Any
 
 import pytest
 
-from tidegate.admission.app import setup as admission_setup
-from tidegate.admission.config import Settings as AdmissionSettings
-from tidegate.kube import NODES, QUEUES
+from tidegate.kube import NODES
 from tidegate.model import Admitted, Released, ReplaceRequested
 from tidegate.sim import SimSettings
-from tidegate.topology_cache.app import setup as cache_setup
-from tidegate.topology_cache.config import Settings as CacheSettings
 
-from .conftest import Env, environment, gated
+from .conftest import Env, environment, gated, start_pipeline
 
 RACK = "tidegate.io/rack"
 HOST = "kubernetes.io/hostname"
@@ -32,31 +28,10 @@ async def pipeline(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncItera
     every service but preemption, and the queue ``q``."""
     settings = SimSettings(nodes="1x2x4x8gpu", time_scale=0.01)
     async with environment(tmp_path, nats_url, cluster_id, settings) as env:
-        await env.create(
-            QUEUES,
-            {
-                "apiVersion": "tidegate.io/v1alpha1",
-                "kind": "Queue",
-                "metadata": {"name": "q"},
-                "spec": {},
-            },
-        )
-        common = {
-            "cluster": cluster_id,
-            "nats_url": nats_url,
-            "http_port": 0,
-            "log_level": "WARNING",
-        }
-        await env.start("topology-cache", CacheSettings(**common), cache_setup)  # type: ignore[arg-type]
-        await env.start(
-            "admission",
-            AdmissionSettings(lease_ttl_seconds=2.0, cycle_tick_seconds=0.2, **common),  # type: ignore[arg-type]
-            admission_setup,
-        )
         # The default 1 s batch window, not the suite's 50 ms: the test's two node failures
         # must reach the ungater inside one window to be asked for in one request, and on a
         # loaded machine the watcher can publish them more than 50 ms apart.
-        await env.start_ungater(replace_retry_seconds=5.0, batch_window_seconds=1.0)
+        await start_pipeline(env, replace_retry_seconds=5.0, batch_window_seconds=1.0)
         yield env
 
 

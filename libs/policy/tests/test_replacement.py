@@ -1,5 +1,6 @@
 """Replacement slots after node failures: inside the required domain, or the gang is evicted."""
 
+import msgspec
 import pytest
 
 from tidegate.model import (
@@ -92,6 +93,29 @@ def test_lost_slots_are_placed_again_inside_the_rack_avoiding_failed_nodes() -> 
     assert admission.admitted()[WorkloadKey("ns/a")] == body
     # Taken from the view: a second identical request is about an old admission, ignored.
     assert admission.replace(lost_in(admitted, *failed), now=3.0) == []
+
+
+def test_slots_the_scheduler_found_full_are_moved_and_say_why() -> None:
+    admission = three_racks()
+    admitted = admitted_on(admission)
+    full = sorted({d.values[-1] for d in admitted.assignments["workers"].domains})[:1]
+    request = msgspec.structs.replace(lost_in(admitted, *full), cause="Unschedulable")
+    (decision,) = admission.replace(request, now=2.0)
+    body = decision.body
+    assert isinstance(body, Admitted)
+    assert (body.replaces, body.replace_cause) == (admitted.sequence, "Unschedulable")
+    assert not {d.values[-1] for d in body.assignments["workers"].domains} & set(full)
+    # Without room, the eviction's message says the scheduler found no room, not that nodes
+    # failed.
+    tight = cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2"))
+    first = admitted_on(tight)
+    host = first.assignments["workers"].domains[0].values[-1]
+    request = msgspec.structs.replace(lost_in(first, host), cause="Unschedulable")
+    (evicted,) = tight.replace(request, now=2.0)
+    assert isinstance(evicted.body, Released)
+    assert f"the scheduler found no room for released pods on nodes {host}" in (
+        evicted.body.message
+    )
 
 
 def test_no_room_in_the_required_domain_evicts_the_gang_and_requeues_it() -> None:

@@ -19,6 +19,8 @@ from tidegate.policy.slots import (
     plan_podset,
     selector_for,
     spare_slots,
+    stranded,
+    stuck_slots,
 )
 
 LEVELS = ["block", "rack", "host"]
@@ -228,6 +230,7 @@ def pod(
     phase: str = "Pending",
     terminating: bool = False,
     gated: bool = False,
+    unschedulable_since: float | None = None,
 ) -> PodState:
     """Pod p<index> of podset "main"; ``host`` ("r1/h1") is the slot its selector names."""
     selector = {}
@@ -245,6 +248,7 @@ def pod(
         node_selector=selector,
         podset="main",
         rank=index,
+        unschedulable_since=unschedulable_since,
     )
 
 
@@ -315,3 +319,59 @@ def test_after_a_restart_a_pod_in_a_slot_of_the_newer_admission_keeps_it() -> No
         "p1",
         "p2",
     ]
+
+
+def ready(node: str | None) -> bool:
+    """Every node is ready but "down"."""
+    return node != "down"
+
+
+def test_stuck_slots_count_released_unbound_pods_marked_unschedulable_long_enough() -> None:
+    target = assignment(("r1/h1", 2), ("r1/h2", 2), ("r1/h3", 1))
+    pods = [
+        pod(1, host="r1/h1", node="n1", phase="Running"),
+        pod(2, host="r1/h1", unschedulable_since=100.0),  # stuck since 100
+        pod(3, host="r1/h2", unschedulable_since=100.0),
+        pod(4, host="r1/h2", unschedulable_since=190.0),  # marked, not long enough
+        pod(5, host="r1/h3"),  # released, not tried yet
+        pod(6, gated=True, unschedulable_since=50.0),  # gated pods are never stuck
+        pod(7, host="r1/h3", unschedulable_since=50.0, terminating=True),
+    ]
+    assert stuck_slots(target, pods, ready, before=150.0) == [
+        DomainCount(values=["b1", "r1", "h1"], count=1),
+        DomainCount(values=["b1", "r1", "h2"], count=1),
+    ]
+    assert stuck_slots(target, pods, ready, before=99.0) == []
+    assert stuck_slots(target, pods, ready, before=200.0)[1].count == 2
+
+
+def test_a_stuck_pod_beyond_its_domains_slots_is_stranded_not_stuck() -> None:
+    # A replacement moved one of h1's two slots elsewhere: h1 keeps one, held by the bound
+    # pod; the stuck pod holds nothing there any more and is the one to evict.
+    moved = assignment(("r1/h1", 1), ("r1/h4", 1))
+    pods = [
+        pod(1, host="r1/h1", node="n1", phase="Running"),
+        pod(2, host="r1/h1", unschedulable_since=100.0),
+    ]
+    assert stuck_slots(moved, pods, ready, before=150.0) == []
+    assert [p.name for p in stranded(moved, pods, ready)] == ["p2"]
+    # Before the move both hold a slot: nothing is stranded, one slot is stuck.
+    before_move = assignment(("r1/h1", 2))
+    assert stranded(before_move, pods, ready) == []
+    assert stuck_slots(before_move, pods, ready, before=150.0)[0].count == 1
+
+
+def test_stranded_pods_are_only_unbound_ones_the_scheduler_refused() -> None:
+    target = assignment(("r1/h2", 1))
+    pods = [
+        pod(1, host="r1/h1", unschedulable_since=30.0),  # domain no longer assigned
+        pod(2, host="r1/h1", unschedulable_since=20.0),
+        pod(3, host="r1/h1"),  # not marked: it may still be placed
+        pod(4, host="r1/h1", node="n1", phase="Running"),  # bound: never evicted here
+        pod(5, host="r1/h2", unschedulable_since=10.0),  # holds h2's slot
+        pod(6, host="r1/h1", node="down", phase="Running"),
+    ]
+    assert [p.name for p in stranded(target, pods, ready)] == ["p2", "p1"]
+    # Within a domain, the pods marked longest ago are left without a slot first.
+    crowded = assignment(("r1/h1", 3))  # the bound pod, the unmarked one, then p1
+    assert [p.name for p in stranded(crowded, pods[:4], ready)] == ["p2"]

@@ -5,7 +5,7 @@ from typing import Any
 import msgspec
 
 from tidegate.watcher.convert import node_state, pod_state, queue_config, topology_config
-from tidegate.watcher.objects import Node, Pod, PodSpec, Topology, decode
+from tidegate.watcher.objects import Node, Pod, PodSpec, Topology, decode, slim_pod
 from tidegate.watcher.requests import pod_requests
 
 GI = 2**30
@@ -108,6 +108,47 @@ def test_pod_state(k8s: Any) -> None:
     assert (state.workload, state.podset, state.rank) == ("default/w", "main", 3)
     assert state.terminating
     assert state.created_at == 1767225600.0
+
+
+def condition(kind: str, status: str, reason: str = "", at: str | None = None) -> dict[str, Any]:
+    """A pod condition as the API server writes it."""
+    out: dict[str, Any] = {"type": kind, "status": status, "message": "m", "lastProbeTime": None}
+    if reason:
+        out["reason"] = reason
+    if at is not None:
+        out["lastTransitionTime"] = at
+    return out
+
+
+def test_a_pod_the_scheduler_found_no_node_for_says_since_when(k8s: Any) -> None:
+    obj = k8s.pod("p", nodeSelector={"a": "b"})
+    obj["spec"]["schedulingGates"] = []
+    obj["status"]["conditions"] = [
+        condition("PodScheduled", "False", "Unschedulable", "2026-01-01T00:01:00Z"),
+        condition("Initialized", "True"),
+    ]
+    pod = decode(obj, Pod)
+    state, _ = pod_state(pod)
+    assert state.unschedulable_since == 1767225660.0
+    # The watcher keeps only that condition of the pods it caches.
+    assert [c.type for c in slim_pod(pod).status.conditions] == ["PodScheduled"]
+    assert pod_state(slim_pod(pod))[0] == state
+    # No readable time: counted from the pod's creation.
+    obj["status"]["conditions"] = [condition("PodScheduled", "False", "Unschedulable")]
+    assert pod_state(decode(obj, Pod))[0].unschedulable_since == 1767225600.0
+    # Gated (reason SchedulingGated), scheduled, or bound: not unschedulable.
+    for conditions in (
+        [condition("PodScheduled", "False", "SchedulingGated", "2026-01-01T00:01:00Z")],
+        [condition("PodScheduled", "True", "", "2026-01-01T00:01:00Z")],
+        [],
+    ):
+        obj["status"]["conditions"] = conditions
+        assert pod_state(decode(obj, Pod))[0].unschedulable_since is None
+    obj["status"]["conditions"] = [condition("PodScheduled", "False", "Unschedulable", "x")]
+    obj["spec"]["nodeName"] = "n1"
+    bound = decode(obj, Pod)
+    assert pod_state(bound)[0].unschedulable_since is None
+    assert slim_pod(bound).status.conditions == []
 
 
 def test_topology_levels_and_malformed_topologies(k8s: Any) -> None:

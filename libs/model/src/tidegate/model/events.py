@@ -42,6 +42,9 @@ PendingReason = Literal[
 ReleaseReason = Literal["Completed", "Deleted", "Evicted", "Failed", "Suspended"]
 """Why a workload gave its admitted capacity back."""
 
+ReplaceCause = Literal["NodeFailed", "Unschedulable"]
+"""Why a :class:`ReplaceRequested` asks for new slots."""
+
 CardRequest = dict[str, int]
 """GPU card model → number of cards for the whole workload, e.g. {"NVIDIA-H200": 8}; MIG
 models are named like "NVIDIA-H200/mig-1g.18gb-mixed"."""
@@ -149,6 +152,10 @@ class PodState(_Body, frozen=True, kw_only=True, tag="pod"):
     """The pod's index within its workload (completion index, JobSet index, pod-index label)."""
     terminating: bool = False
     created_at: float = 0.0
+    unschedulable_since: float | None = None
+    """When the scheduler last found no node for the pod (``PodScheduled=False``, reason
+    ``Unschedulable``: its ``lastTransitionTime``, Unix seconds); None once it is bound, or
+    while no attempt failed."""
 
 
 class WorkloadState(_Body, frozen=True, kw_only=True, tag="workload"):
@@ -299,7 +306,8 @@ class Admitted(_Body, frozen=True, kw_only=True, tag="admitted"):
     the topology-cache reserves count × requests for pods not bound yet without the workload."""
     replaces: int | None = None
     """The sequence of the admission of the same workload this one supersedes: set when
-    admission moved slots lost to failed nodes elsewhere (answering a replace-requested);
+    admission moved lost slots elsewhere (answering a replace-requested: their nodes failed,
+    or the scheduler found no room there);
     the assignments are then the whole new placement, not only the moved pods."""
     resized: bool = False
     """Set with ``replaces`` when the admission follows the workload's new size (it grew, or
@@ -307,6 +315,9 @@ class Admitted(_Body, frozen=True, kw_only=True, tag="admitted"):
     origin: int | None = None
     """Set with ``replaces``: the sequence of the first admission of this object that this one
     continues, through any number of replacements and resizes (None on a first admission)."""
+    replace_cause: ReplaceCause | None = None
+    """Set with ``replaces`` when slots were moved (not ``resized``): the
+    :attr:`ReplaceRequested.cause` answered."""
 
     def chain_start(self) -> int:
         """The sequence of the first admission this one continues (its own when it is one)."""
@@ -424,8 +435,9 @@ class Released(_Body, frozen=True, kw_only=True, tag="released"):
 
 
 class ReplaceRequested(_Body, frozen=True, kw_only=True, tag="replace-requested"):
-    """Slots of an admitted workload were lost with their nodes (deleted or NotReady); the
-    ungater asks admission for replacement slots inside the workload's required domain.
+    """Slots of an admitted workload were lost: their nodes were deleted or went NotReady, or
+    the scheduler found no room there for the pods released into them (``cause``); the ungater
+    asks admission for replacement slots inside the workload's required domain.
     Subject ``tg.<cluster>.decision.replace-requested.<ns>.<name>``. Admission answers with an
     :class:`Admitted` whose ``replaces`` is ``admitted_sequence``, or, when there is no room,
     with a :class:`Released` of reason ``Evicted`` and ``evict_pods`` set."""
@@ -439,8 +451,13 @@ class ReplaceRequested(_Body, frozen=True, kw_only=True, tag="replace-requested"
     """Podset name → the lost slots: domains of its assignment (values widest first) and how
     many of its pods each held."""
     nodes: list[str] = msgspec.field(default_factory=list)
-    """The failed nodes (deleted or NotReady), which replacements must avoid."""
+    """The nodes replacements must avoid: the failed ones (deleted or NotReady), or those of
+    the domains the scheduler found full."""
     message: str = ""
+    cause: ReplaceCause = "NodeFailed"
+    """Why the slots are lost: their nodes failed, or the scheduler found no room for their
+    released pods there for ``TIDEGATE_UNSCHEDULABLE_SECONDS`` (``nodes`` are then the nodes
+    of those domains)."""
     give_back: bool = False
     """The workload shrank: ``lost`` names free slots (no pod holds them) that it no longer
     needs, to be given back rather than placed again. Admission answers with an

@@ -78,7 +78,12 @@ from tidegate.policy.elastic import (
 from tidegate.policy.elastic import growth as growth_of
 from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
 from tidegate.policy.quota import Charge, QuotaLedger, QuotaRequest, gang_resources
-from tidegate.policy.replacement import ReplacementError, merged_assignments, replacement_podsets
+from tidegate.policy.replacement import (
+    ReplacementError,
+    lost_slots_cause,
+    merged_assignments,
+    replacement_podsets,
+)
 
 DEFAULT_PROFILE: Final = "best-fit"
 """Placement profile when neither the workload nor its queue names one."""
@@ -305,7 +310,8 @@ class Admission:
         return out
 
     def replace(self, request: ReplaceRequested, *, now: float) -> list[Decision]:
-        """Slots of an admitted workload were lost with their nodes: place them again inside
+        """Slots of an admitted workload were lost (their nodes failed, or the scheduler found
+        no room there: ``request.cause``): place them again inside
         the workload's required domain (a new admission that ``replaces`` the old one), or,
         when there is no room, release it with ``evict_pods`` so it restarts whole from its
         queue. A request about an admission that is no longer the current one is ignored
@@ -322,18 +328,18 @@ class Admission:
         if request.give_back:
             return self._give_back(request, admitted, workload, now=now)
         queue = self._queues.get(admitted.queue)
-        nodes = ", ".join(request.nodes) or "gone"
+        lost_because = lost_slots_cause(request)
         if workload is None or queue is None:
-            return self._evict(key, f"slots lost with nodes {nodes}; queue or workload unknown")
+            return self._evict(key, f"{lost_because}; queue or workload unknown")
         topology = self._topology_for(workload, queue)
         view = self.capacity.view(topology) if isinstance(topology, str) else None
         if view is None:
-            return self._evict(key, f"slots lost with nodes {nodes}; no topology to place on")
+            return self._evict(key, f"{lost_because}; no topology to place on")
         try:
             podsets = replacement_podsets(workload, admitted, request)
             podsets = card_demand(workload).restrict(podsets)
         except (ReplacementError, CardError) as exc:
-            return self._evict(key, f"slots lost with nodes {nodes}; {exc}")
+            return self._evict(key, f"{lost_because}; {exc}")
         if not podsets:
             return []
         view = view.copy()
@@ -345,9 +351,7 @@ class Admission:
         if isinstance(result, str) or not result.fits:
             why = result if isinstance(result, str) else result.reason or "no room"
             lost = sum(p.count for p in podsets)
-            return self._evict(
-                key, f"no room for {lost} replacement pods after nodes {nodes} failed: {why}"
-            )
+            return self._evict(key, f"no room for {lost} replacement pods ({lost_because}): {why}")
         sequence = self._next_sequence()
         usage = {NodeName(node): taken for node, taken in result.usage().items()}
         body = msgspec.structs.replace(
@@ -357,6 +361,7 @@ class Admission:
             assignments=merged_assignments(admitted, request, result.assignments),
             replaces=admitted.sequence,
             origin=admitted.chain_start(),
+            replace_cause=request.cause,
         )
         self.capacity.take(sequence, usage, at=now)
         self._admitted[key] = body

@@ -1,7 +1,8 @@
 """Replacement slots after node failures: what to place, and the admission that results.
 
-When nodes holding slots of an admitted workload are deleted or go NotReady, the ungater asks
-for replacements (:class:`~tidegate.model.ReplaceRequested`, docs/ungater.md#node-failure).
+When nodes holding slots of an admitted workload are deleted or go NotReady, or the scheduler
+finds no room for pods released into them (``ReplaceRequested.cause``), the ungater asks for
+replacements (:class:`~tidegate.model.ReplaceRequested`, docs/ungater.md#node-failure).
 Admission answers by placing only the lost slots again, **inside the workload's required
 domain**, and publishing the whole new assignment:
 
@@ -37,6 +38,14 @@ from tidegate.model import (
 
 class ReplacementError(ValueError):
     """The request cannot be turned into a placement; the message says why."""
+
+
+def lost_slots_cause(request: ReplaceRequested) -> str:
+    """Why the request's slots are lost, in words for decision messages."""
+    nodes = ", ".join(request.nodes) or "gone"
+    if request.cause == "Unschedulable":
+        return f"the scheduler found no room for released pods on nodes {nodes}"
+    return f"slots lost with nodes {nodes}"
 
 
 def shared_prefix(domains: Sequence[Sequence[str]]) -> list[str]:

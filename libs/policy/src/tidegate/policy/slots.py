@@ -185,15 +185,9 @@ def plan_podset(
                 occupied[domain] += 1
             continue
         if member.holds_slot:
-            # The deepest assigned domain its selector names (a dict lookup per depth).
-            selector = member.node_selector
-            for length in lengths:
-                if not all(level in selector for level in levels[:length]):
-                    continue
-                key = tuple(selector[level] for level in levels[:length])
-                if key in occupied:
-                    occupied[key] += 1
-                    break
+            held = _held_domain(levels, lengths, member.node_selector, occupied)
+            if held is not None:
+                occupied[held] += 1
     free = {d: 0 if d in lost else max(capacity[d] - occupied[d], 0) for d in capacity}
     order = _slot_order(assignment)
     releases: list[Release] = []
@@ -221,6 +215,76 @@ def failed_domains(
     ]
 
 
+def stuck_slots(
+    assignment: TopologyAssignment,
+    pods: Iterable[PodState],
+    node_ready: Callable[[str | None], bool],
+    *,
+    before: float,
+) -> list[DomainCount]:
+    """Slots held by released pods the scheduler has found no room for since ``before`` or
+    earlier (:attr:`~tidegate.model.PodState.unschedulable_since`): per assigned domain, in the
+    assignment's order, how many of the pods holding its slots are unbound and were marked
+    unschedulable then. The view tidegate placed them by was wrong about those domains (pods
+    it does not manage took the room first, or a constraint it does not model)."""
+    holders, _ = _holders(assignment, pods, node_ready)
+    out: list[DomainCount] = []
+    for domain, held in holders.items():
+        stuck = sum(
+            1
+            for pod in held
+            if _released_unbound(pod)
+            and pod.unschedulable_since is not None
+            and pod.unschedulable_since <= before
+        )
+        if stuck:
+            out.append(DomainCount(values=list(domain), count=stuck))
+    return out
+
+
+def stranded(
+    assignment: TopologyAssignment,
+    pods: Iterable[PodState],
+    node_ready: Callable[[str | None], bool],
+) -> list[PodState]:
+    """Released pods the scheduler found no room for that hold no slot of ``assignment``: their
+    selector names no assigned domain, or their domain has more released pods than slots
+    (bound pods hold them first, then unbound ones not marked unschedulable, then the most
+    recently marked). After a replacement moved their slots elsewhere they can only wait for
+    ever; evicted, their controller re-creates them gated, to be released into the new slots.
+    Longest marked first."""
+    _, left_over = _holders(assignment, pods, node_ready)
+    out = [pod for pod in left_over if _released_unbound(pod) and pod.unschedulable_since]
+    return sorted(out, key=lambda pod: (pod.unschedulable_since or 0.0, pod.name))
+
+
+def _holders(
+    assignment: TopologyAssignment,
+    pods: Iterable[PodState],
+    node_ready: Callable[[str | None], bool],
+) -> tuple[dict[Domain, list[PodState]], list[PodState]]:
+    """The released pods holding each assigned domain's slots (in the assignment's order;
+    :func:`_holding_order` within a domain), and those left without one."""
+    capacity = assigned(assignment)
+    lengths = sorted({len(d) for d in capacity}, reverse=True)
+    holding: dict[Domain, list[PodState]] = {}
+    left_over: list[PodState] = []
+    for pod in pods:
+        if gated(pod) or not active(pod) or not node_ready(pod.node_name):
+            continue
+        domain = _held_domain(assignment.levels, lengths, pod.node_selector, capacity)
+        if domain is None:
+            left_over.append(pod)
+        else:
+            holding.setdefault(domain, []).append(pod)
+    holders: dict[Domain, list[PodState]] = {}
+    for domain, count in capacity.items():
+        held = sorted(holding.get(domain, []), key=_holding_order)
+        holders[domain] = held[:count]
+        left_over.extend(held[count:])
+    return holders, left_over
+
+
 def spare_slots(
     assignment: TopologyAssignment,
     occupied: Mapping[Domain, int],
@@ -244,6 +308,34 @@ def spare_slots(
             out.append(DomainCount(values=list(domain), count=free))
             left -= free
     return out
+
+
+def _held_domain(
+    levels: Sequence[str],
+    lengths: Sequence[int],
+    selector: Mapping[str, str],
+    domains: Collection[Domain],
+) -> Domain | None:
+    """The deepest of ``domains`` (whose depths are ``lengths``, deepest first) that
+    ``selector`` names: a dict lookup per depth."""
+    for length in lengths:
+        if not all(level in selector for level in levels[:length]):
+            continue
+        key = tuple(selector[level] for level in levels[:length])
+        if key in domains:
+            return key
+    return None
+
+
+def _released_unbound(pod: PodState) -> bool:
+    return not gated(pod) and active(pod) and pod.node_name is None
+
+
+def _holding_order(pod: PodState) -> tuple[bool, bool, float, str]:
+    """Bound pods first, then unbound ones not marked unschedulable, then the most recently
+    marked (the longest stuck are the first left without a slot)."""
+    since = pod.unschedulable_since
+    return (pod.node_name is None, since is not None, -(since or 0.0), pod.name)
 
 
 def _candidate_order(member: Member) -> tuple[bool, int, float, str]:

@@ -6,8 +6,9 @@ Three streams feed :class:`tidegate.policy.admission.Admission`:
   by leader and standby alike so a standby's picture is current when it takes over;
 - the capacity stream (free capacity per node and topology from the topology-cache);
 - the decision stream's ``preempted`` and ``released`` decisions (leader only, durable), which
-  give quota back, and the ungater's ``replace-requested`` (slots lost to failed nodes, placed
-  again or the workload evicted: :meth:`~tidegate.policy.admission.Admission.replace`).
+  give quota back, and the ungater's ``replace-requested`` (slots lost to failed nodes, or
+  whose pods the scheduler found no room for, placed again or the workload evicted:
+  :meth:`~tidegate.policy.admission.Admission.replace`).
 
 A handler updates the policy object, queues any decision it produced (a release: of a
 workload deleted, re-created, or whose state says it finished) in :attr:`Handlers.outbox` (in

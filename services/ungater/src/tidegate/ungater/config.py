@@ -53,6 +53,10 @@ class UngaterSettings(ServiceSettings):
     what the bus shows (a lost watch event must not hold a slot for ever)."""
     replace_retry_seconds: float = 30.0
     """Ask admission again for replacement slots when it has not answered within this long."""
+    unschedulable_seconds: float = 120.0
+    """A released pod the scheduler has found no room for this long (``PodScheduled=False``,
+    reason ``Unschedulable``) has its slot placed again elsewhere (docs/ungater.md, "Pods the
+    scheduler cannot place"); 0 never does."""
     lease_ttl_seconds: float = 10.0
     """TTL of the ``ungater`` lease: one replica releases, the others stand by and take over
     within this long after it stops renewing (at once after a graceful stop)."""
@@ -78,6 +82,7 @@ class UngaterSettings(ServiceSettings):
         super().__post_init__()
         positive = {
             "batch_window_seconds": self.batch_window_seconds >= 0,
+            "unschedulable_seconds": self.unschedulable_seconds >= 0,
             "expectation_timeout_seconds": self.expectation_timeout_seconds > 0,
             "replace_retry_seconds": self.replace_retry_seconds > 0,
             "queue_status_interval_seconds": self.queue_status_interval_seconds > 0,

@@ -8,11 +8,13 @@ owner (the Job, JobSet, Deployment, PodGroup or bare Pod), like Kueue does on it
 reason         type      when
 =============  ========  ==============================================================
 Admitted       Normal    admitted; the message summarises the placement
-Replaced       Normal    slots lost to failed nodes were moved (``Admitted.replaces``)
+Replaced       Normal    slots lost to failed nodes, or that the scheduler found no room in,
+                         were moved (``Admitted.replaces``)
 Pending        Normal    waiting; message ``<reason token>: <admission's message>``
 Invalid        Warning   the workload (or its queue) is malformed; admission's message
 Preempted      Warning   evicted for an inference workload (by whom, restart or abort)
-Evicted        Warning   no replacement after a node failure: evicted whole, re-queued
+Evicted        Warning   no replacement after a node failure (or for pods the scheduler
+                         could not place): evicted whole, re-queued
 Suspended      Normal    suspended by someone else: its admission released, nothing reserved
 =============  ========  ==============================================================
 
@@ -154,9 +156,12 @@ class Reporter:
             pods = sum(d.count for a in body.assignments.values() for d in a.domains)
             await self._event(workload, "Resized", f"now {pods} pods admitted; {summary}")
         elif body.replaces is not None:
-            await self._event(
-                workload, "Replaced", f"slots lost to failed nodes moved; now {summary}"
+            lost = (
+                "slots the scheduler found no room in"
+                if body.replace_cause == "Unschedulable"
+                else "slots lost to failed nodes"
             )
+            await self._event(workload, "Replaced", f"{lost} moved; now {summary}")
         else:
             await self._event(workload, "Admitted", f"admitted to {summary}")
         resource = owner_resource(workload)

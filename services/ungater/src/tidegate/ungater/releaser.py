@@ -132,7 +132,8 @@ class ReleaserMetrics:
         )
         self.evicted = Counter(
             "tidegate_ungater_pods_evicted_total",
-            "Pods evicted because admission found no replacement after a node failure.",
+            "Pods evicted: admission found no replacement after a node failure, or a replacement "
+            "moved the slot of a pod the scheduler could not place.",
             registry=registry,
         )
         self.resumed = Counter(
@@ -142,7 +143,8 @@ class ReleaserMetrics:
         )
         self.replacements = Counter(
             "tidegate_ungater_replacements_requested_total",
-            "Replacement requests sent to admission after node failures.",
+            "Replacement requests sent to admission after node failures or for pods the "
+            "scheduler could not place.",
             registry=registry,
         )
         self.waiting = Gauge(
@@ -203,13 +205,15 @@ class Releaser:
         settings: UngaterSettings,
         metrics: ReleaserMetrics,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         guard: Guard | None = None,
         publish: Publish | None = None,
         decisions_current: DecisionsCurrent | None = None,
     ) -> None:
         """Wire the releaser; call :meth:`mark` as the view's ``on_change``. ``guard`` runs
         before every Kubernetes write, ``publish`` (default: ``bus.publish``) sends the
-        replacement requests."""
+        replacement requests. ``wall_clock`` is compared with the times the scheduler writes
+        (how long a released pod has been unschedulable)."""
         self.view = view
         self._guard = guard or (lambda: None)
         self._publish = publish or bus.publish
@@ -221,6 +225,7 @@ class Releaser:
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
+        self.wall_clock = wall_clock
         self.expectations: dict[WorkloadKey, dict[str, Expectation]] = {}
         """Per workload: pod uid → release in flight."""
         self._dirty: set[WorkloadKey] = set()
@@ -233,6 +238,9 @@ class Releaser:
         self._asked: dict[WorkloadKey, _Asked] = {}
         self._giving: dict[WorkloadKey, _Asked] = {}
         """Per workload: the last give-back request sent (slots of a workload that shrank)."""
+        self._unschedulable_due: dict[WorkloadKey, float] = {}
+        """Per workload: the wall-clock time its next released pod the scheduler cannot place
+        will have waited ``unschedulable_seconds`` (it is looked at again then)."""
         self._evicting: dict[WorkloadKey, set[str]] = {}
         """Per workload: uids of pods whose eviction was sent."""
         self._released_under: dict[WorkloadKey, dict[str, int]] = {}
@@ -466,12 +474,15 @@ class Releaser:
         if admitted is not None:
             if releasing:
                 waiting = self._plan_releases(item, admitted, members)
-            self._plan_replacement(item, admitted)
+            self._plan_replacement(item, admitted, members)
+            if admitted.replaces is not None:
+                self._plan_stranded(item, admitted, members)
             if releasing:
                 self._plan_resume(item, workload, admitted)
         else:
             self._asked.pop(key, None)
             self._giving.pop(key, None)
+            self._unschedulable_due.pop(key, None)
         if verdict.released is not None and verdict.released.evict_pods:
             # Even when admitted again meanwhile: the pods released before the eviction go.
             self._plan_evictions(item, members, verdict.released.sequence, admitted)
@@ -616,14 +627,14 @@ class Releaser:
             )
             return {}
 
-    def _plan_replacement(self, item: _Work, admitted: Admitted) -> None:
+    def _plan_replacement(self, item: _Work, admitted: Admitted, members: list[PodState]) -> None:
         lost: dict[str, list[DomainCount]] = {}
         for podset, assignment in sorted(admitted.assignments.items()):
             failed = self._failed(assignment)
             if failed:
                 lost[podset] = failed
         if not lost:
-            self._asked.pop(item.key, None)
+            self._plan_unschedulable(item, admitted, members)
             return
         nodes = sorted(
             {
@@ -661,6 +672,87 @@ class Releaser:
         event_id = f"{SOURCE}-replace-{admitted.uid}-{admitted.sequence}-{signature}-{attempt}"
         item.writes.append(_bind(self._ask_replacement, request, event_id))
 
+    def _plan_unschedulable(self, item: _Work, admitted: Admitted, members: list[PodState]) -> None:
+        """Ask admission to place again the slots whose released pods the scheduler has found
+        no room for during ``unschedulable_seconds`` (a ``replace-requested`` of cause
+        ``Unschedulable`` naming those domains' nodes), and note when the next such pod is
+        due."""
+        self._unschedulable_due.pop(item.key, None)
+        wait = self.settings.unschedulable_seconds
+        marked = [
+            pod.unschedulable_since
+            for pod in members
+            if pod.unschedulable_since is not None and pod.node_name is None and not gated(pod)
+        ]
+        if wait <= 0 or not marked:
+            self._asked.pop(item.key, None)
+            return
+        now = self.wall_clock()
+        later = [since + wait for since in marked if since + wait > now]
+        if later:
+            self._unschedulable_due[item.key] = min(later)
+        by_podset: dict[str, list[PodState]] = {}
+        for pod in members:
+            by_podset.setdefault(pod.podset or "", []).append(pod)
+        stuck: dict[str, list[DomainCount]] = {}
+        for podset, assignment in sorted(admitted.assignments.items()):
+            found = slots.stuck_slots(
+                assignment, by_podset.get(podset, []), self.view.node_ready, before=now - wait
+            )
+            if found:
+                stuck[podset] = found
+        if not stuck:
+            self._asked.pop(item.key, None)
+            return
+        nodes = sorted(
+            {
+                node.name
+                for podset, domains in stuck.items()
+                for domain in domains
+                for node in self.view.nodes_matching(
+                    admitted.assignments[podset].levels, domain.values
+                )
+            }
+        )
+        record = self._ask(self._asked, item.key, admitted.sequence, [stuck, nodes, "stuck"])
+        if record is None:
+            return
+        count = sum(d.count for domains in stuck.values() for d in domains)
+        message = (
+            f"{count} released pod{'s' if count != 1 else ''} of {', '.join(sorted(stuck))} "
+            f"unschedulable for {wait:.0f}s or more on node{'s' if len(nodes) != 1 else ''} "
+            f"{', '.join(nodes) or '(none)'}"
+        )
+        request = ReplaceRequested(
+            workload=admitted.workload,
+            uid=admitted.uid,
+            admitted_sequence=admitted.sequence,
+            lost=stuck,
+            nodes=nodes,
+            message=message,
+            cause="Unschedulable",
+        )
+        event_id = (
+            f"{SOURCE}-unschedulable-{admitted.uid}-{admitted.sequence}-"
+            f"{record.signature}-{record.attempt}"
+        )
+        item.writes.append(_bind(self._ask_replacement, request, event_id))
+
+    def _plan_stranded(self, item: _Work, admitted: Admitted, members: list[PodState]) -> None:
+        """Evict the released pods the scheduler found no room for whose slots a replacement
+        moved elsewhere (:func:`slots.stranded`): their controller re-creates them gated, and
+        they are released into the new slots."""
+        by_podset: dict[str, list[PodState]] = {}
+        for pod in members:
+            by_podset.setdefault(pod.podset or "", []).append(pod)
+        for podset, assignment in sorted(admitted.assignments.items()):
+            for pod in slots.stranded(assignment, by_podset.get(podset, []), self.view.node_ready):
+                evicting = self._evicting.setdefault(item.key, set())
+                if pod.uid in evicting:
+                    continue
+                evicting.add(pod.uid)
+                item.writes.append(_bind(self._evict, pod, "its slot was moved elsewhere"))
+
     def _plan_evictions(
         self, item: _Work, members: list[PodState], sequence: int, admitted: Admitted | None
     ) -> None:
@@ -676,7 +768,7 @@ class Releaser:
             if pod.uid in evicting:
                 continue
             evicting.add(pod.uid)
-            item.writes.append(_bind(self._evict, pod))
+            item.writes.append(_bind(self._evict, pod, "no replacement after a node failure"))
 
     def _plan_resume(self, item: _Work, workload: WorkloadState | None, admitted: Admitted) -> None:
         """Unsuspend a workload admitted while suspended for tidegate (module docstring), once
@@ -749,6 +841,8 @@ class Releaser:
         )
         retry = now - self.settings.replace_retry_seconds
         self.mark(key for key, asked in self._asked.items() if asked.at < retry)
+        wall = self.wall_clock()
+        self.mark(key for key, due in self._unschedulable_due.items() if due <= wall)
         self.mark(key for key, asked in self._giving.items() if asked.at < retry)
 
     # ------------------------------------------------------------------ writes
@@ -847,7 +941,7 @@ class Releaser:
             return False
         return not has_gate(current, ADMISSION_GATE)
 
-    async def _evict(self, pod: PodState) -> None:
+    async def _evict(self, pod: PodState, why: str) -> None:
         key = WorkloadKey(pod.workload or "")
         if not self._may_write(key, f"eviction of pod {pod.namespace}/{pod.name}"):
             self._evicting.get(key, set()).discard(pod.uid)
@@ -865,11 +959,7 @@ class Releaser:
             self.mark([WorkloadKey(pod.workload or "")])
         else:
             self.metrics.evicted.inc()
-            log.info(
-                "ungater: evicted pod %s/%s (no replacement after node failure)",
-                pod.namespace,
-                pod.name,
-            )
+            log.info("ungater: evicted pod %s/%s (%s)", pod.namespace, pod.name, why)
 
     async def _resume(self, workload: WorkloadState, resource: ResourceType) -> None:
         key = WorkloadKey(f"{workload.namespace}/{workload.name}")

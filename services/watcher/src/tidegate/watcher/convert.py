@@ -107,8 +107,27 @@ def pod_state(
         rank=rank,
         terminating=meta.deletion_timestamp is not None,
         created_at=timestamp(meta.creation_timestamp),
+        unschedulable_since=unschedulable_since(pod),
     )
     return state, problems
+
+
+def unschedulable_since(pod: Pod) -> float | None:
+    """When the scheduler found no node for an unbound pod (its ``PodScheduled=False`` condition
+    with reason ``Unschedulable``: the lastTransitionTime), or None. A condition without a
+    readable time counts from the pod's creation."""
+    if pod.spec.node_name:
+        return None
+    for condition in pod.status.conditions:
+        if (
+            condition.type == "PodScheduled"
+            and condition.status == "False"
+            and condition.reason == "Unschedulable"
+        ):
+            return timestamp(condition.last_transition_time) or timestamp(
+                pod.metadata.creation_timestamp
+            )
+    return None
 
 
 def topology_config(topology: Topology) -> tuple[TopologyConfig | None, list[str]]:

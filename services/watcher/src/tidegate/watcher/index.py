@@ -57,6 +57,7 @@ from tidegate.watcher.objects import (
     Topology,
     decode,
     describe_error,
+    slim_pod,
 )
 from tidegate.watcher.recognize import Context, Owner, OwnerObject, pod_position, recognize
 from tidegate.watcher.suspend import suspension
@@ -440,7 +441,7 @@ class ClusterIndex:
             self._unlink(key, applied, deleted=True)
             return
         try:
-            pod = decode(obj, Pod)
+            pod = slim_pod(decode(obj, Pod))
         except ObjectError as exc:
             applied.problems.append(f"Pod {meta.namespace}/{meta.name}: {describe_error(exc)}")
             return

@@ -127,10 +127,20 @@ class PodTemplateSpec(_K8s, frozen=True, kw_only=True):
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
 
 
+class PodCondition(_K8s, frozen=True, kw_only=True):
+    """status.conditions[] of a pod."""
+
+    type: str
+    status: str = "Unknown"
+    reason: str = ""
+    last_transition_time: str | None = None
+
+
 class PodStatus(_K8s, frozen=True, kw_only=True):
     """status of a pod."""
 
     phase: str = "Pending"
+    conditions: list[PodCondition] = msgspec.field(default_factory=list)
 
 
 class Pod(_K8s, frozen=True, kw_only=True):
@@ -139,6 +149,22 @@ class Pod(_K8s, frozen=True, kw_only=True):
     metadata: ObjectMeta
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
     status: PodStatus = msgspec.field(default_factory=PodStatus)
+
+
+def slim_pod(pod: Pod) -> Pod:
+    """``pod`` keeping only the condition tidegate reads (an unbound pod's failed
+    ``PodScheduled``), so the watcher's cache of every pod does not hold the others."""
+    conditions = pod.status.conditions
+    if not conditions:
+        return pod
+    kept = (
+        []
+        if pod.spec.node_name
+        else [c for c in conditions if c.type == "PodScheduled" and c.status == "False"]
+    )
+    if len(kept) == len(conditions):
+        return pod
+    return msgspec.structs.replace(pod, status=PodStatus(phase=pod.status.phase, conditions=kept))
 
 
 # --------------------------------------------------------------------------- nodes
