@@ -49,7 +49,7 @@ from e2e import (  # type: ignore[import-not-found]
     set_up,
 )
 
-from tidegate.bus import layout
+from tidegate.bus import Bus, layout
 from tidegate.cli.demo_trace import workload_object
 from tidegate.cli.stack import SERVICES, LocalStack, StackSettings
 from tidegate.kube import JOBS, NAMESPACES, KubeClient, KubeSettings
@@ -131,6 +131,18 @@ async def create_managed(kube: KubeClient, jobs: int) -> None:
             name=f"managed-{index:04d}", at=0.0, pods=8, gpus=1, topology="none", duration=3600.0
         )
         await kube.create(JOBS, workload_object(spec.entry(), MANAGED), namespace=MANAGED)
+
+
+async def decision_kinds(bus: Bus) -> dict[str, int]:
+    """Messages on the decision stream per kind (``admitted``, ``replace-requested``, …): a
+    ``replace-requested`` means a gang's slots had to be placed again (docs/ungater.md)."""
+    stream = layout.decisions_stream(CLUSTER)
+    info = await bus.jetstream.stream_info(stream, subjects_filter=f"tg.{CLUSTER}.decision.>")
+    kinds: dict[str, int] = {}
+    for subject, count in (info.state.subjects or {}).items():
+        kind = subject.split(".")[3]
+        kinds[kind] = kinds.get(kind, 0) + count
+    return dict(sorted(kinds.items()))
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -228,6 +240,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "mib": round(info.state.bytes / 2**20, 1),
                 }
             figures["streams"] = streams
+            figures["decisions"] = await decision_kinds(bus)
 
             replay: dict[str, float] = {}
             after: dict[str, dict[str, float]] = {}
@@ -293,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     for stream, size in figures["streams"].items():
         print(f"  {stream}: {size['messages']} messages, {size['mib']} MiB")
+    print("  decisions: " + ", ".join(f"{n} {kind}" for kind, n in figures["decisions"].items()))
     print(f"  load average {figures['load_avg_1m']} on {figures['cpus']} cpus")
     return 0
 
