@@ -16,35 +16,15 @@ import pytest
 from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry, queue_object, workload_object
 from tidegate.kube import JOBS, NAMESPACES, PODS, QUEUES, NotFound
 from tidegate.model import Admitted, ReplaceRequested
-from tidegate.testing import until_async
+from tidegate.testing import bound_pod, until_async
 
 from .real import RealTidegate
 from .test_real_system import GPU_JOB, RACK, running_pods
 
+TENANT = {"cpu": "1", "nvidia.com/gpu": "8"}
+"""What each pod no queue names takes of its node: all 8 GPUs."""
+
 pytestmark = [pytest.mark.real_k8s, pytest.mark.slow(20), pytest.mark.timeout(300)]
-
-
-def tenant(name: str, node: str) -> dict[str, object]:
-    """A pod no queue names, bound straight to ``node``, taking its 8 GPUs."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox:1.36",
-                    "resources": {
-                        "requests": {"cpu": "1", "nvidia.com/gpu": "8"},
-                        "limits": {"nvidia.com/gpu": "8"},
-                    },
-                }
-            ],
-        },
-    }
 
 
 async def test_a_slot_kube_scheduler_finds_full_is_placed_again(
@@ -74,7 +54,7 @@ async def test_a_slot_kube_scheduler_finds_full_is_placed_again(
                 await system.kill("topology-cache")
                 for index, node in enumerate(full):
                     await system.admin.create(
-                        PODS, tenant(f"tenant-{index}", node), namespace=tenants
+                        PODS, bound_pod(f"tenant-{index}", node, TENANT), namespace=tenants
                     )
 
                 async def tenants_running() -> bool:

@@ -16,11 +16,15 @@ import pytest
 from tidegate.kube import NODES, PODS
 from tidegate.model import Admitted, ReplaceRequested
 from tidegate.sim import SimSettings
+from tidegate.testing import bound_pod
 
 from .conftest import Env, environment, start_pipeline, start_topology_cache
 from .test_node_failure import has_reasons, running_pods
 
 RACK = "tidegate.io/rack"
+TENANT = {"nvidia.com/gpu": "8"}
+"""What each pod no queue names takes of its node: all 8 GPUs."""
+"""What each pod no queue names takes of its node: all 8 GPUs."""
 
 
 @pytest.fixture
@@ -30,29 +34,6 @@ async def pipeline(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncItera
     async with environment(tmp_path, nats_url, cluster_id, settings) as env:
         await start_pipeline(env, unschedulable_seconds=1.0, replace_retry_seconds=5.0)
         yield env
-
-
-def tenant(name: str, node: str) -> dict[str, Any]:
-    """A pod tidegate does not manage (no queue), bound to ``node`` and taking its 8 GPUs."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox",
-                    "resources": {
-                        "requests": {"nvidia.com/gpu": "8"},
-                        "limits": {"nvidia.com/gpu": "8"},
-                    },
-                }
-            ],
-        },
-    }
 
 
 async def test_a_slot_the_scheduler_finds_full_is_placed_again_and_its_pod_runs(
@@ -72,7 +53,7 @@ async def test_a_slot_the_scheduler_finds_full_is_placed_again_and_its_pod_runs(
     await env.stop("topology-cache")
     full = [n["metadata"]["name"] for n in nodes if n["metadata"]["name"] not in free]
     for index, node in enumerate(full):
-        await env.create(PODS, tenant(f"tenant-{index}", node))
+        await env.create(PODS, bound_pod(f"tenant-{index}", node, TENANT))
 
     async def tenants_running() -> bool | None:
         pods = await env.pods()

@@ -15,6 +15,7 @@ import each other; this package is the one home of what they share:
   objects call for, :func:`published_capacity` and :func:`capacity_differences` to compare the
   bus with it.
 - :mod:`.cluster`: :func:`simulated`, a simulated cluster with a kube client and a bus.
+- :mod:`.objects`: :func:`bound_pod`, another tenant's pod bound straight to a node.
 - :mod:`.processes`: :class:`ServiceProcess` / :func:`service_process`, a service as a child
   process; :func:`run_to_exit` for one that must stop by itself.
 - :mod:`.controlplane`: :class:`~tidegate.testing.controlplane.ControlPlane`, a real
@@ -40,6 +41,7 @@ from tidegate.testing.capacity import (
     recompute_capacity,
 )
 from tidegate.testing.cluster import Simulated, simulated
+from tidegate.testing.objects import bound_pod
 from tidegate.testing.processes import ServiceProcess, run_to_exit, service_process
 from tidegate.testing.services import RunningServices
 from tidegate.testing.waiting import start_until, until, until_async
@@ -51,6 +53,7 @@ __all__ = [
     "RunningServices",
     "ServiceProcess",
     "Simulated",
+    "bound_pod",
     "capacity_differences",
     "capacity_of",
     "connected",

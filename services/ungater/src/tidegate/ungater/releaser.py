@@ -71,6 +71,7 @@ from tidegate.model import (
     DomainCount,
     Envelope,
     PodState,
+    ReplaceCause,
     ReplaceRequested,
     TopologyAssignment,
     WorkloadKey,
@@ -536,9 +537,7 @@ class Releaser:
             self.expectations.pop(key, None)
 
     def _plan_releases(self, item: _Work, admitted: Admitted, members: list[PodState]) -> int:
-        by_podset: dict[str, list[PodState]] = {}
-        for pod in members:
-            by_podset.setdefault(pod.podset or "", []).append(pod)
+        by_podset = _by_podset(members)
         extra = self._card_selector(admitted)
         waiting = 0
         workload = item.workload
@@ -637,40 +636,20 @@ class Releaser:
             self._plan_unschedulable(item, admitted, members)
             return
         nodes = sorted(
-            {
-                node.name
-                for podset, domains in lost.items()
-                for domain in domains
-                for node in self.view.nodes_matching(
-                    admitted.assignments[podset].levels, domain.values, departed=True
-                )
-            }
+            self._domain_nodes(admitted, lost, departed=True)
             | {
                 pod.node_name
                 for pod in self.view.members(item.key)
                 if pod.node_name is not None and not self.view.node_ready(pod.node_name)
             }
         )
-        record = self._ask(self._asked, item.key, admitted.sequence, [lost, nodes])
-        if record is None:
-            return
-        signature, attempt = record.signature, record.attempt
         slots_lost = sum(d.count for domains in lost.values() for d in domains)
         message = (
             f"{slots_lost} slot{'s' if slots_lost != 1 else ''} of "
             f"{', '.join(sorted(lost))} lost with node{'s' if len(nodes) != 1 else ''} "
             f"{', '.join(nodes) or '(gone)'}"
         )
-        request = ReplaceRequested(
-            workload=admitted.workload,
-            uid=admitted.uid,
-            admitted_sequence=admitted.sequence,
-            lost=lost,
-            nodes=nodes,
-            message=message,
-        )
-        event_id = f"{SOURCE}-replace-{admitted.uid}-{admitted.sequence}-{signature}-{attempt}"
-        item.writes.append(_bind(self._ask_replacement, request, event_id))
+        self._request_replacement(item, admitted, lost, nodes, message, "NodeFailed")
 
     def _plan_unschedulable(self, item: _Work, admitted: Admitted, members: list[PodState]) -> None:
         """Ask admission to place again the slots whose released pods the scheduler has found
@@ -691,9 +670,7 @@ class Releaser:
         later = [since + wait for since in marked if since + wait > now]
         if later:
             self._unschedulable_due[item.key] = min(later)
-        by_podset: dict[str, list[PodState]] = {}
-        for pod in members:
-            by_podset.setdefault(pod.podset or "", []).append(pod)
+        by_podset = _by_podset(members)
         stuck: dict[str, list[DomainCount]] = {}
         for podset, assignment in sorted(admitted.assignments.items()):
             found = slots.stuck_slots(
@@ -704,47 +681,61 @@ class Releaser:
         if not stuck:
             self._asked.pop(item.key, None)
             return
-        nodes = sorted(
-            {
-                node.name
-                for podset, domains in stuck.items()
-                for domain in domains
-                for node in self.view.nodes_matching(
-                    admitted.assignments[podset].levels, domain.values
-                )
-            }
-        )
-        record = self._ask(self._asked, item.key, admitted.sequence, [stuck, nodes, "stuck"])
-        if record is None:
-            return
+        nodes = sorted(self._domain_nodes(admitted, stuck))
         count = sum(d.count for domains in stuck.values() for d in domains)
         message = (
             f"{count} released pod{'s' if count != 1 else ''} of {', '.join(sorted(stuck))} "
             f"unschedulable for {wait:.0f}s or more on node{'s' if len(nodes) != 1 else ''} "
             f"{', '.join(nodes) or '(none)'}"
         )
+        self._request_replacement(item, admitted, stuck, nodes, message, "Unschedulable")
+
+    def _domain_nodes(
+        self, admitted: Admitted, lost: Mapping[str, list[DomainCount]], *, departed: bool = False
+    ) -> set[str]:
+        """The nodes of the domains ``lost`` names (with ``departed``, deleted ones too)."""
+        return {
+            node.name
+            for podset, domains in lost.items()
+            for domain in domains
+            for node in self.view.nodes_matching(
+                admitted.assignments[podset].levels, domain.values, departed=departed
+            )
+        }
+
+    def _request_replacement(
+        self,
+        item: _Work,
+        admitted: Admitted,
+        lost: dict[str, list[DomainCount]],
+        nodes: list[str],
+        message: str,
+        cause: ReplaceCause,
+    ) -> None:
+        """Plan a ``replace-requested`` for ``lost``, unless the same one was sent less than
+        ``replace_retry_seconds`` ago (:meth:`_ask`)."""
+        payload: list[object] = [lost, nodes] if cause == "NodeFailed" else [lost, nodes, cause]
+        record = self._ask(self._asked, item.key, admitted.sequence, payload)
+        if record is None:
+            return
         request = ReplaceRequested(
             workload=admitted.workload,
             uid=admitted.uid,
             admitted_sequence=admitted.sequence,
-            lost=stuck,
+            lost=lost,
             nodes=nodes,
             message=message,
-            cause="Unschedulable",
+            cause=cause,
         )
-        event_id = (
-            f"{SOURCE}-unschedulable-{admitted.uid}-{admitted.sequence}-"
-            f"{record.signature}-{record.attempt}"
-        )
+        kind = "replace" if cause == "NodeFailed" else "unschedulable"
+        event_id = f"{SOURCE}-{kind}-{admitted.uid}-{admitted.sequence}-{record.signature}-{record.attempt}"
         item.writes.append(_bind(self._ask_replacement, request, event_id))
 
     def _plan_stranded(self, item: _Work, admitted: Admitted, members: list[PodState]) -> None:
         """Evict the released pods the scheduler found no room for whose slots a replacement
         moved elsewhere (:func:`slots.stranded`): their controller re-creates them gated, and
         they are released into the new slots."""
-        by_podset: dict[str, list[PodState]] = {}
-        for pod in members:
-            by_podset.setdefault(pod.podset or "", []).append(pod)
+        by_podset = _by_podset(members)
         for podset, assignment in sorted(admitted.assignments.items()):
             for pod in slots.stranded(assignment, by_podset.get(podset, []), self.view.node_ready):
                 evicting = self._evicting.setdefault(item.key, set())
@@ -1071,6 +1062,14 @@ class Releaser:
                 if isinstance(time_, str) and time_:
                     condition["lastTransitionTime"] = time_
         return desired
+
+
+def _by_podset(pods: Iterable[PodState]) -> dict[str, list[PodState]]:
+    """``pods`` grouped by podset name (an unnamed podset is "")."""
+    out: dict[str, list[PodState]] = {}
+    for pod in pods:
+        out.setdefault(pod.podset or "", []).append(pod)
+    return out
 
 
 def _uid(obj: Mapping[str, object]) -> str:
