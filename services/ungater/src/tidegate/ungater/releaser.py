@@ -738,11 +738,7 @@ class Releaser:
         by_podset = _by_podset(members)
         for podset, assignment in sorted(admitted.assignments.items()):
             for pod in slots.stranded(assignment, by_podset.get(podset, []), self.view.node_ready):
-                evicting = self._evicting.setdefault(item.key, set())
-                if pod.uid in evicting:
-                    continue
-                evicting.add(pod.uid)
-                item.writes.append(_bind(self._evict, pod, "its slot was moved elsewhere"))
+                self._plan_eviction(item, pod, "its slot was moved elsewhere")
 
     def _plan_evictions(
         self, item: _Work, members: list[PodState], sequence: int, admitted: Admitted | None
@@ -755,11 +751,14 @@ class Releaser:
         for pod in slots.must_evict(
             members, sequence=sequence, released_under=released_under, admitted=admitted
         ):
-            evicting = self._evicting.setdefault(item.key, set())
-            if pod.uid in evicting:
-                continue
+            self._plan_eviction(item, pod, "no replacement after a node failure")
+
+    def _plan_eviction(self, item: _Work, pod: PodState, why: str) -> None:
+        """Evict ``pod`` (``why`` goes to the log), unless its eviction was sent already."""
+        evicting = self._evicting.setdefault(item.key, set())
+        if pod.uid not in evicting:
             evicting.add(pod.uid)
-            item.writes.append(_bind(self._evict, pod, "no replacement after a node failure"))
+            item.writes.append(_bind(self._evict, pod, why))
 
     def _plan_resume(self, item: _Work, workload: WorkloadState | None, admitted: Admitted) -> None:
         """Unsuspend a workload admitted while suspended for tidegate (module docstring), once
