@@ -7,6 +7,7 @@ slot again away from that node, evicts the stranded pod once the slot moved, and
 pod the Job controller re-creates into the new slot.
 """
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,7 @@ async def test_a_slot_the_scheduler_finds_full_is_placed_again_and_its_pod_runs(
     assert requests[0].lost["main"][0].values[-1] == stale
     moved = [a for a in env.of(Admitted, "team/train") if a.replaces is not None]
     assert moved[0].replace_cause == "Unschedulable"
+    assert moved[0].unschedulable_moves == 1
     assert moved[0].replaces == admitted.sequence
     assert [d.values[-1] for d in moved[-1].assignments["main"].domains] == [
         pods[0]["spec"]["nodeName"]
@@ -99,6 +101,41 @@ async def test_a_slot_the_scheduler_finds_full_is_placed_again_and_its_pod_runs(
         p for p in await env.pods("job-name=train") if not p["metadata"].get("deletionTimestamp")
     ]
     assert [p["metadata"]["uid"] for p in left] == [pods[0]["metadata"]["uid"]]
+
+
+async def test_each_further_move_waits_twice_as_long(pipeline: Env) -> None:
+    """Every node is full and the capacity view stays stale, so each move lands on another
+    full node: the moves go on, each after twice the previous wait (1 s, 2 s, 4 s, 8 s)."""
+    env = pipeline
+    await env.stop("topology-cache")
+    names = sorted(n["metadata"]["name"] for n in (await env.kube.list_objects(NODES)).items)
+    for index, node in enumerate(names):
+        await env.create(PODS, bound_pod(f"tenant-{index}", node, TENANT))
+
+    async def tenants_running() -> bool:
+        pods = [p for p in await env.pods() if p["metadata"]["name"].startswith("tenant-")]
+        return len([p for p in pods if p["status"].get("phase") == "Running"]) == len(names)
+
+    await env.until_async(tenants_running, within=30, what="the tenants running")
+    await env.job("train", 1, gpus=8, job_annotations={"tidegate.io/topology-required": RACK})
+
+    def requests() -> list[ReplaceRequested]:
+        return [r for r in env.of(ReplaceRequested, "team/train") if r.cause == "Unschedulable"]
+
+    seen_at: list[float] = []
+    for count in (1, 2, 3, 4):
+        await env.until(lambda n=count: len(requests()) >= n, within=40, what=f"move {count} asked")
+        seen_at.append(time.monotonic())
+    moves = [a.unschedulable_moves for a in env.of(Admitted, "team/train")]
+    assert moves[:4] == [0, 1, 2, 3], moves
+    # Request k+1 comes at least the k-th wait after the move that answered request k (less
+    # up to 1 s: the scheduler's mark has whole seconds); without the doubling every gap is
+    # about 2 s.
+    assert seen_at[3] - seen_at[2] >= 6.0, seen_at
+    events = await env.until_async(
+        lambda: has_reasons(env, "train", {"Replaced"}), what="Replaced event"
+    )
+    assert "found no room in moved (move " in events["Replaced"]["message"]
 
 
 async def _unschedulable(env: Env, job: str) -> list[dict[str, Any]] | None:

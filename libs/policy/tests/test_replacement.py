@@ -118,6 +118,50 @@ def test_slots_the_scheduler_found_full_are_moved_and_say_why() -> None:
     )
 
 
+def test_unschedulable_moves_are_counted_along_the_chain_and_across_an_eviction() -> None:
+    admission = cluster(
+        node("n1", "r1"), node("n2", "r1"), node("n3", "r1"), node("n4", "r1"), node("n5", "r2")
+    )
+    first = admitted_on(admission)
+    assert first.unschedulable_moves == 0
+    hosts = sorted({d.values[-1] for d in first.assignments["workers"].domains})
+    request = msgspec.structs.replace(lost_in(first, hosts[0]), cause="Unschedulable")
+    (moved,) = admission.replace(request, now=2.0)
+    assert isinstance(moved.body, Admitted)
+    assert moved.body.unschedulable_moves == 1
+    # A node failure moves slots too but is not the scheduler's refusal: the count stays.
+    failed = sorted({d.values[-1] for d in moved.body.assignments["workers"].domains})[:1]
+    (again,) = admission.replace(lost_in(moved.body, *failed), now=3.0)
+    assert isinstance(again.body, Admitted)
+    assert again.body.unschedulable_moves == 1
+    # No room left in the rack: evicted and re-queued, and the next admission goes on counting.
+    full = sorted({d.values[-1] for d in again.body.assignments["workers"].domains})
+    request = msgspec.structs.replace(lost_in(again.body, *full), cause="Unschedulable")
+    (evicted,) = admission.replace(request, now=4.0)
+    assert isinstance(evicted.body, Released)
+    assert evicted.body.evict_pods
+    for name, rack in (("n1", "r1"), ("n2", "r1"), ("n3", "r1"), ("n4", "r1"), ("n5", "r2")):
+        admission.capacity.update(node(name, rack, applied=admission.sequence))  # pods gone
+    (readmitted,) = only(admission.cycle(now=5.0), Admitted)
+    assert isinstance(readmitted, Admitted)
+    assert (readmitted.replaces, readmitted.unschedulable_moves) == (None, 2)
+
+
+def test_a_new_object_of_the_same_name_starts_counting_moves_from_nought() -> None:
+    admission = cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2"))
+    first = admitted_on(admission)
+    host = first.assignments["workers"].domains[0].values[-1]
+    request = msgspec.structs.replace(lost_in(first, host), cause="Unschedulable")
+    (evicted,) = admission.replace(request, now=2.0)
+    assert isinstance(evicted.body, Released)
+    admission.set_workload(
+        msgspec.structs.replace(workload("a", workers(4, 4, rack=True)), uid="uid-b")
+    )
+    (fresh,) = only(admission.cycle(now=3.0), Admitted)
+    assert isinstance(fresh, Admitted)
+    assert (fresh.uid, fresh.unschedulable_moves) == ("uid-b", 0)
+
+
 def test_no_room_in_the_required_domain_evicts_the_gang_and_requeues_it() -> None:
     admission = cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2"))
     admitted = admitted_on(admission)

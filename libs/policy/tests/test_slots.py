@@ -21,6 +21,7 @@ from tidegate.policy.slots import (
     spare_slots,
     stranded,
     stuck_slots,
+    unschedulable_wait,
 )
 
 LEVELS = ["block", "rack", "host"]
@@ -375,3 +376,19 @@ def test_stranded_pods_are_only_unbound_ones_the_scheduler_refused() -> None:
     # Within a domain, the pods marked longest ago are left without a slot first.
     crowded = assignment(("r1/h1", 3))  # the bound pod, the unmarked one, then p1
     assert [p.name for p in stranded(crowded, pods[:4], ready)] == ["p2"]
+
+
+def test_the_unschedulable_wait_doubles_with_every_move_up_to_an_hour() -> None:
+    assert [unschedulable_wait(120, moves) for moves in range(7)] == [
+        120,
+        240,
+        480,
+        960,
+        1920,
+        3600,
+        3600,
+    ]
+    assert unschedulable_wait(120, 10_000) == 3600
+    assert unschedulable_wait(7200, 3) == 7200  # a base beyond the cap is kept
+    assert unschedulable_wait(0, 3) == 0  # off stays off
+    assert unschedulable_wait(1.0, 2, longest=3.0) == 3.0

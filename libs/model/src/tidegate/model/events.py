@@ -318,6 +318,11 @@ class Admitted(_Body, frozen=True, kw_only=True, tag="admitted"):
     replace_cause: ReplaceCause | None = None
     """Set with ``replaces`` when slots were moved (not ``resized``): the
     :attr:`ReplaceRequested.cause` answered."""
+    unschedulable_moves: int = 0
+    """How often slots of this workload were moved because the scheduler found no room for
+    their pods (``replace_cause`` ``Unschedulable``), counted along the chain of replacements
+    and carried over when such a move found no room and the gang was re-queued; 0 on a first
+    admission. The ungater waits longer before each further move (docs/ungater.md)."""
 
     def chain_start(self) -> int:
         """The sequence of the first admission this one continues (its own when it is one)."""

@@ -175,6 +175,9 @@ class Admission:
         """Admitted workloads found not to grow, with the very (frozen) workload and admission
         objects that were compared: while both are the same objects the answer is the same, so
         :meth:`_grow_all` does not compare them again every cycle."""
+        self._moves: dict[WorkloadKey, tuple[str, int]] = {}
+        """Workloads evicted for want of room for their moved slots: the uid and the
+        :attr:`Admitted.unschedulable_moves` their next admission continues from."""
         self._growth = 0
 
     # ------------------------------------------------------------------ inputs
@@ -226,6 +229,7 @@ class Admission:
         self._tries.pop(key, None)
         self._tried_at.pop(key, None)
         self._awaiting.pop(key, None)
+        self._moves.pop(key, None)
         self._drop_nomination(key)
         return [released] if released is not None else []
 
@@ -329,17 +333,18 @@ class Admission:
             return self._give_back(request, admitted, workload, now=now)
         queue = self._queues.get(admitted.queue)
         lost_because = lost_slots_cause(request)
+        moves = admitted.unschedulable_moves + (1 if request.cause == "Unschedulable" else 0)
         if workload is None or queue is None:
-            return self._evict(key, f"{lost_because}; queue or workload unknown")
+            return self._evict(key, f"{lost_because}; queue or workload unknown", moves)
         topology = self._topology_for(workload, queue)
         view = self.capacity.view(topology) if isinstance(topology, str) else None
         if view is None:
-            return self._evict(key, f"{lost_because}; no topology to place on")
+            return self._evict(key, f"{lost_because}; no topology to place on", moves)
         try:
             podsets = replacement_podsets(workload, admitted, request)
             podsets = card_demand(workload).restrict(podsets)
         except (ReplacementError, CardError) as exc:
-            return self._evict(key, f"{lost_because}; {exc}")
+            return self._evict(key, f"{lost_because}; {exc}", moves)
         if not podsets:
             return []
         view = view.copy()
@@ -351,7 +356,8 @@ class Admission:
         if isinstance(result, str) or not result.fits:
             why = result if isinstance(result, str) else result.reason or "no room"
             lost = sum(p.count for p in podsets)
-            return self._evict(key, f"no room for {lost} replacement pods ({lost_because}): {why}")
+            message = f"no room for {lost} replacement pods ({lost_because}): {why}"
+            return self._evict(key, message, moves)
         sequence = self._next_sequence()
         usage = {NodeName(node): taken for node, taken in result.usage().items()}
         body = msgspec.structs.replace(
@@ -362,16 +368,21 @@ class Admission:
             replaces=admitted.sequence,
             origin=admitted.chain_start(),
             replace_cause=request.cause,
+            unschedulable_moves=moves,
         )
         self.capacity.take(sequence, usage, at=now)
         self._admitted[key] = body
         return [Decision(key=key, body=body, workload=workload, node_usage=usage)]
 
-    def _evict(self, key: WorkloadKey, message: str) -> list[Decision]:
+    def _evict(self, key: WorkloadKey, message: str, moves: int) -> list[Decision]:
+        """Release ``key`` with ``evict_pods`` (it restarts whole from its queue); its next
+        admission keeps counting from ``moves`` (:attr:`Admitted.unschedulable_moves`)."""
         released = self.release(key, "Evicted", message)
         if released is None:
             return []
         assert isinstance(released.body, Released)
+        if moves:
+            self._moves[key] = (released.body.uid, moves)
         body = msgspec.structs.replace(released.body, evict_pods=True)
         self._tried_at.pop(key, None)
         return [Decision(key=key, body=body, workload=released.workload)]
@@ -983,6 +994,7 @@ class Admission:
             card_model=demand.card_model,
             nominated_by=key if nominated is not None else None,
             requests={name: dict(amounts) for name, amounts in result.requests.items()},
+            unschedulable_moves=self._carried_moves(key, workload.uid),
         )
         self.capacity.take(sequence, usage, at=now)
         self.quota.charge(
@@ -994,6 +1006,12 @@ class Admission:
         self._reasons.pop(key, None)
         self._tried_at.pop(key, None)
         return Decision(key=key, body=body, workload=workload, node_usage=usage)
+
+    def _carried_moves(self, key: WorkloadKey, uid: str) -> int:
+        """The unschedulable moves a first admission of ``key`` (object ``uid``) continues
+        from: those of its eviction for want of room, if that was this object's."""
+        carried = self._moves.pop(key, None)
+        return carried[1] if carried is not None and carried[0] == uid else 0
 
     def _topology_for(self, workload: WorkloadState, queue: QueueConfig) -> str | _Failure:
         chosen = choose_topology(

@@ -242,6 +242,26 @@ def stuck_slots(
     return out
 
 
+UNSCHEDULABLE_WAIT_MAX_SECONDS = 3600.0
+"""The longest :func:`unschedulable_wait` grows to (unless the base wait is longer)."""
+
+
+def unschedulable_wait(
+    base_seconds: float, moves: int, *, longest: float = UNSCHEDULABLE_WAIT_MAX_SECONDS
+) -> float:
+    """How long released pods of a workload whose slots were moved ``moves`` times already for
+    the scheduler finding no room (:attr:`~tidegate.model.Admitted.unschedulable_moves`) may
+    stay unschedulable before their slots are moved again: ``base_seconds`` doubled per move,
+    at most ``longest`` (or ``base_seconds`` when that is longer); 0 when ``base_seconds`` is
+    (never moved)."""
+    if base_seconds <= 0:
+        return 0.0
+    ceiling = max(base_seconds, longest)
+    if moves >= 64:
+        return ceiling
+    return min(base_seconds * (1 << max(moves, 0)), ceiling)
+
+
 def stranded(
     assignment: TopologyAssignment,
     pods: Iterable[PodState],

@@ -157,11 +157,11 @@ class Reporter:
             await self._event(workload, "Resized", f"now {pods} pods admitted; {summary}")
         elif body.replaces is not None:
             lost = (
-                "slots the scheduler found no room in"
+                f"slots the scheduler found no room in moved (move {body.unschedulable_moves})"
                 if body.replace_cause == "Unschedulable"
-                else "slots lost to failed nodes"
+                else "slots lost to failed nodes moved"
             )
-            await self._event(workload, "Replaced", f"{lost} moved; now {summary}")
+            await self._event(workload, "Replaced", f"{lost}; now {summary}")
         else:
             await self._event(workload, "Admitted", f"admitted to {summary}")
         resource = owner_resource(workload)

@@ -653,11 +653,13 @@ class Releaser:
 
     def _plan_unschedulable(self, item: _Work, admitted: Admitted, members: list[PodState]) -> None:
         """Ask admission to place again the slots whose released pods the scheduler has found
-        no room for during ``unschedulable_seconds`` (a ``replace-requested`` of cause
-        ``Unschedulable`` naming those domains' nodes), and note when the next such pod is
-        due."""
+        no room for during ``unschedulable_seconds``, doubled for every such move the workload
+        had already (a ``replace-requested`` of cause ``Unschedulable`` naming those domains'
+        nodes), and note when the next such pod is due."""
         self._unschedulable_due.pop(item.key, None)
-        wait = self.settings.unschedulable_seconds
+        wait = slots.unschedulable_wait(
+            self.settings.unschedulable_seconds, admitted.unschedulable_moves
+        )
         marked = [
             pod.unschedulable_since
             for pod in members
