@@ -60,6 +60,18 @@ def three_racks() -> Admission:
     return cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r1"), node("n4", "r2"))
 
 
+def evicted_without_room() -> tuple[Admission, str, Released]:
+    """Two racks of two nodes: ``ns/a`` admitted, then one host found full by the scheduler,
+    and no room left in its rack: the admission, that host and the eviction."""
+    admission = cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2"))
+    first = admitted_on(admission)
+    host = first.assignments["workers"].domains[0].values[-1]
+    request = msgspec.structs.replace(lost_in(first, host), cause="Unschedulable")
+    (evicted,) = admission.replace(request, now=2.0)
+    assert isinstance(evicted.body, Released)
+    return admission, host, evicted.body
+
+
 def test_required_prefix_per_kind_of_request() -> None:
     target = assignment(("r1", "n1", 2), ("r1", "n2", 1))
     rack = PodSetSpec(name="w", count=3, topology=TopologyRequest(required=RACK))
@@ -107,15 +119,8 @@ def test_slots_the_scheduler_found_full_are_moved_and_say_why() -> None:
     assert not {d.values[-1] for d in body.assignments["workers"].domains} & set(full)
     # Without room, the eviction's message says the scheduler found no room, not that nodes
     # failed.
-    tight = cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2"))
-    first = admitted_on(tight)
-    host = first.assignments["workers"].domains[0].values[-1]
-    request = msgspec.structs.replace(lost_in(first, host), cause="Unschedulable")
-    (evicted,) = tight.replace(request, now=2.0)
-    assert isinstance(evicted.body, Released)
-    assert f"the scheduler found no room for released pods on nodes {host}" in (
-        evicted.body.message
-    )
+    _, host, evicted = evicted_without_room()
+    assert f"the scheduler found no room for released pods on nodes {host}" in evicted.message
 
 
 def test_unschedulable_moves_are_counted_along_the_chain_and_across_an_eviction() -> None:
@@ -148,12 +153,7 @@ def test_unschedulable_moves_are_counted_along_the_chain_and_across_an_eviction(
 
 
 def test_a_new_object_of_the_same_name_starts_counting_moves_from_nought() -> None:
-    admission = cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2"))
-    first = admitted_on(admission)
-    host = first.assignments["workers"].domains[0].values[-1]
-    request = msgspec.structs.replace(lost_in(first, host), cause="Unschedulable")
-    (evicted,) = admission.replace(request, now=2.0)
-    assert isinstance(evicted.body, Released)
+    admission, _, _ = evicted_without_room()
     admission.set_workload(
         msgspec.structs.replace(workload("a", workers(4, 4, rack=True)), uid="uid-b")
     )
