@@ -5,6 +5,7 @@ back like any subscriber."""
 import asyncio
 import json
 
+import msgspec
 import pytest
 
 from tidegate.bus import Bus
@@ -183,6 +184,35 @@ async def test_explain_names_state_reason_position_placement_preemption_pods_and
     assert broken["reason"] == "Invalid"
     assert "position" not in broken, "a workload waiting for a fix is nobody's turn"
     assert explain(view, "ns/nothing") is None
+
+
+async def test_explain_says_when_and_why_slots_were_moved(nats_url: str, cluster_id: str) -> None:
+    async with connected(nats_url, cluster_id) as bus:
+        await put(
+            bus, cluster_id, subjects.queue(cluster_id, "offline"), QueueConfig(name="offline")
+        )
+        body = workload("stuck", queue="offline", priority=10, created=1.0)
+        await put(bus, cluster_id, subjects.workload(cluster_id, "ns", "stuck"), body)
+        first = admitted("stuck", "offline", 1)
+        await decide(bus, cluster_id, "admitted", "stuck", first)
+        moved = msgspec.structs.replace(
+            first,
+            sequence=2,
+            replaces=1,
+            origin=1,
+            replace_cause="Unschedulable",
+            unschedulable_moves=2,
+        )
+        await decide(bus, cluster_id, "admitted", "stuck", moved)
+        view = await fill_view(bus, cluster_id, pods_of="ns")
+
+    answer = explain(view, "ns/stuck")
+    assert answer is not None
+    assert answer["moved"] == {"replaces": 1, "cause": "Unschedulable"}
+    assert answer["unschedulable_moves"] == 2
+    text = render(answer)
+    assert "moved      replacing decision #1 (Unschedulable)" in text
+    assert "slots moved 2 times because the scheduler found no room" in text
 
 
 async def test_queues_sum_usage_of_admitted_and_count_pending_by_reason(

@@ -205,6 +205,10 @@ def explain(view: "BusView", key: str) -> dict[str, Any] | None:
             out["charged_cards"] = dict(admitted.charged_cards)
         if admitted.nominated_by:
             out["nominated_by"] = admitted.nominated_by
+        if admitted.replaces is not None and admitted.replace_cause is not None:
+            out["moved"] = {"replaces": admitted.replaces, "cause": admitted.replace_cause}
+        if admitted.unschedulable_moves:
+            out["unschedulable_moves"] = admitted.unschedulable_moves
     mine = view.preemptions.get(key)
     if mine is not None and (workload is None or mine.body.preemptor_uid == workload.uid):
         out["preempted"] = {
@@ -262,6 +266,15 @@ def render(answer: Mapping[str, Any]) -> str:
     lines.extend(f"placement  {line}" for line in answer.get("placement") or [])
     if answer.get("charged"):
         lines.append(f"charged    {answer['charged']}")
+    moved = answer.get("moved")
+    if isinstance(moved, dict):
+        lines.append(f"moved      replacing decision #{moved['replaces']} ({moved['cause']})")
+    moves = answer.get("unschedulable_moves")
+    if moves:
+        lines.append(
+            f"unplaced   slots moved {moves} time{'s' if moves != 1 else ''} because the"
+            " scheduler found no room; each further move waits twice as long"
+        )
     preempted = answer.get("preempted")
     if isinstance(preempted, dict):
         victims = ", ".join(
