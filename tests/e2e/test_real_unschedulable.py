@@ -118,6 +118,7 @@ async def test_a_slot_kube_scheduler_finds_full_is_placed_again(
                 if isinstance(d, Admitted) and d.workload == key and d.replaces is not None
             ]
             assert replaced[0].replace_cause == "Unschedulable"
+            assert replaced[0].unschedulable_moves == 1
             assert system.problems() == []
         finally:
             with contextlib.suppress(NotFound):
