@@ -215,6 +215,14 @@ def failed_domains(
     ]
 
 
+def stuck_since(pod: PodState) -> float | None:
+    """When the scheduler marked ``pod`` unschedulable, if it is a released pod (no longer
+    gated, neither finished nor terminating) still unbound; None otherwise."""
+    if gated(pod) or not active(pod) or pod.node_name is not None:
+        return None
+    return pod.unschedulable_since
+
+
 def stuck_slots(
     assignment: TopologyAssignment,
     pods: Iterable[PodState],
@@ -231,11 +239,7 @@ def stuck_slots(
     out: list[DomainCount] = []
     for domain, held in holders.items():
         stuck = sum(
-            1
-            for pod in held
-            if _released_unbound(pod)
-            and pod.unschedulable_since is not None
-            and pod.unschedulable_since <= before
+            1 for pod in held if (since := stuck_since(pod)) is not None and since <= before
         )
         if stuck:
             out.append(DomainCount(values=list(domain), count=stuck))
@@ -274,7 +278,7 @@ def stranded(
     ever; evicted, their controller re-creates them gated, to be released into the new slots.
     Longest marked first."""
     _, left_over = _holders(assignment, pods, node_ready)
-    out = [pod for pod in left_over if _released_unbound(pod) and pod.unschedulable_since]
+    out = [pod for pod in left_over if stuck_since(pod)]
     return sorted(out, key=lambda pod: (pod.unschedulable_since or 0.0, pod.name))
 
 
@@ -345,10 +349,6 @@ def _held_domain(
         if key in domains:
             return key
     return None
-
-
-def _released_unbound(pod: PodState) -> bool:
-    return not gated(pod) and active(pod) and pod.node_name is None
 
 
 def _holding_order(pod: PodState) -> tuple[bool, bool, float, str]:

@@ -660,11 +660,7 @@ class Releaser:
         wait = slots.unschedulable_wait(
             self.settings.unschedulable_seconds, admitted.unschedulable_moves
         )
-        marked = [
-            pod.unschedulable_since
-            for pod in members
-            if pod.unschedulable_since is not None and pod.node_name is None and not gated(pod)
-        ]
+        marked = [since for pod in members if (since := slots.stuck_since(pod)) is not None]
         if wait <= 0 or not marked:
             self._asked.pop(item.key, None)
             return
