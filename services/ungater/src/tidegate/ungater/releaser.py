@@ -733,6 +733,8 @@ class Releaser:
         """Evict the released pods the scheduler found no room for whose slots a replacement
         moved elsewhere (:func:`slots.stranded`): their controller re-creates them gated, and
         they are released into the new slots."""
+        if not any(slots.stuck_since(pod) for pod in members):
+            return  # the usual case: nothing to look for, so no grouping per round
         by_podset = _by_podset(members)
         for podset, assignment in sorted(admitted.assignments.items()):
             for pod in slots.stranded(assignment, by_podset.get(podset, []), self.view.node_ready):
