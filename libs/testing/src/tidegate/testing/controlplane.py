@@ -1,9 +1,10 @@
 """A real Kubernetes control plane for tests, started from a directory of binaries.
 
-Why: the simulator is kinder than Kubernetes (no authorization, no graceful deletion of bound
-pods, no PodDisruptionBudgets, no rollout pacing). Tests that must hold on real clusters run
-against the real ``etcd``, ``kube-apiserver``, ``kube-controller-manager`` and
-``kube-scheduler`` instead, started once per test session by :class:`ControlPlane`.
+Why: the simulator models only part of Kubernetes (docs/simulator.md says what it leaves out),
+and a real control plane keeps finding what it let through (the same page lists each catch and
+the simulator test that now holds it). Tests that must hold on real clusters run against the
+real ``etcd``, ``kube-apiserver``, ``kube-controller-manager`` and ``kube-scheduler`` as well,
+started once per test session by :class:`ControlPlane`.
 
 The binaries are found the way envtest finds its assets: ``KUBEBUILDER_ASSETS`` names a
 directory of plain binaries (:func:`find_binaries`; docs/testing.md says how to fill one).
