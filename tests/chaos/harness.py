@@ -294,15 +294,14 @@ class Chaos:
         await asyncio.sleep(max(0.0, started + fault.at - time.monotonic()))
         system = self.system
         match fault.kind:
-            case "kill":
-                await system.kill(fault.targets[0])
-                await asyncio.sleep(fault.hold)
-                await system.start(fault.targets[0])
-            case "kill-two":
-                for name in fault.targets:
+            case "kill" | "kill-two":
+                # A service that exited by itself (a NATS restart under load) is being started
+                # again by the supervisor: the crash is injected into its successor.
+                names = [name for name in fault.targets if await self._when_up(name)]
+                for name in names:
                     await system.kill(name)
                 await asyncio.sleep(fault.hold)
-                for name in fault.targets:
+                for name in names:
                     await system.start(name)
             case "stop":
                 await self._stop(fault.targets[0], fault.hold)
@@ -321,6 +320,18 @@ class Chaos:
                 raise ValueError(f"unknown fault kind {fault.kind}")
         if fault.kind not in ("publish-lost", "kube-lost"):
             self.tally.injected[fault.kind] += 1
+
+    async def _when_up(self, name: str, *, within: float = 60.0) -> bool:
+        """Wait until ``name`` runs and nobody is restarting it; False (and a note) if it is
+        still down after ``within`` seconds."""
+        system = self.system
+        deadline = time.monotonic() + within
+        while name in system.checks.restarting or name not in system.pids():
+            if time.monotonic() > deadline:
+                system.note(f"skip SIGKILL {name}: still down after {within:.0f}s")
+                return False
+            await asyncio.sleep(0.2)
+        return True
 
     async def _stop(self, name: str, hold: float) -> None:
         """SIGSTOP ``name`` for ``hold`` seconds, SIGCONT; restart it if it exits then."""
