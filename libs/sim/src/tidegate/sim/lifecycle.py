@@ -281,6 +281,12 @@ class NodeLifecycle(Reconciler):
                 continue
             if due <= now:
                 with _missing_ok():
+                    self.api.mark_disruption_target(
+                        namespace,
+                        pod_name,
+                        reason="DeletionByTaintManager",
+                        message="Taint manager: deleting due to NoExecute taint",
+                    )
                     self.api.delete(PODS, namespace, pod_name, {})
             else:
                 self.at(time.monotonic() + (due - now), key)
