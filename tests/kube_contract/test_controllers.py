@@ -453,7 +453,25 @@ async def test_a_namespace_being_deleted_refuses_new_content_and_empties_itself(
 
         kept = await cluster.wait(emptied, "the pod gone, the Job marked and kept")
         assert kept["metadata"]["finalizers"] == [HOLD]
-        assert (await kube.get(NAMESPACES, ns))["status"]["phase"] == "Terminating"
+
+        async def says_what_holds_it() -> JsonObject | None:
+            stored = await kube.get(NAMESPACES, ns)
+            remaining = condition(stored, "NamespaceContentRemaining") or {}
+            held = condition(stored, "NamespaceFinalizersRemaining") or {}
+            wanted = (
+                remaining.get("message")
+                == "Some resources are remaining: jobs.batch has 1 resource instances"
+                and held.get("message")
+                == f"Some content in the namespace has finalizers remaining: {HOLD} in 1 "
+                "resource instances"
+            )
+            return stored if wanted else None
+
+        stored = await cluster.wait(says_what_holds_it, "the namespace's conditions")
+        assert stored["status"]["phase"] == "Terminating"
+        held_by = condition(stored, "NamespaceFinalizersRemaining")
+        assert held_by is not None
+        assert (held_by["status"], held_by["reason"]) == ("True", "SomeFinalizersRemain")
     finally:
         with contextlib.suppress(NotFound):
             await kube.patch(JOBS, "held", {"metadata": {"finalizers": None}}, namespace=ns)

@@ -7,6 +7,8 @@
   it: ``<resource> "<name>" is forbidden: …`` with a ``NamespaceTerminating`` cause.
 - A Deployment's new ReplicaSet is created with the replicas its rollout allows (within
   ``maxSurge``), not with all of them.
+- A namespace being deleted says in its conditions what remains in it and which finalizers
+  hold it (``NamespaceContentRemaining``, ``NamespaceFinalizersRemaining``).
 """
 
 import asyncio
@@ -170,3 +172,59 @@ async def test_a_new_replicaset_starts_within_max_surge(whole: SimCluster) -> No
     first = next(iter(seen))
     new = next(name for name in seen if name != first)
     assert seen == {first: 2, new: 1}, seen
+
+
+async def test_a_terminating_namespace_says_what_remains_and_what_holds_it(
+    whole: SimCluster,
+) -> None:
+    held = pod("held", terminationGracePeriodSeconds=0)
+    held["metadata"]["finalizers"] = ["example.com/hold", "example.com/too"]  # type: ignore[index]
+    async with aiohttp.ClientSession(whole.url) as http:
+        async with http.post(NS, json={"metadata": {"name": "going"}}) as response:
+            assert response.status == 201
+        async with http.post(f"{NS}/going/pods", json=held) as response:
+            assert response.status == 201
+        async with http.delete(f"{NS}/going") as response:
+            assert response.status == 200
+
+        def conditions() -> dict[str, tuple[str, str, str]]:
+            stored = whole.store.get(("", "namespaces"), "", "going")
+            assert stored is not None
+            return {
+                c["type"]: (c["status"], c["reason"], c["message"])
+                for c in stored.get("status", {}).get("conditions", [])  # type: ignore[union-attr]
+            }
+
+        def says(finalizers: str) -> bool:
+            found = conditions()
+            return found.get("NamespaceFinalizersRemaining", ("", "", ""))[2].endswith(finalizers)
+
+        await until(lambda: says("example.com/too in 1 resource instances"), within=5.0)
+        found = conditions()
+        assert found["NamespaceContentRemaining"] == (
+            "True",
+            "SomeResourcesRemain",
+            "Some resources are remaining: pods. has 1 resource instances",
+        )
+        assert found["NamespaceFinalizersRemaining"] == (
+            "True",
+            "SomeFinalizersRemain",
+            "Some content in the namespace has finalizers remaining: example.com/hold in 1 "
+            "resource instances, example.com/too in 1 resource instances",
+        )
+        assert found["NamespaceDeletionContentFailure"][0] == "False"
+        # One finalizer removed: the conditions follow.
+        one = json.dumps({"metadata": {"finalizers": ["example.com/too"]}})
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with http.patch(f"{NS}/going/pods/held", data=one, headers=headers) as response:
+            assert response.status == 200
+        await until(
+            lambda: conditions()["NamespaceFinalizersRemaining"][2].endswith(
+                "remaining: example.com/too in 1 resource instances"
+            ),
+            within=5.0,
+        )
+        none = json.dumps({"metadata": {"finalizers": None}})
+        async with http.patch(f"{NS}/going/pods/held", data=none, headers=headers) as response:
+            assert response.status == 200
+        await until(lambda: whole.store.get(("", "namespaces"), "", "going") is None, within=5.0)

@@ -555,7 +555,14 @@ class ApiServer:
             return old
         if dry_run:
             return new
-        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+        # A terminating namespace is held by its content (the namespace controller removes
+        # it, :meth:`finalize_namespace`), not by metadata.finalizers: writing its status
+        # must not remove it.
+        if (
+            metadata.get("deletionTimestamp")
+            and not metadata.get("finalizers")
+            and rtype is not NAMESPACES
+        ):
             grace = metadata.get("deletionGracePeriodSeconds")
             if rtype is not PODS or grace in (None, 0):
                 event = self.store.remove(rtype.key, str(metadata.get("namespace") or ""), name)

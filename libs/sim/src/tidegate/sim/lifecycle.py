@@ -6,7 +6,8 @@
   Kubernetes), their ownerReference is removed. Dependents whose owner never existed are left
   alone (the real collector would delete them).
 - :class:`NamespaceController`: a terminating namespace has its content deleted, then is
-  removed once empty.
+  removed once empty; meanwhile its status conditions say what remains and which finalizers
+  hold it, as kube-controller-manager's namespace controller writes them.
 - :class:`NodeLifecycle`: a node whose Ready condition is False (Unknown) gets the
   ``node.kubernetes.io/not-ready`` (``unreachable``) NoSchedule and NoExecute taints, removed
   again when it is Ready; pods on it that do not tolerate the NoExecute taint are deleted
@@ -26,6 +27,7 @@ from tidegate.sim.kinds import NAMESPACES, NODES, PODS, ResourceType
 from tidegate.sim.loop import Reconciler
 from tidegate.sim.names import parse_rfc3339, rfc3339
 from tidegate.sim.nodeinfo import tolerates
+from tidegate.sim.pods import set_condition
 from tidegate.sim.store import DELETED, ResourceKey, WatchEvent, object_key
 
 NOT_READY: Final = "node.kubernetes.io/not-ready"
@@ -163,29 +165,98 @@ class NamespaceController(Reconciler):
                 self._terminating.add(name)
                 self.mark(name)
             return
-        if event.type == DELETED:
-            namespace = object_key(event.obj)[0]
-            if namespace in self._terminating:
-                self.mark(namespace)
+        # Any change (a finalizer removed, an object gone) may change what remains.
+        namespace = object_key(event.obj)[0]
+        if namespace in self._terminating:
+            self.mark(namespace)
 
     def reconcile(self, key: Hashable) -> None:
         """Delete what is left in a terminating namespace; remove it when empty."""
         namespace = str(key)
         if namespace not in self._terminating:
             return
-        remaining = 0
-        for rtype in self._namespaced_types():
+        types = self._namespaced_types()
+        for rtype in types:
             for obj in list(self.api.store.objects(rtype.key, namespace)):
-                remaining += 1
                 if _dict(obj.get("metadata")).get("deletionTimestamp"):
                     continue
                 name = object_key(obj)[1]
                 with _missing_ok():
                     self.api.delete(rtype, namespace, name, {})
-        if remaining == 0 or not any(
-            self.api.store.count(rtype.key, namespace) for rtype in self._namespaced_types()
-        ):
+        by_type: dict[str, int] = {}
+        by_finalizer: dict[str, int] = {}
+        for rtype in types:
+            for obj in self.api.store.objects(rtype.key, namespace):
+                # "pods." for the core group: the real controller's format.
+                what = f"{rtype.plural}.{rtype.group}"
+                by_type[what] = by_type.get(what, 0) + 1
+                for finalizer in _list(_dict(obj.get("metadata")).get("finalizers")):
+                    by_finalizer[str(finalizer)] = by_finalizer.get(str(finalizer), 0) + 1
+        if not by_type:
             self.api.finalize_namespace(namespace)
+            return
+        self._write_conditions(namespace, by_type, by_finalizer)
+
+    def _write_conditions(
+        self, namespace: str, by_type: dict[str, int], by_finalizer: dict[str, int]
+    ) -> None:
+        """The namespace's deletion conditions (what remains, which finalizers hold it), as
+        the real namespace controller writes them; written only when they change."""
+        obj = self.api.store.get(NAMESPACES.key, "", namespace)
+        if obj is None:
+            return
+        remaining = ", ".join(f"{k} has {n} resource instances" for k, n in sorted(by_type.items()))
+        held = ", ".join(f"{k} in {n} resource instances" for k, n in sorted(by_finalizer.items()))
+        wanted: list[tuple[str, str, str, str]] = [
+            (
+                "NamespaceDeletionDiscoveryFailure",
+                "False",
+                "ResourcesDiscovered",
+                "All resources successfully discovered",
+            ),
+            (
+                "NamespaceDeletionGroupVersionParsingFailure",
+                "False",
+                "ParsedGroupVersions",
+                "All legacy kube types successfully parsed",
+            ),
+            (
+                "NamespaceDeletionContentFailure",
+                "False",
+                "ContentDeleted",
+                "All content successfully deleted, may be waiting on finalization",
+            ),
+            (
+                "NamespaceContentRemaining",
+                "True",
+                "SomeResourcesRemain",
+                f"Some resources are remaining: {remaining}",
+            ),
+            (
+                "NamespaceFinalizersRemaining",
+                "True" if held else "False",
+                "SomeFinalizersRemain" if held else "ContentHasNoFinalizers",
+                f"Some content in the namespace has finalizers remaining: {held}"
+                if held
+                else "All content-preserving finalizers finished",
+            ),
+        ]
+        status = dict(_dict(obj.get("status")))
+        changed = False
+        for kind, value, reason, message in wanted:
+            condition: JsonObject = {
+                "type": kind,
+                "status": value,
+                "lastTransitionTime": rfc3339(),
+                "reason": reason,
+                "message": message,
+            }
+            changed = set_condition(status, condition) or changed
+        if changed:
+            with _missing_ok():
+                self.api.update(
+                    NAMESPACES, None, namespace, {**obj, "status": status}, subresource="status"
+                )
 
     def _namespaced_types(self) -> list[ResourceType]:
         seen: dict[ResourceKey, ResourceType] = {}
