@@ -7,6 +7,8 @@
   it: ``<resource> "<name>" is forbidden: …`` with a ``NamespaceTerminating`` cause.
 - A Deployment's new ReplicaSet is created with the replicas its rollout allows (within
   ``maxSurge``), not with all of them.
+- A pod on a NoExecute-tainted node leaves after the least ``tolerationSeconds`` of the
+  tolerations it uses (one without seconds beside one with them does not make it stay).
 - A namespace being deleted says in its conditions what remains in it and which finalizers
   hold it (``NamespaceContentRemaining``, ``NamespaceFinalizersRemaining``).
 """
@@ -228,3 +230,24 @@ async def test_a_terminating_namespace_says_what_remains_and_what_holds_it(
         async with http.patch(f"{NS}/going/pods/held", data=none, headers=headers) as response:
             assert response.status == 200
         await until(lambda: whole.store.get(("", "namespaces"), "", "going") is None, within=5.0)
+
+
+async def test_the_least_toleration_seconds_of_the_tolerations_used_decides(
+    whole: SimCluster,
+) -> None:
+    node = "block0-rack0-node0"
+    forever = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+    brief = {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1}
+    async with aiohttp.ClientSession(whole.url) as http:
+        for name, tolerations in (("both", [forever, brief]), ("stays", [forever])):
+            body = pod(name, nodeName=node, tolerations=tolerations)
+            async with http.post(PODS, json=body) as response:
+                assert response.status == 201
+        whole.set_node_ready(node, False)
+
+        def deleting(name: str) -> bool:
+            stored = whole.store.get(("", "pods"), "default", name)
+            return bool(stored and stored["metadata"].get("deletionTimestamp"))  # type: ignore[union-attr]
+
+        await until(lambda: deleting("both"), within=5.0)
+    assert not deleting("stays")

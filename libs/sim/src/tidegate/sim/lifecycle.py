@@ -391,25 +391,32 @@ class NodeLifecycle(Reconciler):
         return list(kept)
 
     def _eviction_time(self, pod: JsonObject, taints: list[object]) -> float | None:
-        """Wall time at which the pod must go, or None if it tolerates the taints forever."""
+        """Wall time at which the pod must go, or None if it tolerates the taints forever.
+
+        As the taint-eviction controller decides: at once when a NoExecute taint is not
+        tolerated; else after the least ``tolerationSeconds`` among every toleration used
+        (those without one do not count; none with one is forever), counted from the
+        earliest of the taints."""
         tolerations = _list(_dict(pod.get("spec")).get("tolerations"))
-        due: float | None = None
+        used: list[object] = []
         for item in taints:
-            taint = _dict(item)
-            matching = [t for t in tolerations if tolerates([t], taint)]
+            matching = [t for t in tolerations if tolerates([t], _dict(item))]
             if not matching:
                 return 0.0
-            seconds = [
-                _dict(t).get("tolerationSeconds")
-                for t in matching
-                if isinstance(_dict(t).get("tolerationSeconds"), int)
-            ]
-            if len(seconds) < len(matching):
-                continue
+            used.extend(matching)
+        seconds = [
+            int(str(_dict(t).get("tolerationSeconds")))
+            for t in used
+            if isinstance(_dict(t).get("tolerationSeconds"), int)
+        ]
+        if not seconds:
+            return None
+        if min(seconds) <= 0:
+            return 0.0
+        added: list[float] = []
+        for item in taints:
             try:
-                added = parse_rfc3339(str(taint.get("timeAdded")))
+                added.append(parse_rfc3339(str(_dict(item).get("timeAdded"))))
             except ValueError:
-                added = time.time()
-            limit = added + max(int(str(s)) for s in seconds) * self.time_scale
-            due = limit if due is None else min(due, limit)
-        return due
+                added.append(time.time())
+        return min(added) + min(seconds) * self.time_scale
