@@ -177,9 +177,7 @@ async def controller_cluster(
                 sim_cluster(tmp_path, kubelets=backend == "sim")
             )
         assert kubeconfig is not None
-        kube = await stack.enter_async_context(
-            await connect(contract_settings(kubeconfig, max_attempts=1))
-        )
+        kube = await stack.enter_async_context(await connect(contract_settings(kubeconfig)))
         if backend == "sim":
             listed = await kube.list_objects(NODES)
             nodes = sorted(str(n["metadata"]["name"]) for n in listed.items)[:NODE_COUNT]
