@@ -786,8 +786,8 @@ class ApiServer:
         self, namespace: str, name: str, *, reason: str, message: str
     ) -> None:
         """Set the pod's ``DisruptionTarget`` condition before it is deleted for a disruption,
-        as the Eviction API, the taint-eviction controller and pod GC do (their reason and
-        message say which); a Job's podFailurePolicy reads it."""
+        as the Eviction API and the taint-eviction controller do (their reason and message say
+        which); a Job's podFailurePolicy reads it."""
         pod = self.store.get(PODS.key, namespace, name)
         if pod is None:
             return
