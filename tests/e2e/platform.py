@@ -7,7 +7,7 @@ to carry its own copy of this.
 """
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.kube import PODS, KubeClient
@@ -35,12 +35,19 @@ class Platform:
     """tidegate's cluster id (the bus subjects' prefix)."""
     suffix: str = ""
     """Appended to cluster-scoped names (Queues, PriorityClasses), which a session shares."""
+    decisions: list[Any] = field(default_factory=list)
+    """Every decision seen on the bus so far, in stream order (the system's own list)."""
 
     @classmethod
     def of_sim(cls, system: System) -> "Platform":
         """The simulator's stack (its cluster-scoped names are its own)."""
         return cls(
-            system.kube, system.namespace, system.assert_healthy, system.stack.nats_url, CLUSTER
+            system.kube,
+            system.namespace,
+            system.assert_healthy,
+            system.stack.nats_url,
+            CLUSTER,
+            decisions=system.decisions,
         )
 
     @classmethod
@@ -53,6 +60,7 @@ class Platform:
             system.nats_url,
             system.cluster,
             suffix=f"-{system.cluster}",
+            decisions=system.decisions,
         )
 
 

@@ -110,8 +110,9 @@ async def test_kueue_and_kai_jobs_land_in_one_rack_through_a_watcher_crash(
         assert system.problems() == []
         assert system.checks is not None
         assert system.checks.samples > 0
-        # This test's namespace only: a Job left by an earlier test in a namespace still being
-        # deleted may be admitted too (the known gap in docs/preemption.md).
+        # This test's namespace only: the session's control plane is shared with other tests'
+        # systems (a workload of a namespace being deleted is no longer admitted:
+        # tests/e2e/test_namespace_deleting.py).
         admitted = {
             d.workload
             for d in system.decisions

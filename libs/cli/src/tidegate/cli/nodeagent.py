@@ -335,6 +335,8 @@ class NodeAgent:
         self._failure: BaseException | None = None
         self._changed = asyncio.Event()
         self._status_due: set[str] = set()
+        self._down: set[str] = set()
+        """Nodes whose kubelet plays dead (:meth:`kubelet_down`)."""
         self._pods_synced = asyncio.Event()
         self._nodes_synced = asyncio.Event()
         self._announced_ready = False
@@ -383,6 +385,22 @@ class NodeAgent:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(remaining, 1.0)):
                     await self._changed.wait()
+
+    def kubelet_down(self, name: str) -> None:
+        """Play a dead kubelet on one node until :meth:`kubelet_up`: no Lease renewal, no
+        status post, no pod touched (its pods stay as they are, Terminating ones included)."""
+        if name not in self._specs:
+            raise AgentError(f"kubelet_down: {name} is not one of the agent's nodes")
+        self._down.add(name)
+
+    def kubelet_up(self, name: str) -> None:
+        """Bring a node's kubelet back: its Ready status is posted at once and its pods are
+        looked at again."""
+        self._down.discard(name)
+        self._status_due.add(name)
+        for key, pod in self._pods.items():
+            if _dict(pod.get("spec")).get("nodeName") == name:
+                self._queue.mark(key)
 
     async def start(self) -> None:
         """Register every node and its Lease, then start the loops; returns once the pod and
@@ -586,7 +604,9 @@ class NodeAgent:
             await asyncio.sleep(max(next_round - time.monotonic(), 0.0))
             begun = time.monotonic()
             next_round = begun + interval
-            await self._paced_round(list(self._uids), self._renew_lease)
+            await self._paced_round(
+                [n for n in self._uids if n not in self._down], self._renew_lease
+            )
             self.stats.lease_rounds += 1
             took = time.monotonic() - begun
             if took > interval:
@@ -602,6 +622,7 @@ class NodeAgent:
             else:
                 due = self._status_due & set(self._uids)
             self._status_due.clear()
+            due -= self._down
             if due:
                 await self._paced_round(sorted(due), self._post_status)
 
@@ -694,7 +715,7 @@ class NodeAgent:
         if pod is None:
             return
         node = str(_dict(pod.get("spec")).get("nodeName") or "")
-        if node not in self._uids:
+        if node not in self._uids or node in self._down:
             return
         metadata = _dict(pod.get("metadata"))
         uid = str(metadata.get("uid"))

@@ -29,6 +29,7 @@ from tidegate.sim.errors import (
     forbidden,
     gone,
     invalid,
+    namespace_terminating,
     not_found,
     unsupported_media_type,
 )
@@ -244,7 +245,7 @@ class ApiServer:
                     "the request"
                 )
             metadata["namespace"] = ns
-            self._check_namespace_open(ns)
+            self._check_namespace_open(rtype, ns, str(metadata.get("name") or ""))
         else:
             metadata.pop("namespace", None)
         name = metadata.get("name")
@@ -310,15 +311,12 @@ class ApiServer:
             raise bad_request("a namespace is required for namespaced resources")
         return namespace
 
-    def _check_namespace_open(self, namespace: str) -> None:
+    def _check_namespace_open(self, rtype: ResourceType, namespace: str, name: str) -> None:
         ns_obj = self.store.get(NAMESPACES.key, "", namespace)
         if ns_obj is None:
             raise not_found("namespaces", namespace)
         if _dict(ns_obj.get("metadata")).get("deletionTimestamp"):
-            raise forbidden(
-                f"unable to create new content in namespace {namespace} because it is being "
-                "terminated"
-            )
+            raise namespace_terminating(rtype.plural, name, namespace, group=rtype.group)
 
     def _metadata_causes(self, rtype: ResourceType, obj: JsonObject) -> list[tuple[str, str]]:
         metadata = _meta(obj)
@@ -557,7 +555,14 @@ class ApiServer:
             return old
         if dry_run:
             return new
-        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+        # A terminating namespace is held by its content (the namespace controller removes
+        # it, :meth:`finalize_namespace`), not by metadata.finalizers: writing its status
+        # must not remove it.
+        if (
+            metadata.get("deletionTimestamp")
+            and not metadata.get("finalizers")
+            and rtype is not NAMESPACES
+        ):
             grace = metadata.get("deletionGracePeriodSeconds")
             if rtype is not PODS or grace in (None, 0):
                 event = self.store.remove(rtype.key, str(metadata.get("namespace") or ""), name)
@@ -764,6 +769,10 @@ class ApiServer:
             )
             if refusal is not None:
                 raise refusal
+        if not dry_run:
+            self.mark_disruption_target(
+                namespace, name, reason="EvictionByEvictionAPI", message="Eviction API: evicting"
+            )
         self.delete(PODS, namespace, name, options, dry_run=dry_run)
         return {
             "kind": "Status",
@@ -772,6 +781,27 @@ class ApiServer:
             "status": "Success",
             "code": 201,
         }
+
+    def mark_disruption_target(
+        self, namespace: str, name: str, *, reason: str, message: str
+    ) -> None:
+        """Set the pod's ``DisruptionTarget`` condition before it is deleted for a disruption,
+        as the Eviction API and the taint-eviction controller do (their reason and message say
+        which); a Job's podFailurePolicy reads it."""
+        pod = self.store.get(PODS.key, namespace, name)
+        if pod is None:
+            return
+        status = dict(_dict(pod.get("status")))
+        condition: JsonObject = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": None,
+            "lastTransitionTime": rfc3339(self.clock()),
+        }
+        if pods.set_condition(status, condition):
+            self.update(PODS, namespace, name, {**pod, "status": status}, subresource="status")
 
     # --- scale subresource ---------------------------------------------------------------
 

@@ -138,6 +138,29 @@ def forbidden(message: str) -> ApiError:
     return ApiError(403, "Forbidden", message)
 
 
+def namespace_terminating(resource: str, name: str, namespace: str, *, group: str = "") -> ApiError:
+    """403 Forbidden for a create in a namespace being deleted, as the NamespaceLifecycle
+    admission plugin answers: the resource and name in the message, a ``NamespaceTerminating``
+    cause (what controllers test for to stop retrying)."""
+    what = _qualified(resource, group)
+    subject = f'{what} "{name}"' if name else what
+    details = _details(resource, name, group)
+    details["causes"] = [
+        {
+            "reason": "NamespaceTerminating",
+            "message": f"namespace {namespace} is being terminated",
+            "field": "metadata.namespace",
+        }
+    ]
+    return ApiError(
+        403,
+        "Forbidden",
+        f"{subject} is forbidden: unable to create new content in namespace {namespace} "
+        "because it is being terminated",
+        details=details,
+    )
+
+
 def method_not_allowed(message: str) -> ApiError:
     """405 MethodNotAllowed for a verb the resource does not support."""
     return ApiError(405, "MethodNotAllowed", message)

@@ -6,7 +6,8 @@
   Kubernetes), their ownerReference is removed. Dependents whose owner never existed are left
   alone (the real collector would delete them).
 - :class:`NamespaceController`: a terminating namespace has its content deleted, then is
-  removed once empty.
+  removed once empty; meanwhile its status conditions say what remains and which finalizers
+  hold it, as kube-controller-manager's namespace controller writes them.
 - :class:`NodeLifecycle`: a node whose Ready condition is False (Unknown) gets the
   ``node.kubernetes.io/not-ready`` (``unreachable``) NoSchedule and NoExecute taints, removed
   again when it is Ready; pods on it that do not tolerate the NoExecute taint are deleted
@@ -26,6 +27,7 @@ from tidegate.sim.kinds import NAMESPACES, NODES, PODS, ResourceType
 from tidegate.sim.loop import Reconciler
 from tidegate.sim.names import parse_rfc3339, rfc3339
 from tidegate.sim.nodeinfo import tolerates
+from tidegate.sim.pods import set_condition
 from tidegate.sim.store import DELETED, ResourceKey, WatchEvent, object_key
 
 NOT_READY: Final = "node.kubernetes.io/not-ready"
@@ -163,29 +165,98 @@ class NamespaceController(Reconciler):
                 self._terminating.add(name)
                 self.mark(name)
             return
-        if event.type == DELETED:
-            namespace = object_key(event.obj)[0]
-            if namespace in self._terminating:
-                self.mark(namespace)
+        # Any change (a finalizer removed, an object gone) may change what remains.
+        namespace = object_key(event.obj)[0]
+        if namespace in self._terminating:
+            self.mark(namespace)
 
     def reconcile(self, key: Hashable) -> None:
         """Delete what is left in a terminating namespace; remove it when empty."""
         namespace = str(key)
         if namespace not in self._terminating:
             return
-        remaining = 0
-        for rtype in self._namespaced_types():
+        types = self._namespaced_types()
+        for rtype in types:
             for obj in list(self.api.store.objects(rtype.key, namespace)):
-                remaining += 1
                 if _dict(obj.get("metadata")).get("deletionTimestamp"):
                     continue
                 name = object_key(obj)[1]
                 with _missing_ok():
                     self.api.delete(rtype, namespace, name, {})
-        if remaining == 0 or not any(
-            self.api.store.count(rtype.key, namespace) for rtype in self._namespaced_types()
-        ):
+        by_type: dict[str, int] = {}
+        by_finalizer: dict[str, int] = {}
+        for rtype in types:
+            for obj in self.api.store.objects(rtype.key, namespace):
+                # "pods." for the core group: the real controller's format.
+                what = f"{rtype.plural}.{rtype.group}"
+                by_type[what] = by_type.get(what, 0) + 1
+                for finalizer in _list(_dict(obj.get("metadata")).get("finalizers")):
+                    by_finalizer[str(finalizer)] = by_finalizer.get(str(finalizer), 0) + 1
+        if not by_type:
             self.api.finalize_namespace(namespace)
+            return
+        self._write_conditions(namespace, by_type, by_finalizer)
+
+    def _write_conditions(
+        self, namespace: str, by_type: dict[str, int], by_finalizer: dict[str, int]
+    ) -> None:
+        """The namespace's deletion conditions (what remains, which finalizers hold it), as
+        the real namespace controller writes them; written only when they change."""
+        obj = self.api.store.get(NAMESPACES.key, "", namespace)
+        if obj is None:
+            return
+        remaining = ", ".join(f"{k} has {n} resource instances" for k, n in sorted(by_type.items()))
+        held = ", ".join(f"{k} in {n} resource instances" for k, n in sorted(by_finalizer.items()))
+        wanted: list[tuple[str, str, str, str]] = [
+            (
+                "NamespaceDeletionDiscoveryFailure",
+                "False",
+                "ResourcesDiscovered",
+                "All resources successfully discovered",
+            ),
+            (
+                "NamespaceDeletionGroupVersionParsingFailure",
+                "False",
+                "ParsedGroupVersions",
+                "All legacy kube types successfully parsed",
+            ),
+            (
+                "NamespaceDeletionContentFailure",
+                "False",
+                "ContentDeleted",
+                "All content successfully deleted, may be waiting on finalization",
+            ),
+            (
+                "NamespaceContentRemaining",
+                "True",
+                "SomeResourcesRemain",
+                f"Some resources are remaining: {remaining}",
+            ),
+            (
+                "NamespaceFinalizersRemaining",
+                "True" if held else "False",
+                "SomeFinalizersRemain" if held else "ContentHasNoFinalizers",
+                f"Some content in the namespace has finalizers remaining: {held}"
+                if held
+                else "All content-preserving finalizers finished",
+            ),
+        ]
+        status = dict(_dict(obj.get("status")))
+        changed = False
+        for kind, value, reason, message in wanted:
+            condition: JsonObject = {
+                "type": kind,
+                "status": value,
+                "lastTransitionTime": rfc3339(),
+                "reason": reason,
+                "message": message,
+            }
+            changed = set_condition(status, condition) or changed
+        if changed:
+            with _missing_ok():
+                self.api.update(
+                    NAMESPACES, None, namespace, {**obj, "status": status}, subresource="status"
+                )
 
     def _namespaced_types(self) -> list[ResourceType]:
         seen: dict[ResourceKey, ResourceType] = {}
@@ -281,6 +352,12 @@ class NodeLifecycle(Reconciler):
                 continue
             if due <= now:
                 with _missing_ok():
+                    self.api.mark_disruption_target(
+                        namespace,
+                        pod_name,
+                        reason="DeletionByTaintManager",
+                        message="Taint manager: deleting due to NoExecute taint",
+                    )
                     self.api.delete(PODS, namespace, pod_name, {})
             else:
                 self.at(time.monotonic() + (due - now), key)
@@ -314,25 +391,32 @@ class NodeLifecycle(Reconciler):
         return list(kept)
 
     def _eviction_time(self, pod: JsonObject, taints: list[object]) -> float | None:
-        """Wall time at which the pod must go, or None if it tolerates the taints forever."""
+        """Wall time at which the pod must go, or None if it tolerates the taints forever.
+
+        As the taint-eviction controller decides: at once when a NoExecute taint is not
+        tolerated; else after the least ``tolerationSeconds`` among every toleration used
+        (those without one do not count; none with one is forever), counted from the
+        earliest of the taints."""
         tolerations = _list(_dict(pod.get("spec")).get("tolerations"))
-        due: float | None = None
+        used: list[object] = []
         for item in taints:
-            taint = _dict(item)
-            matching = [t for t in tolerations if tolerates([t], taint)]
+            matching = [t for t in tolerations if tolerates([t], _dict(item))]
             if not matching:
                 return 0.0
-            seconds = [
-                _dict(t).get("tolerationSeconds")
-                for t in matching
-                if isinstance(_dict(t).get("tolerationSeconds"), int)
-            ]
-            if len(seconds) < len(matching):
-                continue
+            used.extend(matching)
+        seconds = [
+            int(str(_dict(t).get("tolerationSeconds")))
+            for t in used
+            if isinstance(_dict(t).get("tolerationSeconds"), int)
+        ]
+        if not seconds:
+            return None
+        if min(seconds) <= 0:
+            return 0.0
+        added: list[float] = []
+        for item in taints:
             try:
-                added = parse_rfc3339(str(taint.get("timeAdded")))
+                added.append(parse_rfc3339(str(_dict(item).get("timeAdded"))))
             except ValueError:
-                added = time.time()
-            limit = added + max(int(str(s)) for s in seconds) * self.time_scale
-            due = limit if due is None else min(due, limit)
-        return due
+                added.append(time.time())
+        return min(added) + min(seconds) * self.time_scale

@@ -685,12 +685,18 @@ class DeploymentController(_OwnedPods):
                 "kind": "ReplicaSet",
                 "metadata": {
                     "name": f"{name}-{digest}",
+                    "namespace": key[0],
                     "labels": dict(_dict(template_meta.get("labels"))),
                     "annotations": {"deployment.kubernetes.io/desired-replicas": str(replicas)},
                     "ownerReferences": [owner_reference(deployment, DEPLOYMENTS)],
                 },
-                "spec": {"replicas": replicas, "selector": selector, "template": rs_template},
+                "spec": {"replicas": 0, "selector": selector, "template": rs_template},
             }
+            # Created with the replicas the strategy allows now (within maxSurge while old
+            # ReplicaSets still have pods), as kube-controller-manager does: created with all
+            # of them, its pods would all start at once beside the old ones.
+            first = rollout(_dict(spec.get("strategy")), replicas, body, [*owned, body])
+            _dict(body["spec"])["replicas"] = first[object_key(body)]
             current = self.api.create(REPLICASETS, key[0], body)
             owned.append(current)
         wanted = rollout(_dict(spec.get("strategy")), replicas, current, owned)
