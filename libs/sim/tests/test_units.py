@@ -157,6 +157,12 @@ def test_a_rolling_update_surges_and_scales_old_pods_down_only_as_new_ones_are_a
     # Recreate: old ones to zero first; the new one once no old pod is left.
     old = _rs("old", 1, 4, 4)
     assert rollout({"type": "Recreate"}, 4, new, [old, new]) == {("d", "old"): 0, ("d", "new"): 0}
+    # ... not while an old pod is Terminating (its ReplicaSet counts it no more, its
+    # containers still run), as kube-controller-manager's oldPodsRunning.
+    old = _rs("old", 0, 0, 0)
+    recreate = {"type": "Recreate"}
+    assert rollout(recreate, 4, new, [old, new], old_pods_running=True)[("d", "new")] == 0
+    assert rollout(recreate, 4, new, [old, new], old_pods_running=False)[("d", "new")] == 4
     # Four replicas, 25% each way: one surge pod, one unavailable.
     old, new = _rs("old", 1, 4, 4), _rs("new", 2, 0, 0)
     assert rollout({}, 4, new, [old, new]) == {("d", "old"): 3, ("d", "new"): 1}

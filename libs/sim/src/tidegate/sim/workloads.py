@@ -575,13 +575,19 @@ def _resolve(value: object, replicas: int, *, round_up: bool) -> int:
 
 
 def rollout(
-    strategy: JsonObject, replicas: int, current: JsonObject, owned: list[JsonObject]
+    strategy: JsonObject,
+    replicas: int,
+    current: JsonObject,
+    owned: list[JsonObject],
+    *,
+    old_pods_running: bool = False,
 ) -> dict[tuple[str, str], int]:
     """The replicas each ReplicaSet of a Deployment should have now (``current``: the one of
     its template), by kube-controller-manager's rules: ``Recreate`` scales the old ones to
-    zero and the new one up once no old pod is left; ``RollingUpdate`` (the default) keeps at
-    most ``replicas + maxSurge`` pods and at least ``replicas - maxUnavailable`` available,
-    scaling old ReplicaSets down only as new pods become available."""
+    zero and the new one up once no old pod is left (``old_pods_running``: a pod of an old
+    ReplicaSet has not finished, Terminating ones included); ``RollingUpdate`` (the default)
+    keeps at most ``replicas + maxSurge`` pods and at least ``replicas - maxUnavailable``
+    available, scaling old ReplicaSets down only as new pods become available."""
     key = object_key(current)
     old = [rs for rs in owned if object_key(rs) != key]
 
@@ -592,10 +598,13 @@ def rollout(
         return _int(_dict(rs.get("status")).get(field), 0)
 
     wanted = {object_key(rs): spec_of(rs) for rs in owned}
-    if not any(spec_of(rs) or status_of(rs, "replicas") for rs in old):
+    recreate = strategy.get("type") == "Recreate"
+    if not any(spec_of(rs) or status_of(rs, "replicas") for rs in old) and not (
+        recreate and old_pods_running
+    ):
         wanted[key] = replicas
         return wanted
-    if strategy.get("type") == "Recreate":
+    if recreate:
         for rs in old:
             wanted[object_key(rs)] = 0
         wanted[key] = 0
@@ -644,6 +653,35 @@ class DeploymentController(_OwnedPods):
     name = "deployment-controller"
     owner_type = DEPLOYMENTS
     owned_type = REPLICASETS
+
+    def start(self) -> None:
+        """Also follow pods: a ``Recreate`` rollout goes on when the last old pod has ended."""
+        super().start()
+        self._unsubscribe.append(self.api.store.subscribe(PODS.key, self._on_pod))
+
+    def _on_pod(self, event: WatchEvent) -> None:
+        ended = _dict(event.obj.get("status")).get("phase") in ("Succeeded", "Failed")
+        if event.type != DELETED and not ended:
+            return
+        ref = controller_of(event.obj)
+        if ref is None or ref.get("kind") != "ReplicaSet":
+            return
+        namespace = str(_dict(event.obj.get("metadata")).get("namespace"))
+        replica_set = self.api.store.get(REPLICASETS.key, namespace, str(ref.get("name")))
+        owner = controller_of(replica_set) if replica_set is not None else None
+        deployment = self.owner_key_by_uid.get(str(owner.get("uid"))) if owner else None
+        if deployment is not None:
+            self.mark(deployment)
+
+    def _old_pods_running(self, namespace: str, old: list[JsonObject]) -> bool:
+        """Whether a pod of the ReplicaSets ``old`` has not finished (Terminating included)."""
+        uids = {_dict(rs.get("metadata")).get("uid") for rs in old}
+        for pod in self.api.store.objects(PODS.key, namespace):
+            ref = controller_of(pod)
+            phase = _dict(pod.get("status")).get("phase")
+            if ref is not None and ref.get("uid") in uids and phase not in ("Succeeded", "Failed"):
+                return True
+        return False
 
     def reconcile(self, key: Hashable) -> None:
         """Converge one Deployment."""
@@ -699,7 +737,16 @@ class DeploymentController(_OwnedPods):
             _dict(body["spec"])["replicas"] = first[object_key(body)]
             current = self.api.create(REPLICASETS, key[0], body)
             owned.append(current)
-        wanted = rollout(_dict(spec.get("strategy")), replicas, current, owned)
+        strategy = _dict(spec.get("strategy"))
+        old = [rs for rs in owned if object_key(rs) != object_key(current)]
+        wanted = rollout(
+            strategy,
+            replicas,
+            current,
+            owned,
+            old_pods_running=strategy.get("type") == "Recreate"
+            and self._old_pods_running(key[0], old),
+        )
         for rs in owned:
             want = wanted.get(object_key(rs), 0)
             rs_spec = _dict(rs.get("spec"))
