@@ -99,8 +99,10 @@ def binding(role_kind: str, role_name: str, subject: dict[str, object]) -> dict[
     return {"roleRef": {"kind": role_kind, "name": role_name}, "subjects": [subject]}
 
 
-PATCH_GROUPS = [{"apiGroups": ["tidegate.io"], "resources": ["podgroups"], "verbs": ["patch"]}]
-SA_SUBJECT = {"kind": "ServiceAccount", "name": "svc", "namespace": "sys"}
+PATCH_GROUPS: list[dict[str, object]] = [
+    {"apiGroups": ["tidegate.io"], "resources": ["podgroups"], "verbs": ["patch"]}
+]
+SA_SUBJECT: dict[str, object] = {"kind": "ServiceAccount", "name": "svc", "namespace": "sys"}
 
 
 def patch_group(namespace: str) -> Attributes:
