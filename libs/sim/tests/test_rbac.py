@@ -23,6 +23,7 @@ SA = service_account_user("sys", "svc")
 
 
 def get(path: str, **query: str) -> Attributes:
+    """The attributes of a GET of ``path``."""
     return request_attributes("GET", path, query)
 
 
@@ -89,6 +90,7 @@ def test_one_rule(rule: dict[str, object], request_: str, allowed: bool) -> None
 def role(
     kind: str, name: str, rules: list[dict[str, object]], namespace: str = ""
 ) -> dict[str, object]:
+    """A Role or ClusterRole with ``rules``."""
     metadata: dict[str, object] = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
@@ -96,6 +98,7 @@ def role(
 
 
 def binding(role_kind: str, role_name: str, subject: dict[str, object]) -> dict[str, object]:
+    """A binding of one subject to a role."""
     return {"roleRef": {"kind": role_kind, "name": role_name}, "subjects": [subject]}
 
 
@@ -106,6 +109,7 @@ SA_SUBJECT: dict[str, object] = {"kind": "ServiceAccount", "name": "svc", "names
 
 
 def patch_group(namespace: str) -> Attributes:
+    """The attributes of a patch of PodGroup ``g`` in ``namespace``."""
     path = f"/apis/tidegate.io/v1alpha1/namespaces/{namespace}/podgroups/g"
     return request_attributes("PATCH", path, {})
 
@@ -193,6 +197,7 @@ async def test_the_api_server_authorises_each_token_as_its_user(tmp_path: Path) 
         admin_token = admin["users"][0]["user"]["token"]
 
         async def status(method: str, path: str, token: str | None) -> int:
+            """The HTTP status of a request with ``token`` (None: no Authorization header)."""
             headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
             async with (
                 aiohttp.ClientSession(sim.url) as http,

@@ -584,11 +584,13 @@ class _TableLines:
 
 
 def _name_of(obj: JsonObject) -> str:
+    """``metadata.name`` ("" when absent)."""
     metadata = obj.get("metadata")
     return str(metadata.get("name", "")) if isinstance(metadata, dict) else ""
 
 
 def _namespace_of(obj: JsonObject) -> str:
+    """``metadata.namespace`` ("" for a cluster-scoped object)."""
     metadata = obj.get("metadata")
     return str(metadata.get("namespace", "")) if isinstance(metadata, dict) else ""
 

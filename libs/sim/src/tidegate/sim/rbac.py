@@ -150,6 +150,7 @@ def request_attributes(method: str, path: str, query: Mapping[str, str]) -> Attr
 
 
 def _strings(value: object) -> list[str]:
+    """A rule's list field as strings ([] when absent or not a list)."""
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
@@ -175,6 +176,7 @@ def rule_allows(rule: Mapping[str, object], request: Attributes) -> bool:
 
 
 def _resource_matches(resources: list[str], request: Attributes) -> bool:
+    """``ResourceMatches`` of Kubernetes: exact, ``*``, or ``*/<subresource>``."""
     wanted = request.qualified_resource
     for resource in resources:
         if resource in ("*", wanted):
@@ -199,6 +201,7 @@ def _applies_to(binding: Mapping[str, object], user: User) -> bool:
 
 
 def _subject_is(subject: JsonObject, user: User) -> bool:
+    """Whether one subject of a binding is ``user`` (ServiceAccount, User) or its group."""
     kind, name = subject.get("kind"), subject.get("name")
     if kind == "ServiceAccount":
         namespace = subject.get("namespace")
@@ -209,6 +212,7 @@ def _subject_is(subject: JsonObject, user: User) -> bool:
 
 
 def _role_ref(binding: Mapping[str, object]) -> tuple[str, str]:
+    """(kind, name) of the role a binding grants."""
     ref = binding.get("roleRef")
     if not isinstance(ref, dict):
         return "", ""
@@ -228,6 +232,7 @@ class Policy:
 
 
 def _rules(role: JsonObject | None) -> list[JsonObject]:
+    """A role's rules ([] for a role that does not exist, as RBAC treats it)."""
     rules = role.get("rules") if role is not None else None
     return [r for r in rules if isinstance(r, dict)] if isinstance(rules, list) else []
 
