@@ -6,10 +6,10 @@ the session ends. Tests isolate themselves by cluster id (each test gets a fresh
 streams of one test never see another's messages.
 
 ``real_cluster`` starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler once
-per session from the binaries in ``KUBEBUILDER_ASSETS`` (or ``../shared/k8s``, unpacked into
-``.cache/k8s``). Tests that use it are marked ``real_k8s`` and work in their own namespaces.
-Where no binaries exist those tests are deselected and one line says so; the run fails in CI
-(``CI=true``) and wherever ``../shared/k8s`` exists (the binaries were there to be used).
+per session from the binaries in ``KUBEBUILDER_ASSETS`` (envtest's way). Tests that use it are
+marked ``real_k8s`` and work in their own namespaces. Without the variable those tests are
+deselected and one line says how many and how to enable them; the run fails only when the
+variable is set and the tests still could not run (the user asked for a real cluster).
 """
 
 import os
@@ -26,10 +26,8 @@ from tidegate.testing import workers
 from tidegate.testing.controlplane import (
     ASSETS_ENV,
     ControlPlane,
-    ControlPlaneError,
     find_binaries,
     missing_binaries,
-    unpack_binaries,
 )
 from tidegate.testing.rbac import RbacUsage
 
@@ -66,8 +64,6 @@ async def sim() -> AsyncIterator[SimCluster]:
 # --- a real Kubernetes control plane ------------------------------------------------------
 
 REAL_K8S_MARK = "real_k8s"
-SHARED_K8S = Path(__file__).resolve().parent.parent / "shared" / "k8s"
-K8S_CACHE = Path(__file__).resolve().parent / ".cache" / "k8s"
 _BINARIES = pytest.StashKey[Path | None]()
 _WHY_NOT = pytest.StashKey[str]()
 _NOT_RUN = pytest.StashKey[int]()
@@ -78,8 +74,7 @@ _WORKER_WHY_NOT = "tidegate_real_k8s_why_not"
 
 
 def _locate_binaries() -> tuple[Path | None, str]:
-    """The binaries directory (KUBEBUILDER_ASSETS, else ../shared/k8s unpacked into .cache),
-    or None and why not."""
+    """The binaries directory KUBEBUILDER_ASSETS names, or None and why not."""
     found = find_binaries()
     if found is not None:
         return found, ""
@@ -87,17 +82,7 @@ def _locate_binaries() -> tuple[Path | None, str]:
     if configured:
         lacking = ", ".join(missing_binaries(Path(configured)))
         return None, f"{ASSETS_ENV}={configured} lacks {lacking}"
-    if SHARED_K8S.is_dir() and not (SHARED_K8S / "SHA256SUMS").is_file():
-        return None, f"{ASSETS_ENV} is unset and {SHARED_K8S} has no SHA256SUMS"
-    if (SHARED_K8S / "SHA256SUMS").is_file():
-        try:
-            directory = unpack_binaries(SHARED_K8S, K8S_CACHE)
-        except ControlPlaneError as exc:
-            return None, str(exc)
-        # Children (services, CLIs) see the same binaries.
-        os.environ[ASSETS_ENV] = str(directory)
-        return directory, ""
-    return None, f"no binaries: {ASSETS_ENV} is unset and {SHARED_K8S} does not exist"
+    return None, f"{ASSETS_ENV} is unset"
 
 
 def _needs_real_cluster(item: pytest.Item) -> bool:
@@ -153,9 +138,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _must_run() -> bool:
-    """Whether real-cluster tests that did not run fail the run: in CI, and wherever the
-    binaries were available (``../shared/k8s`` beside the repository)."""
-    return os.environ.get("CI") == "true" or SHARED_K8S.is_dir()
+    """Whether real-cluster tests that did not run fail the run: only when the user asked for
+    them by setting KUBEBUILDER_ASSETS."""
+    return bool(os.environ.get(ASSETS_ENV))
 
 
 def _not_run_line(config: pytest.Config) -> str | None:
@@ -164,8 +149,8 @@ def _not_run_line(config: pytest.Config) -> str | None:
         return None
     return (
         f"real Kubernetes: {count} tests did NOT run ({config.stash.get(_WHY_NOT, '')}); "
-        f"enable them with {ASSETS_ENV}=DIR (etcd, kube-apiserver, kube-controller-manager, "
-        f"kube-scheduler) or with ../shared/k8s beside the repository"
+        f"enable them with {ASSETS_ENV}=DIR holding etcd, kube-apiserver, "
+        f"kube-controller-manager and kube-scheduler (docs/testing.md#real-kubernetes)"
     )
 
 
@@ -201,8 +186,7 @@ def pytest_terminal_summary(
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Real-cluster tests that did not run fail the run in CI (``CI=true``) and wherever
-    ``../shared/k8s`` exists."""
+    """Real-cluster tests that did not run fail the run when KUBEBUILDER_ASSETS is set."""
     config = session.config
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller reports and decides

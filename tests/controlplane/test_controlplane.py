@@ -1,7 +1,5 @@
-"""The session's real control plane: binaries unpacked once, RBAC, TokenRequest, the audit log."""
+"""The session's real control plane: RBAC, TokenRequest, the audit log."""
 
-import hashlib
-import lzma
 import os
 import subprocess
 import sys
@@ -12,12 +10,7 @@ from pathlib import Path
 import pytest
 
 from tidegate.kube import NAMESPACES, PODS, Forbidden, KubeSettings, ResourceType, connect
-from tidegate.testing.controlplane import (
-    BINARIES,
-    ControlPlane,
-    ControlPlaneError,
-    unpack_binaries,
-)
+from tidegate.testing.controlplane import ControlPlane
 
 SERVICEACCOUNTS = ResourceType(
     group="", version="v1", plural="serviceaccounts", kind="ServiceAccount"
@@ -26,33 +19,6 @@ ROLES = ResourceType(group="rbac.authorization.k8s.io", version="v1", plural="ro
 ROLEBINDINGS = ResourceType(
     group="rbac.authorization.k8s.io", version="v1", plural="rolebindings", kind="RoleBinding"
 )
-
-
-def packed_binaries(directory: Path, *, wrong_sum: str | None = None) -> Path:
-    directory.mkdir()
-    sums = []
-    for name in BINARIES:
-        content = f"#!/bin/sh\necho {name}\n".encode()
-        (directory / f"{name}.xz").write_bytes(lzma.compress(content))
-        digest = hashlib.sha256(content).hexdigest()
-        sums.append(f"{'0' * 64 if name == wrong_sum else digest}  {name}")
-    (directory / "SHA256SUMS").write_text("\n".join(sums) + "\n")
-    return directory
-
-
-def test_unpack_checks_sums_and_reuses_the_cache(tmp_path: Path) -> None:
-    source = packed_binaries(tmp_path / "src")
-    unpacked = unpack_binaries(source, tmp_path / "cache")
-    assert sorted(p.name for p in unpacked.iterdir()) == sorted([*BINARIES, "SHA256SUMS"])
-    assert (unpacked / "etcd").read_text() == "#!/bin/sh\necho etcd\n"
-    mtime = (unpacked / "etcd").stat().st_mtime_ns
-    assert unpack_binaries(source, tmp_path / "cache") == unpacked
-    assert (unpacked / "etcd").stat().st_mtime_ns == mtime  # reused, not unpacked again
-
-    bad = packed_binaries(tmp_path / "bad", wrong_sum="kube-scheduler")
-    with pytest.raises(ControlPlaneError, match="does not match its checksum"):
-        unpack_binaries(bad, tmp_path / "cache2")
-    assert not list((tmp_path / "cache2").glob("*/kube-scheduler"))
 
 
 @pytest.mark.real_k8s

@@ -1,15 +1,13 @@
 """A real Kubernetes control plane for tests, started from a directory of binaries.
 
-Why: the simulator is kinder than Kubernetes (no authorization, no graceful deletion of bound
-pods, no PodDisruptionBudgets, no rollout pacing). Tests that must hold on real clusters run
-against the real ``etcd``, ``kube-apiserver``, ``kube-controller-manager`` and
-``kube-scheduler`` instead, started once per test session by :class:`ControlPlane`.
+Why: the simulator models only part of Kubernetes (docs/simulator.md says what it leaves out),
+and a real control plane keeps finding what it let through (the same page lists each catch and
+the simulator test that now holds it). Tests that must hold on real clusters run against the
+real ``etcd``, ``kube-apiserver``, ``kube-controller-manager`` and ``kube-scheduler`` as well,
+started once per test session by :class:`ControlPlane`.
 
 The binaries are found the way envtest finds its assets: ``KUBEBUILDER_ASSETS`` names a
-directory of plain binaries (:func:`find_binaries`). :func:`unpack_binaries` fills such a
-directory from the xz-compressed copies in ``../shared/k8s`` (checked against their
-``SHA256SUMS``, reused while the sums match); ``python -m tidegate.testing.controlplane unpack
-SRC DEST`` does the same from the shell.
+directory of plain binaries (:func:`find_binaries`; docs/testing.md says how to fill one).
 
 :class:`ControlPlane` makes its own certificates (a cluster CA, a front-proxy CA, a serving
 certificate, client certificates for the scheduler and controller-manager), a static admin
@@ -27,10 +25,8 @@ import base64
 import contextlib
 import ctypes
 import datetime
-import hashlib
 import ipaddress
 import json
-import lzma
 import os
 import signal
 import ssl
@@ -64,7 +60,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 class ControlPlaneError(RuntimeError):
-    """The control plane could not be found, unpacked or started (the message says why)."""
+    """The control plane could not be found or started (the message says why)."""
 
 
 def missing_binaries(directory: Path) -> list[str]:
@@ -83,53 +79,6 @@ def find_binaries(environ: Mapping[str, str] | None = None) -> Path | None:
         return None
     directory = Path(value).resolve()
     return directory if not missing_binaries(directory) else None
-
-
-def unpack_binaries(source: Path, cache: Path) -> Path:
-    """Decompress ``source``/*.xz into a subdirectory of ``cache`` and return it.
-
-    The subdirectory is named after the checksums, so a new set of binaries gets a new one; it
-    is reused as long as ``source/SHA256SUMS`` matches what was verified when it was filled.
-    Files are written under a temporary name and renamed, so an interrupted unpack never
-    leaves a truncated binary behind.
-    """
-    sums_file = source / "SHA256SUMS"
-    try:
-        sums_text = sums_file.read_text()
-    except OSError as exc:
-        raise ControlPlaneError(f"cannot read {sums_file}: {exc}") from exc
-    expected: dict[str, str] = {}
-    for line in sums_text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            expected[parts[1].lstrip("*")] = parts[0]
-    absent = [name for name in BINARIES if name not in expected]
-    if absent:
-        raise ControlPlaneError(f"{sums_file} has no checksum for {', '.join(absent)}")
-    target = cache.resolve() / hashlib.sha256(sums_text.encode()).hexdigest()[:16]
-    stamp = target / "SHA256SUMS"
-    if stamp.is_file() and stamp.read_text() == sums_text and not missing_binaries(target):
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    for name in BINARIES:
-        packed = source / f"{name}.xz"
-        partial = target / f".{name}.{os.getpid()}.partial"
-        digest = hashlib.sha256()
-        try:
-            with lzma.open(packed) as reader, partial.open("wb") as writer:
-                while chunk := reader.read(1 << 20):
-                    digest.update(chunk)
-                    writer.write(chunk)
-        except (OSError, lzma.LZMAError) as exc:
-            partial.unlink(missing_ok=True)
-            raise ControlPlaneError(f"cannot unpack {packed}: {exc}") from exc
-        if digest.hexdigest() != expected[name]:
-            partial.unlink(missing_ok=True)
-            raise ControlPlaneError(f"{packed} does not match its checksum in {sums_file}")
-        partial.chmod(0o755)
-        partial.replace(target / name)
-    stamp.write_text(sums_text)
-    return target
 
 
 # --- certificates -------------------------------------------------------------------------
@@ -744,16 +693,8 @@ class ControlPlane:
 
 
 def _main(argv: list[str]) -> int:
-    """``unpack SRC CACHE``: print the directory of unpacked binaries (for dev/test).
-    ``up WORKDIR``: run a control plane from KUBEBUILDER_ASSETS until interrupted, its admin
+    """``up WORKDIR``: run a control plane from KUBEBUILDER_ASSETS until interrupted, its admin
     kubeconfig in WORKDIR (for ``tidegate demo --kubeconfig`` and the benchmarks)."""
-    if len(argv) == 3 and argv[0] == "unpack":
-        try:
-            sys.stdout.write(f"{unpack_binaries(Path(argv[1]), Path(argv[2]))}\n")
-        except ControlPlaneError as exc:
-            sys.stderr.write(f"cannot unpack the Kubernetes binaries: {exc}\n")
-            return 1
-        return 0
     if len(argv) == 2 and argv[0] == "up":
         binaries = find_binaries()
         if binaries is None:
@@ -768,9 +709,7 @@ def _main(argv: list[str]) -> int:
             signal.pthread_sigmask(signal.SIG_BLOCK, stop)
             signal.sigwait(stop)
         return 0
-    sys.stderr.write(
-        "usage: python -m tidegate.testing.controlplane unpack SRC CACHE | up WORKDIR\n"
-    )
+    sys.stderr.write("usage: python -m tidegate.testing.controlplane up WORKDIR\n")
     return 2
 
 
