@@ -88,6 +88,10 @@ class StackSettings:
     def __post_init__(self) -> None:
         if not 1 <= self.nats_servers <= 5:
             raise StackError(f"nats_servers must be 1-5, not {self.nats_servers}")
+        if self.access is not None and self.kubeconfig is not None:
+            raise StackError(
+                "access: RBAC is enforced by the simulated cluster only, not with kubeconfig"
+            )
 
 
 @dataclass
