@@ -31,7 +31,7 @@ from tidegate.cli.demo_trace import (
     queue_object,
     workload_object,
 )
-from tidegate.cli.stack import LocalStack, StackSettings
+from tidegate.cli.stack import LocalStack, ServiceAccess, StackSettings
 from tidegate.kube import (
     DEPLOYMENTS,
     EVENTS,
@@ -290,6 +290,13 @@ class System:
             for service, (namespace, name) in access.accounts.items()
         }
 
+    def account_for_rbac(self, documents: Documents) -> None:
+        """At the end of a scenario: fail if a request was refused; add what the chart grants
+        (``documents``) and what each service asked to the end-of-run RBAC report."""
+        refused = self.refused()
+        assert not refused, f"the API server refused {refused}"
+        USAGE.add(granted(documents), self.rbac_used())
+
     def assert_healthy(self, context: str) -> None:
         """Fail if a service died by itself, the API server refused a request (RBAC) or an
         invariant was found broken."""
@@ -507,6 +514,17 @@ class System:
         return mirror_differences(self.pods, self.state.values())
 
 
+def chart_rbac(
+    edit: Callable[[Documents], Documents] | None = None,
+) -> tuple[Documents, ServiceAccess]:
+    """The Helm chart rendered for the simulator's stack (then changed by ``edit``), and the
+    access it gives each service there (its ServiceAccount, bound to the chart's roles)."""
+    documents = render_chart(RELEASE_NAMESPACE, CLUSTER)
+    if edit is not None:
+        documents = edit(documents)
+    return documents, service_access(RELEASE_NAMESPACE, documents)
+
+
 @contextlib.asynccontextmanager
 async def running_system(
     workdir: Path,
@@ -534,9 +552,7 @@ async def running_system(
     trace file must have the admission shape (:meth:`System.trace_problems`); only part of it
     when a service was SIGKILLed, since a killed process loses the spans it had not exported
     yet (docs/operations.md, "A killed service loses what it had not exported")."""
-    documents = render_chart(RELEASE_NAMESPACE, CLUSTER)
-    if chart_edit is not None:
-        documents = chart_edit(documents)
+    documents, access = chart_rbac(chart_edit)
     settings = StackSettings(
         workdir=workdir,
         cluster=CLUSTER,
@@ -545,7 +561,7 @@ async def running_system(
         ready_timeout_seconds=60,
         extra_env={**fast_env(time_scale), **(env or {})},
         nats_servers=nats_servers,
-        access=service_access(RELEASE_NAMESPACE, documents),
+        access=access,
     )
     async with (
         LocalStack.running(settings) as stack,
@@ -558,9 +574,7 @@ async def running_system(
         ) as system,
     ):
         yield system
-    refused = system.refused()
-    assert not refused, f"the API server refused {refused}"
-    USAGE.add(granted(documents), system.rbac_used())
+    system.account_for_rbac(documents)
     problems = system.trace_problems(stack.trace_file)
     assert not problems, (
         f"{len(problems)} trace problems, first: {problems[:20]}\n{system.report()}"

@@ -84,6 +84,9 @@ class StackSettings:
     access: ServiceAccess | None = None
     """Enforce RBAC on the simulated cluster, each service as its own ServiceAccount; None:
     every service uses the admin kubeconfig and nothing is authorised."""
+    service_api_url: str | None = None
+    """With ``access``: the API server URL the services' kubeconfigs name (a fault proxy in
+    front of the simulator, say); None: the simulator's own."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.nats_servers <= 5:
@@ -194,7 +197,7 @@ class LocalStack:
                 for name, (namespace, account) in settings.access.accounts.items():
                     path = settings.workdir / f"kubeconfig-{name}.yaml"
                     self.service_kubeconfigs[name] = sim.service_account_kubeconfig(
-                        namespace, account, path
+                        namespace, account, path, server=settings.service_api_url
                     )
         elif settings.kubeconfig is not None:
             self.kubeconfig = settings.kubeconfig

@@ -227,24 +227,30 @@ class SimCluster:
             else:
                 self.api.create(rtype, namespace or None, document)
 
-    def service_account_kubeconfig(self, namespace: str, name: str, path: Path | str) -> Path:
+    def service_account_kubeconfig(
+        self, namespace: str, name: str, path: Path | str, *, server: str | None = None
+    ) -> Path:
         """Write a kubeconfig whose token authenticates as the ServiceAccount
-        ``namespace/name`` (which must exist), as a TokenRequest's token would."""
+        ``namespace/name`` (which must exist), as a TokenRequest's token would; ``server``
+        replaces the API server's URL (e.g. a proxy's in front of it)."""
         self.api.get(SERVICEACCOUNTS, namespace, name)
         token = self.access.mint(service_account_user(namespace, name))
-        return self._kubeconfig(path, token, namespace=namespace)
+        return self._kubeconfig(path, token, namespace=namespace, server=server)
 
     def write_kubeconfig(self, path: Path | str) -> Path:
         """Write a kubeconfig for this cluster (kubernetes-asyncio and kubectl accept it); its
         token is the admin's (``system:masters``)."""
         return self._kubeconfig(path, ADMIN_TOKEN, namespace="default")
 
-    def _kubeconfig(self, path: Path | str, token: str, *, namespace: str) -> Path:
+    def _kubeconfig(
+        self, path: Path | str, token: str, *, namespace: str, server: str | None = None
+    ) -> Path:
+        """Write a kubeconfig for ``server`` (default: this API server) with ``token``."""
         target = Path(path)
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": self.url}}],
+            "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": server or self.url}}],
             "users": [{"name": CONTEXT_NAME, "user": {"token": token}}],
             "contexts": [
                 {
