@@ -9,7 +9,7 @@ podgroups``).
 """
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,8 @@ from tidegate.testing.rbac import RbacUsage
 
 from .chart import Documents, granted, render_chart, service_access, without_grant
 from .service_paths import abort_a_podgroup_victim
+from .system import chart_rbac, running_system
+from .tidal import PRIORITY_CLASSES, QUEUES, training
 
 RELEASE_NAMESPACE = "tidegate-system"
 WORKLOADS = "team-a"
@@ -95,3 +97,30 @@ async def test_without_a_grant_it_uses_preemption_is_refused_on_the_simulator(
         denied = system.sim.access.log.denied
     assert denied == [f"{system.user('preemption')}: {verb} {path.format(ns=WORKLOADS)}"]
     assert f'cannot {verb} resource "{resource}" in API group "{group}"' in str(failed.value)
+
+
+@pytest.mark.slow(20)
+@pytest.mark.timeout(180)
+async def test_a_whole_system_run_fails_when_the_chart_lacks_a_grant_the_ungater_uses(
+    tmp_path: Path,
+) -> None:
+    """Without ``patch pods`` the ungater cannot release an admitted gang: the run on the
+    simulator fails at once, naming the refused request, instead of waiting for pods that
+    never run."""
+    edit = without_grant("ungater", "", "pods", "patch")
+    with pytest.raises(AssertionError, match="the API server refused") as failed:
+        await run_one_gang(tmp_path, edit)
+    refusal = f"{service_account_user(*chart_rbac(edit)[1].accounts['ungater']).name}: patch"
+    assert refusal in str(failed.value)
+    assert "timed out" not in str(failed.value)
+
+
+async def run_one_gang(tmp_path: Path, chart_edit: Callable[[Documents], Documents]) -> None:
+    """The whole system on the simulator under the edited chart: one training gang submitted
+    and waited for until it runs."""
+    async with running_system(
+        tmp_path, nodes="1x1x2x8gpu", time_scale=0.02, namespace="rbac", chart_edit=chart_edit
+    ) as system:
+        await system.set_up(priority_classes=PRIORITY_CLASSES, queues=QUEUES)
+        await system.submit(training("train", pods=2, duration=None))
+        await system.until(lambda: system.running("train", 2), within=60, what="the gang running")
