@@ -74,7 +74,7 @@ from tidegate.testing.faultproxy import (
 )
 
 from ..e2e.invariants import distinct
-from ..e2e.system import CLUSTER, System, fast_env, observed
+from ..e2e.system import CLUSTER, System, chart_rbac, fast_env, observed
 from ..e2e.tidal import PRIORITY_CLASSES, QUEUES, inference, training
 
 FAULT_KINDS: Final = (
@@ -521,22 +521,20 @@ async def chaos_system(
     try:
         async with (
             nats_fault_proxy(nats.host, nats.port) as nats_proxy,
-            SimCluster.running(SimSettings(nodes=nodes, time_scale=TIME_SCALE)) as sim,
+            SimCluster.running(SimSettings(nodes=nodes, time_scale=TIME_SCALE, rbac=True)) as sim,
             kube_fault_proxy(sim.url) as kube_proxy,
         ):
-            proxied = workdir / "kubeconfig-proxied.yaml"
-            proxied.write_text(kube_proxy.kubeconfig())
+            # Each service as its own ServiceAccount under the chart's RBAC, through the proxy.
+            documents, access = chart_rbac()
             settings = StackSettings(
                 workdir=workdir,
                 cluster=CLUSTER,
                 nodes=nodes,
                 time_scale=TIME_SCALE,
                 ready_timeout_seconds=60,
-                extra_env={
-                    **fast_env(TIME_SCALE),
-                    "TIDEGATE_NATS_URL": nats_proxy.url,
-                    "TIDEGATE_KUBECONFIG": str(proxied),
-                },
+                extra_env={**fast_env(TIME_SCALE), "TIDEGATE_NATS_URL": nats_proxy.url},
+                access=access,
+                service_api_url=kube_proxy.url,
             )
             stack = LocalStack(settings, nats, sim)
             try:
@@ -560,6 +558,7 @@ async def chaos_system(
                     finally:
                         stop.set()
                         await supervisor
+                    system.account_for_rbac(documents)
             finally:
                 await asyncio.gather(
                     *(p.stop() for p in reversed(stack.processes.values())),

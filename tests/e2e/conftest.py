@@ -1,7 +1,6 @@
 """Fixtures of the end-to-end tests on the real control plane."""
 
 import functools
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,23 +9,25 @@ from tidegate.testing import workers
 from tidegate.testing.controlplane import ControlPlane
 from tidegate.testing.rbac import RbacUsage
 
+from .chart import USAGE
 from .real import STARTUP_RESTARTS, RealTidegate, real_system
-
-_REPORT = pytest.StashKey[list[str]]()
 
 
 @pytest.fixture(scope="session")
-def rbac_usage(request: pytest.FixtureRequest) -> Iterator[RbacUsage]:
-    """Grants and requests of every real-cluster scenario; the grants no request used are
+def rbac_usage() -> RbacUsage:
+    """Grants and requests of every scenario that ran the chart's RBAC, on the real control
+    plane or the simulator (:data:`tests.e2e.chart.USAGE`); the grants no request used are
     reported once, at the end of the run."""
-    usage = RbacUsage()
-    yield usage
-    workeroutput = getattr(request.config, "workeroutput", None)
-    if workeroutput is not None:  # an xdist worker: the root conftest's controller reports
-        workeroutput[workers.RBAC_USAGE] = usage.as_json()
+    return USAGE
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """An xdist worker hands its RBAC usage and notes to the controller (root conftest.py),
+    which reports them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[workers.RBAC_USAGE] = USAGE.as_json()
         workeroutput.setdefault(workers.REPORT_LINES, []).extend(STARTUP_RESTARTS)
-        return
-    request.config.stash[_REPORT] = usage.report()
 
 
 @pytest.fixture
@@ -41,9 +42,11 @@ def real_tidegate(
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
-    """The RBAC report of :func:`rbac_usage`, when real-cluster scenarios ran, and every
-    service that had to be started twice."""
-    for line in config.stash.get(_REPORT, []):
+    """The RBAC report of :func:`rbac_usage`, when scenarios with the chart's RBAC ran in
+    this process, and every service that had to be started twice."""
+    if getattr(config, "workerinput", None) is not None:
+        return  # a worker: the controller reports
+    for line in USAGE.report():
         terminalreporter.write_line(line)
     for note in STARTUP_RESTARTS:
         terminalreporter.write_line(note)

@@ -75,11 +75,8 @@ async def live_pods(platform: Platform, app: str) -> list[JsonObject]:
 async def wait(
     platform: Platform, check: Callable[[], Awaitable[object]], what: str, within: float = 120.0
 ) -> Any:
-    """Wait for ``check`` to return a truthy value, failing early when the platform is not
-    healthy."""
-
-    async def checked() -> object:
-        platform.healthy(what)
-        return await check()
-
-    return await until_async(checked, within=within, what=what, interval=0.25)
+    """Wait for ``check`` to return a truthy value, failing at once when the platform is not
+    healthy (a dead service, a refused request or a broken invariant does not heal)."""
+    return await until_async(
+        check, within=within, what=what, interval=0.25, alive=lambda: platform.healthy(what)
+    )

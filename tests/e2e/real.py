@@ -23,9 +23,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import helm_python as helm
 import yaml
 
 from tidegate.bus import ConsumerSettings, DurableConsumer, Received, layout
@@ -48,17 +46,17 @@ from tidegate.kube import (
 from tidegate.kube.transport import JsonObject
 from tidegate.model import Message, subjects
 from tidegate.sim.bundled import bundled_crds
+from tidegate.sim.rbac import service_account_user
 from tidegate.sim.topology import layout_for
 from tidegate.sim.workloads import jobset_child_job
 from tidegate.testing import ServiceProcess, connected, until_async
 from tidegate.testing.controlplane import ControlPlane, serving_certificate
 from tidegate.testing.rbac import Permission, RbacUsage
 
+from .chart import REPO, permissions, render_chart
 from .invariants import Invariants, decision_problems, gated_forever, unreleased_victims
 from .system import fast_env
 
-REPO = Path(__file__).resolve().parents[2]
-CHART_DIR = REPO / "deploy" / "helm" / "tidegate"
 CRD_DIR = REPO / "deploy" / "crds"
 STARTUP_RESTARTS: list[str] = []
 """Services that exited while starting and were started again (printed at the end of the run)."""
@@ -100,33 +98,6 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_CRD = next(c for c in bundled_crds() if c["metadata"]["name"] == "jobsets.jobset.x-k8s.io")  # type: ignore[index]
 """The JobSet CRD as the simulator serves it (open schema). No JobSet controller runs on the
 real control plane: :meth:`RealSystem.create_jobset` creates the child Jobs as it would."""
-
-
-def render_chart(release_namespace: str, cluster: str) -> list[dict[str, Any]]:
-    """The chart's manifests, as ``helm template`` renders them with default values."""
-    chart = helm.Chart.load(CHART_DIR)
-    try:
-        rendered = chart.render(
-            {"cluster": cluster}, name="tg", namespace=release_namespace, is_install=True
-        )
-    finally:
-        chart.close()
-    documents: list[dict[str, Any]] = []
-    for path, text in sorted(rendered.items()):
-        if path.endswith(".yaml"):
-            documents += [doc for doc in yaml.safe_load_all(text) if doc]
-    return documents
-
-
-def permissions(role: dict[str, Any]) -> set[Permission]:
-    """Every (group, resource, verb) a ClusterRole grants."""
-    return {
-        (group, resource, verb)
-        for rule in role.get("rules") or []
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
 
 
 @dataclass
@@ -191,7 +162,7 @@ class RealSystem:
 
     def user(self, service: str) -> str:
         """The Kubernetes user name of a service's ServiceAccount."""
-        return f"system:serviceaccount:{self.release_namespace}:{self.accounts[service]}"
+        return service_account_user(self.release_namespace, self.accounts[service]).name
 
     async def install(self) -> None:
         """Namespaces, the chart's CRDs (and JobSet's), the chart's ServiceAccounts and RBAC."""

@@ -17,6 +17,7 @@ It does not decide what to run or when to crash what (the tests do), nor what an
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final, TypeVar, cast
@@ -30,7 +31,7 @@ from tidegate.cli.demo_trace import (
     queue_object,
     workload_object,
 )
-from tidegate.cli.stack import LocalStack, StackSettings
+from tidegate.cli.stack import LocalStack, ServiceAccess, StackSettings
 from tidegate.kube import (
     DEPLOYMENTS,
     EVENTS,
@@ -55,9 +56,12 @@ from tidegate.model import (
     subjects,
 )
 from tidegate.sim import SimCluster
+from tidegate.sim.rbac import service_account_user
 from tidegate.testing import connected, until_async
+from tidegate.testing.rbac import Permission
 from tidegate.testing.traces import admission_trace_problems, spans_from_json_lines
 
+from .chart import USAGE, Documents, granted, render_chart, service_access
 from .invariants import (
     Invariants,
     JsonObject,
@@ -72,6 +76,8 @@ from .invariants import (
 )
 
 CLUSTER: Final = "e2e"
+RELEASE_NAMESPACE: Final = "tidegate-system"
+"""Where the chart's ServiceAccounts live on the simulator."""
 
 T = TypeVar("T")
 
@@ -266,10 +272,38 @@ class System:
         assert found is not None  # until_async returns only a truthy result
         return found
 
+    def refused(self) -> list[str]:
+        """The requests the simulated API server refused for want of RBAC (403): each
+        distinct one once, in order, with how often it was refused."""
+        counts = Counter(self.sim.access.log.denied)
+        return [f"{line} ({count}x)" for line, count in counts.items()]
+
+    def rbac_used(self) -> dict[str, set[Permission]]:
+        """What each service asked the API server for, as its ServiceAccount (when the stack
+        enforces RBAC)."""
+        access = self.stack.settings.access
+        if access is None:
+            return {}
+        used = self.sim.access.log.used
+        return {
+            service: set(used.get(service_account_user(namespace, name).name, set()))
+            for service, (namespace, name) in access.accounts.items()
+        }
+
+    def account_for_rbac(self, documents: Documents) -> None:
+        """At the end of a scenario: fail if a request was refused; add what the chart grants
+        (``documents``) and what each service asked to the end-of-run RBAC report."""
+        refused = self.refused()
+        assert not refused, f"the API server refused {refused}"
+        USAGE.add(granted(documents), self.rbac_used())
+
     def assert_healthy(self, context: str) -> None:
-        """Fail if a service died by itself or an invariant was found broken."""
+        """Fail if a service died by itself, the API server refused a request (RBAC) or an
+        invariant was found broken."""
         dead = self.dead()
         assert not dead, f"{context}: " + "\n".join(dead)
+        refused = self.refused()
+        assert not refused, f"{context}: the API server refused {refused}\n{self.report()}"
         doubled = decision_problems(self.decisions)
         assert not doubled, f"{context}: " + "\n".join(doubled) + "\n" + self.report()
         assert not self.violations, (
@@ -480,6 +514,17 @@ class System:
         return mirror_differences(self.pods, self.state.values())
 
 
+def chart_rbac(
+    edit: Callable[[Documents], Documents] | None = None,
+) -> tuple[Documents, ServiceAccess]:
+    """The Helm chart rendered for the simulator's stack (then changed by ``edit``), and the
+    access it gives each service there (its ServiceAccount, bound to the chart's roles)."""
+    documents = render_chart(RELEASE_NAMESPACE, CLUSTER)
+    if edit is not None:
+        documents = edit(documents)
+    return documents, service_access(RELEASE_NAMESPACE, documents)
+
+
 @contextlib.asynccontextmanager
 async def running_system(
     workdir: Path,
@@ -490,8 +535,15 @@ async def running_system(
     grace_seconds: float = 10.0,
     nats_servers: int = 1,
     env: Mapping[str, str] | None = None,
+    chart_edit: Callable[[Documents], Documents] | None = None,
 ) -> AsyncIterator[System]:
     """Start the whole stack in ``workdir``, connect, observe; stop everything at the end.
+
+    The simulator enforces RBAC: each service runs as the ServiceAccount the Helm chart
+    renders for it, bound to the chart's roles (``chart_edit`` may change the rendered
+    documents first, e.g. :func:`tests.e2e.chart.without_grant`). A request RBAC refuses fails
+    the run (:meth:`System.assert_healthy`, and at the end); what each service asked is added
+    to the end-of-run RBAC report (:data:`tests.e2e.chart.USAGE`).
 
     With ``nats_servers`` > 1, NATS runs as a JetStream cluster of that many servers with the
     streams replicated on each (:class:`~tidegate.bus.server.NatsCluster`). ``env`` overrides
@@ -500,6 +552,7 @@ async def running_system(
     trace file must have the admission shape (:meth:`System.trace_problems`); only part of it
     when a service was SIGKILLed, since a killed process loses the spans it had not exported
     yet (docs/operations.md, "A killed service loses what it had not exported")."""
+    documents, access = chart_rbac(chart_edit)
     settings = StackSettings(
         workdir=workdir,
         cluster=CLUSTER,
@@ -508,6 +561,7 @@ async def running_system(
         ready_timeout_seconds=60,
         extra_env={**fast_env(time_scale), **(env or {})},
         nats_servers=nats_servers,
+        access=access,
     )
     async with (
         LocalStack.running(settings) as stack,
@@ -520,6 +574,7 @@ async def running_system(
         ) as system,
     ):
         yield system
+    system.account_for_rbac(documents)
     problems = system.trace_problems(stack.trace_file)
     assert not problems, (
         f"{len(problems)} trace problems, first: {problems[:20]}\n{system.report()}"

@@ -10,6 +10,10 @@ the Kubernetes API (in this process), and every service as its own child process
 environment the Helm chart would give it; it waits until each service reports ready on
 /readyz and stops everything in reverse order. It does not replay workloads or report on them:
 that is the demo's job (:mod:`tidegate.cli.demo`).
+
+With ``StackSettings.access`` the simulator enforces RBAC: the stack loads the given
+ServiceAccounts, Roles and bindings (the Helm chart's, say) and runs each service with a token
+of its own ServiceAccount, as in a cluster; the stack's own kubeconfig stays the admin's.
 """
 
 import asyncio
@@ -42,6 +46,16 @@ PASSED_THROUGH: Final = frozenset({EVENT_LOOP_ENV, GC_THRESHOLD_ENV})
 """This process's variables its services inherit: how every process of the stack runs."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class ServiceAccess:
+    """Who each service is on the simulated cluster, and what its roles let it do."""
+
+    documents: tuple[dict[str, object], ...]
+    """ServiceAccounts, Roles, ClusterRoles and their bindings, to load into the simulator."""
+    accounts: Mapping[str, tuple[str, str]]
+    """Service name → (namespace, name) of its ServiceAccount."""
+
+
 class StackError(RuntimeError):
     """A part of the local stack did not start; the message says which and where its log is."""
 
@@ -67,10 +81,20 @@ class StackSettings:
     nats_servers: int = 1
     """nats-servers to run: 1, or 3 (up to 5) as one JetStream cluster on loopback, with
     every stream and KV bucket replicated on each of them."""
+    access: ServiceAccess | None = None
+    """Enforce RBAC on the simulated cluster, each service as its own ServiceAccount; None:
+    every service uses the admin kubeconfig and nothing is authorised."""
+    service_api_url: str | None = None
+    """With ``access``: the API server URL the services' kubeconfigs name (a fault proxy in
+    front of the simulator, say); None: the simulator's own."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.nats_servers <= 5:
             raise StackError(f"nats_servers must be 1-5, not {self.nats_servers}")
+        if self.access is not None and self.kubeconfig is not None:
+            raise StackError(
+                "access: RBAC is enforced by the simulated cluster only, not with kubeconfig"
+            )
 
 
 @dataclass
@@ -164,8 +188,17 @@ class LocalStack:
         self.nats = nats
         self.sim = sim
         """The simulated cluster, or None when running against ``settings.kubeconfig``."""
+        self.service_kubeconfigs: dict[str, Path] = {}
+        """The kubeconfig of each service that runs as its own ServiceAccount."""
         if sim is not None:
             self.kubeconfig = sim.write_kubeconfig(settings.workdir / "kubeconfig.yaml")
+            if settings.access is not None:
+                sim.load([dict(doc) for doc in settings.access.documents])
+                for name, (namespace, account) in settings.access.accounts.items():
+                    path = settings.workdir / f"kubeconfig-{name}.yaml"
+                    self.service_kubeconfigs[name] = sim.service_account_kubeconfig(
+                        namespace, account, path, server=settings.service_api_url
+                    )
         elif settings.kubeconfig is not None:
             self.kubeconfig = settings.kubeconfig
         else:
@@ -196,7 +229,7 @@ class LocalStack:
                 "TIDEGATE_NATS_URL": self.nats.url,
                 "TIDEGATE_NATS_STREAM_REPLICAS": str(self.settings.nats_servers),
                 "TIDEGATE_HTTP_PORT": str(http_port),
-                "TIDEGATE_KUBECONFIG": str(self.kubeconfig),
+                "TIDEGATE_KUBECONFIG": str(self.service_kubeconfigs.get(name, self.kubeconfig)),
                 "TIDEGATE_TRACE_FILE": str(self.trace_file),
                 "OTEL_SERVICE_NAME": f"tidegate-{name}",
                 "TIDEGATE_KUEUE_TOPOLOGY_VERSION": "v1alpha1",
@@ -274,7 +307,10 @@ async def _cluster(settings: StackSettings) -> AsyncIterator[SimCluster | None]:
         yield None
         return
     sim_settings = SimSettings(
-        nodes=settings.nodes, time_scale=settings.time_scale, gpu_product=settings.gpu_product
+        nodes=settings.nodes,
+        time_scale=settings.time_scale,
+        gpu_product=settings.gpu_product,
+        rbac=settings.access is not None,
     )
     async with SimCluster.running(sim_settings) as sim:
         yield sim

@@ -41,6 +41,7 @@ from tidegate.sim.kinds import (
     PDBS,
     PODS,
     PRIORITY_CLASSES,
+    RBAC_GROUP,
     SCALE,
     STATUS,
     Registry,
@@ -51,6 +52,7 @@ from tidegate.sim.names import (
     label_name_problem,
     label_value_problem,
     new_uid,
+    path_segment_problem,
     qualified_name_problem,
     rfc3339,
     subdomain_problem,
@@ -322,7 +324,12 @@ class ApiServer:
         metadata = _meta(obj)
         name = str(metadata.get("name"))
         causes: list[tuple[str, str]] = []
-        problem = label_name_problem(name) if rtype is NAMESPACES else subdomain_problem(name)
+        if rtype is NAMESPACES:
+            problem = label_name_problem(name)
+        elif rtype.group == RBAC_GROUP:
+            problem = path_segment_problem(name)
+        else:
+            problem = subdomain_problem(name)
         if problem:
             causes.append(("metadata.name", f"Invalid value: {name!r}: {problem}"))
         labels = metadata.get("labels")

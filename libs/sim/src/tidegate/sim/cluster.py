@@ -5,6 +5,11 @@
     async with SimCluster.running(SimSettings(nodes="2x4x8x8gpu")) as sim:
         sim.url; sim.write_kubeconfig(path); sim.store
 
+With ``SimSettings(rbac=True)`` the API server enforces RBAC: :meth:`SimCluster.write_kubeconfig`
+is the admin's kubeconfig, :meth:`SimCluster.service_account_kubeconfig` one per
+ServiceAccount, :meth:`SimCluster.load` installs RBAC objects (e.g. a Helm chart's), and
+:attr:`SimCluster.access` says what each user asked and what was refused.
+
 It creates the store, the bootstrap objects (namespaces, system PriorityClasses, CRDs, nodes,
 the Topology object), serves HTTP with aiohttp, and starts the parts of the control plane the
 settings enable, each as a supervised task that ends when the cluster stops.
@@ -24,11 +29,12 @@ from tidegate.sim.bundled import bundled_crds
 from tidegate.sim.disruption import DisruptionController
 from tidegate.sim.errors import ApiError, JsonObject
 from tidegate.sim.http import HttpApi, WatchSettings
-from tidegate.sim.kinds import CRDS, NODES, STATUS, Registry
+from tidegate.sim.kinds import CRDS, NAMESPACES, NODES, SERVICEACCOUNTS, STATUS, Registry
 from tidegate.sim.kubelet import Kubelet
 from tidegate.sim.lifecycle import GarbageCollector, NamespaceController, NodeLifecycle
 from tidegate.sim.names import rfc3339
 from tidegate.sim.pods import set_condition
+from tidegate.sim.rbac import ADMIN_TOKEN, Access, bootstrap_objects, service_account_user
 from tidegate.sim.scheduler import Scheduler
 from tidegate.sim.settings import SettingsError, SimSettings
 from tidegate.sim.store import Store
@@ -54,12 +60,15 @@ class SimCluster:
         self.api = ApiServer(
             self.store, self.registry, gate_managed_pods=settings.gates_managed_pods
         )
+        self.access = Access(enforce=settings.rbac)
+        """Tokens, and every request and refusal when RBAC is enforced."""
         self.http = HttpApi(
             self.api,
             WatchSettings(
                 bookmark_interval_seconds=settings.bookmark_interval_seconds,
                 max_watch_seconds=settings.max_watch_seconds,
             ),
+            self.access,
         )
         self.layout: ClusterLayout = ClusterLayout(nodes=[], levels=[])
         self._runner: web.AppRunner | None = None
@@ -146,6 +155,7 @@ class SimCluster:
     def _populate(self) -> None:
         settings = self.settings
         self.api.bootstrap()
+        self.load(bootstrap_objects())
         crd_objects: list[JsonObject] = []
         if settings.install_crds:
             crd_objects.extend(bundled_crds())
@@ -196,21 +206,59 @@ class SimCluster:
         set_condition(status, condition)
         self.api.update(NODES, None, name, {**node, "status": status}, subresource=STATUS)
 
+    def load(self, documents: list[JsonObject]) -> None:
+        """Create objects of served kinds as they are (a chart's ServiceAccounts, Roles,
+        ClusterRoles and bindings, say), replacing same-named ones; namespaced ones go to
+        their ``metadata.namespace`` (created if missing, as ``helm install
+        --create-namespace`` does)."""
+        for document in documents:
+            api_version, kind = str(document.get("apiVersion")), str(document.get("kind"))
+            rtype = self.api.resolve_kind(api_version, kind)
+            if rtype is None:
+                raise SettingsError(f"load: {api_version} {kind} is not served")
+            metadata = document.get("metadata")
+            assert isinstance(metadata, dict)
+            namespace = str(metadata.get("namespace") or "default") if rtype.namespaced else ""
+            if namespace and self.store.get(NAMESPACES.key, "", namespace) is None:
+                self.api.create(NAMESPACES, None, {"metadata": {"name": namespace}})
+            name = str(metadata["name"])
+            if self.store.get(rtype.key, namespace, name) is not None:
+                self.api.update(rtype, namespace or None, name, document)
+            else:
+                self.api.create(rtype, namespace or None, document)
+
+    def service_account_kubeconfig(
+        self, namespace: str, name: str, path: Path | str, *, server: str | None = None
+    ) -> Path:
+        """Write a kubeconfig whose token authenticates as the ServiceAccount
+        ``namespace/name`` (which must exist), as a TokenRequest's token would; ``server``
+        replaces the API server's URL (e.g. a proxy's in front of it)."""
+        self.api.get(SERVICEACCOUNTS, namespace, name)
+        token = self.access.mint(service_account_user(namespace, name))
+        return self._kubeconfig(path, token, namespace=namespace, server=server)
+
     def write_kubeconfig(self, path: Path | str) -> Path:
-        """Write a kubeconfig for this cluster (kubernetes-asyncio and kubectl accept it)."""
+        """Write a kubeconfig for this cluster (kubernetes-asyncio and kubectl accept it); its
+        token is the admin's (``system:masters``)."""
+        return self._kubeconfig(path, ADMIN_TOKEN, namespace="default")
+
+    def _kubeconfig(
+        self, path: Path | str, token: str, *, namespace: str, server: str | None = None
+    ) -> Path:
+        """Write a kubeconfig for ``server`` (default: this API server) with ``token``."""
         target = Path(path)
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": self.url}}],
-            "users": [{"name": CONTEXT_NAME, "user": {"token": "tidegate-sim"}}],
+            "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": server or self.url}}],
+            "users": [{"name": CONTEXT_NAME, "user": {"token": token}}],
             "contexts": [
                 {
                     "name": CONTEXT_NAME,
                     "context": {
                         "cluster": CONTEXT_NAME,
                         "user": CONTEXT_NAME,
-                        "namespace": "default",
+                        "namespace": namespace,
                     },
                 }
             ],

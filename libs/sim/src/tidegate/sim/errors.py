@@ -133,9 +133,14 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
-def forbidden(message: str) -> ApiError:
-    """403 Forbidden (admission refused, e.g. an unknown PriorityClass)."""
-    return ApiError(403, "Forbidden", message)
+def forbidden(message: str, *, details: JsonObject | None = None) -> ApiError:
+    """403 Forbidden (admission refused, e.g. an unknown PriorityClass; RBAC refused)."""
+    return ApiError(403, "Forbidden", message, details=details)
+
+
+def unauthorized() -> ApiError:
+    """401 Unauthorized: a bearer token the server does not know."""
+    return ApiError(401, "Unauthorized", "Unauthorized")
 
 
 def namespace_terminating(resource: str, name: str, namespace: str, *, group: str = "") -> ApiError:

@@ -9,8 +9,12 @@ objects with the real codes and reasons. A watch is a chunked stream of JSON lin
 old), filtered by namespace and selectors; an object that stops or starts matching a selector
 is reported as DELETED or ADDED, like the real watch cache.
 
+With RBAC enforcement on (:class:`~tidegate.sim.rbac.Access`), every request is first
+authenticated by its bearer token (401 for an unknown one) and authorised against the stored
+Roles and ClusterRoles (403 in the kube-apiserver's words), and recorded.
+
 A few control endpoints under ``/sim/v1`` (not part of Kubernetes) let tests compact the
-watch history and inject faults (429/5xx answers).
+watch history and inject faults (429/5xx answers); they need no token.
 
 The verbs themselves live in :class:`~tidegate.sim.apiserver.ApiServer`; this module only
 parses requests and writes responses.
@@ -36,8 +40,20 @@ from tidegate.sim.errors import (
     method_not_allowed,
     resource_not_found,
 )
-from tidegate.sim.kinds import BINDING, EVICTION, JOBS, PODS, SCALE, ResourceType
+from tidegate.sim.kinds import (
+    BINDING,
+    CLUSTERROLEBINDINGS,
+    CLUSTERROLES,
+    EVICTION,
+    JOBS,
+    PODS,
+    ROLEBINDINGS,
+    ROLES,
+    SCALE,
+    ResourceType,
+)
 from tidegate.sim.patching import APPLY_PATCH
+from tidegate.sim.rbac import Access, Policy, authorize, forbidden_error, request_attributes
 from tidegate.sim.selectors import Selector
 from tidegate.sim.store import ADDED, DELETED, MODIFIED, WatchEvent, with_resource_version
 
@@ -129,9 +145,10 @@ class Route:
 class HttpApi:
     """aiohttp handlers over one :class:`ApiServer`."""
 
-    def __init__(self, api: ApiServer, watch: WatchSettings) -> None:
+    def __init__(self, api: ApiServer, watch: WatchSettings, access: Access | None = None) -> None:
         self.api = api
         self.watch_settings = watch
+        self.access = access or Access()
         self.faults = FaultInjector()
         self._stopping = asyncio.Event()
         self._watch_tasks: set[asyncio.Task[None]] = set()
@@ -156,6 +173,8 @@ class HttpApi:
         try:
             if request.path.startswith("/sim/"):
                 return await self._control(request)
+            if self.access.enforce:
+                self._authorize(request)
             fault = self.faults.take(request.method, request.path)
             if fault is not None:
                 raise ApiError(
@@ -173,6 +192,28 @@ class HttpApi:
             # Whatever went wrong, the client gets a Status like a real server's 500.
             _LOG.exception("%s %s failed", request.method, request.path)
             return error_response(ApiError(500, "InternalError", f"internal error: {exc!r}"))
+
+    def _authorize(self, request: web.Request) -> None:
+        """Raise 401 for an unknown token, 403 when RBAC does not allow the request."""
+        user = self.access.authenticate(request.headers.get("Authorization"))
+        attributes = request_attributes(request.method, request.path, request.query)
+        allowed = authorize(self._policy(), user, attributes)
+        self.access.log.record(user, attributes, allowed=allowed)
+        if not allowed:
+            raise forbidden_error(user, attributes)
+
+    def _policy(self) -> Policy:
+        """The stored Roles, ClusterRoles and their bindings, as the authorizer reads them."""
+        store = self.api.store
+        role_bindings: dict[str, list[JsonObject]] = {}
+        for binding in store.objects(ROLEBINDINGS.key):
+            role_bindings.setdefault(_namespace_of(binding), []).append(binding)
+        return Policy(
+            cluster_roles={_name_of(r): r for r in store.objects(CLUSTERROLES.key)},
+            cluster_role_bindings=list(store.objects(CLUSTERROLEBINDINGS.key)),
+            roles={(_namespace_of(r), _name_of(r)): r for r in store.objects(ROLES.key)},
+            role_bindings=role_bindings,
+        )
 
     # --- routing -------------------------------------------------------------------------
 
@@ -540,6 +581,18 @@ class _TableLines:
         )
         self.headers = False
         return _ENCODER.encode({"type": seen_as, "object": rows}) + b"\n"
+
+
+def _name_of(obj: JsonObject) -> str:
+    """``metadata.name`` ("" when absent)."""
+    metadata = obj.get("metadata")
+    return str(metadata.get("name", "")) if isinstance(metadata, dict) else ""
+
+
+def _namespace_of(obj: JsonObject) -> str:
+    """``metadata.namespace`` ("" for a cluster-scoped object)."""
+    metadata = obj.get("metadata")
+    return str(metadata.get("namespace", "")) if isinstance(metadata, dict) else ""
 
 
 def _int_param(query: Mapping[str, str], name: str) -> int | None:

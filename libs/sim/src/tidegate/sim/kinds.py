@@ -132,6 +132,14 @@ PDBS = _grouped(
     "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True,
     short=("pdb",), sub=frozenset({STATUS}),
 )  # fmt: skip
+SERVICEACCOUNTS = _core("serviceaccounts", "ServiceAccount", namespaced=True, short=("sa",))
+RBAC_GROUP = "rbac.authorization.k8s.io"
+CLUSTERROLES = _grouped(RBAC_GROUP, "v1", "clusterroles", "ClusterRole", namespaced=False)
+CLUSTERROLEBINDINGS = _grouped(
+    RBAC_GROUP, "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+)
+ROLES = _grouped(RBAC_GROUP, "v1", "roles", "Role", namespaced=True)
+ROLEBINDINGS = _grouped(RBAC_GROUP, "v1", "rolebindings", "RoleBinding", namespaced=True)
 
 BUILTIN: tuple[ResourceType, ...] = (
     PODS,
@@ -146,6 +154,11 @@ BUILTIN: tuple[ResourceType, ...] = (
     EVENTS_V1,
     LEASES,
     PDBS,
+    SERVICEACCOUNTS,
+    CLUSTERROLES,
+    CLUSTERROLEBINDINGS,
+    ROLES,
+    ROLEBINDINGS,
 )
 
 _PREFERRED_GROUP_ORDER = [
@@ -154,6 +167,7 @@ _PREFERRED_GROUP_ORDER = [
     "batch",
     "coordination.k8s.io",
     "policy",
+    "rbac.authorization.k8s.io",
     "scheduling.k8s.io",
 ]
 

@@ -34,6 +34,17 @@ def subdomain_problem(name: str) -> str | None:
     return None
 
 
+def path_segment_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a path segment (the rule for RBAC objects' names, which may
+    hold colons: ``system:discovery``), or None."""
+    if name in (".", ".."):
+        return f"may not be '{name}'"
+    for forbidden in ("/", "%"):
+        if forbidden in name:
+            return f"may not contain '{forbidden}'"
+    return None
+
+
 def label_name_problem(name: str) -> str | None:
     """Why ``name`` is not a DNS-1123 label (namespace names), or None."""
     if len(name) > 63:

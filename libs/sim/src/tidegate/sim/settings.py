@@ -45,6 +45,9 @@ class SimSettings:
     max_watch_seconds: float = 1800.0
     scheduler_interval_seconds: float = 0.05
     """How long the scheduler batches changes before a scheduling pass."""
+    rbac: bool = False
+    """Enforce RBAC: authenticate bearer tokens and authorise every request against the stored
+    Roles and ClusterRoles (off: any token may do anything)."""
 
     def validate(self) -> None:
         """Fail fast with a message naming the bad setting."""

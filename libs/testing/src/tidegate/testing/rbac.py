@@ -1,8 +1,8 @@
 """What the chart grants each service against what the services asked for, over a test run.
 
-The real-cluster end-to-end scenarios read every request from the API server's audit log; a
-grant no request of any scenario used is reported at the end of the run (issue 11's "RBAC
-from reality"). Under pytest-xdist each worker sums its own scenarios and hands them to the
+The real-cluster end-to-end scenarios read every request from the API server's audit log, the
+simulator's (which enforce the chart's RBAC too) from its access log; a grant no request of any
+scenario on either used is reported at the end of the run (issue 11's "RBAC from reality"). Under pytest-xdist each worker sums its own scenarios and hands them to the
 controller as JSON (:meth:`RbacUsage.as_json`), which merges them before reporting.
 """
 
@@ -46,7 +46,10 @@ class RbacUsage:
         """Lines for the end of the run (empty when nothing ran)."""
         if not self.granted:
             return []
-        lines = ["RBAC: granted by the chart, used by no request in the real-cluster scenarios:"]
+        lines = [
+            "RBAC: granted by the chart, used by no request in the end-to-end scenarios "
+            "(simulator and real cluster):"
+        ]
         for service, grants in self.unused().items():
             text = ", ".join(
                 f"{verb} {group or 'core'}/{resource}" for group, resource, verb in sorted(grants)
