@@ -126,3 +126,41 @@ async def test_expired_continue_token_restarts_the_list(
     assert not synced.relist
     # first page, the expired continuation, then three pages of a fresh list
     assert proxy.count("GET", "/pods", query="limit=2") == 5
+
+
+class _DeposedError(Exception):
+    """What a lease guard raises once its writer is no longer the leader."""
+
+
+async def test_a_guarded_write_asks_its_guard_before_every_attempt_and_stops_when_it_refuses(
+    env: ContractEnv, proxy: KubeFaultProxy, proxied: KubeClient
+) -> None:
+    # A leader's write held back by the rate limiter and the server's 429s must not land after
+    # its lease: the guard is asked again before each retry, and its refusal ends the write.
+    await env.create_pod("p")
+    path = f"/namespaces/{env.namespace}/pods/p"
+    proxy.arm("PATCH", path, Refuse(429, retry_after="0"), times=3)
+    asked: list[str] = []
+
+    def lease_guard() -> float:
+        asked.append("write")
+        if len(asked) > 2:
+            raise _DeposedError("lease lost")
+        return 30.0
+
+    leader = proxied.guarded(lease_guard)
+    with pytest.raises(_DeposedError):
+        await leader.annotate(PODS, env.namespace, "p", {"example.com/by": "old-leader"})
+    assert len(asked) == 3
+    assert proxy.count("PATCH", path) == 2  # the third attempt was never sent
+    pod = await proxied.get(PODS, "p", namespace=env.namespace)
+    assert "example.com/by" not in pod["metadata"].get("annotations", {})  # type: ignore[union-attr]
+
+    # Reads are not guarded; a write the guard allows goes through.
+    await leader.get(PODS, "p", namespace=env.namespace)
+    assert len(asked) == 3
+    asked.clear()
+    guarded = proxied.guarded(lambda: 30.0)
+    await guarded.annotate(PODS, env.namespace, "p", {"example.com/by": "leader"})
+    pod = await proxied.get(PODS, "p", namespace=env.namespace)
+    assert pod["metadata"]["annotations"]["example.com/by"] == "leader"  # type: ignore[index]

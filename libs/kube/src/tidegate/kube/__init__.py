@@ -57,7 +57,7 @@ from tidegate.kube.resources import (
     resource_for_kind,
 )
 from tidegate.kube.settings import KubeSettings
-from tidegate.kube.transport import JsonObject
+from tidegate.kube.transport import JsonObject, WriteGuard
 from tidegate.kube.ungate import KnownPod
 
 __all__ = [
@@ -109,6 +109,7 @@ __all__ = [
     "UnexpectedResponse",
     "Unreachable",
     "Unsupported",
+    "WriteGuard",
     "connect",
     "object_key",
     "resource_for_kind",

@@ -11,6 +11,7 @@ What it does not do: watch (see :mod:`tidegate.kube.informer`), cache, or decide
 """
 
 import asyncio
+import copy
 import os
 import socket
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ from tidegate.kube.transport import (
     STRATEGIC_MERGE_PATCH,
     JsonObject,
     Transport,
+    WriteGuard,
     decode_object,
     render_query,
 )
@@ -143,10 +145,22 @@ class KubeClient:
         refresher: "asyncio.Task[None] | None" = None,
     ) -> None:
         self._transport = transport
+        self._owns_transport = True
         self._settings = settings
         self._refresher = refresher
         self._events: LRUCache[str, JsonObject] = LRUCache(maxsize=_EVENT_CACHE_SIZE)
         self._instance = socket.gethostname()
+
+    def guarded(self, guard: WriteGuard) -> "KubeClient":
+        """A view of this client (same session, rate limit, Event cache) whose writes are each
+        attempted only while ``guard`` allows and within the time it grants, retries included
+        (:data:`~tidegate.kube.transport.WriteGuard`): what a leader writes under its lease.
+        Closing the view closes nothing; close this client."""
+        view = copy.copy(self)
+        view._transport = self._transport.guarded(guard)
+        view._refresher = None
+        view._owns_transport = False
+        return view
 
     @property
     def settings(self) -> KubeSettings:
@@ -171,7 +185,8 @@ class KubeClient:
             # propagates (suppressing CancelledError here would swallow it).
             await asyncio.gather(self._refresher, return_exceptions=True)
             self._refresher = None
-        await self._transport.close()
+        if self._owns_transport:
+            await self._transport.close()
 
     async def __aenter__(self) -> Self:
         return self

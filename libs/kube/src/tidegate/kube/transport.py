@@ -14,8 +14,9 @@ state (that is :mod:`tidegate.kube.informer`).
 """
 
 import asyncio
+import copy
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final, cast
@@ -50,6 +51,11 @@ JsonObject = dict[str, object]
 Query = Sequence[tuple[str, str]]
 """Query parameters in order; values already rendered as the API expects ("true", "30")."""
 
+WriteGuard = Callable[[], float]
+"""Called right before every attempt of a write (after the rate limiter's wait, and again
+before each retry): raises to stop the write (its writer lost the lease it writes under), or
+returns the seconds the attempt may still take (the lease's confirmed time left)."""
+
 
 class Transport:
     """Sends requests through one kubernetes-asyncio ApiClient with limits and retries.
@@ -61,6 +67,7 @@ class Transport:
 
     def __init__(self, api: ApiClient, settings: KubeSettings) -> None:
         self._api = api
+        self._guard: WriteGuard | None = None
         self._settings = settings
         self._bucket = TokenBucket(qps=settings.qps, burst=settings.burst)
         self._backoff = Backoff(
@@ -76,6 +83,14 @@ class Transport:
     def host(self) -> str:
         """The API server's base URL."""
         return cast(str, self._api.configuration.host)
+
+    def guarded(self, guard: WriteGuard) -> "Transport":
+        """This transport (same session, rate limit and backoff) with every write (any method
+        but GET) attempted only while ``guard`` allows, each attempt bounded by the time it
+        grants."""
+        view = copy.copy(self)
+        view._guard = guard
+        return view
 
     @property
     def backoff(self) -> Backoff:
@@ -99,13 +114,28 @@ class Transport:
     ) -> bytes:
         """Send one request and return the body of its 2xx response.
 
-        Raises the :class:`~tidegate.kube.errors.KubeError` subclass for the final status.
+        Raises the :class:`~tidegate.kube.errors.KubeError` subclass for the final status, or
+        what the guard of a :meth:`guarded` transport raised before an attempt of a write.
         """
         attempt = 0
+        guard = self._guard if method != "GET" else None
         while True:
             await self._bucket.acquire()
+            timeout = self._timeout
+            if guard is not None:
+                granted = guard()
+                if timeout.total is None or granted < timeout.total:
+                    timeout = aiohttp.ClientTimeout(
+                        total=max(granted, 0.001), connect=timeout.connect
+                    )
             outcome = await self._attempt(
-                method, path, operation=operation, query=query, body=body, content_type=content_type
+                method,
+                path,
+                operation=operation,
+                query=query,
+                body=body,
+                content_type=content_type,
+                limit=timeout,
             )
             if isinstance(outcome, bytes):
                 return outcome
@@ -135,11 +165,17 @@ class Transport:
         query: Query,
         body: object,
         content_type: str,
+        limit: aiohttp.ClientTimeout,
     ) -> "bytes | _Failure":
         """One try: the 2xx body, or what went wrong."""
         try:
             response = await self._call(
-                method, path, query=query, body=body, content_type=content_type, client_timeout=None
+                method,
+                path,
+                query=query,
+                body=body,
+                content_type=content_type,
+                client_timeout=limit,
             )
         except aiohttp.ClientConnectorError as exc:
             return _Failure(Unreachable(_describe(exc), operation=operation), exc, sent=False)
