@@ -1,0 +1,380 @@
+"""The contract of the decisions in force: sequences of bus messages in, verdicts and queue
+usage out (docs/architecture.md, "The decisions in force"). Every consumer reads the
+:class:`~tidegate.model.replica.Replica`, so each row holds for all of them; the rows marked
+with a defect failed for at least one of the copies the replica replaced."""
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from tidegate.model import (
+    Admitted,
+    LostAdmission,
+    Message,
+    Pending,
+    PodState,
+    Preempted,
+    PreemptRequested,
+    Released,
+    Tombstone,
+    WorkloadKey,
+    WorkloadState,
+)
+from tidegate.model.names import ADMISSION_GATE
+from tidegate.model.replica import GONE_KEPT, Replica, Seen
+
+KEY = WorkloadKey("team/train")
+OTHER = WorkloadKey("team/other")
+
+
+def workload(uid: str = "u1", *, name: str = "train", **fields: object) -> WorkloadState:
+    return WorkloadState(namespace="team", name=name, uid=uid, owner_kind="Job", **fields)  # type: ignore[arg-type]
+
+
+def admitted(
+    sequence: int,
+    *,
+    uid: str = "u1",
+    key: str = KEY,
+    queue: str = "q",
+    gpu: int = 8,
+    epoch: int = 1,
+    replaces: int | None = None,
+    origin: int | None = None,
+    resized: bool = False,
+) -> Admitted:
+    return Admitted(
+        workload=key,
+        uid=uid,
+        queue=queue,
+        sequence=sequence,
+        epoch=epoch,
+        assignments={},
+        charged={"nvidia.com/gpu": gpu},
+        charged_cards={"H200": gpu},
+        replaces=replaces,
+        origin=origin,
+        resized=resized,
+    )
+
+
+def released(sequence: int, *, uid: str = "u1", reason: str = "Evicted") -> Released:
+    return Released(workload=KEY, uid=uid, queue="q", reason=reason, sequence=sequence)  # type: ignore[arg-type]
+
+
+def pending(
+    sequence: int, *, uid: str = "u1", queue: str | None = "q", reason: str = "WaitingForCapacity"
+) -> Pending:
+    return Pending(workload=KEY, uid=uid, queue=queue, reason=reason, message="", sequence=sequence)  # type: ignore[arg-type]
+
+
+def requested(sequence: int, *, uid: str = "u1", grows: int | None = None) -> PreemptRequested:
+    return PreemptRequested(
+        workload=KEY, uid=uid, queue="q", sequence=sequence, admitted_sequence=grows
+    )
+
+
+def preempted(
+    sequence: int | None, *, uid: str = "u1", origin: int | None = None, mode: str = "restart"
+) -> Preempted:
+    lost: dict[str, LostAdmission] = (
+        {} if sequence is None else {KEY: LostAdmission(uid=uid, sequence=sequence, origin=origin)}
+    )
+    return Preempted(
+        preemptor="team/serve",
+        preemptor_uid="p",
+        victims=[KEY],
+        mode={KEY: "abort" if mode == "abort" else "restart"},
+        lost=lost,
+    )
+
+
+@dataclass(frozen=True)
+class Row:
+    """Messages in (in stream order, with their envelope times) → expected verdict and usage."""
+
+    messages: list[Message | tuple[Message, float]]
+    state: str
+    in_force: int | None
+    """The sequence of the admission in force (None: none)."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """Queue ``q``'s charged resources."""
+    admitted: int = 0
+    pending: dict[str, int] = field(default_factory=dict)
+    """Queue → waiting workloads (any reason)."""
+
+
+ROWS: dict[str, Row] = {
+    "admitted": Row([workload(), admitted(5)], "Admitted", 5, {"nvidia.com/gpu": 8}, 1),
+    "nothing-decided": Row([workload()], "Submitted", None),
+    "redelivered-admission-counts-once": Row(
+        [workload(), admitted(5), admitted(5), admitted(5)], "Admitted", 5, {"nvidia.com/gpu": 8}, 1
+    ),
+    "reordered-replacement-before-its-original": Row(
+        [workload(), admitted(8, replaces=5, origin=5, gpu=4), admitted(5)],
+        "Admitted",
+        8,
+        {"nvidia.com/gpu": 4},
+        1,
+    ),
+    "released": Row([workload(), admitted(5), released(7)], "Released", None),
+    "replay-meets-the-release-before-a-republished-admission": Row(
+        [workload(), released(7), admitted(5)], "Released", None
+    ),
+    "release-before-a-readmission-ends-nothing": Row(
+        [workload(), admitted(5), released(7), pending(8), admitted(9)],
+        "Admitted",
+        9,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
+    "release-of-another-object-ends-nothing": Row(
+        [workload("u2"), admitted(5, uid="u2"), released(9, uid="u1")],
+        "Admitted",
+        5,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
+    # Seam 3: the superseded outbox entry republished at takeover is the newest message.
+    "failover-republishes-a-superseded-admission": Row(
+        [
+            workload(),
+            admitted(5, gpu=8),
+            admitted(9, gpu=4, replaces=5, origin=5, resized=True, epoch=2),
+            admitted(5, gpu=8),
+        ],
+        "Admitted",
+        9,
+        {"nvidia.com/gpu": 4},
+        1,
+    ),
+    # The ungater ordered by (epoch, sequence): a copy from an older leader stored after a
+    # newer leader's decision must not win, nor one with a higher epoch and older sequence.
+    "sequence-not-epoch-orders-admissions": Row(
+        [workload(), admitted(9, epoch=1, gpu=4), admitted(7, epoch=2)],
+        "Admitted",
+        9,
+        {"nvidia.com/gpu": 4},
+        1,
+    ),
+    # busview: "the newest decision is an Admitted" showed this as Pending, and queues
+    # dropped its usage.
+    "elastic-growth-waits-while-admitted": Row(
+        [workload(), admitted(5), pending(6, reason="ExceedsQuota")],
+        "Admitted",
+        5,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
+    "elastic-growth-asks-for-preemption-while-admitted": Row(
+        [workload(), admitted(5), requested(6, grows=5)], "Admitted", 5, {"nvidia.com/gpu": 8}, 1
+    ),
+    "elastic-growth-admitted": Row(
+        [
+            workload(),
+            admitted(5),
+            pending(6),
+            admitted(7, replaces=5, origin=5, resized=True, gpu=12),
+        ],
+        "Admitted",
+        7,
+        {"nvidia.com/gpu": 12},
+        1,
+    ),
+    "preemption-ends-the-named-admission": Row(
+        [workload(), admitted(5), preempted(5)], "Preempted", None
+    ),
+    "preemption-ends-the-replacement-that-continues-it": Row(
+        [workload(), admitted(5), admitted(7, replaces=5, origin=5), preempted(5, origin=5)],
+        "Preempted",
+        None,
+    ),
+    "preemption-of-an-older-admission-leaves-the-readmission": Row(
+        [workload(), admitted(5), preempted(5), released(6), pending(7), admitted(9)],
+        "Admitted",
+        9,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
+    "repeated-preemption-leaves-the-readmission": Row(
+        [workload(), admitted(5), preempted(5), released(6), admitted(9), preempted(5)],
+        "Admitted",
+        9,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
+    "preemption-of-another-object-ends-nothing": Row(
+        [workload("u2"), admitted(5, uid="u2"), preempted(5, uid="u1")],
+        "Admitted",
+        5,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
+    "preemption-from-an-older-writer-ends-what-came-before-it": Row(
+        [workload(), admitted(5), preempted(None)], "Preempted", None
+    ),
+    "preemption-from-an-older-writer-leaves-a-later-admission": Row(
+        [workload(), admitted(5), preempted(None), released(6), admitted(9)],
+        "Admitted",
+        9,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
+    # preemption's view read sequence 0 as "any admission", a later one included.
+    "unsequenced-release-ends-what-came-before-it": Row(
+        [workload(), admitted(5), released(0)], "Released", None
+    ),
+    "unsequenced-release-leaves-a-later-admission": Row(
+        [workload(), released(0), admitted(9)], "Admitted", 9, {"nvidia.com/gpu": 8}, 1
+    ),
+    # preemption's view ignored `finished`.
+    "finished-holds-nothing": Row(
+        [workload(), admitted(5), workload(finished="Completed")], "Finished", None
+    ),
+    "finished-holds-nothing-whatever-came-later": Row(
+        [workload(finished="Failed"), admitted(5)], "Finished", None
+    ),
+    "deleted-holds-nothing": Row(
+        [
+            workload(),
+            admitted(5),
+            Tombstone(object_kind="workload", name="train", namespace="team", uid="u1"),
+        ],
+        "Deleted",
+        None,
+    ),
+    "recreated-under-the-name-holds-nothing-yet": Row(
+        [workload(), admitted(5), workload("u2")], "Submitted", None
+    ),
+    "recreated-and-admitted": Row(
+        [workload(), admitted(5), workload("u2"), released(6), admitted(9, uid="u2")],
+        "Admitted",
+        9,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
+    "replayed-admission-of-a-deleted-object": Row(
+        [(workload("u2", created_at=100.0), 0.0), (admitted(5, uid="u1"), 50.0)], "Submitted", None
+    ),
+    "new-object-admitted-before-its-state-arrives": Row(
+        [
+            (workload("u1", created_at=10.0), 0.0),
+            (admitted(5), 20.0),
+            (released(6, reason="Deleted"), 30.0),
+            (admitted(9, uid="u2"), 40.0),
+        ],
+        "Admitted",
+        9,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
+    "decisions-without-state": Row([admitted(5)], "Admitted", 5, {"nvidia.com/gpu": 8}, 1),
+    "waits-in-the-queue-admission-chose": Row(
+        [workload(), pending(3, queue="default")], "Pending", None, pending={"default": 1}
+    ),
+    "waits-for-preemption": Row([workload(), requested(3)], "Pending", None, pending={"q": 1}),
+    "pending-older-than-the-admission-is-not-waiting": Row(
+        [workload(), admitted(5), pending(3), released(7)], "Released", None
+    ),
+    "evicted-and-told-why-it-waits": Row(
+        [workload(), admitted(5), released(7), pending(8)], "Pending", None, pending={"q": 1}
+    ),
+    "finished-does-not-wait": Row([workload(finished="Completed"), pending(3)], "Finished", None),
+}
+
+
+def _replay(row: Row) -> Replica:
+    replica = Replica()
+    for number, item in enumerate(row.messages, start=1):
+        body, at = item if isinstance(item, tuple) else (item, 0.0)
+        replica.apply(body, stream_sequence=number, time=at)
+    return replica
+
+
+@pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
+def test_decision_sequences(row: Row) -> None:
+    replica = _replay(row)
+    verdict = replica.verdict(KEY)
+    assert verdict.state == row.state
+    in_force = verdict.admitted
+    assert (in_force.sequence if in_force is not None else None) == row.in_force
+    assert replica.in_force(KEY) == in_force
+    tally = replica.tally("q")
+    assert tally.usage == row.usage
+    assert tally.cards == ({"H200": row.usage["nvidia.com/gpu"]} if row.usage else {})
+    assert tally.admitted == row.admitted
+    assert {
+        q: replica.tally(q).pending_count for q in replica.queues() if replica.tally(q).pending
+    } == row.pending
+    assert set(replica.admissions()) == ({KEY} if row.in_force is not None else set())
+
+
+def test_queue_usage_sums_workloads_and_follows_each_change() -> None:
+    replica = Replica()
+    replica.apply_all(
+        [
+            workload(),
+            workload("v1", name="other"),
+            admitted(5, gpu=8),
+            admitted(6, key=OTHER, uid="v1", gpu=2),
+        ]
+    )
+    assert replica.tally("q").usage == {"nvidia.com/gpu": 10}
+    assert replica.tally("q").admitted == 2
+    replica.apply(preempted(5), stream_sequence=10)
+    assert replica.tally("q").usage == {"nvidia.com/gpu": 2}
+    assert replica.share(KEY) is None
+    assert replica.queues() == ["q"]
+
+
+def test_pods_are_members_and_a_gate_never_comes_back() -> None:
+    replica = Replica()
+    gated = PodState(
+        namespace="team", name="p0", uid="pu", workload=KEY, scheduling_gates=[ADMISSION_GATE]
+    )
+    released_pod = PodState(namespace="team", name="p0", uid="pu", workload=KEY)
+    assert replica.apply(gated) == {KEY}
+    replica.apply(released_pod)
+    assert replica.apply(gated) == set()  # an older snapshot
+    assert replica.members(KEY) == [released_pod]
+    replica.apply(Tombstone(object_kind="pod", name="p0", namespace="team"))
+    assert replica.member_count(KEY) == 0
+
+
+def test_a_forgotten_workload_ignores_its_late_decisions_and_memory_is_bounded() -> None:
+    replica = Replica()
+    replica.apply_all(
+        [
+            workload(),
+            admitted(5),
+            released(6),
+            Tombstone(object_kind="workload", name="train", namespace="team", uid="u1"),
+        ]
+    )
+    assert replica.forget(KEY)
+    replica.apply(admitted(5), stream_sequence=99)  # redelivered after the record went
+    assert replica.keys() == []
+    assert replica.in_force(KEY) is None
+    for n in range(GONE_KEPT + 10):
+        key = WorkloadKey(f"team/w{n}")
+        replica.apply(Tombstone(object_kind="workload", name=f"w{n}", namespace="team", uid="x"))
+        assert replica.forget(key)
+    assert len(replica._departed) == GONE_KEPT
+    assert replica.keys() == []
+
+
+def test_an_admission_in_force_is_not_forgotten() -> None:
+    replica = Replica()
+    replica.apply_all([admitted(5)])
+    assert not replica.forget(KEY)
+    assert replica.in_force(KEY) is not None
+
+
+def test_the_preemption_that_ends_it_is_named() -> None:
+    replica = Replica()
+    replica.apply_all([workload(), admitted(5), preempted(5, mode="abort")])
+    verdict = replica.verdict(KEY)
+    assert verdict.ended_by is not None
+    assert isinstance(verdict.ended_by, Seen)
+    assert verdict.ended_by.body.aborts(KEY, uid="u1")
+    assert [p.stream_sequence for p in replica.preemptions_of(KEY)] == [3]
