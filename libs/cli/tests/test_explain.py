@@ -248,3 +248,38 @@ async def test_the_commands_print_json_and_say_when_a_workload_is_unknown(
     assert await asyncio.to_thread(main, ["explain", "ns/ghost", *bus_options]) == 1
     assert "no workload ns/ghost" in capsys.readouterr().err
     assert await asyncio.to_thread(main, ["explain", "no-slash", *bus_options]) == 2
+
+
+async def test_an_admitted_workload_whose_growth_waits_is_admitted_and_the_default_queue_counts(
+    nats_url: str, cluster_id: str
+) -> None:
+    """busview read "the newest decision is an Admitted": a pending growth hid the admission
+    from ``explain`` and its usage from ``queues``; a workload naming no queue waits in the
+    one admission chose (its default queue), not in "no queue"."""
+    async with connected(nats_url, cluster_id) as bus:
+        body = workload("grows", queue="offline", priority=10, created=1.0)
+        await put(bus, cluster_id, subjects.workload(cluster_id, "ns", "grows"), body)
+        await decide(bus, cluster_id, "admitted", "grows", admitted("grows", "offline", 1))
+        growth = pending("grows", "offline", 2, "ExceedsQuota")
+        await decide(bus, cluster_id, "pending", "grows", growth)
+        lost = msgspec.structs.replace(
+            workload("stray", queue="offline", priority=1, created=2.0), queue=None
+        )
+        await put(bus, cluster_id, subjects.workload(cluster_id, "ns", "stray"), lost)
+        await decide(bus, cluster_id, "pending", "stray", pending("stray", "default", 3))
+        view = await fill_view(bus, cluster_id, pods_of="ns")
+
+    answer = explain(view, "ns/grows")
+    assert answer is not None
+    assert answer["state"] == "Admitted"
+    assert answer["last_decision"]["sequence"] == 1
+    rows = {row["queue"]: row for row in queue_table(view)}
+    assert rows["offline"]["admitted"] == 1
+    assert rows["offline"]["usage"] == {"cpu": 16000, GPU: 16}
+    assert rows["offline"]["pending"] == {}
+    assert rows["default"]["pending"] == {"WaitingForCapacity": 1}
+    assert "" not in rows
+    stray = explain(view, "ns/stray")
+    assert stray is not None
+    assert stray["queue"] == "default"
+    assert stray["position"] == {"place": 1, "waiting": 1}

@@ -20,9 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from tidegate.model import Admitted, Pending, PodState, Released, WorkloadState
+from tidegate.model import Admitted, Pending, PodState, WorkloadKey, WorkloadState
 from tidegate.model.pods import gated
 from tidegate.model.quantity import format_quantity
+from tidegate.model.replica import Seen
 from tidegate.policy.ordering import order_workloads
 
 if TYPE_CHECKING:  # the bus (and nats) is imported only when a command runs
@@ -73,22 +74,54 @@ def _trace_id(workload: WorkloadState) -> str | None:
 
 
 def state_of(view: "BusView", key: str) -> tuple[str, str | None, str]:
-    """(state, reason token, message) of ``key`` from its newest decision: ``Admitted``,
-    ``Pending``, ``Released``, ``Finished``, or ``Submitted`` when nothing was decided yet."""
-    workload = view.workloads.get(key)
-    last = view.last(key)
-    if workload is not None and workload.finished is not None:
-        return "Finished", workload.finished, f"the workload {workload.finished.lower()}"
-    if last is None:
-        return "Submitted", None, "no decision yet"
-    body = last.body
-    if isinstance(body, Admitted):
-        return "Admitted", None, ""
-    if isinstance(body, Pending):
-        return "Pending", body.reason, body.message
-    if isinstance(body, Released):
-        return "Released", body.reason, body.message
-    return "Pending", "WaitingForPreemption", body.message
+    """(state, reason token, message) of ``key`` by the decisions in force
+    (:class:`~tidegate.model.replica.Verdict`): ``Admitted``, ``Pending``, ``Preempted``,
+    ``Released``, ``Finished``, ``Deleted``, or ``Submitted`` when nothing was decided yet."""
+    verdict = view.replica.verdict(WorkloadKey(key))
+    workload = verdict.workload
+    match verdict.state:
+        case "Finished" if workload is not None and workload.finished is not None:
+            return "Finished", workload.finished, f"the workload {workload.finished.lower()}"
+        case "Pending":
+            waiting = verdict.waiting
+            if isinstance(waiting, Pending):
+                return "Pending", waiting.reason, waiting.message
+            if waiting is not None:
+                return "Pending", "WaitingForPreemption", waiting.message
+        case "Released" if verdict.released is not None:
+            released = verdict.released.body
+            return "Released", released.reason, released.message
+        case "Preempted" if verdict.ended_by is not None:
+            return "Preempted", None, f"evicted by {verdict.ended_by.body.preemptor}"
+        case "Submitted":
+            return "Submitted", None, "no decision yet"
+    return verdict.state, None, ""
+
+
+def last_decision(view: "BusView", key: str) -> Seen[Any] | None:
+    """The decision ``key``'s state comes from (its admission in force, else the newest)."""
+    verdict = view.replica.verdict(WorkloadKey(key))
+    if verdict.in_force is not None:
+        return verdict.in_force
+    seen: list[Seen[Any]] = [
+        s
+        for s in (verdict.latest, verdict.released, verdict.pending, verdict.requested)
+        if s is not None
+    ]
+    return max(seen, key=lambda s: (s.body.sequence, s.stream_sequence)) if seen else None
+
+
+def queue_in(view: "BusView", key: str) -> str:
+    """The queue ``key`` is in: the one admission admitted it to or says it waits in (its
+    default queue included), else the one it names ("" for none)."""
+    verdict = view.replica.verdict(WorkloadKey(key))
+    if verdict.admitted is not None:
+        return verdict.admitted.queue
+    waiting = verdict.waiting
+    if waiting is not None and waiting.queue is not None:
+        return waiting.queue
+    workload = verdict.workload or view.replica.workload(WorkloadKey(key))
+    return (workload.queue if workload is not None else None) or ""
 
 
 NOT_COMPETING: Final = frozenset({"Invalid", "QueueNotFound"})
@@ -98,8 +131,8 @@ NOT_COMPETING: Final = frozenset({"Invalid", "QueueNotFound"})
 def waiting_in(view: "BusView", queue: str) -> list[WorkloadState]:
     """The workloads of ``queue`` waiting for their turn, in admission order."""
     waiting = []
-    for key, w in view.workloads.items():
-        if (w.queue or "") != queue:
+    for key, w in view.replica.workloads():
+        if queue_in(view, key) != queue:
             continue
         state, reason, _ = state_of(view, key)
         if state in ("Pending", "Submitted") and reason not in NOT_COMPETING:
@@ -140,8 +173,8 @@ def pods_summary(pods: list[PodState]) -> dict[str, object]:
 
 def explain(view: "BusView", key: str) -> dict[str, Any] | None:
     """Everything the bus says about ``key``, as a JSON-ready dict; None if it is unknown."""
-    workload = view.workloads.get(key)
-    if workload is None and key not in view.decisions:
+    workload = view.replica.workload(WorkloadKey(key))
+    if workload is None and not view.known(key):
         return None
     state, reason, message = state_of(view, key)
     out: dict[str, Any] = {"workload": key, "state": state}
@@ -149,18 +182,14 @@ def explain(view: "BusView", key: str) -> dict[str, Any] | None:
         out["reason"] = reason
     if message:
         out["message"] = message
-    last = view.last(key)
+    last = last_decision(view, key)
     if last is not None:
         out["last_decision"] = {
             "kind": type(last.body).__name__.lower(),
             "sequence": last.body.sequence,
             "at": _when(last.time),
         }
-    if workload is not None:
-        queue = workload.queue
-    else:
-        queue = last.body.queue if last is not None else None
-    out["queue"] = queue
+    out["queue"] = queue_in(view, key) or None
     if workload is not None:
         out["uid"] = workload.uid
         out["kind"] = workload.owner_kind
@@ -192,12 +221,12 @@ def explain(view: "BusView", key: str) -> dict[str, Any] | None:
             out["invalid_reason"] = workload.invalid_reason
         out["trace_id"] = _trace_id(workload)
     if state in ("Pending", "Submitted") and reason not in NOT_COMPETING and workload:
-        waiting = waiting_in(view, workload.queue or "")
+        waiting = waiting_in(view, queue_in(view, key))
         position = next((i for i, w in enumerate(waiting) if w.uid == workload.uid), None)
         if position is not None:
             out["position"] = {"place": position + 1, "waiting": len(waiting)}
             out["ahead"] = [f"{w.namespace}/{w.name}" for w in waiting[:position][:5]]
-    admitted = view.admitted(key)
+    admitted = view.replica.in_force(WorkloadKey(key))
     if admitted is not None:
         out["placement"] = placement_lines(admitted)
         out["charged"] = resources_text(admitted.charged)
@@ -217,16 +246,13 @@ def explain(view: "BusView", key: str) -> dict[str, Any] | None:
             "at": _when(mine.time),
             "message": mine.body.message,
         }
-    suffered = view.preempted_by(key)
+    suffered = view.replica.preemptions_of(WorkloadKey(key))
     if suffered:
         out["preempted_by"] = [
             {"preemptor": p.body.preemptor, "at": _when(p.time), "message": p.body.message}
             for p in suffered
         ]
-    pods = view.pods.get(key, [])
-    if workload is not None:
-        pods = [p for p in pods if p.workload == key]
-    out["pods"] = pods_summary(pods)
+    out["pods"] = pods_summary(view.replica.members(WorkloadKey(key)))
     return out
 
 

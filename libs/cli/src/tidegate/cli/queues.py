@@ -1,10 +1,10 @@
 """``tidegate queues``: per queue, usage against quota and card quota, admitted and pending.
 
-Reads the bus only (:mod:`tidegate.cli.busview`). Usage is what the admitted workloads of the
-queue are charged (their newest decision is an admission), the same figures as admission's
-``tidegate_queue_resource_usage`` / ``tidegate_queue_card_usage`` metrics; pending counts are
-by the reason token of each waiting workload's newest decision (``Submitted``: nothing
-decided yet). ``--json`` prints a list of objects. Exit status 0, 2 when the bus cannot be
+Reads the bus only (:mod:`tidegate.cli.busview`). Usage, admitted and pending counts are the
+queue's tally in the decisions in force (:class:`~tidegate.model.replica.QueueTally`: the
+same figures the services use, admission's default queue included); pending counts are by
+reason token, with ``Submitted`` for workloads nothing was decided about yet (in the queue
+they name). ``--json`` prints a list of objects. Exit status 0, 2 when the bus cannot be
 read.
 """
 
@@ -14,14 +14,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
-from tidegate.cli.explain import (
-    add_bus_arguments,
-    bus_settings,
-    quiet_bus,
-    resources_text,
-    state_of,
-)
-from tidegate.model import resources
+from tidegate.cli.explain import add_bus_arguments, bus_settings, quiet_bus, resources_text
 
 if TYPE_CHECKING:
     from tidegate.cli.busview import BusView
@@ -57,18 +50,18 @@ def queue_table(view: "BusView") -> list[dict[str, Any]]:
 
     for name in view.queues:
         row(name)
-    for key, workload in view.workloads.items():
-        state, reason, _ = state_of(view, key)
-        admitted = view.admitted(key)
-        if admitted is not None:
-            entry = row(admitted.queue)
-            entry["admitted"] += 1
-            entry["usage"] = resources.add(entry["usage"], admitted.charged)
-            entry["card_usage"] = resources.add(entry["card_usage"], admitted.charged_cards)
-        elif state in ("Pending", "Submitted"):
+    replica = view.replica
+    for name in replica.queues():
+        tally = replica.tally(name)
+        entry = row(name)
+        entry["admitted"] = tally.admitted
+        entry["usage"] = dict(tally.usage)
+        entry["card_usage"] = dict(tally.cards)
+        entry["pending"] = dict(tally.pending)
+    for key, workload in replica.workloads():
+        if replica.verdict(key).state == "Submitted":
             entry = row(workload.queue or "")
-            token = reason or "Submitted"
-            entry["pending"][token] = entry["pending"].get(token, 0) + 1
+            entry["pending"]["Submitted"] = entry["pending"].get("Submitted", 0) + 1
     return [rows[name] for name in sorted(rows)]
 
 

@@ -335,6 +335,10 @@ class Replica:
             if workload is not None:
                 yield key, workload
 
+    def __contains__(self, key: object) -> bool:
+        """Whether the workload ``key`` has a record (its state or a decision about it)."""
+        return key in self._records
+
     def keys(self) -> list[WorkloadKey]:
         """Every workload with a record (state or decisions), sorted."""
         return sorted(self._records)
