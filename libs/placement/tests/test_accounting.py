@@ -296,8 +296,10 @@ def test_requests_come_from_the_workload_when_the_decision_has_none() -> None:
     )
     accounting.apply(workload)
     assert accounting.reserved("n1") == {GPU: 6, "pods": 2}
+    # Deleted: its admission holds nothing any more (docs/architecture.md, "The decisions in
+    # force"; this test once kept a pods-only reservation for a deleted workload).
     accounting.apply(Tombstone(object_kind="workload", name="train", namespace="team"))
-    assert accounting.reserved("n1") == {"pods": 2}
+    assert accounting.reserved("n1") == {}
 
 
 def test_pods_without_a_podset_count_for_a_single_podset_admission() -> None:
@@ -650,3 +652,19 @@ def test_a_finished_or_deleted_object_reserves_nothing_whatever_the_decisions_sa
     accounting.apply(msgspec.structs.replace(finished, uid="ub2", finished=None))
     accounting.apply(admitted({host("n1"): 1}, workload="team/b", uid="ub2", sequence=9))
     assert accounting.reservation("team/b") == {"n1": 1}
+
+
+def test_a_deleted_workload_leaves_no_record_and_its_late_admission_reserves_nothing() -> None:
+    """Issue 29 seam 8: the accounting's record of ended admissions grew with every workload
+    name ever seen. A deleted workload that holds nothing is forgotten; a copy of its
+    admission that comes later still reserves nothing."""
+    accounting = cluster(node("n1"))
+    for n in range(50):
+        name = f"w{n}"
+        accounting.apply(
+            admitted({host("n1"): 1}, workload=f"team/{name}", uid=name, sequence=n + 1)
+        )
+        accounting.apply(Tombstone(object_kind="workload", namespace="team", name=name, uid=name))
+    assert accounting.decisions.keys() == []
+    accounting.apply(admitted({host("n1"): 1}, workload="team/w3", uid="w3", sequence=4))
+    assert accounting.reserved("n1") == {}

@@ -59,6 +59,9 @@ class Seen(Generic[B]):
     body: B
     stream_sequence: int = 0
     time: float = 0.0
+    arrival: int = 0
+    """The order in which the replica received it: stream order for a consumer that follows
+    the stream (what "later in the stream" means for the rules of older writers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +148,7 @@ class _Record:
     released: dict[str, Seen[Released]] = field(default_factory=dict)
     """Per object, its release with the highest sequence."""
     unsequenced: dict[str, int] = field(default_factory=dict)
-    """Per object, the stream sequence of its newest release without a sequence (old writers)."""
+    """Per object, the arrival of its newest release without a sequence (older writers)."""
     pending: dict[str, Seen[Pending]] = field(default_factory=dict)
     requested: dict[str, Seen[PreemptRequested]] = field(default_factory=dict)
     preemptions: list[Seen[Preempted]] = field(default_factory=list)
@@ -165,6 +168,7 @@ class Replica:
         """Deleted objects whose record was dropped (insertion order, :data:`GONE_KEPT`)."""
         self._shares: dict[WorkloadKey, Share] = {}
         self._tallies: dict[str, QueueTally] = {}
+        self._arrivals = 0
 
     # ------------------------------------------------------------------ input
 
@@ -175,6 +179,8 @@ class Replica:
         workloads whose verdict, share or pods it may change. Kinds the replica does not keep
         are ignored; every input is idempotent."""
         touched: set[WorkloadKey] = set()
+        self._arrivals += 1
+        n = self._arrivals
         match body:
             case WorkloadState():
                 key = workload_key(body.namespace, body.name)
@@ -203,35 +209,39 @@ class Replica:
             case Admitted():
                 key = WorkloadKey(body.workload)
                 if not self._departed_object(key, body.uid):
-                    _newest(self._record(key).admitted, body.uid, Seen(body, stream_sequence, time))
+                    _newest(
+                        self._record(key).admitted, body.uid, Seen(body, stream_sequence, time, n)
+                    )
                     touched.add(key)
             case Released():
                 key = WorkloadKey(body.workload)
                 if not self._departed_object(key, body.uid):
                     record = self._record(key)
                     if body.sequence == 0:
-                        known = record.unsequenced.get(body.uid, 0)
-                        record.unsequenced[body.uid] = max(known, stream_sequence)
-                    _newest(record.released, body.uid, Seen(body, stream_sequence, time))
+                        record.unsequenced[body.uid] = n
+                    _newest(record.released, body.uid, Seen(body, stream_sequence, time, n))
                     touched.add(key)
             case Pending():
                 key = WorkloadKey(body.workload)
                 if not self._departed_object(key, body.uid):
-                    _newest(self._record(key).pending, body.uid, Seen(body, stream_sequence, time))
+                    _newest(
+                        self._record(key).pending, body.uid, Seen(body, stream_sequence, time, n)
+                    )
                     touched.add(key)
             case PreemptRequested():
                 key = WorkloadKey(body.workload)
                 if not self._departed_object(key, body.uid):
-                    seen_request = Seen(body, stream_sequence, time)
+                    seen_request = Seen(body, stream_sequence, time, n)
                     _newest(self._record(key).requested, body.uid, seen_request)
                     touched.add(key)
             case Preempted():
                 for victim in body.victims:
                     key = WorkloadKey(victim)
                     record = self._record(key)
-                    seen = Seen(body, stream_sequence, time)
-                    if any(p.body == body for p in record.preemptions):
-                        continue
+                    seen = Seen(body, stream_sequence, time, n)
+                    if victim in body.lost and any(p.body == body for p in record.preemptions):
+                        continue  # a repeat: it ends what it ended (one without lost, from an
+                        # older writer, ends what came before it, each time it comes)
                     record.preemptions.append(seen)
                     record.preemptions.sort(key=_preemption_order)
                     del record.preemptions[:-PREEMPTIONS_KEPT]
@@ -357,7 +367,7 @@ class Replica:
         """The preemptions that named ``key`` a victim (any object), oldest first."""
         record = self._records.get(key)
         found = list(record.preemptions) if record is not None else []
-        return sorted(found, key=lambda p: p.stream_sequence)
+        return sorted(found, key=lambda p: p.arrival)
 
     def share(self, key: WorkloadKey) -> Share | None:
         """What ``key`` adds to its queue (None: nothing)."""
@@ -477,13 +487,12 @@ def _newest(table: dict[str, Seen[S]], uid: str, seen: Seen[S]) -> None:
     """Keep ``seen`` if it is newer than what ``table`` holds for ``uid``: by decision
     sequence, a later copy in the stream winning a tie (a repeat changes nothing)."""
     known = table.get(uid)
-    order = (seen.body.sequence, seen.stream_sequence)
-    if known is None or order > (known.body.sequence, known.stream_sequence):
+    if known is None or (seen.body.sequence, seen.arrival) > (known.body.sequence, known.arrival):
         table[uid] = seen
 
 
 def _preemption_order(seen: Seen[Preempted]) -> int:
-    return seen.stream_sequence
+    return seen.arrival
 
 
 def _object(record: _Record) -> str | None:
@@ -524,7 +533,7 @@ def _released(record: _Record, admission: Seen[Admitted]) -> bool:
     release = record.released.get(uid)
     if release is not None and release.body.sequence > admission.body.sequence:
         return True
-    return record.unsequenced.get(uid, 0) > admission.stream_sequence
+    return record.unsequenced.get(uid, 0) > admission.arrival
 
 
 def _preempted(record: _Record, admission: Seen[Admitted]) -> Seen[Preempted] | None:
@@ -535,7 +544,7 @@ def _preempted(record: _Record, admission: Seen[Admitted]) -> Seen[Preempted] | 
     for seen in record.preemptions:
         named = seen.body.lost.get(body.workload)
         if named is None:
-            ends = seen.stream_sequence > admission.stream_sequence
+            ends = seen.arrival > admission.arrival
         else:
             ends = seen.body.ends(
                 body.workload,
@@ -559,11 +568,11 @@ def _last_word(
     """The state of an object without an admission in force: its newest decision's."""
     words: list[tuple[tuple[int, int], WorkloadPhase]] = []
     if latest is not None and ended_by is not None:
-        words.append(((latest.body.sequence, ended_by.stream_sequence), "Preempted"))
+        words.append(((latest.body.sequence, ended_by.arrival), "Preempted"))
     if released is not None:
-        words.append(((released.body.sequence, released.stream_sequence), "Released"))
+        words.append(((released.body.sequence, released.arrival), "Released"))
     words.extend(
-        ((seen.body.sequence, seen.stream_sequence), "Pending")
+        ((seen.body.sequence, seen.arrival), "Pending")
         for seen in (pending, requested)
         if seen is not None
     )

@@ -17,7 +17,10 @@ reserves ``max(0, count − bound)`` pods × the per-pod requests, where ``bound
 workload's non-terminal pods of that podset bound to nodes of the domain. A pod that binds
 moves its share from *reserved* to *usage* (never both, never neither); a pod that finishes or
 is deleted gives its place back to the reservation, for the replacement its controller makes,
-until the workload is released or preempted, which ends its reservations.
+while its admission is in force. Which admission is in force is
+:class:`tidegate.model.replica.Replica`'s answer, the one every service reads
+(docs/architecture.md, "The decisions in force"): released, preempted, finished, deleted or
+re-created under the name, it reserves nothing.
 
 **Domains above the hostname.** A domain with one node reserves on that node. A domain with
 several nodes (an assignment at rack level, say) is *spread*: reservations are taken in
@@ -62,10 +65,12 @@ from tidegate.model import (
     Resources,
     Tombstone,
     TopologyConfig,
+    WorkloadKey,
     WorkloadState,
     workload_key,
 )
 from tidegate.model.pods import holds_capacity
+from tidegate.model.replica import Replica
 from tidegate.placement.capacity import DEFAULT_MAX_PODS, HARD_TAINT_EFFECTS, PODS
 from tidegate.placement.ordering import natural_key
 
@@ -212,8 +217,6 @@ class _Admission:
     uid: str
     sequence: int
     entries: list[_Entry]
-    replaces: int | None = None
-    origin: int | None = None
 
 
 class _LevelIndex:
@@ -352,17 +355,9 @@ class CapacityAccounting:
         self._bound: dict[_Owner, dict[str, int]] = {}
         self._workload_requests: dict[str, dict[str, Resources]] = {}
         self._admissions: dict[str, _Admission] = {}
-        self._ended: dict[str, int] = {}
-        """Workload → every admission of it with a sequence up to this one has ended (released
-        or preempted): a redelivered admission no newer than that, or replacing one no newer,
-        is not reserved again. Learnt from the decision that ended it, whether or not the
-        admission was held then, so a replay that meets a release before a re-published copy
-        of the admission (the stream's last message per subject, in stream order) still
-        knows it ended."""
-        self._gone: dict[str, str] = {}
-        """Workload → the uid of its object that finished or was deleted: no admission of that
-        object reserves anything, whatever the decisions say (a stale copy of an older release
-        can be the last message on the release subject and hide the newer one from a replay)."""
+        """The admission reserved per workload: the one in force in :attr:`decisions`."""
+        self.decisions = Replica()
+        """The decisions in force (fed workload states, tombstones and decisions)."""
         self._entries_of: dict[_Owner, list[_Entry]] = {}
         self._entries_at: dict[_Domain, list[_Entry]] = {}
         self._indexes: dict[tuple[str, ...], _LevelIndex] = {}
@@ -379,17 +374,18 @@ class CapacityAccounting:
 
     # ------------------------------------------------------------------ inputs
 
-    def apply(self, body: Message) -> list[str]:
-        """Apply one bus message body: node, pod, workload and topology states, their
-        tombstones, and the admitted / released / preempted decisions; other kinds are ignored.
-        Returns problems with the input (each naming the field) for the caller to log."""
+    def apply(self, body: Message, *, time: float = 0.0) -> list[str]:
+        """Apply one bus message body (``time``: its envelope's): node, pod, workload and
+        topology states, their tombstones, and the admitted / released / preempted decisions;
+        other kinds are ignored. Returns problems with the input (each naming the field) for
+        the caller to log."""
         match body:
             case NodeState():
                 self.set_node(body)
             case PodState():
                 self.set_pod(body)
             case WorkloadState():
-                self.set_workload(body)
+                return self.set_workload(body)
             case TopologyConfig():
                 return self.set_topology(body)
             case Tombstone(object_kind="node", name=name):
@@ -397,13 +393,13 @@ class CapacityAccounting:
             case Tombstone(object_kind="pod", namespace=str(namespace), name=name):
                 self.remove_pod(namespace, name)
             case Tombstone(object_kind="workload", namespace=str(namespace), name=name, uid=uid):
-                self.remove_workload(namespace, name, uid=uid)
+                return self.remove_workload(namespace, name, uid=uid)
             case Tombstone(object_kind="topology", name=name):
                 self.remove_topology(name)
             case Tombstone(object_kind="pod" | "workload", namespace=None):
                 return [f"{body.object_kind} tombstone {body.name}: namespace: missing"]
             case Admitted():
-                return self.admit(body)
+                return self.admit(body, time=time)
             case Released():
                 self.release(body)
             case Preempted():
@@ -474,60 +470,59 @@ class CapacityAccounting:
         """Forget a deleted pod."""
         self._replace_pod((namespace, name), None)
 
-    def set_workload(self, workload: WorkloadState) -> None:
-        """Remember a workload's per-pod requests (used when a decision does not carry them)."""
+    def set_workload(self, workload: WorkloadState) -> list[str]:
+        """Remember a workload's per-pod requests (used when a decision does not carry them);
+        a finished or re-created one ends its object's reservations."""
         key = workload_key(workload.namespace, workload.name)
         requests = {podset.name: dict(podset.requests) for podset in workload.podsets}
         if self._workload_requests.get(key) != requests:
             self._workload_requests[key] = requests
             self._refresh_undecided(key)
-        if workload.finished is not None:
-            self._end_object(key, workload.uid)
-        elif key in self._gone and self._gone[key] != workload.uid:
-            del self._gone[key]  # a new object under the name
+        self.decisions.apply(workload)
+        return self._follow(key)[0]
 
-    def remove_workload(self, namespace: str, name: str, *, uid: str | None = None) -> None:
-        """Forget a deleted workload's requests; its admission (of object ``uid``, when
-        known) reserves nothing from now on."""
+    def remove_workload(self, namespace: str, name: str, *, uid: str | None = None) -> list[str]:
+        """Forget a deleted workload's requests; its admission (of object ``uid``, default: the
+        one known) reserves nothing from now on, and its record goes once it holds nothing."""
         key = workload_key(namespace, name)
         if self._workload_requests.pop(key, None) is not None:
             self._refresh_undecided(key)
-        if uid is not None:
-            self._end_object(key, uid)
-
-    def _end_object(self, key: str, uid: str) -> None:
-        """Object ``uid`` of ``key`` finished or was deleted: drop its admission, if held, and
-        reserve none of its admissions that come later (its pods run no more)."""
-        self._gone[key] = uid
-        current = self._admissions.get(key)
-        if current is not None and current.uid == uid:
-            self._drop(key)
+        self.decisions.apply(
+            Tombstone(object_kind="workload", name=name, namespace=namespace, uid=uid)
+        )
+        problems = self._follow(key)[0]
+        self.decisions.forget(key)
+        return problems
 
     # ------------------------------------------------------------------ decision inputs
 
-    def admit(self, admitted: Admitted) -> list[str]:
-        """Reserve an admitted workload's assignments; replaces an older admission of it.
+    def admit(self, admitted: Admitted, *, time: float = 0.0) -> list[str]:
+        """Record an admitted decision (``time``: its envelope's) and reserve the admission in
+        force, which it is unless it is older than one known or ended already.
 
-        A decision no newer than the admission already held is ignored (a redelivery). Returns
-        problems with parts of the assignment that were skipped, each naming the field.
+        Returns problems with parts of the assignment that were skipped, each naming the field.
         """
         self.applied_sequence = max(self.applied_sequence, admitted.sequence)
-        key = admitted.workload
+        self.decisions.apply(admitted, time=time)
+        return self._follow(admitted.workload)[0]
+
+    def _follow(self, key: str) -> tuple[list[str], bool]:
+        """Make the reservations of ``key`` those of its admission in force; return problems
+        with its assignment and whether a reservation was dropped."""
+        in_force = self.decisions.in_force(WorkloadKey(key))
         current = self._admissions.get(key)
-        if current is not None and admitted.sequence <= current.sequence:
-            return []
-        ended = self._ended.get(key, 0)
-        if admitted.sequence <= ended or (
-            admitted.replaces is not None and admitted.replaces <= ended
-        ):
-            return []  # it ended already: a redelivery
-        if self._gone.get(key) == admitted.uid:
-            self._end(key, admitted.sequence)
-            if current is not None:
-                self._drop(key)
-            return []  # its object finished or was deleted
+        held = (current.uid, current.sequence) if current is not None else None
+        if in_force is not None and held == (in_force.uid, in_force.sequence):
+            return [], False
+        dropped = current is not None
         if current is not None:
             self._drop(key)
+        if in_force is None:
+            return [], dropped
+        return self._reserve(in_force), dropped
+
+    def _reserve(self, admitted: Admitted) -> list[str]:
+        key = admitted.workload
         problems: list[str] = []
         single = len(admitted.assignments) == 1
         entries: list[_Entry] = []
@@ -560,9 +555,7 @@ class CapacityAccounting:
                         decided=None if requests is None else per_pod(requests),
                     )
                 )
-        self._admissions[key] = _Admission(
-            admitted.uid, admitted.sequence, entries, admitted.replaces, admitted.origin
-        )
+        self._admissions[key] = _Admission(admitted.uid, admitted.sequence, entries)
         for entry in entries:
             self._index(entry.domain[0])
             for alias in entry.aliases:
@@ -573,43 +566,19 @@ class CapacityAccounting:
         return problems
 
     def release(self, released: Released) -> bool:
-        """End the reservations of a released workload: only the admission of that uid, and only
-        one made before the release (sequence 0: the sender does not know sequences).
-
-        Every admission of the workload made before the release has ended, held or not (one
-        admission per workload at a time, sequences increase): that is remembered, so an
-        admission replayed or redelivered after its release is ignored (:meth:`admit`)."""
+        """Record a release; return whether it ended the admission reserved (the replica's
+        rule: only an admission of that object made before it)."""
         self.applied_sequence = max(self.applied_sequence, released.sequence)
-        if released.sequence:
-            self._end(released.workload, released.sequence - 1)
-        current = self._admissions.get(released.workload)
-        if current is None or current.uid != released.uid:
-            return False
-        if released.sequence and released.sequence <= current.sequence:
-            return False
-        self._drop(released.workload)
-        return True
+        self.decisions.apply(released)
+        return self._follow(released.workload)[1]
 
     def preempt(self, preempted: Preempted) -> bool:
-        """End the reservations of every victim (their release follows; this is earlier): only
-        the admission each victim loses (:meth:`Preempted.ends`), so a repeated or stale
-        decision leaves a later admission of the victim alone."""
+        """Record a preemption (earlier than the victims' releases); return whether it ended an
+        admission reserved (only the one each victim loses, :meth:`Preempted.ends`)."""
+        self.decisions.apply(preempted)
         dropped = False
         for victim in preempted.victims:
-            named = preempted.lost.get(victim)
-            if named is not None:
-                self._end(victim, named.sequence)
-            current = self._admissions.get(victim)
-            if current is None or not preempted.ends(
-                victim,
-                uid=current.uid,
-                sequence=current.sequence,
-                replaces=current.replaces,
-                origin=current.origin,
-            ):
-                continue
-            self._drop(victim)
-            dropped = True
+            dropped |= self._follow(victim)[1]
         return dropped
 
     # ------------------------------------------------------------------ outputs
@@ -767,14 +736,8 @@ class CapacityAccounting:
             if entry.decided is None:
                 self._dirty_entries.add(entry)
 
-    def _end(self, workload: str, sequence: int) -> None:
-        """Every admission of ``workload`` up to ``sequence`` has ended."""
-        if sequence > self._ended.get(workload, 0):
-            self._ended[workload] = sequence
-
     def _drop(self, workload: str) -> None:
         admission = self._admissions.pop(workload)
-        self._end(workload, admission.sequence)
         for entry in admission.entries:
             self._touched.update(self._members(entry.domain))
             if entry.spread:

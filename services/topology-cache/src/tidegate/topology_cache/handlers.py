@@ -41,7 +41,8 @@ class Handlers:
 
     async def on_input(self, received: Received) -> None:
         """A state message or a decision: apply it to the accounting."""
-        problems = self.accounting.apply(received.envelope.body)
+        envelope = received.envelope
+        problems = self.accounting.apply(envelope.body, time=envelope.time)
         for problem in problems:
             log.warning(
                 "topology-cache: %s (on %s, event %s)",
