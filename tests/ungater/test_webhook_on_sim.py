@@ -1,0 +1,109 @@
+"""The chart's webhook configuration in front of the real ungater, on the simulator, which calls
+it as kube-apiserver does (issue 29: pods created while the webhook is down)."""
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+
+from tidegate.bus.server import free_port
+from tidegate.kube import PODS, KubeError
+from tidegate.sim import SimSettings
+from tidegate.sim.kinds import MUTATING_WEBHOOK_CONFIGURATIONS
+
+from ..e2e.chart import render_chart
+from .conftest import NAMESPACE, Env, environment, gated, start_pipeline
+from .test_webhook import write_pair
+
+RELEASE_NAMESPACE = "tidegate"
+
+
+def chart_webhooks(ca: trustme.CA, *, failure_policy: str | None = None) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration (default values), trusting ``ca`` instead of the
+    CA the chart generated (``failure_policy`` as ``--set webhook.failurePolicy`` would)."""
+    (configuration,) = [
+        d
+        for d in render_chart(RELEASE_NAMESPACE, "sim")
+        if d["kind"] == "MutatingWebhookConfiguration"
+    ]
+    for webhook in configuration["webhooks"]:
+        webhook["clientConfig"]["caBundle"] = base64.b64encode(ca.cert_pem.bytes()).decode()
+        if failure_policy is not None:
+            webhook["failurePolicy"] = failure_policy
+    result: dict[str, Any] = configuration
+    return result
+
+
+@pytest.fixture
+async def hooked(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Env]:
+    async with environment(tmp_path, nats_url, cluster_id, SimSettings(nodes="1x2x4x8gpu")) as env:
+        yield env
+
+
+async def serve_webhook(
+    env: Env, ca: trustme.CA, certs: Path, port: int, configuration: dict[str, Any]
+) -> None:
+    """Point the chart's webhook Service at ``port`` and store the configuration."""
+    service = configuration["webhooks"][0]["clientConfig"]["service"]
+    env.sim.api.webhooks.services[f"{service['namespace']}/{service['name']}"] = (
+        f"https://127.0.0.1:{port}"
+    )
+    write_pair(ca, certs)
+    env.sim.api.create(MUTATING_WEBHOOK_CONFIGURATIONS, None, configuration)
+
+
+def bare(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+    }
+
+
+async def test_fail_refuses_pods_while_the_ungater_is_down_and_they_are_gated_once_it_is_back(
+    hooked: Env, tmp_path: Path
+) -> None:
+    env = hooked
+    ca = trustme.CA()
+    certs = tmp_path / "webhook-tls"
+    port = free_port()
+    webhook = {"webhook": "on", "webhook_port": port, "webhook_cert_dir": certs}
+    configuration = chart_webhooks(ca)
+    await serve_webhook(env, ca, certs, port, configuration)
+    await start_pipeline(env, **webhook)
+    await env.stop("ungater")
+
+    # No ungater: a pod naming a queue is refused with the API server's words; others are not
+    # sent to the webhook at all.
+    with pytest.raises(KubeError) as refused:
+        await env.kube.create(PODS, bare("direct", {"tidegate.io/queue": "q"}), namespace=NAMESPACE)
+    assert refused.value.status == 500
+    assert refused.value.message.startswith(
+        'Internal error occurred: failed calling webhook "tidegate-io-queue.queue.pods.tidegate.io"'
+    )
+    plain = await env.kube.create(PODS, bare("plain", {"app": "web"}), namespace=NAMESPACE)
+    assert not gated(dict(plain))
+
+    # The Job controller's creates are refused too, and retried.
+    await env.job("train", 2)
+    await asyncio.sleep(2.0)
+    assert [p["metadata"]["name"] for p in await env.pods()] == ["plain"]
+
+    # The ungater is back: the retried pods are created gated, admitted and run.
+    await env.start_ungater(**webhook)
+
+    async def running() -> list[dict[str, Any]] | None:
+        pods = [p for p in await env.pods() if p["metadata"]["name"].startswith("train-")]
+        ok = len(pods) == 2 and all(p.get("status", {}).get("phase") == "Running" for p in pods)
+        return pods if ok else None
+
+    pods = await env.until_async(running, within=40, what="the Job's pods running")
+    for pod in pods:
+        # Released by tidegate: the slot's domain is in its selector.
+        assert "kubernetes.io/hostname" in pod["spec"]["nodeSelector"]
+    assert env.sim.api.webhooks.configured()
