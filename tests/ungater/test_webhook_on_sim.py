@@ -11,7 +11,10 @@ import pytest
 import trustme
 
 from tidegate.bus.server import free_port
-from tidegate.kube import PODS, KubeError
+from tidegate.cli.busview import fill_view
+from tidegate.cli.explain import explain, render
+from tidegate.kube import PODS, QUEUES, KubeError
+from tidegate.model import Pending
 from tidegate.sim import SimSettings
 from tidegate.sim.kinds import MUTATING_WEBHOOK_CONFIGURATIONS
 
@@ -107,3 +110,59 @@ async def test_fail_refuses_pods_while_the_ungater_is_down_and_they_are_gated_on
         # Released by tidegate: the slot's domain is in its selector.
         assert "kubernetes.io/hostname" in pod["spec"]["nodeSelector"]
     assert env.sim.api.webhooks.configured()
+
+
+async def test_ignore_lets_pods_through_ungated_and_tidegate_charges_and_reports_them(
+    hooked: Env, tmp_path: Path
+) -> None:
+    env = hooked
+    ca = trustme.CA()
+    certs = tmp_path / "webhook-tls"
+    port = free_port()
+    webhook = {"webhook": "on", "webhook_port": port, "webhook_cert_dir": certs}
+    await serve_webhook(env, ca, certs, port, chart_webhooks(ca, failure_policy="Ignore"))
+    await start_pipeline(env, **webhook)
+    await env.kube.patch(QUEUES, "q", {"spec": {"capability": {"nvidia.com/gpu": "4"}}})
+    await env.stop("ungater")
+
+    # No ungater under Ignore: the Job's pods are created ungated and kube-scheduler runs them.
+    await env.job("ran", 2)
+
+    async def running() -> list[dict[str, Any]] | None:
+        pods = [p for p in await env.pods() if p["metadata"]["name"].startswith("ran-")]
+        ok = len(pods) == 2 and all(p.get("status", {}).get("phase") == "Running" for p in pods)
+        return pods if ok else None
+
+    for pod in await env.until_async(running, within=30, what="the ungated pods running"):
+        assert not gated(pod)
+        assert "kubernetes.io/hostname" not in pod["spec"].get("nodeSelector", {})
+
+    # tidegate finds them: the workload says so, explain names them...
+    async def reported() -> dict[str, Any] | None:
+        view = await fill_view(env.bus, env.cluster, pods_of=NAMESPACE)
+        answer = explain(view, f"{NAMESPACE}/ran")
+        return answer if answer is not None and "bypassed" in answer else None
+
+    answer = await env.until_async(reported, within=30, what="explain naming the bypassing pods")
+    assert answer["bypassed"]["pods"] == 2
+    assert "pods started without passing the gate (webhook down?)" in render(answer)
+
+    # ...and charges them: with the ungater back, a gang of 3 GPUs waits on the 2 in use.
+    await env.start_ungater(**webhook)
+    await env.job("next", 3)
+
+    def exceeds() -> Pending | None:
+        for decision in env.decisions:
+            if (
+                isinstance(decision, Pending)
+                and decision.workload == f"{NAMESPACE}/next"
+                and decision.reason == "ExceedsQuota"
+            ):
+                return decision
+        return None
+
+    await env.until(lambda: exceeds() is not None, within=30, what="next waiting on quota")
+    pending = exceeds()
+    assert pending is not None
+    assert "nvidia.com/gpu 2 in use + 3 requested > quota 4" in pending.message, pending.message
+    assert all(gated(p) for p in await env.pods() if p["metadata"]["name"].startswith("next-"))
