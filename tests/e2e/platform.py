@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidegate.kube import PODS, KubeClient
+from tidegate.cli.demo_trace import QueueEntry, queue_object
+from tidegate.kube import PODS, QUEUES, KubeClient
 from tidegate.testing import until_async
 
 from .real import RealSystem
@@ -62,6 +63,14 @@ class Platform:
             suffix=f"-{system.cluster}",
             decisions=system.decisions,
         )
+
+    async def own_queue(self) -> str:
+        """A Queue for this scenario alone (64 H200 cards; its name carries :attr:`suffix`, so
+        scenarios sharing one real control plane do not meet): its name."""
+        name = f"q{self.suffix}"
+        spec = {"cardQuota": {"NVIDIA-H200": 64}}
+        await self.kube.create(QUEUES, queue_object(QueueEntry(name=name, spec=spec)))
+        return name
 
 
 async def live_pods(platform: Platform, app: str) -> list[JsonObject]:

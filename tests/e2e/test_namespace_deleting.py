@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tidegate.cli.demo_trace import QueueEntry, queue_object
-from tidegate.kube import JOBS, NAMESPACES, QUEUES, NotFound
+from tidegate.cli.demo_trace import QueueEntry
+from tidegate.kube import JOBS, NAMESPACES, NotFound
 from tidegate.model import Admitted, Pending
 
 from .invariants import gated
@@ -125,10 +125,7 @@ async def test_a_workload_in_a_namespace_being_deleted_is_not_admitted_on_real_k
 ) -> None:
     async with real_tidegate(nodes=NODES) as system:
         platform = Platform.of_real(system)
-        queue = f"q{platform.suffix}"
-        await system.admin.create(
-            QUEUES, queue_object(QueueEntry(name=queue, spec={"cardQuota": {"NVIDIA-H200": 64}}))
-        )
+        queue = await platform.own_queue()
         async with system.observing():
             await scenario(platform, queue)
         assert system.problems() == []

@@ -134,10 +134,7 @@ async def test_suspend_resume_and_kueue_style_jobs_on_real_kubernetes(
 ) -> None:
     async with real_tidegate(nodes=NODES) as system:
         platform = Platform.of_real(system)
-        queue = f"q{platform.suffix}"
-        await system.admin.create(
-            QUEUES, queue_object(QueueEntry(name=queue, spec={"cardQuota": {"NVIDIA-H200": 64}}))
-        )
+        queue = await platform.own_queue()
         async with system.observing():
             await scenario(platform, queue)
         assert system.problems() == []

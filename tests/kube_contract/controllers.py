@@ -25,7 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tidegate.kube import NAMESPACES, NODES, PODS, AlreadyExists, KubeClient, NotFound, connect
+from tidegate.kube import (
+    NAMESPACES,
+    NODES,
+    PODS,
+    AlreadyExists,
+    KubeClient,
+    NotFound,
+    ResourceType,
+    connect,
+)
 from tidegate.testing import until_async
 
 from .conftest import CONTRACT_LABEL, SERVICEACCOUNTS, contract_settings
@@ -144,6 +153,20 @@ class ControllerCluster:
     ) -> Any:
         """Wait for ``check`` to return something truthy (and return it)."""
         return await until_async(check, within=within, what=what, interval=0.1)
+
+    async def wait_gone(
+        self, resource: ResourceType, name: str, what: str, *, namespace: str | None = None
+    ) -> None:
+        """Wait until the object ``name`` no longer exists."""
+
+        async def gone() -> bool:
+            try:
+                await self.kube.get(resource, name, namespace=namespace)
+            except NotFound:
+                return True
+            return False
+
+        await self.wait(gone, what)
 
 
 @contextlib.asynccontextmanager

@@ -234,14 +234,9 @@ async def test_a_jobs_evicted_pod_is_marked_and_replaced(cluster: ControllerClus
 
     await cluster.wait(replaced, "a replacement pod running")
 
-    async def victim_gone() -> bool:
-        try:
-            await kube.get(PODS, victim["name"], namespace=ns)
-        except NotFound:
-            return True
-        return False
-
-    await cluster.wait(victim_gone, "the evicted pod gone once its grace period passed")
+    await cluster.wait_gone(
+        PODS, victim["name"], "the evicted pod gone once its grace period passed", namespace=ns
+    )
 
 
 # --- ReplicaSet / Deployment --------------------------------------------------------------
@@ -398,14 +393,7 @@ async def test_a_pod_deleted_gracefully_stays_terminating_until_its_kubelet_conf
 
     await cluster.kubelet_up(node)
 
-    async def gone() -> bool:
-        try:
-            await kube.get(PODS, "slow", namespace=ns)
-        except NotFound:
-            return True
-        return False
-
-    await cluster.wait(gone, "the kubelet back, confirming the deletion")
+    await cluster.wait_gone(PODS, "slow", "the kubelet back, confirming the deletion", namespace=ns)
 
 
 # --- namespace termination ----------------------------------------------------------------
@@ -476,14 +464,7 @@ async def test_a_namespace_being_deleted_refuses_new_content_and_empties_itself(
         with contextlib.suppress(NotFound):
             await kube.patch(JOBS, "held", {"metadata": {"finalizers": None}}, namespace=ns)
 
-    async def gone() -> bool:
-        try:
-            await kube.get(NAMESPACES, ns)
-        except NotFound:
-            return True
-        return False
-
-    await cluster.wait(gone, "the namespace removed once its last finalizer went")
+    await cluster.wait_gone(NAMESPACES, ns, "the namespace removed once its last finalizer went")
 
 
 async def n_running_in(cluster: ControllerCluster, namespace: str, app: str) -> bool:
