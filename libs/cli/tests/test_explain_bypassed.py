@@ -1,16 +1,19 @@
-"""``tidegate explain`` names pods that started without passing the gate (issue 29)."""
+"""``tidegate explain`` and ``tidegate queues`` name pods that started without passing the gate
+(issue 29)."""
 
 import msgspec
 
 from tidegate.cli.busview import fill_view
 from tidegate.cli.explain import explain, render
+from tidegate.cli.queues import queue_table
+from tidegate.cli.queues import render as render_queues
 from tidegate.model import QueueConfig, subjects
 from tidegate.testing.bus import connected
 
 from .test_explain import GPU, put, workload
 
 
-async def test_explain_says_which_pods_started_without_passing_the_gate(
+async def test_explain_and_queues_name_the_pods_that_started_without_passing_the_gate(
     nats_url: str, cluster_id: str
 ) -> None:
     async with connected(nats_url, cluster_id) as bus:
@@ -31,4 +34,11 @@ async def test_explain_says_which_pods_started_without_passing_the_gate(
     assert (
         "bypassed   2 pods started without passing the gate (webhook down?): cpu=16,"
         "nvidia.com/gpu=16 charged to offline until admitted or finished" in render(answer)
+    )
+
+    (row,) = queue_table(view)
+    assert (row["queue"], row["bypassed_pods"]) == ("offline", 2)
+    assert row["usage"] == {"cpu": 16000, GPU: 16}
+    assert "bypassed   2 pods started without passing the gate (webhook down?), in usage" in (
+        render_queues([row])
     )
