@@ -14,7 +14,7 @@ from tidegate.bus.server import free_port
 from tidegate.cli.busview import fill_view
 from tidegate.cli.explain import explain, render
 from tidegate.kube import PODS, QUEUES, KubeError
-from tidegate.model import Pending
+from tidegate.model import Admitted, Pending
 from tidegate.sim import SimSettings
 from tidegate.sim.kinds import MUTATING_WEBHOOK_CONFIGURATIONS
 
@@ -166,3 +166,8 @@ async def test_ignore_lets_pods_through_ungated_and_tidegate_charges_and_reports
     assert pending is not None
     assert "nvidia.com/gpu 2 in use + 3 requested > quota 4" in pending.message, pending.message
     assert all(gated(p) for p in await env.pods() if p["metadata"]["name"].startswith("next-"))
+    # The bypassing Job fit its quota and was admitted (the admission's charge replaced theirs);
+    # its running pods are left alone: nothing evicts them.
+    assert any(isinstance(d, Admitted) and d.workload == f"{NAMESPACE}/ran" for d in env.decisions)
+    await asyncio.sleep(2)
+    assert await running() is not None
