@@ -152,6 +152,7 @@ async def test_a_webhook_is_called_over_https_and_its_patch_applied(
         "a",
     )
     assert request["resource"] == {"group": "", "version": "v1", "resource": "pods"}
+    assert request["object"]["metadata"]["namespace"] == "default"
     # The built-in emulation of tidegate's webhook is off while a configuration exists.
     async with aiohttp.ClientSession(cluster.url) as http:
         status, created = await post(

@@ -140,8 +140,15 @@ class Webhooks:
         ]
 
     async def admit(self, rtype: ResourceType, namespace: str, obj: JsonObject) -> JsonObject:
-        """``obj`` after every matching webhook's patch; raises the API server's errors."""
-        for webhook in self.matching(rtype, namespace, obj):
+        """``obj`` after every matching webhook's patch; raises the API server's errors.
+
+        As in kube-apiserver, the object sent already carries the request's namespace."""
+        hooks = self.matching(rtype, namespace, obj)
+        if hooks and rtype.namespaced:
+            metadata = obj.get("metadata")
+            obj = {**obj, "metadata": {**(metadata if isinstance(metadata, dict) else {})}}
+            _dict(obj["metadata"]).setdefault("namespace", namespace)
+        for webhook in hooks:
             obj = await self._call(webhook, rtype, namespace, obj)
         return obj
 
