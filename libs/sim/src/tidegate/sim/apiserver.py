@@ -764,6 +764,8 @@ class ApiServer:
             )
             if refusal is not None:
                 raise refusal
+        if not dry_run and wanted_uid in (None, _dict(pod.get("metadata")).get("uid")):
+            self.disrupt(namespace, name, "EvictionByEvictionAPI", "Eviction API: evicting")
         self.delete(PODS, namespace, name, options, dry_run=dry_run)
         return {
             "kind": "Status",
@@ -772,6 +774,29 @@ class ApiServer:
             "status": "Success",
             "code": 201,
         }
+
+    def disrupt(self, namespace: str, name: str, reason: str, message: str) -> None:
+        """Set the ``DisruptionTarget`` condition on a pod about to be deleted by the system
+        (the Eviction API, the taint manager, pod GC do so before deleting), unless it has
+        finished or is being deleted already."""
+        pod = self.store.get(PODS.key, namespace, name)
+        if pod is None or _dict(pod.get("metadata")).get("deletionTimestamp"):
+            return
+        status = dict(_dict(pod.get("status")))
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return
+        condition: JsonObject = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": rfc3339(),
+        }
+        if not pods.set_condition(status, condition):
+            return
+        new = {**pod, "metadata": dict(_dict(pod.get("metadata"))), "status": status}
+        self.store.put(PODS.key, new)
+        self._after_write(PODS, pod, new)
 
     # --- scale subresource ---------------------------------------------------------------
 

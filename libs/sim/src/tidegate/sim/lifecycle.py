@@ -12,7 +12,9 @@
   again when it is Ready; pods on it that do not tolerate the NoExecute taint are deleted
   (after their ``tolerationSeconds``, scaled by ``time_scale``); their kubelet being
   unreachable, they stay Terminating until the node is back or gone. When a node object is
-  deleted, the pods bound to it are force-deleted (pod GC).
+  deleted, the pods bound to it are force-deleted (pod GC). Both first set the pod's
+  ``DisruptionTarget`` condition (reasons ``DeletionByTaintManager``, ``DeletionByPodGC``), as
+  Kubernetes does, so a Job's pod failure policy can tell them from the workload's failures.
 """
 
 import contextlib
@@ -261,6 +263,9 @@ class NodeLifecycle(Reconciler):
             if self.api.store.get(NODES.key, "", name) is not None:
                 return
             for namespace, pod_name in pods:
+                self.api.disrupt(
+                    namespace, pod_name, "DeletionByPodGC", "PodGC: node no longer exists"
+                )
                 with _missing_ok():
                     self.api.delete(PODS, namespace, pod_name, {"gracePeriodSeconds": 0})
             return
@@ -280,6 +285,12 @@ class NodeLifecycle(Reconciler):
             if due is None:
                 continue
             if due <= now:
+                self.api.disrupt(
+                    namespace,
+                    pod_name,
+                    "DeletionByTaintManager",
+                    "Taint manager: deleting due to NoExecute taint",
+                )
                 with _missing_ok():
                     self.api.delete(PODS, namespace, pod_name, {})
             else:
