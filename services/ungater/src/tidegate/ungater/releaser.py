@@ -760,9 +760,29 @@ class Releaser:
         if not any(slots.stuck_since(pod) for pod in members):
             return  # the usual case: nothing to look for, so no grouping per round
         by_podset = _by_podset(members)
-        for podset, assignment in sorted(admitted.assignments.items()):
-            for pod in slots.stranded(assignment, by_podset.get(podset, []), self.view.node_ready):
-                self._plan_eviction(item, pod, "its slot was moved elsewhere")
+        stranded = [
+            pod
+            for podset, assignment in sorted(admitted.assignments.items())
+            for pod in slots.stranded(assignment, by_podset.get(podset, []), self.view.node_ready)
+        ]
+        moved = "moved: the scheduler found no room for its pods"
+        if stranded and self._requeues(item, admitted.sequence, stranded, moved):
+            return
+        for pod in stranded:
+            self._plan_eviction(item, pod, "its slot was moved elsewhere")
+
+    def _requeues(self, item: _Work, sequence: int, pods: list[PodState], why: str) -> bool:
+        """For a Job or JobSet, plan taking ``pods`` away by suspending the owner (once per
+        decision ``sequence``), not by evicting them: an evicted pod is a failure to the Job
+        controller. False for other kinds (their pods are evicted)."""
+        workload = item.workload
+        if workload is None or workload.owner_kind not in REQUEUE_KINDS:
+            return False
+        marker = (workload.uid, sequence)
+        if self._requeuing.get(item.key) != marker:
+            self._requeuing[item.key] = marker
+            item.writes.append(_bind(self._requeue, workload, pods, why))
+        return True
 
     def _plan_evictions(
         self, item: _Work, members: list[PodState], sequence: int, admitted: Admitted | None
@@ -775,12 +795,8 @@ class Releaser:
         pods = slots.must_evict(
             members, sequence=sequence, released_under=released_under, admitted=admitted
         )
-        workload = item.workload
-        if pods and workload is not None and workload.owner_kind in REQUEUE_KINDS:
-            marker = (workload.uid, sequence)
-            if self._requeuing.get(item.key) != marker:
-                self._requeuing[item.key] = marker
-                item.writes.append(_bind(self._requeue, workload, pods))
+        evicted = "evicted: no room for its replacement pods"
+        if pods and self._requeues(item, sequence, pods, evicted):
             return
         for pod in pods:
             self._plan_eviction(item, pod, "no replacement after a node failure")
@@ -985,10 +1001,11 @@ class Releaser:
             self.metrics.evicted.inc()
             log.info("ungater: evicted pod %s/%s (%s)", pod.namespace, pod.name, why)
 
-    async def _requeue(self, workload: WorkloadState, pods: list[PodState]) -> None:
-        """Send a Job or JobSet admission evicted back to its queue by suspending it, once no
-        PodDisruptionBudget refuses evicting any of ``pods`` (dry run); retried later when one
-        does or the write fails."""
+    async def _requeue(self, workload: WorkloadState, pods: list[PodState], why: str) -> None:
+        """Take a Job's or JobSet's pods away by suspending it (evicted after a node failure,
+        or pods whose slots were moved): once no PodDisruptionBudget refuses evicting any of
+        ``pods`` (dry run); retried later when one does or the write fails. It is resumed as
+        soon as an admission is in force and its old pods are gone (:meth:`_plan_resume`)."""
         key = WorkloadKey(f"{workload.namespace}/{workload.name}")
         if not self._may_write(key, f"re-queue of {key}"):
             self._requeuing.pop(key, None)
@@ -1005,7 +1022,7 @@ class Releaser:
                 workload.namespace,
                 workload.name,
                 uid=workload.uid,
-                why="evicted: no room for its replacement pods",
+                why=why,
             )
         except (NotFound, Conflict):
             log.info("ungater: %s is gone or was re-created; not re-queued", key)
@@ -1025,10 +1042,11 @@ class Releaser:
         else:
             self.metrics.evicted.inc(len(pods))
             log.info(
-                "ungater: suspended %s %s to re-queue it (%d pods; no replacement)",
+                "ungater: suspended %s %s to take its %d pods away (%s)",
                 workload.owner_kind,
                 key,
                 len(pods),
+                why,
                 extra={"workload": key},
             )
 
