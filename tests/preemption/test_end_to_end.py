@@ -192,8 +192,9 @@ async def test_a_plain_job_preempted_once_runs_again_at_once_and_does_not_fail(
     await h.until(lambda: h.of(Preempted), within=30, what="a preemption")
     await h.until(lambda: running(h, "serve", 2), within=30, what="the inference pods running")
     job = await h.kube.get(JOBS, "train", namespace=NAMESPACE)
-    # Re-queued by suspending it: queued for tidegate, not stopped by someone else.
-    assert job["spec"]["suspend"] is True
+    # Re-queued by suspending it: queued for tidegate, not stopped by someone else (evicted
+    # pod by pod instead, its 8 failures would pass the backoffLimit of 6: Failed for good).
+    assert job["spec"].get("suspend") is True, job.get("status")
     assert (
         job["metadata"]["annotations"]["tidegate.io/requeued"] == f"preempted by {NAMESPACE}/serve"
     )
