@@ -279,6 +279,23 @@ ROWS: dict[str, Row] = {
     "evicted-and-told-why-it-waits": Row(
         [workload(), admitted(5), released(7), pending(8)], "Pending", None, pending={"q": 1}
     ),
+    "bypassed-pods-of-a-waiting-workload-count-in-its-queue": Row(
+        [workload(queue="q", bypassed_pods=2, bypassed_requests={"nvidia.com/gpu": 2}), pending(3)],
+        "Pending",
+        None,
+        {"nvidia.com/gpu": 2},
+        pending={"q": 1},
+    ),
+    "bypassed-pods-of-an-admitted-workload-are-its-admission": Row(
+        [
+            workload(queue="q", bypassed_pods=2, bypassed_requests={"nvidia.com/gpu": 2}),
+            admitted(5),
+        ],
+        "Admitted",
+        5,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
     "finished-does-not-wait": Row([workload(finished="Completed"), pending(3)], "Finished", None),
 }
 
@@ -301,7 +318,7 @@ def test_decision_sequences(row: Row) -> None:
     assert replica.in_force(KEY) == in_force
     tally = replica.tally("q")
     assert tally.usage == row.usage
-    assert tally.cards == ({"H200": row.usage["nvidia.com/gpu"]} if row.usage else {})
+    assert tally.cards == ({"H200": row.usage["nvidia.com/gpu"]} if row.admitted else {})
     assert tally.admitted == row.admitted
     assert {
         q: replica.tally(q).pending_count for q in replica.queues() if replica.tally(q).pending

@@ -2,9 +2,10 @@
 
 Reads the bus only (:mod:`tidegate.cli.busview`). Usage, admitted and pending counts are the
 queue's tally in the decisions in force (:class:`~tidegate.model.replica.QueueTally`: the
-same figures the services use, admission's default queue included); pending counts are by
-reason token, with ``Submitted`` for workloads nothing was decided about yet (in the queue
-they name). ``--json`` prints a list of objects. Exit status 0, 2 when the bus cannot be
+same figures the services use, admission's default queue included, and the requests of pods
+that bypassed the gate of workloads not admitted); pending counts are by reason token, with
+``Submitted`` for workloads nothing was decided about yet (in the queue they name).
+``--json`` prints a list of objects. Exit status 0, 2 when the bus cannot be
 read.
 """
 
@@ -45,6 +46,7 @@ def queue_table(view: "BusView") -> list[dict[str, Any]]:
                 "card_usage": {},
                 "admitted": 0,
                 "pending": {},
+                "bypassed_pods": 0,
             }
         return rows[name]
 
@@ -58,6 +60,7 @@ def queue_table(view: "BusView") -> list[dict[str, Any]]:
         entry["usage"] = dict(tally.usage)
         entry["card_usage"] = dict(tally.cards)
         entry["pending"] = dict(tally.pending)
+        entry["bypassed_pods"] = tally.bypassed
     for key, workload in replica.workloads():
         if replica.verdict(key).state == "Submitted":
             entry = row(workload.queue or "")
@@ -103,6 +106,11 @@ def render(table: list[dict[str, Any]]) -> str:
             f"  admitted   {entry['admitted']}",
             f"  pending    {pending}" + (f" ({by_reason})" if by_reason else ""),
         ]
+        if entry.get("bypassed_pods"):
+            lines.append(
+                f"  bypassed   {entry['bypassed_pods']} pods started without passing the gate"
+                " (webhook down?), in usage"
+            )
     return "\n".join(lines)
 
 

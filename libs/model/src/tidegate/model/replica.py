@@ -109,14 +109,16 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class Share:
-    """What one workload adds to its queue: admitted (holding ``resources`` and ``cards``) or
-    pending for ``reason``."""
+    """What one workload adds to its queue: admitted (holding ``resources`` and ``cards``), or
+    pending for ``reason`` ("" when it does not wait) with ``bypassed`` pods that started
+    without passing the gate holding ``resources``."""
 
     queue: str
     admitted: bool
     reason: str = ""
     resources: Resources = field(default_factory=dict)
     cards: dict[str, int] = field(default_factory=dict)
+    bypassed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,10 @@ class QueueTally:
     pending: dict[str, int] = field(default_factory=dict)
     """Reason token → workloads waiting for it."""
     usage: Resources = field(default_factory=dict)
+    """What its admissions in force charged, and what pods that bypassed the gate request."""
     cards: dict[str, int] = field(default_factory=dict)
+    bypassed: int = 0
+    """Pods of workloads without an admission that started without passing the gate."""
 
     @property
     def pending_count(self) -> int:
@@ -444,23 +449,17 @@ class Replica:
 
     def _add(self, share: Share, sign: int) -> None:
         tally = self._tallies.get(share.queue, _EMPTY)
-        if share.admitted:
-            tally = QueueTally(
-                admitted=tally.admitted + sign,
-                pending=tally.pending,
-                usage=res.non_zero(res.add(tally.usage, res.scale(share.resources, sign))),
-                cards=res.non_zero(res.add(tally.cards, res.scale(share.cards, sign))),
-            )
-        else:
-            pending = dict(tally.pending)
+        pending = dict(tally.pending)
+        if share.reason:
             pending[share.reason] = pending.get(share.reason, 0) + sign
-            tally = QueueTally(
-                admitted=tally.admitted,
-                pending={r: n for r, n in pending.items() if n},
-                usage=tally.usage,
-                cards=tally.cards,
-            )
-        if tally.admitted or tally.pending:
+        tally = QueueTally(
+            admitted=tally.admitted + (sign if share.admitted else 0),
+            pending={r: n for r, n in pending.items() if n},
+            usage=res.non_zero(res.add(tally.usage, res.scale(share.resources, sign))),
+            cards=res.non_zero(res.add(tally.cards, res.scale(share.cards, sign))),
+            bypassed=tally.bypassed + sign * share.bypassed,
+        )
+        if tally.admitted or tally.pending or tally.bypassed or tally.usage:
             self._tallies[share.queue] = tally
         else:
             self._tallies.pop(share.queue, None)
@@ -582,8 +581,9 @@ def _last_word(
 
 
 def _share_of(verdict: Verdict) -> Share | None:
-    """What a workload adds to its queue: its admission in force, else, while it exists and
-    waits, the reason it waits for in the queue admission put it in."""
+    """What a workload adds to its queue: its admission in force; else, while it exists, the
+    reason it waits for in the queue admission put it in, and what its pods that bypassed the
+    gate request (in that queue, else the one it names)."""
     admitted = verdict.admitted
     if admitted is not None:
         return Share(
@@ -592,10 +592,21 @@ def _share_of(verdict: Verdict) -> Share | None:
             resources=res.non_zero(admitted.charged),
             cards=res.non_zero(admitted.charged_cards),
         )
-    if verdict.workload is None:
+    workload = verdict.workload
+    if workload is None:
         return None
     waiting = verdict.waiting
-    if waiting is None or waiting.queue is None:
+    reason = ""
+    if waiting is not None and waiting.queue is not None:
+        reason = waiting.reason if isinstance(waiting, Pending) else "WaitingForPreemption"
+    queue = waiting.queue if waiting is not None and waiting.queue else workload.queue
+    bypassed = workload.bypassed_pods if workload.finished is None else 0
+    if queue is None or not (reason or bypassed):
         return None
-    reason = waiting.reason if isinstance(waiting, Pending) else "WaitingForPreemption"
-    return Share(queue=waiting.queue, admitted=False, reason=reason)
+    return Share(
+        queue=queue,
+        admitted=False,
+        reason=reason,
+        resources=res.non_zero(workload.bypassed_requests) if bypassed else {},
+        bypassed=bypassed,
+    )
