@@ -9,21 +9,23 @@ from tidegate.bus import Received, layout
 from tidegate.kube import KubeSettings
 from tidegate.kube import connect as connect_kube
 from tidegate.model import WorkloadKey
+from tidegate.policy.clusterview import ClusterView
 from tidegate.testing import following
 from tidegate.testing.faultproxy import LoseAnswer, kube_fault_proxy
 from tidegate.ungater.app import decision_subjects, state_subjects
+from tidegate.ungater.handlers import Feed
 from tidegate.ungater.releaser import Releaser, ReleaserMetrics
-from tidegate.ungater.view import View
 
 from .conftest import Env, gated
 
 
 async def test_a_release_applied_but_unanswered_keeps_its_slot(env: Env, tmp_path: Path) -> None:
-    view = View()
+    view = ClusterView()
+    feed = Feed(view)
     key = WorkloadKey("team/lost")
 
     async def on_state(received: Received) -> None:
-        await view.on_state(received)
+        await feed.on_state(received)
 
     async with (
         following(
@@ -36,7 +38,7 @@ async def test_a_release_applied_but_unanswered_keeps_its_slot(env: Env, tmp_pat
             env.bus,
             stream=layout.decisions_stream(env.cluster),
             subjects=decision_subjects(env.cluster),
-            handler=view.on_decision,
+            handler=feed.on_decision,
         ),
         kube_fault_proxy(env.sim.url) as proxy,
     ):
@@ -79,20 +81,21 @@ async def test_a_release_applied_but_unanswered_keeps_its_slot(env: Env, tmp_pat
 
 
 async def test_a_new_leader_counts_releases_the_bus_does_not_show_yet(env: Env) -> None:
-    view = View()
+    view = ClusterView()
+    feed = Feed(view)
     key = WorkloadKey("team/late")
     async with (
         following(
             env.bus,
             stream=layout.state_stream(env.cluster),
             subjects=state_subjects(env.cluster),
-            handler=view.on_state,
+            handler=feed.on_state,
         ),
         following(
             env.bus,
             stream=layout.decisions_stream(env.cluster),
             subjects=decision_subjects(env.cluster),
-            handler=view.on_decision,
+            handler=feed.on_decision,
         ),
     ):
         job = await env.job("late", 2)

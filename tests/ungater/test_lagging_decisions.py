@@ -11,11 +11,12 @@ from prometheus_client import CollectorRegistry
 from tidegate.bus import layout
 from tidegate.kube import PODS
 from tidegate.model import LostAdmission, Preempted, WorkloadKey, subjects
+from tidegate.policy.clusterview import ClusterView
 from tidegate.testing import following
 from tidegate.ungater.app import decision_subjects, state_subjects
+from tidegate.ungater.handlers import Feed
 from tidegate.ungater.releaser import DecisionsCurrent, Releaser, ReleaserMetrics
 from tidegate.ungater.seen import FEW, PER_WORKLOAD_LIMIT, SeenDecisions
-from tidegate.ungater.view import View
 
 from .conftest import NAMESPACE, Env, gated
 
@@ -23,7 +24,8 @@ from .conftest import NAMESPACE, Env, gated
 async def test_replacements_wait_while_the_view_lags_the_decision_stream(
     env: Env, tmp_path: Path
 ) -> None:
-    view = View()
+    view = ClusterView()
+    feed = Feed(view)
     key = WorkloadKey("team/victim")
     seen = SeenDecisions(env.cluster, decision_subjects(env.cluster))
 
@@ -45,7 +47,7 @@ async def test_replacements_wait_while_the_view_lags_the_decision_stream(
         env.bus,
         stream=layout.state_stream(env.cluster),
         subjects=state_subjects(env.cluster),
-        handler=view.on_state,
+        handler=feed.on_state,
     ):
         job = await env.job("victim", 2)
         uid = job["metadata"]["uid"]
@@ -57,7 +59,7 @@ async def test_replacements_wait_while_the_view_lags_the_decision_stream(
             env.bus,
             stream=layout.decisions_stream(env.cluster),
             subjects=decision_subjects(env.cluster),
-            handler=seen.wrap(view.on_decision),
+            handler=seen.wrap(feed.on_decision),
         ):
             admitted = await env.admit("team/victim", uid, {"main": [(env.host(0, 0), 2)]})
             await env.until(lambda: view.verdict(key).admitted is not None, what="the admission")
@@ -97,7 +99,8 @@ async def test_a_view_found_behind_asks_again_soon_not_after_the_window(env: Env
     # Issue 14's p99: a view found behind the decision stream (it is, for the few ms a decision
     # takes to arrive) used to stop early releases until the batch window's round. A window
     # far longer than the wait below shows that a new gang is released once the view caught up.
-    view = View()
+    view = ClusterView()
+    feed = Feed(view)
     key = WorkloadKey("team/eager")
     answers = [False]
 
@@ -120,13 +123,13 @@ async def test_a_view_found_behind_asks_again_soon_not_after_the_window(env: Env
             env.bus,
             stream=layout.state_stream(env.cluster),
             subjects=state_subjects(env.cluster),
-            handler=view.on_state,
+            handler=feed.on_state,
         ),
         following(
             env.bus,
             stream=layout.decisions_stream(env.cluster),
             subjects=decision_subjects(env.cluster),
-            handler=view.on_decision,
+            handler=feed.on_decision,
         ),
     ):
         running = asyncio.create_task(releaser.run(stop))

@@ -1,9 +1,10 @@
-"""Queue status from the view: who counts as admitted or pending, the sums, the patch."""
+"""Queue status from the view: who counts as admitted or pending (the replica's shares, fed
+through the ungater's followers' handlers), the status, the patch. That the replica's sums
+always equal a recount is libs/model/tests/test_replica_contract.py's."""
 
 import time
 
-from hypothesis import given
-from hypothesis import strategies as st
+import msgspec
 
 from tidegate.bus import Received
 from tidegate.model import (
@@ -18,16 +19,10 @@ from tidegate.model import (
     WorkloadKey,
     WorkloadState,
 )
-from tidegate.ungater.queue_status import (
-    QueueBook,
-    Share,
-    Tally,
-    active_condition,
-    queue_status,
-    share_of,
-    status_patch,
-)
-from tidegate.ungater.view import View
+from tidegate.model.replica import QueueTally, Share
+from tidegate.policy.clusterview import ClusterView
+from tidegate.ungater import handlers
+from tidegate.ungater.queue_status import active_condition, queue_status, status_patch
 
 KEY = WorkloadKey("team/train")
 
@@ -36,7 +31,8 @@ class Feed:
     """Feeds a view in stream order, numbering messages like JetStream does."""
 
     def __init__(self) -> None:
-        self.view = View()
+        self.view = ClusterView()
+        self.feed = handlers.Feed(self.view)
         self.sequence = 0
 
     def received(self, body: Message) -> Received:
@@ -47,13 +43,13 @@ class Feed:
         return Received(subject="tg.c.x", envelope=envelope, stream_sequence=self.sequence)
 
     async def state(self, body: Message) -> None:
-        await self.view.on_state(self.received(body))
+        await self.feed.on_state(self.received(body))
 
     async def decide(self, body: Message) -> None:
-        await self.view.on_decision(self.received(body))
+        await self.feed.on_decision(self.received(body))
 
     def share(self) -> Share | None:
-        return share_of(self.view.workloads.get(KEY), self.view.verdict(KEY))
+        return self.view.replica.share(KEY)
 
 
 def workload(uid: str = "u1", **changes: object) -> WorkloadState:
@@ -90,7 +86,7 @@ ADMITTED = Share(
     resources={"cpu": 4000, "nvidia.com/gpu": 2},
     cards={"NVIDIA-H200": 2},
 )
-PENDING = Share(queue="offline", admitted=False)
+PENDING = Share(queue="offline", admitted=False, reason="WaitingForCapacity")
 
 
 async def test_pending_then_admitted_then_completed() -> None:
@@ -133,66 +129,36 @@ async def test_finished_gone_recreated_and_queueless_workloads_are_not_pending()
     await feed.state(workload(uid="u2"))
     assert feed.share() is None  # the pending decision was about the old object
     await feed.decide(pending(3, uid="u2", queue="online"))
-    assert feed.share() == Share(queue="online", admitted=False)
+    assert feed.share() == Share(queue="online", admitted=False, reason="WaitingForCapacity")
     await feed.state(Tombstone(object_kind="workload", name="train", namespace="team"))
     assert feed.share() is None
 
 
-def test_book_sums_shares_and_reports_changed_queues() -> None:
-    book = QueueBook()
-    a, b = WorkloadKey("t/a"), WorkloadKey("t/b")
-    assert book.update(a, ADMITTED) == {"offline"}
-    assert book.update(b, ADMITTED) == {"offline"}
-    assert book.update(b, ADMITTED) == set()
-    assert book.tally("offline") == Tally(
+async def test_the_view_sums_shares_per_queue() -> None:
+    feed = Feed()
+    await feed.state(workload())
+    await feed.decide(admitted(2))
+    other = WorkloadState(namespace="team", name="b", uid="b1", owner_kind="Job")
+    await feed.state(other)
+    await feed.decide(msgspec.structs.replace(admitted(3, uid="b1"), workload="team/b"))
+    assert feed.view.replica.tally("offline") == QueueTally(
         admitted=2, usage={"cpu": 8000, "nvidia.com/gpu": 4}, cards={"NVIDIA-H200": 4}
     )
-    assert book.update(a, Share(queue="online", admitted=False)) == {"offline", "online"}
-    assert book.tally("online") == Tally(pending=1)
-    assert book.update(b, None) == {"offline"}
-    assert book.tally("offline") == Tally()
-    assert book.queues() == ["online"]
-
-
-shares = st.one_of(
-    st.none(),
-    st.builds(
-        Share,
-        queue=st.sampled_from(["q1", "q2"]),
-        admitted=st.booleans(),
-        resources=st.dictionaries(st.sampled_from(["cpu", "memory"]), st.integers(1, 10**6)),
-        cards=st.dictionaries(st.sampled_from(["A", "B"]), st.integers(1, 8)),
-    ),
-)
-
-
-@given(st.lists(st.tuples(st.sampled_from(["t/a", "t/b", "t/c"]), shares), max_size=40))
-def test_book_always_equals_a_recount(updates: list[tuple[str, Share | None]]) -> None:
-    book = QueueBook()
-    latest: dict[str, Share | None] = {}
-    for key, share in updates:
-        book.update(WorkloadKey(key), share)
-        latest[key] = share
-    for queue in ("q1", "q2"):
-        mine = [s for s in latest.values() if s is not None and s.queue == queue]
-        held = [s for s in mine if s.admitted]
-        usage: dict[str, int] = {}
-        cards: dict[str, int] = {}
-        for share in held:
-            for name, amount in share.resources.items():
-                usage[name] = usage.get(name, 0) + amount
-            for model, count in share.cards.items():
-                cards[model] = cards.get(model, 0) + count
-        assert book.tally(queue) == Tally(
-            admitted=len(held), pending=len(mine) - len(held), usage=usage, cards=cards
-        )
+    await feed.decide(
+        Released(workload=KEY, uid="u1", queue="offline", reason="Evicted", sequence=4)
+    )
+    await feed.decide(pending(5, queue="online"))
+    assert feed.view.replica.tally("online") == QueueTally(pending={"WaitingForCapacity": 1})
+    assert feed.view.replica.queues() == ["offline", "online"]
 
 
 def test_status_lists_quota_resources_in_kubernetes_notation() -> None:
     config = QueueConfig(
         name="offline", quota={"cpu": 64000, "memory": 2**40}, card_quota={"NVIDIA-H200": 8}
     )
-    tally = Tally(admitted=3, pending=2, usage={"cpu": 4500, "example.com/fpga": 2})
+    tally = QueueTally(
+        admitted=3, pending={"ExceedsQuota": 2}, usage={"cpu": 4500, "example.com/fpga": 2}
+    )
     status = queue_status(config, tally, now="2025-01-01T00:00:00Z")
     assert status["admitted"] == 3
     assert status["pending"] == 2

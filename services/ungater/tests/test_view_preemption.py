@@ -1,4 +1,5 @@
-"""The view ends a workload's admission when preemption names it a victim.
+"""The ungater's view (its followers' handlers into the replica of the decisions in force)
+ends a workload's admission when preemption names it a victim.
 
 Preemption publishes ``preempted`` once the victim's pods are evicted; admission answers with
 ``released`` — but admission may be down (crashed, or a successor waiting for its lease)
@@ -22,9 +23,20 @@ from tidegate.model import (
     WorkloadKey,
     WorkloadState,
 )
-from tidegate.ungater.view import View
+from tidegate.policy.clusterview import ClusterView
+from tidegate.ungater.handlers import Feed
 
 VICTIM = WorkloadKey("team/train")
+
+
+class View(Feed):
+    """The ungater's followers' handlers over a fresh view."""
+
+    def __init__(self) -> None:
+        super().__init__(ClusterView())
+
+    def admission(self, key: WorkloadKey) -> Admitted | None:
+        return self.view.admission(key)
 
 
 class Stream:

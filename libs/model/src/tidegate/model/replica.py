@@ -354,7 +354,7 @@ class Replica:
         """Whether the workload ``key`` has a record (its state or a decision about it)."""
         return key in self._records
 
-    def keys(self) -> list[WorkloadKey]:
+    def recorded(self) -> list[WorkloadKey]:
         """Every workload with a record (state or decisions), sorted."""
         return sorted(self._records)
 

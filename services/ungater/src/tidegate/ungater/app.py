@@ -4,7 +4,7 @@ Start-up, in order:
 
 1. connect to Kubernetes (kubeconfig or in-cluster; a bad configuration stops the service);
 2. replay then follow the state stream (pods, nodes, workloads) and the decision stream's
-   ``admitted``/``released``/``pending`` subjects into one :class:`~tidegate.ungater.view.View`;
+   ``admitted``/``released``/``pending`` subjects into one :class:`~tidegate.policy.clusterview.ClusterView`;
 3. once both are replayed, wait for the ``ungater`` lease (standby meanwhile), claim its fence
    on the decision stream, count the releases the bus does not show yet from the API server
    (:meth:`~tidegate.ungater.releaser.Releaser.take_over`), then run release rounds
@@ -43,14 +43,14 @@ from tidegate.bus import (
 from tidegate.kube import KubeClient
 from tidegate.kube import connect as connect_kube
 from tidegate.model import Envelope, WorkloadKey
+from tidegate.policy.clusterview import ClusterView
 from tidegate.runtime import ServiceContext
 from tidegate.runtime.leadership import lease_write_guard
 from tidegate.ungater.config import UngaterSettings
-from tidegate.ungater.handlers import Reporter
+from tidegate.ungater.handlers import Feed, Reporter
 from tidegate.ungater.queue_status import QueueStatusWriter
 from tidegate.ungater.releaser import Releaser, ReleaserMetrics
 from tidegate.ungater.seen import SeenDecisions
-from tidegate.ungater.view import View
 from tidegate.ungater.webhook import Certificate, Webhook
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,8 @@ async def start(
             releaser.mark(keys)
             queues.mark(keys)
 
-    view = View(on_change=changed)
+    view = ClusterView()
+    feed = Feed(view, on_change=changed)
     metrics = ReleaserMetrics(ctx.metrics.registry)
     leader = _Leadership()
     # The leader's writes: every attempt, retries included, only while the lease is held.
@@ -134,13 +135,13 @@ async def start(
             "state",
             stream=layout.state_stream(cluster),
             subjects=state_subjects(cluster),
-            handler=view.on_state,
+            handler=feed.on_state,
         ),
         await ctx.follow(
             "decisions",
             stream=layout.decisions_stream(cluster),
             subjects=decision_subjects(cluster),
-            handler=handled.wrap(view.on_decision),
+            handler=handled.wrap(feed.on_decision),
         ),
         await ctx.follow(
             "queues",

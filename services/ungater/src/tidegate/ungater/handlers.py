@@ -34,6 +34,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from cachetools import LRUCache
@@ -52,9 +53,9 @@ from tidegate.kube import (
 )
 from tidegate.model import Admitted, Pending, Preempted, Released, WorkloadKey, WorkloadState
 from tidegate.model.names import RESUME_ANNOTATION, RESUME_MANUAL
+from tidegate.policy.clusterview import ClusterView
 from tidegate.telemetry import inject
 from tidegate.ungater.status import placement_summary
-from tidegate.ungater.view import View
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +116,38 @@ def owner_resource(workload: WorkloadState) -> ResourceType | None:
     return ResourceType(group=group, version=version, plural=plural, kind=workload.owner_kind)
 
 
+class Feed:
+    """The followers' handlers: each message into the view, and the workloads it may affect
+    to ``on_change`` (the releaser and the Queue status writer mark them dirty)."""
+
+    def __init__(
+        self, view: ClusterView, on_change: Callable[[Iterable[WorkloadKey]], None] | None = None
+    ) -> None:
+        """Feed ``view``; tell ``on_change`` what each message may affect."""
+        self.view = view
+        self._on_change = on_change or (lambda keys: None)
+
+    async def on_state(self, received: Received) -> None:
+        """A pod, node or workload snapshot, or a tombstone (the state follower's handler)."""
+        self._apply(received)
+
+    async def on_decision(self, received: Received) -> None:
+        """A decision (the decision follower's handler)."""
+        self._apply(received)
+
+    def _apply(self, received: Received) -> None:
+        envelope = received.envelope
+        touched = self.view.apply(
+            envelope.body, stream_sequence=received.stream_sequence, time=envelope.time
+        )
+        if touched:
+            self._on_change(sorted(touched))
+
+
 class Reporter:
     """Records Events and the trace annotation for decisions (module docstring)."""
 
-    def __init__(self, view: View, kube: KubeClient) -> None:
+    def __init__(self, view: ClusterView, kube: KubeClient) -> None:
         """Report about workloads of ``view`` through ``kube``."""
         self.view = view
         self.kube = kube
@@ -199,7 +228,7 @@ class Reporter:
 
     async def _preempted(self, body: Preempted, received: Received) -> Outcome:
         for victim in body.victims:
-            workload = self.view.workloads.get(WorkloadKey(victim))
+            workload = self.view.replica.workload(WorkloadKey(victim))
             if workload is None:
                 log.info("ungater: preempted workload %s is gone; no Event", victim)
                 continue
@@ -227,7 +256,7 @@ class Reporter:
         return Ack()
 
     def _workload(self, key: str, uid: str) -> WorkloadState | None:
-        workload = self.view.workloads.get(WorkloadKey(key))
+        workload = self.view.replica.workload(WorkloadKey(key))
         if workload is None or workload.uid != uid:
             return None
         return workload

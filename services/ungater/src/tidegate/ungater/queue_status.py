@@ -6,21 +6,18 @@ in Kubernetes quantities, ``cardUsage`` per GPU card model) and one condition, `
 ungater writes it because it owns what users see of workloads (status and Events); no other
 service writes it.
 
-Everything comes from the ungater's :class:`~tidegate.ungater.view.View` (admission's newest
-decisions per workload, and the workloads themselves) plus the queue configs:
+Everything comes from the ungater's view: the counts and usage are the queue's
+:class:`~tidegate.model.replica.QueueTally` in the replica of the decisions in force (the
+rule every service reads, docs/architecture.md "The decisions in force": a workload is
+**admitted** in Q while an admission of Q is in force for it, adding what admission charged;
+it is **pending** in Q while it waits for a reason admission gave in Q), plus the queue
+configs:
 
-- a workload is **admitted** in queue Q while an admission of Q is in force for it (the rule
-  the releaser follows: not released since, not named a victim by a later preemption, the
-  workload still exists with that uid). It adds the admission's ``charged`` resources and
-  ``charged_cards``: exactly what admission charged against Q's quota;
-- it is **pending** in Q when no admission is in force, it has not finished, and its newest
-  pending decision names Q and is newer than its newest admission (an evicted workload is
-  counted again once admission says why it waits; one aborted by preemption is not);
 - ``Active`` is ``True`` (reason ``Ready``) for a usable queue, ``False`` with reason
   ``Invalid`` and the problem for one admission refuses (its ``invalid_reason``, or a
   negative quota: :func:`tidegate.policy.admission.queue_problem`, admission's own test).
 
-Each workload's share is kept and summed per queue as it changes, so a change costs the
+The replica keeps each workload's share summed per queue as it changes, so a change costs the
 workloads it touched, not a recount. Status is written by a JSON merge patch of the status
 subresource, at most once per queue per ``queue_status_interval_seconds`` and only when what
 it shows changed; a resource that drops out of ``usage`` is removed with ``null``.
@@ -36,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Final
 
 from prometheus_client import Counter
@@ -44,11 +40,11 @@ from prometheus_client import Counter
 from tidegate.bus import LeaseUnconfirmed, Received
 from tidegate.kube import Invalid, KubeClient, KubeError, NotFound
 from tidegate.kube.eventrecord import timestamp
-from tidegate.model import QueueConfig, Tombstone, WorkloadKey, WorkloadState, format_quantity
-from tidegate.model import resources as res
+from tidegate.model import QueueConfig, Tombstone, WorkloadKey, format_quantity
+from tidegate.model.replica import QueueTally
 from tidegate.policy.admission import queue_problem
+from tidegate.policy.clusterview import ClusterView
 from tidegate.ungater.status import same_status
-from tidegate.ungater.view import Verdict, View
 
 log = logging.getLogger(__name__)
 
@@ -58,113 +54,6 @@ PLURAL: Final = "queues"
 
 TICK_SECONDS: Final = 1.0
 """How often the loop looks for work without being woken (a retry after a failed write)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Share:
-    """What one workload adds to its queue's status."""
-
-    queue: str
-    admitted: bool
-    """Admitted (counted in ``admitted``, holding ``resources`` and ``cards``), else pending."""
-    resources: Mapping[str, int] = field(default_factory=dict)
-    cards: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Tally:
-    """A queue's totals: workloads admitted and pending, and what the admitted ones hold."""
-
-    admitted: int = 0
-    pending: int = 0
-    usage: Mapping[str, int] = field(default_factory=dict)
-    cards: Mapping[str, int] = field(default_factory=dict)
-
-
-def share_of(workload: WorkloadState | None, verdict: Verdict) -> Share | None:
-    """The workload's share of its queue's status (module docstring), None if it has none."""
-    if workload is None:
-        return None
-    admitted = verdict.admitted
-    if admitted is not None:
-        return Share(
-            queue=admitted.queue,
-            admitted=True,
-            resources=res.non_zero(admitted.charged),
-            cards=res.non_zero(admitted.charged_cards),
-        )
-    pending = verdict.pending
-    if workload.finished is not None or pending is None or pending.queue is None:
-        return None
-    if verdict.latest is not None and verdict.latest.sequence > pending.sequence:
-        return None
-    return Share(queue=pending.queue, admitted=False)
-
-
-class QueueBook:
-    """Every workload's :class:`Share` and their sums per queue, kept incrementally."""
-
-    def __init__(self) -> None:
-        """Start with no shares."""
-        self._shares: dict[WorkloadKey, Share] = {}
-        self._admitted: dict[str, int] = {}
-        self._pending: dict[str, int] = {}
-        self._usage: dict[str, dict[str, int]] = {}
-        self._cards: dict[str, dict[str, int]] = {}
-
-    def update(self, key: WorkloadKey, share: Share | None) -> set[str]:
-        """Record ``key``'s share (None: it has none now); return the queues whose totals
-        changed."""
-        old = self._shares.get(key)
-        if old == share:
-            return set()
-        changed: set[str] = set()
-        if old is not None:
-            del self._shares[key]
-            self._add(old, -1)
-            changed.add(old.queue)
-        if share is not None:
-            self._shares[key] = share
-            self._add(share, 1)
-            changed.add(share.queue)
-        return changed
-
-    def tally(self, queue: str) -> Tally:
-        """The totals of ``queue`` (zeros for a queue nobody is in)."""
-        return Tally(
-            admitted=self._admitted.get(queue, 0),
-            pending=self._pending.get(queue, 0),
-            usage=dict(self._usage.get(queue, {})),
-            cards=dict(self._cards.get(queue, {})),
-        )
-
-    def queues(self) -> list[str]:
-        """Queues some workload is counted in."""
-        return sorted(set(self._admitted) | set(self._pending))
-
-    def _add(self, share: Share, sign: int) -> None:
-        name = share.queue
-        counts = self._admitted if share.admitted else self._pending
-        counts[name] = counts.get(name, 0) + sign
-        if not counts[name]:
-            del counts[name]
-        if not share.admitted:
-            return  # only admitted workloads hold anything
-        if share.resources:
-            usage = res.non_zero(
-                res.add(self._usage.get(name, {}), res.scale(share.resources, sign))
-            )
-            _store(self._usage, name, usage)
-        if share.cards:
-            cards = res.non_zero(res.add(self._cards.get(name, {}), res.scale(share.cards, sign)))
-            _store(self._cards, name, cards)
-
-
-def _store(table: dict[str, dict[str, int]], name: str, value: dict[str, int]) -> None:
-    if value:
-        table[name] = value
-    else:
-        table.pop(name, None)
 
 
 def active_condition(
@@ -192,7 +81,7 @@ def active_condition(
 
 def queue_status(
     config: QueueConfig,
-    tally: Tally,
+    tally: QueueTally,
     *,
     now: str,
     previous: Sequence[Mapping[str, object]] = (),
@@ -203,7 +92,7 @@ def queue_status(
     models = sorted(set(tally.cards) | set(config.card_quota or {}))
     return {
         "admitted": tally.admitted,
-        "pending": tally.pending,
+        "pending": tally.pending_count,
         "usage": {name: format_quantity(name, tally.usage.get(name, 0)) for name in resources},
         "cardUsage": {model: tally.cards.get(model, 0) for model in models},
         "conditions": [active_condition(config, now=now, previous=previous)],
@@ -234,7 +123,7 @@ class QueueStatusWriter:
     def __init__(
         self,
         *,
-        view: View,
+        view: ClusterView,
         kube: KubeClient,
         interval_seconds: float,
         errors: Counter | None = None,
@@ -249,7 +138,8 @@ class QueueStatusWriter:
         self.kube = kube
         self.interval_seconds = interval_seconds
         self.errors = errors
-        self.book = QueueBook()
+        self._queue_of: dict[WorkloadKey, str] = {}
+        """The queue each workload was last counted in."""
         self.configs: dict[str, QueueConfig] = {}
         self._marked: set[WorkloadKey] = set()
         self._dirty: set[str] = set()
@@ -308,9 +198,13 @@ class QueueStatusWriter:
         self._wake.clear()
         marked, self._marked = self._marked, set()
         for key in marked:
-            self._dirty |= self.book.update(
-                key, share_of(self.view.workloads.get(key), self.view.verdict(key))
-            )
+            share = self.view.replica.share(key)
+            before = self._queue_of.pop(key, None)
+            if before is not None:
+                self._dirty.add(before)
+            if share is not None:
+                self._queue_of[key] = share.queue
+                self._dirty.add(share.queue)
         names = sorted(name for name in self._dirty if name in self.configs)
         self._dirty.clear()
         for name in names:
@@ -332,7 +226,7 @@ class QueueStatusWriter:
             before = shown.get("conditions")
             desired = queue_status(
                 config,  # as of the round: a Queue deleted meanwhile answers 404
-                self.book.tally(name),
+                self.view.replica.tally(name),
                 now=timestamp(),
                 previous=[c for c in before if isinstance(c, Mapping)]
                 if isinstance(before, list)

@@ -3,7 +3,7 @@
 A *round* takes every workload marked dirty since the last one (a pod, node, workload or
 decision changed), and for each:
 
-1. finds the admission in force (:meth:`tidegate.ungater.view.View.admission`);
+1. finds the admission in force (:meth:`tidegate.model.replica.Replica.verdict`);
 2. per podset, plans releases with :func:`tidegate.policy.slots.plan_podset`: released pods
    are counted from their nodeSelectors, releases in flight from the *expectations* (uid →
    domain, recorded before the patch is sent, dropped once the bus shows the pod released, the
@@ -91,11 +91,11 @@ from tidegate.model.names import (
 )
 from tidegate.policy import elastic, slots
 from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, parse_card_name
+from tidegate.policy.clusterview import ClusterView
 from tidegate.policy.common import active, gated
 from tidegate.telemetry import note_pod_released, release_span
 from tidegate.ungater import status
 from tidegate.ungater.config import UngaterSettings
-from tidegate.ungater.view import View
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,7 @@ class Releaser:
     def __init__(
         self,
         *,
-        view: View,
+        view: ClusterView,
         kube: KubeClient,
         bus: Bus,
         cluster: str,
@@ -489,7 +489,7 @@ class Releaser:
 
     def _plan(self, key: WorkloadKey, *, releasing: bool = True) -> tuple[_Work, int]:
         view = self.view
-        workload = view.workloads.get(key)
+        workload = view.replica.workload(key)
         verdict = view.verdict(key)
         members = view.members(key)
         self._settle_expectations(key, members)
@@ -509,9 +509,10 @@ class Releaser:
             self._asked.pop(key, None)
             self._giving.pop(key, None)
             self._unschedulable_due.pop(key, None)
-        if verdict.released is not None and verdict.released.evict_pods:
+        released = verdict.released.body if verdict.released is not None else None
+        if released is not None and released.evict_pods:
             # Even when admitted again meanwhile: the pods released before the eviction go.
-            self._plan_evictions(item, members, verdict.released.sequence, admitted)
+            self._plan_evictions(item, members, released.sequence, admitted)
         if workload is not None and workload.owner_kind == "PodGroup":
             self._plan_status(item, workload, members)
         return item, waiting
@@ -840,8 +841,8 @@ class Releaser:
             workload,
             members,
             admitted=verdict.admitted,
-            released=verdict.released,
-            pending=verdict.pending,
+            released=verdict.released.body if verdict.released is not None else None,
+            pending=verdict.pending.body if verdict.pending is not None else None,
             now=timestamp(),
             previous=conditions if isinstance(conditions, list) else (),
         )
