@@ -6,6 +6,8 @@ with a defect failed for at least one of the copies the replica replaced."""
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidegate.model import (
     Admitted,
@@ -395,3 +397,62 @@ def test_the_preemption_that_ends_it_is_named() -> None:
     assert isinstance(verdict.ended_by, Seen)
     assert verdict.ended_by.body.aborts(KEY, uid="u1")
     assert [p.stream_sequence for p in replica.preemptions_of(KEY)] == [3]
+
+
+_KEYS = ["team/a", "team/b", "team/c"]
+
+
+@st.composite
+def _messages(draw: st.DrawFn) -> Message:
+    key = draw(st.sampled_from(_KEYS))
+    name = key.split("/")[1]
+    uid = draw(st.sampled_from(["u1", "u2"]))
+    sequence = draw(st.integers(0, 12))
+    queue = draw(st.sampled_from(["q1", "q2"]))
+    kind = draw(
+        st.sampled_from(["state", "tombstone", "admitted", "released", "pending", "preempted"])
+    )
+    if kind == "state":
+        finished = draw(st.sampled_from([None, None, "Completed"]))
+        return workload(uid, name=name, queue=queue, finished=finished)
+    if kind == "tombstone":
+        return Tombstone(object_kind="workload", name=name, namespace="team", uid=uid)
+    if kind == "admitted":
+        return admitted(sequence, uid=uid, key=key, queue=queue, gpu=draw(st.integers(1, 8)))
+    if kind == "released":
+        return Released(workload=key, uid=uid, queue=queue, reason="Evicted", sequence=sequence)
+    if kind == "pending":
+        return Pending(
+            workload=key, uid=uid, queue=queue, reason="ExceedsQuota", message="", sequence=sequence
+        )
+    return Preempted(
+        preemptor="team/serve",
+        preemptor_uid="p",
+        victims=[key],
+        lost={key: LostAdmission(uid=uid, sequence=sequence)},
+    )
+
+
+@given(st.lists(_messages(), max_size=40))
+def test_queue_tallies_always_equal_a_recount_of_the_verdicts(messages: list[Message]) -> None:
+    """The replica sums shares incrementally; after any sequence they equal a recount."""
+    replica = Replica()
+    replica.apply_all(messages)
+    for queue in ("q1", "q2"):
+        admitted_here = [
+            a
+            for k in replica.recorded()
+            if (a := replica.in_force(k)) is not None and a.queue == queue
+        ]
+        waiting: dict[str, int] = {}
+        for key in replica.recorded():
+            verdict = replica.verdict(key)
+            why = verdict.waiting
+            if verdict.workload is not None and why is not None and why.queue == queue:
+                reason = why.reason if isinstance(why, Pending) else "WaitingForPreemption"
+                waiting[reason] = waiting.get(reason, 0) + 1
+        tally = replica.tally(queue)
+        assert tally.admitted == len(admitted_here)
+        assert tally.pending == waiting
+        gpus = sum(a.charged["nvidia.com/gpu"] for a in admitted_here)
+        assert tally.usage == ({"nvidia.com/gpu": gpus} if gpus else {})
