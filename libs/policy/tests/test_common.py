@@ -3,12 +3,11 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidegate.model import Admitted, PodState, QueueConfig, WorkloadState
+from tidegate.model import PodState, QueueConfig, WorkloadState
 from tidegate.model.names import ADMISSION_GATE
 from tidegate.policy.common import (
     TopologyProblem,
     active,
-    charged_usage,
     choose_topology,
     evictable,
     holds_capacity,
@@ -117,24 +116,3 @@ def test_an_eviction_removes_every_active_released_pod_and_nothing_else(
     assert evictable(pod) == (active(pod) and not gated)
     # A released member of a running gang is always evictable.
     assert not runs(pod) or gated or evictable(pod)
-
-
-def test_a_queue_holds_what_admission_charged_to_it() -> None:
-    def admitted(name: str, queue: str, gpus: int) -> Admitted:
-        return Admitted(
-            workload=f"ns/{name}",
-            uid=name,
-            queue=queue,
-            sequence=1,
-            epoch=1,
-            assignments={},
-            charged={GPU: gpus},
-            charged_cards={"H200": gpus},
-        )
-
-    usage = charged_usage(
-        [admitted("a", "q", 2), admitted("b", "q", 3), admitted("c", "r", 5)], "q"
-    )
-    assert usage.resources == {GPU: 5}
-    assert usage.cards == {"H200": 5}
-    assert charged_usage([], "q").resources == {}

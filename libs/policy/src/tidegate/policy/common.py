@@ -16,25 +16,22 @@ training was never a victim). The services call these functions; none keeps a co
   :mod:`tidegate.model.pods` (placement, below policy, needs them) and re-exported here.
 - **Which pods an eviction removes** (:func:`evictable`): the ungater's evictions and
   preemption's victims alike.
-- **What a queue holds** (:func:`charged_usage`): what admission charged for the admissions in
-  force, per resource and per card model.
+- **What a queue holds** is the replica's (:class:`tidegate.model.replica.QueueTally`): what
+  admission charged for the admissions in force, per resource and per card model.
 
 Pure: no I/O.
 """
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tidegate.model import Admitted, PendingReason, PodState, QueueConfig, WorkloadState
-from tidegate.model import resources as res
+from tidegate.model import PendingReason, PodState, QueueConfig, WorkloadState
 from tidegate.model.pods import TERMINAL_PHASES, active, gated, holds_capacity, runs
-from tidegate.policy.quota import QueueUsage
 
 __all__ = [
     "TERMINAL_PHASES",
     "TopologyProblem",
     "active",
-    "charged_usage",
     "choose_topology",
     "evictable",
     "gated",
@@ -104,13 +101,3 @@ def evictable(pod: PodState) -> bool:
     """Whether an eviction must remove ``pod``: active and released (a gated pod holds no
     capacity and never runs without admission)."""
     return active(pod) and not gated(pod)
-
-
-def charged_usage(admissions: Iterable[Admitted], queue: str) -> QueueUsage:
-    """What ``queue`` holds: the resources and cards admission charged for ``admissions`` (the
-    admissions in force) admitted into it."""
-    charged = [a for a in admissions if a.queue == queue]
-    return QueueUsage(
-        resources=res.non_zero(res.total(a.charged for a in charged)),
-        cards=res.non_zero(res.total(a.charged_cards for a in charged)),
-    )

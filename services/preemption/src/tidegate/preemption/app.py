@@ -96,6 +96,7 @@ async def setup(ctx: ServiceContext[Settings]) -> None:
             subjects=[
                 f"tg.{cluster}.decision.admitted.>",
                 f"tg.{cluster}.decision.released.>",
+                f"tg.{cluster}.decision.preempted.>",
             ],
             handler=handlers.on_decision,
         ),

@@ -28,6 +28,7 @@ from tidegate.model import (
     DisruptionBudgetState,
     NodeState,
     PodState,
+    Preempted,
     PreemptRequested,
     QueueConfig,
     Released,
@@ -123,7 +124,8 @@ class Handlers:
                 log.debug("capacity: ignored %s on %s", type(body).__name__, received.subject)
 
     async def on_decision(self, received: Received) -> None:
-        """An admission or a release: who holds an admission (running gangs, nominations)."""
+        """An admission, a release or a preemption: who holds an admission in force (running
+        gangs, nominations)."""
         body = received.envelope.body
         match body:
             case Admitted():
@@ -131,6 +133,8 @@ class Handlers:
                 self._touch(WorkloadKey(body.workload))
             case Released():
                 self.view.released(body)
+            case Preempted():
+                self.view.preempted(body)
             case _:
                 log.debug("decisions: ignored %s on %s", type(body).__name__, received.subject)
 

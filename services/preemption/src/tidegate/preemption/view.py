@@ -4,18 +4,18 @@ Why a module of its own: the service is wiring, but turning bus state into the i
 :func:`tidegate.policy.victims.select_victims` has rules of its own, and they are pure, so they
 are tested without NATS or Kubernetes:
 
-- **Running gangs** are the workloads admission has admitted (the newest ``admitted`` decision
-  of the workload's UID not followed by a ``released``; at takeover also the admission ledger)
-  with pods bound to a node and not terminating. Their running time (for the GPU-time lost)
-  counts from the admission decision, else from their oldest bound pod.
+- **Running gangs** are the workloads with an admission in force (the
+  :class:`~tidegate.model.replica.Replica`, the rule every service reads; at takeover also fed
+  the admission ledger) with pods bound to a node and not terminating. Their running time (for
+  the GPU-time lost) counts from the admission decision, else from their oldest bound pod.
 - **Capacity** is the topology-cache's view per Topology (:class:`ClusterCapacity`), with the
   admissions the cache has not applied yet as overlay (their per-node use is known when the
   assignment names single nodes, as it does at the hostname level).
 - **Preemptions in flight** (records in the ledger) change that view: their victims' pods are
   counted as gone (they are being evicted), and the room nominated for other preemptors as
   taken. A victim of a record in flight is never a candidate again: no gang is evicted twice.
-- **Queue usage** for the preemptor's quota check is what admission charged to its queue
-  (:func:`tidegate.policy.common.charged_usage`).
+- **Queue usage** for the preemptor's quota check is the queue's tally in the replica: what
+  admission charged for the admissions in force, and pods that bypassed the gate.
 
 Which queue a workload is in and which Topology it is placed on are admission's answers, not
 this view's: a victim's queue is the one its ``admitted`` decision was charged to, the
@@ -37,9 +37,11 @@ from tidegate.model import (
     NodeName,
     NodeState,
     PodState,
+    Preempted,
     QueueConfig,
     Released,
     Resources,
+    Tombstone,
     TopologyConfig,
     WorkloadKey,
     WorkloadState,
@@ -47,11 +49,11 @@ from tidegate.model import (
 )
 from tidegate.model import resources as res
 from tidegate.model.events import OnPreemption
+from tidegate.model.replica import Replica
 from tidegate.placement import CapacityView
 from tidegate.policy.capacity import ClusterCapacity
 from tidegate.policy.common import (
     TopologyProblem,
-    charged_usage,
     choose_topology,
     evictable,
     holds_capacity,
@@ -70,13 +72,6 @@ from tidegate.preemption.record import PodRef, PreemptionRecord, VictimRecord
 
 PodKey = tuple[str, str]
 """A pod's (namespace, name)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Admission:
-    admitted: Admitted
-    at: float | None
-    """When it was decided (the envelope's time), if known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,13 +96,9 @@ class PreemptionView:
         self.default_topology = default_topology
         self.overlay_grace_seconds = overlay_grace_seconds
         self.victim_settings = victim_settings or VictimSettings()
-        self._workloads: dict[WorkloadKey, WorkloadState] = {}
+        self.replica = Replica()
+        """Workloads, pods and the decisions in force."""
         self._queues: dict[str, QueueConfig] = {}
-        self._pods: dict[PodKey, PodState] = {}
-        self._pods_of: dict[WorkloadKey, set[PodKey]] = {}
-        self._admitted: dict[WorkloadKey, _Admission] = {}
-        self._released: dict[WorkloadKey, tuple[str, int]] = {}
-        """Last release seen per workload: (uid, sequence)."""
         self._budgets: dict[tuple[str, str], DisruptionBudgetState] = {}
         """PodDisruptionBudgets by (namespace, name)."""
         self._nodes_at: dict[tuple[str, ...], set[NodeName]] = {}
@@ -117,17 +108,13 @@ class PreemptionView:
 
     def set_workload(self, workload: WorkloadState) -> None:
         """A workload appeared or changed."""
-        key = workload_key(workload.namespace, workload.name)
-        before = self._workloads.get(key)
-        if before is not None and before.uid != workload.uid:
-            self._admitted.pop(key, None)
-        self._workloads[key] = workload
+        self.replica.apply(workload)
 
     def remove_workload(self, key: WorkloadKey) -> None:
         """A workload was deleted."""
-        self._workloads.pop(key, None)
-        self._admitted.pop(key, None)
-        self._released.pop(key, None)
+        namespace, _, name = key.partition("/")
+        self.replica.apply(Tombstone(object_kind="workload", namespace=namespace, name=name))
+        self.replica.forget(key)
 
     def set_budget(self, budget: DisruptionBudgetState) -> None:
         """A PodDisruptionBudget appeared or changed (the victim search honours it)."""
@@ -139,19 +126,11 @@ class PreemptionView:
 
     def set_pod(self, pod: PodState) -> None:
         """A pod appeared or changed."""
-        key = (pod.namespace, pod.name)
-        before = self._pods.get(key)
-        if before is not None and before.workload is not None and before.workload != pod.workload:
-            self._unlink(WorkloadKey(before.workload), key)
-        self._pods[key] = pod
-        if pod.workload is not None:
-            self._pods_of.setdefault(WorkloadKey(pod.workload), set()).add(key)
+        self.replica.apply(pod)
 
     def remove_pod(self, namespace: str, name: str) -> None:
         """A pod was deleted."""
-        pod = self._pods.pop((namespace, name), None)
-        if pod is not None and pod.workload is not None:
-            self._unlink(WorkloadKey(pod.workload), (namespace, name))
+        self.replica.apply(Tombstone(object_kind="pod", namespace=namespace, name=name))
 
     def set_queue(self, queue: QueueConfig) -> None:
         """A Queue appeared or changed."""
@@ -199,51 +178,39 @@ class PreemptionView:
 
     def admitted(self, decision: Admitted, *, at: float | None) -> None:
         """An admission decision (followed from the decision stream, or read from admission's
-        ledger at takeover). Older decisions than the ones already known are ignored."""
+        ledger at takeover, ``at`` unknown); while it is in force and newer than the capacity
+        view, its use is counted as overlay."""
         key = WorkloadKey(decision.workload)
-        known = self._admitted.get(key)
-        if known is not None and known.admitted.sequence >= decision.sequence:
-            return
-        released = self._released.get(key)
-        if (
-            released is not None
-            and released[0] == decision.uid
-            and released[1] >= decision.sequence
-        ):
-            return  # released at or after this admission
-        self._admitted[key] = _Admission(admitted=decision, at=at)
+        self.replica.apply(decision, time=at or 0.0)
+        if self.replica.in_force(key) != decision:
+            return  # older than one known, or ended already
         if decision.sequence > self.capacity.watermark():
             usage = self._usage_of(decision)
             if usage:
                 self.capacity.take(decision.sequence, usage, at=at or 0.0)
 
     def released(self, decision: Released) -> None:
-        """A release: the workload no longer holds its admission (sequence 0: whatever came
-        before, as released by a service that has no sequences)."""
-        key = WorkloadKey(decision.workload)
-        before = self._released.get(key)
-        if before is None or before[0] != decision.uid or decision.sequence > before[1]:
-            self._released[key] = (decision.uid, decision.sequence)
-        known = self._admitted.get(key)
-        if known is None or known.admitted.uid != decision.uid:
-            return
-        if decision.sequence == 0 or decision.sequence > known.admitted.sequence:
-            del self._admitted[key]
+        """A release (it ends the admission it names, by the replica's rule)."""
+        self.replica.apply(decision)
+
+    def preempted(self, decision: Preempted) -> None:
+        """A preemption: it ends the admissions its victims lose."""
+        self.replica.apply(decision)
 
     # ------------------------------------------------------------------ queries
 
     def workload(self, key: WorkloadKey) -> WorkloadState | None:
         """The workload known under ``key``."""
-        return self._workloads.get(key)
+        return self.replica.workload(key)
 
     def is_admitted(self, key: WorkloadKey, uid: str) -> bool:
-        """Whether the workload ``key`` with ``uid`` holds an admission."""
-        known = self._admitted.get(key)
-        return known is not None and known.admitted.uid == uid
+        """Whether the workload ``key`` with ``uid`` holds an admission in force."""
+        known = self.replica.in_force(key)
+        return known is not None and known.uid == uid
 
     def pods(self, key: WorkloadKey) -> list[PodState]:
         """The workload's known pods, by name."""
-        return sorted((self._pods[p] for p in self._pods_of.get(key, ())), key=lambda pod: pod.name)
+        return self.replica.members(key)
 
     def evictable_pods(
         self, key: WorkloadKey, *, created_before: float | None = None
@@ -273,7 +240,7 @@ class PreemptionView:
         deleted (:func:`~tidegate.policy.common.evictable`)."""
         out = []
         for ref in pods:
-            pod = self._pods.get((ref.namespace, ref.name))
+            pod = self.replica.pods.get((ref.namespace, ref.name))
             if pod is not None and pod.uid == ref.uid and evictable(pod):
                 out.append(ref)
         return out
@@ -283,30 +250,32 @@ class PreemptionView:
         that may not be candidates, e.g. victims of preemptions in flight)."""
         excluded = set(exclude)
         out = []
-        for key, known in sorted(self._admitted.items()):
-            workload = self._workloads.get(key)
-            if key in excluded or workload is None or workload.uid != known.admitted.uid:
+        for key in self.replica.recorded():
+            verdict = self.replica.verdict(key)
+            known, workload = verdict.in_force, verdict.workload
+            if key in excluded or known is None or workload is None:
                 continue
             pods = self.pods(key)
             bound = [p for p in pods if runs(p)]
             if not bound:
                 continue
-            started = known.at if known.at is not None else min(p.created_at for p in bound)
+            started = known.time or min(p.created_at for p in bound)
             gang = running_gang(
                 workload,
                 bound,
                 running_seconds=max(int(now - started), 0),
-                admission=known.admitted.sequence,
-                origin=known.admitted.chain_start(),
-                queue=known.admitted.queue,
+                admission=known.body.sequence,
+                origin=known.body.chain_start(),
+                queue=known.body.queue,
                 budgets=self._budgets.values(),
             )
             out.append(gang)
         return out
 
     def queue_usage(self, queue: str) -> QueueUsage:
-        """What admission charged to ``queue`` for the workloads it admitted."""
-        return charged_usage((k.admitted for k in self._admitted.values()), queue)
+        """What ``queue`` holds: its tally in the replica of the decisions in force."""
+        resources, cards = self.replica.usage(queue)
+        return QueueUsage(resources=resources, cards=cards)
 
     def topology_for(
         self, workload: WorkloadState, *, queue: str | None = None
@@ -392,7 +361,7 @@ class PreemptionView:
     def victim_record(self, key: WorkloadKey, *, mode: OnPreemption) -> VictimRecord | None:
         """What to record for victim ``key`` (its owner and the pods to evict), or None when
         the workload is no longer known."""
-        workload = self._workloads.get(key)
+        workload = self.replica.workload(key)
         if workload is None:
             return None
         return VictimRecord(
@@ -410,17 +379,10 @@ class PreemptionView:
         """The recorded pods of ``victim`` that still exist (same UID)."""
         out = []
         for ref in victim.pods:
-            pod = self._pods.get((ref.namespace, ref.name))
+            pod = self.replica.pods.get((ref.namespace, ref.name))
             if pod is not None and pod.uid == ref.uid:
                 out.append(pod)
         return out
-
-    def _unlink(self, workload: WorkloadKey, pod: PodKey) -> None:
-        members = self._pods_of.get(workload)
-        if members is not None:
-            members.discard(pod)
-            if not members:
-                del self._pods_of[workload]
 
     def _usage_of(self, decision: Admitted) -> dict[NodeName, Resources]:
         """Per-node use of an admission whose domains are single nodes (else unknown: {})."""
