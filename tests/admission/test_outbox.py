@@ -16,7 +16,16 @@ import msgspec
 
 from tidegate.admission.ledger import OutboxChunk, OutboxEntry
 from tidegate.bus import Ledger, Received, layout
-from tidegate.model import Admitted, Message, QueueConfig, Released, codec, subjects
+from tidegate.model import (
+    Admitted,
+    LostAdmission,
+    Message,
+    Preempted,
+    QueueConfig,
+    Released,
+    codec,
+    subjects,
+)
 from tidegate.model.subjects import DecisionKind
 from tidegate.testing import following, until_async
 
@@ -315,3 +324,66 @@ async def test_a_stored_outbox_entry_is_not_stored_again_after_a_newer_decision(
         harness.bus, stream=stream, subjects=[subject], handler=collect, replayed_within=5
     ):
         assert replayed == [resized]
+
+
+async def deliveries_or_dead_letter(harness: Harness, *, since: int, at_least: int) -> bool:
+    """Wait until admission's consumer has made ``at_least`` deliveries after its consumer
+    sequence ``since``, or dead-lettered something; True if it dead-lettered."""
+    stream = layout.decisions_stream(harness.cluster)
+    dead = layout.deadletter_stream(harness.cluster)
+    wildcard = layout.deadletter_wildcard(harness.cluster)
+    deadline = asyncio.get_running_loop().time() + 90
+    while True:
+        if await harness.bus.subjects_in(dead, wildcard):
+            return True
+        info = await harness.bus.jetstream.consumer_info(stream, "admission")
+        if info.delivered.consumer_seq - since >= at_least:
+            return False
+        assert asyncio.get_running_loop().time() < deadline, "neither delivered nor dead-lettered"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_preempted_whose_commits_keep_failing_is_never_dead_lettered(
+    harness: Harness,
+) -> None:
+    """Issue 29 seam 5: the ``preempted`` of a restart-mode victim whose commit failed on five
+    deliveries (the ledger unwritable for a minute) was dead-lettered; the release, kept only
+    in the leader's memory, died with it at the next leader change: the successor restored the
+    victim's admission from the ledger and never released it (its quota leaked, its pods,
+    ended by the ungater, stayed gated)."""
+    await harness.topology()
+    await harness.node("n1", "r1")
+    await harness.queue(QueueConfig(name="q"))
+    await harness.start_admission(lease_holder="first")
+    victim = await inference_needs_the_victims_room(harness)
+    stream = layout.decisions_stream(harness.cluster)
+    before = await harness.bus.jetstream.consumer_info(stream, "admission")
+    await refuse_workload_keys(harness, True)
+    try:
+        preempted = Preempted(
+            preemptor="ns/serve",
+            preemptor_uid="uid-serve",
+            victims=["ns/victim"],
+            mode={"ns/victim": "restart"},
+            lost={"ns/victim": LostAdmission(uid=victim.uid, sequence=victim.sequence)},
+        )
+        subject = subjects.decision(harness.cluster, "preempted", "ns", "serve")
+        await harness.publish(subject, preempted, event_id="preemption-1")
+        since = before.delivered.consumer_seq
+        dead = await deliveries_or_dead_letter(harness, since=since, at_least=7)
+        assert not dead, "the preempted decision was dead-lettered"
+        assert harness.of(Released, "ns/victim") == []
+        # The leader changes while the release is still uncommitted.
+        service, task = harness.services.running.pop()
+        service.request_stop()
+        async with asyncio.timeout(10):
+            assert await task == 0
+    finally:
+        await refuse_workload_keys(harness, False)
+    await harness.start_admission(lease_holder="second")
+    await harness.until(
+        lambda: harness.of(Released, "ns/victim"), within=20, what="the victim's release"
+    )
+    await committed_release(harness, "ns/victim")
+    released = released_once(harness, "ns/victim")
+    assert (released.uid, released.reason) == (victim.uid, "Evicted")

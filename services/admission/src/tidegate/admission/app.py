@@ -204,6 +204,13 @@ class Leader:
                         f"tg.{self._ctx.cluster}.decision.replace-requested.>",
                     ),
                     deliver_new_only=True,
+                    # Never dead-lettered: a failed commit is transient, and a decision given
+                    # up on would be lost at the next leader change (issue 29 seam 5). It comes
+                    # back at the pace the decision loop retries the same commit.
+                    max_deliver=None,
+                    backoff_seconds=tuple(
+                        factor * self._ctx.settings.cycle_tick_seconds for factor in (1, 2, 5)
+                    ),
                 ),
                 self._handlers.decision_handler(self.commit),
             )
