@@ -139,8 +139,8 @@ async def scenario(platform: Platform, queue: str) -> None:
 
 async def growth_preempts(platform: Platform, online: str, offline: str) -> None:
     """An inference Deployment that grows into a full cluster takes the room of a training
-    Job: its growth (only the extra pods) is the preemptor, the Job is evicted whole and
-    waits again, the Deployment runs its 4 pods."""
+    Job: its growth (only the extra pods) is the preemptor, the Job is re-queued whole (suspended
+    for tidegate) and waits again, the Deployment runs its 4 pods."""
     kube, ns = platform.kube, platform.namespace
 
     train = WorkloadEntry(
@@ -166,10 +166,15 @@ async def growth_preempts(platform: Platform, online: str, offline: str) -> None
     await wait(platform, running(platform, "serve", 4), "serve grown to 4 pods by preempting train")
 
     async def train_waits() -> bool:
-        found = await live_pods(platform, "train")
-        return len(found) == 1 and gated(found[0])
+        # Re-queued by suspending it (its controller deleted the pod, counting no failure).
+        job = await kube.get(JOBS, "train", namespace=ns)
+        return (
+            not await live_pods(platform, "train")
+            and job["spec"].get("suspend") is True
+            and "tidegate.io/requeued" in (job["metadata"].get("annotations") or {})
+        )
 
-    await wait(platform, train_waits, "train re-created and waiting, gated")
+    await wait(platform, train_waits, "train re-queued (suspended for tidegate) and waiting")
     platform.healthy("the end")
 
 

@@ -161,9 +161,9 @@ def gang_pod(name: str, group: str, queue: str, priority_class: str) -> dict[str
 async def test_tidal_preemption_through_the_eviction_api(
     real_tidegate: RealTidegate,
 ) -> None:
-    """Inference takes a rack from a training Job (restart: evicted through the Eviction API,
-    the Job controller re-creates its pods, the gate holds them, it is admitted again once
-    inference is gone); a PodGroup gang of bare pods in the other rack is left whole until a
+    """Inference takes a rack from a training Job (restart: checked with dry-run evictions and
+    suspended for tidegate, so the Job controller deletes its pods without counting failures;
+    it is admitted again and unsuspended once inference is gone); a PodGroup gang of bare pods in the other rack is left whole until a
     second inference Deployment needs that rack: then the gang is the victim, evicted whole
     (its room counted once by the topology-cache: before finding 10b's watcher fix the search
     answered "at best 0 of 2 pods … fit"); a malformed workload sits beside them the whole
@@ -237,22 +237,29 @@ async def test_tidal_preemption_through_the_eviction_api(
             victims = {v for d in preempted for v in d.victims}
             assert victims == {f"{ns}/train"}, victims
 
-            # The Job controller re-creates train's pods (after its failure backoff: evicted
-            # pods count as failed); the gate holds them.
-            async def train_again() -> list[dict[str, object]] | None:
-                again = [
+            # train is re-queued by suspending it (tidegate.io/requeued): the Job controller
+            # deletes its pods itself and counts no failure (evicted, they were failures that
+            # delayed the replacements by its backoff); no pod exists until it is re-admitted.
+            async def train_requeued() -> bool:
+                job = await system.admin.get(JOBS, "train", namespace=ns)
+                annotations = job["metadata"].get("annotations") or {}
+                live = [
                     p
                     for p in await system.pods()
                     if _labels(p).get("job-name") == "train"
                     and not p["metadata"].get("deletionTimestamp")  # type: ignore[union-attr]
-                    and p["metadata"]["uid"] not in first_train  # type: ignore[index]
                 ]
-                return again if len(again) == 2 else None
+                return (
+                    job["spec"].get("suspend") is True
+                    and "tidegate.io/requeued" in annotations
+                    and not live
+                )
 
-            again = await until_async(
-                train_again, within=90.0, what="train's pods re-created by the Job controller"
+            await until_async(
+                train_requeued, within=90.0, what="train suspended for tidegate, its pods gone"
             )
-            assert all(gated(p) for p in again), again
+            train_job = await system.admin.get(JOBS, "train", namespace=ns)
+            assert not (train_job.get("status") or {}).get("failed"), train_job.get("status")
 
             # The PodGroup was not needed: it runs on, whole.
             assert (
@@ -280,7 +287,11 @@ async def test_tidal_preemption_through_the_eviction_api(
             await system.admin.delete(DEPLOYMENTS, "serve", namespace=ns)
 
             async def train_back() -> bool:
-                return await running_pods(system, "train", 2) is not None
+                pods = await running_pods(system, "train", 2)
+                return pods is not None and not first_train & {
+                    p["metadata"]["uid"]  # type: ignore[index]
+                    for p in pods
+                }
 
             await until_async(train_back, within=150.0, what="train re-admitted and Running")
         assert system.problems() == []

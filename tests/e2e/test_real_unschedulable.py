@@ -4,9 +4,10 @@ The topology-cache is killed, so the capacity view stops moving, while pods tide
 manage fill every node but one per rack. A rack-required Job is then admitted by the stale
 view onto a full node; kube-scheduler marks its released pod ``Unschedulable``. The
 topology-cache comes back; after ``TIDEGATE_UNSCHEDULABLE_SECONDS`` the ungater asks admission
-to place the slot again, admission moves it to the rack's free node, the ungater evicts the
-stranded pod and the Job controller's new pod is released there and runs. Every check reads
-the real API server or the bus.
+to place the slot again, admission moves it to the rack's free node, the ungater takes the
+stranded pod away (it suspends the Job and unsuspends it under the new admission, so the Job
+controller counts no failure) and the Job controller's new pod is released there and runs.
+Every check reads the real API server or the bus.
 """
 
 import contextlib

@@ -430,6 +430,18 @@ def inference_deployment(
     }
 
 
+def training_deployment(name: str, *, pods: int) -> dict[str, Any]:
+    """A training Deployment of ``pods`` pods in queue ``offline`` (``volcano.sh/service.type:
+    training``): a victim whose pods are evicted one by one (a Job's owner is suspended)."""
+    body = inference_deployment(name, replicas=pods, priority_class="low")
+    body["metadata"]["annotations"] = {
+        "tidegate.io/queue": "offline",
+        "volcano.sh/service.type": "training",
+    }
+    body["spec"]["template"]["metadata"]["labels"]["tidegate.io/queue"] = "offline"
+    return body
+
+
 @contextlib.asynccontextmanager
 async def environment(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
     """A running simulated cluster (1 block × 2 racks × 2 nodes × 8 GPUs, grace periods at a

@@ -1,8 +1,8 @@
 """The ``preempted`` decision goes out before the first eviction, so a victim cannot restart in
 its old slots while its gang is being evicted.
 
-The Job controller (real or simulated) creates a replacement for an evicted pod as soon as the
-pod is terminating (podReplacementPolicy TerminatingOrFailed). The replacement arrives gated; if
+A ReplicaSet controller (real or simulated) creates a replacement for an evicted pod as soon
+as the pod is terminating (so would a Job's, were its victims not re-queued by suspension). The replacement arrives gated; if
 the victim's admission were still in force for the ungater, it would be released into the
 victim's old slot and the preemption defeated. Here the real ungater runs, evictions are slowed
 to one a second so the first replacements exist long before the last eviction, and the test
@@ -12,10 +12,10 @@ checks both the order on the bus and what the ungater did with the replacements.
 import asyncio
 from typing import Any
 
-from tidegate.kube import JOBS
+from tidegate.kube import DEPLOYMENTS
 from tidegate.model import DomainCount, NodeState, PodState, Preempted, TopologyAssignment
 
-from .conftest import GATE, NAMESPACE, Harness, training_job
+from .conftest import GATE, NAMESPACE, Harness, training_deployment
 from .test_preemption_service import evicted_record, gated, inference_arrives, live
 
 SETTLE_SECONDS = 1.0
@@ -40,7 +40,7 @@ def one_pod_per_node(h: Harness) -> TopologyAssignment:
 
 
 def train_pods(h: Harness) -> list[PodState]:
-    """The training Job's pods as the watcher last published them."""
+    """The training gang's pods as the watcher last published them."""
     return [
         m
         for m in h.state.values()
@@ -53,22 +53,24 @@ async def test_replacements_of_a_victim_being_evicted_are_not_released(
 ) -> None:
     h = harness
     await h.start_ungater()
-    await h.create(JOBS, training_job("train", pods=4))
-    await h.until(lambda: h.workload("train") is not None, what="the Job on the bus")
+    # A Deployment: its pods are evicted one by one and its ReplicaSet replaces them at once (a
+    # Job victim is suspended instead, and gets no replacement until it is admitted again).
+    await h.create(DEPLOYMENTS, training_deployment("train", pods=4))
+    await h.until(lambda: h.workload("train") is not None, what="the gang on the bus")
     await h.until(
         lambda: len(nodes_on_the_bus(h)) == len(h.sim.layout.nodes), what="every node on the bus"
     )
     workload = h.workload("train")
     assert workload is not None
     (podset,) = workload.podsets
-    # The real ungater releases the Job's pods into the slots of this admission.
+    # The real ungater releases the gang's pods into the slots of this admission.
     await h.admit("train", assignments={podset.name: one_pod_per_node(h)})
 
     def all_running() -> bool:
         pods = train_pods(h)
         return len(pods) == 4 and all(p.phase == "Running" and p.node_name for p in pods)
 
-    await h.until(all_running, what="the Job's pods released by the ungater and running")
+    await h.until(all_running, what="the gang's pods released by the ungater and running")
     original = {p.uid for p in train_pods(h)}
 
     await h.start_preemption(evictions_per_second=1.0, eviction_burst=1, eviction_concurrency=1)

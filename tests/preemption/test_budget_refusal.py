@@ -13,16 +13,21 @@
 
 ``tidegate_preemption_budget_blocked_total`` counts each held preemption once, however many
 times it is retried.
+
+The victims here are training Deployments, whose pods are evicted one by one. A Job or JobSet
+victim is re-queued by suspending it instead (docs/preemption.md): every pod is checked with a
+dry run first, and the gang against the budgets the bus knows; a budget unknown to the bus
+that spares some of its pods but not all passes both checks, and the gang goes whole.
 """
 
 from typing import Any
 
-from tidegate.kube import DEPLOYMENTS, EVENTS, JOBS, PDBS
+from tidegate.kube import DEPLOYMENTS, EVENTS, PDBS
 from tidegate.model import PodState, Preempted
 from tidegate.runtime import Service
 
-from .conftest import NAMESPACE, Harness, inference_deployment, training_job
-from .test_preemption_service import evicted_record, gated, gone, live, running_training_job
+from .conftest import NAMESPACE, Harness, inference_deployment, training_deployment
+from .test_preemption_service import evicted_record, gated, gone, live
 
 
 def budget(min_available: int, job: str = "train") -> dict[str, Any]:
@@ -32,9 +37,33 @@ def budget(min_available: int, job: str = "train") -> dict[str, Any]:
         "metadata": {"name": f"{job}-budget"},
         "spec": {
             "minAvailable": min_available,
-            "selector": {"matchLabels": {"batch.kubernetes.io/job-name": job}},
+            "selector": {"matchLabels": {"app": job}},
         },
     }
+
+
+async def running_training_gang(h: Harness, name: str, nodes: list[str]) -> set[str]:
+    """A training Deployment of one pod per node of ``nodes``, admitted and running."""
+    await h.create(DEPLOYMENTS, training_deployment(name, pods=len(nodes)))
+    await h.until(lambda: h.workload(name) is not None, what=f"{name} on the bus")
+
+    async def all_gated() -> bool:
+        return len([p for p in await h.pods(f"{name}-") if gated(p)]) == len(nodes)
+
+    await h.until_async(all_gated, what=f"gated {name} pods")
+    await h.admit(name)
+    await h.ungate(f"{name}-", nodes)
+
+    def running() -> bool:
+        pods = [
+            m
+            for m in h.state.values()
+            if isinstance(m, PodState) and m.workload == f"{NAMESPACE}/{name}"
+        ]
+        return len(pods) == len(nodes) and all(p.phase == "Running" and p.node_name for p in pods)
+
+    await h.until(running, what=f"{name}'s pods running")
+    return {p["metadata"]["uid"] for p in await h.pods(f"{name}-")}
 
 
 def sample(service: Service[Any], name: str, labels: dict[str, str] | None = None) -> float:
@@ -58,8 +87,8 @@ async def blocked_events(h: Harness) -> dict[str, dict[str, Any]] | None:
 
 
 async def behind_the_watchers_back(h: Harness, min_available: int) -> set[str]:
-    """A running 4-pod training Job, serve on the bus, then (watcher stopped) the budget."""
-    original = await running_training_job(h)
+    """A running 4-pod training gang, serve on the bus, then (watcher stopped) the budget."""
+    original = await running_training_gang(h, "train", [n.name for n in h.sim.layout.nodes])
     await h.create(DEPLOYMENTS, inference_deployment("serve", replicas=2))
     await h.until(lambda: h.workload("serve") is not None, what="serve on the bus", within=60)
     assert h.watcher is not None
@@ -134,36 +163,13 @@ async def test_a_budget_that_spares_one_pod_holds_the_rest_until_it_allows(
 
 
 async def running_pair(h: Harness) -> dict[str, set[str]]:
-    """Two 2-pod training Jobs, ``train-a`` on rack 0 and ``train-b`` on rack 1, admitted and
-    running; their pods' UIDs by Job."""
+    """Two 2-pod training gangs, ``train-a`` on rack 0 and ``train-b`` on rack 1, admitted and
+    running; their pods' UIDs by gang."""
     nodes = [n.name for n in h.sim.layout.nodes]
-    uids = {}
-    for job, slots in (("train-a", nodes[:2]), ("train-b", nodes[2:])):
-        await h.create(JOBS, training_job(job, pods=2))
-
-        def on_the_bus(job: str = job) -> bool:
-            return h.workload(job) is not None
-
-        await h.until(on_the_bus, what=f"{job} on the bus")
-
-        async def two_gated(job: str = job) -> bool:
-            return len([p for p in await h.pods(f"{job}-") if gated(p)]) == 2
-
-        await h.until_async(two_gated, what=f"two gated {job} pods")
-        await h.admit(job)
-        await h.ungate(f"{job}-", slots)
-
-        def running(job: str = job) -> bool:
-            pods = [
-                m
-                for m in h.state.values()
-                if isinstance(m, PodState) and m.workload == f"{NAMESPACE}/{job}"
-            ]
-            return len(pods) == 2 and all(p.phase == "Running" and p.node_name for p in pods)
-
-        await h.until(running, what=f"{job}'s pods running")
-        uids[job] = {p["metadata"]["uid"] for p in await h.pods(f"{job}-")}
-    return uids
+    return {
+        job: await running_training_gang(h, job, slots)
+        for job, slots in (("train-a", nodes[:2]), ("train-b", nodes[2:]))
+    }
 
 
 async def test_one_victim_held_by_its_budget_does_not_hold_back_another(

@@ -10,9 +10,11 @@ training Job is evicted whole, the inference pods run, the training Job waits in
 (it never preempts back) and is admitted again, whole, when the inference workload goes away.
 """
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -34,6 +36,7 @@ from .conftest import (
     Harness,
     environment,
     inference_deployment,
+    training_deployment,
     training_job,
 )
 
@@ -158,3 +161,87 @@ async def test_inference_reclaims_a_training_job_that_comes_back_later(cluster: 
     assert len(decisions_about(h, Admitted, "train")) == 2
     assert not first_run & {p.uid for p in running(h, "train", 4)}
     assert len(h.of(Preempted)) == 1
+
+
+def plain_job(name: str, *, pods: int, gpus: int) -> dict[str, Any]:
+    """A training Job as a new user writes it: not Indexed, no podFailurePolicy, the default
+    backoffLimit (6)."""
+    job = training_job(name, pods=pods, gpus=gpus)
+    for field in ("completionMode", "backoffLimit"):
+        del job["spec"][field]
+    return job
+
+
+async def job_status(h: Harness, name: str) -> dict[str, Any]:
+    return dict((await h.kube.get(JOBS, name, namespace=NAMESPACE)).get("status") or {})
+
+
+@pytest.mark.slow
+async def test_a_plain_job_preempted_once_runs_again_at_once_and_does_not_fail(
+    cluster: Harness,
+) -> None:
+    """Issue 28: 8 evicted pods were 8 failures to the Job controller, past the default
+    backoffLimit of 6: the Job failed for good (and short of that, its replacements waited
+    out the pod failure backoff, up to 10 minutes). Suspended instead, it spends nothing."""
+    h = cluster
+    await h.create(JOBS, plain_job("train", pods=8, gpus=4))
+    await h.until(lambda: running(h, "train", 8), within=30, what="the training Job running")
+    first_run = {p.uid for p in running(h, "train", 8)}
+
+    await h.create(DEPLOYMENTS, inference_deployment("serve", replicas=2))
+    await h.until(lambda: h.of(Preempted), within=30, what="a preemption")
+    await h.until(lambda: running(h, "serve", 2), within=30, what="the inference pods running")
+    job = await h.kube.get(JOBS, "train", namespace=NAMESPACE)
+    # Re-queued by suspending it: queued for tidegate, not stopped by someone else (evicted
+    # pod by pod instead, its 8 failures would pass the backoffLimit of 6: Failed for good).
+    assert job["spec"].get("suspend") is True, job.get("status")
+    assert (
+        job["metadata"]["annotations"]["tidegate.io/requeued"] == f"preempted by {NAMESPACE}/serve"
+    )
+    await h.until(
+        lambda: (w := h.workload("train")) is not None and w.suspended and w.resume_on_admission,
+        within=10,
+        what="the training Job queued again",
+    )
+
+    await h.kube.delete(DEPLOYMENTS, "serve", namespace=NAMESPACE, propagation="Background")
+    await h.until(
+        lambda: len(decisions_about(h, Admitted, "train")) == 2,
+        within=30,
+        what="the training Job re-admitted",
+    )
+    readmitted = asyncio.get_running_loop().time()
+    await h.until(lambda: running(h, "train", 8), within=30, what="the training Job running again")
+    took = asyncio.get_running_loop().time() - readmitted
+    assert took < 10, f"{took:.1f} s from re-admission to running"
+    assert not first_run & {p.uid for p in running(h, "train", 8)}
+    status = await job_status(h, "train")
+    assert status.get("failed", 0) == 0
+    assert not any(c["type"] == "Failed" for c in status.get("conditions", []))
+    job = await h.kube.get(JOBS, "train", namespace=NAMESPACE)
+    assert "tidegate.io/requeued" not in job["metadata"]["annotations"]
+    assert job["metadata"]["annotations"]["tidegate.io/resume"] == "manual"
+
+
+@pytest.mark.slow
+async def test_a_deployment_victim_is_still_evicted_and_comes_back(cluster: Harness) -> None:
+    """Only Jobs and JobSets are re-queued by suspending them; a training Deployment's pods
+    are evicted as before, its ReplicaSet re-creates them gated, and they run again when
+    re-admitted."""
+    h = cluster
+    await h.create(DEPLOYMENTS, training_deployment("batch", pods=4))
+    await h.until(lambda: running(h, "batch", 4), within=30, what="the batch Deployment running")
+    first_run = {p.uid for p in running(h, "batch", 4)}
+
+    await h.create(DEPLOYMENTS, inference_deployment("serve", replicas=2))
+    await h.until(lambda: h.of(Preempted), within=30, what="a preemption")
+    await h.until(lambda: running(h, "serve", 2), within=30, what="the inference pods running")
+    # Its old pods were evicted; the replacements wait gated (nothing suspended a Deployment).
+    await h.until(
+        lambda: not first_run & {p.uid for p in pods_of(h, "batch") if not p.terminating},
+        within=30,
+        what="the batch pods evicted",
+    )
+    await h.kube.delete(DEPLOYMENTS, "serve", namespace=NAMESPACE, propagation="Background")
+    await h.until(lambda: running(h, "batch", 4), within=40, what="the batch Deployment back")
+    assert len(decisions_about(h, Admitted, "batch")) == 2

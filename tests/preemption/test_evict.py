@@ -12,7 +12,7 @@ from tidegate.bus import BusSettings, Lease, LeaseLost, LeaseSettings
 from tidegate.bus import connect as connect_bus
 from tidegate.kube import JOBS, NAMESPACES, PDBS, PODS, KubeClient, KubeSettings, NotFound
 from tidegate.kube import connect as connect_kube
-from tidegate.model.names import PREEMPTED_BY_ANNOTATION, RESUME_ANNOTATION
+from tidegate.model.names import PREEMPTED_BY_ANNOTATION, REQUEUE_ANNOTATION, RESUME_ANNOTATION
 from tidegate.preemption.evict import (
     AbortFailed,
     EvictionFailed,
@@ -153,8 +153,86 @@ async def test_abort_suspends_and_marks_the_job_then_evicts_its_pods(kube: KubeC
     assert again == {"train-0": "gone", "train-1": "gone"}
 
 
+async def test_a_restarted_job_victim_is_suspended_for_tidegate_not_evicted(
+    kube: KubeClient,
+) -> None:
+    """Restart mode re-queues a Job by suspending it (its controller then deletes the pods
+    without counting failures): one merge patch with the uid as precondition, the requeue
+    mark, ``tidegate.io/resume`` removed; no pod is evicted by tidegate."""
+    body = train_job()
+    body["metadata"]["annotations"] = {RESUME_ANNOTATION: "manual"}
+    job = await kube.create(JOBS, body, namespace=NAMESPACE)
+    pods = [
+        ref(dict(await kube.create(PODS, pod(f"train-{i}"), namespace=NAMESPACE))) for i in range(2)
+    ]
+    victim = VictimRecord(
+        key=f"{NAMESPACE}/train", uid=job["metadata"]["uid"], mode="restart", owner_kind="Job"
+    )
+    outcomes: list[str] = []
+    evictor = Evictor(kube, EvictionSettings(), observe=outcomes.append)
+    results = await evictor.preempt(victim, pods, preemptor=f"{NAMESPACE}/serve")
+    assert results == {"train-0": "evicted", "train-1": "evicted"}
+    assert outcomes == ["requeued", "requeued"]
+    stored = await kube.get(JOBS, "train", namespace=NAMESPACE)
+    assert stored["spec"]["suspend"] is True
+    annotations = stored["metadata"]["annotations"]
+    assert annotations[REQUEUE_ANNOTATION] == f"preempted by {NAMESPACE}/serve"
+    assert RESUME_ANNOTATION not in annotations
+    assert PREEMPTED_BY_ANNOTATION not in annotations
+    # No controller here: the pods are still there, tidegate did not delete them.
+    assert all([await exists(kube, p.name) for p in pods])
+    # Nothing live any more (a retry after the suspension took effect): nothing is written.
+    assert await evictor.preempt(victim, [], preemptor=f"{NAMESPACE}/serve") == {}
+
+    # A Job re-created under the same name is never suspended for the old one.
+    await kube.delete(JOBS, "train", namespace=NAMESPACE)
+    await kube.create(JOBS, train_job(), namespace=NAMESPACE)
+    again = await evictor.preempt(victim, pods, preemptor=f"{NAMESPACE}/serve")
+    assert again == {"train-0": "gone", "train-1": "gone"}
+    fresh = await kube.get(JOBS, "train", namespace=NAMESPACE)
+    assert not fresh["spec"].get("suspend")
+
+
+async def test_a_budget_refusing_a_job_victims_pod_holds_its_suspension(
+    kube: KubeClient,
+) -> None:
+    """The dry-run eviction of every pod comes first: a budget that refuses one leaves the Job
+    running (not suspended) and names the pod, as a refused eviction would."""
+    job = await kube.create(JOBS, train_job(), namespace=NAMESPACE)
+    body = pod("train-0")
+    body["metadata"]["labels"] = {"app": "train"}
+    created = dict(await kube.create(PODS, body, namespace=NAMESPACE))
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    await kube.patch(PODS, "train-0", {"status": status}, namespace=NAMESPACE, subresource="status")
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep-it"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
+    }
+    await kube.create(PDBS, budget, namespace=NAMESPACE)
+    victim = VictimRecord(
+        key=f"{NAMESPACE}/train", uid=job["metadata"]["uid"], mode="restart", owner_kind="Job"
+    )
+    with pytest.raises(EvictionRefused) as refused:
+        await Evictor(kube, EvictionSettings()).preempt(
+            victim, [ref(created)], preemptor=f"{NAMESPACE}/serve"
+        )
+    assert refused.value.pods == ["train-0"]
+    stored = await kube.get(JOBS, "train", namespace=NAMESPACE)
+    assert not stored["spec"].get("suspend")
+    assert await exists(kube, "train-0") is not None
+
+
+@pytest.mark.parametrize(
+    ("kind", "failure"),
+    [
+        ("Deployment", "1 of 1 pods of team/train not evicted"),
+        ("Job", "cannot suspend the Job of team/train to re-queue it"),
+    ],
+)
 async def test_an_unreachable_api_server_fails_the_eviction_for_a_later_retry(
-    tmp_path: Path,
+    tmp_path: Path, kind: str, failure: str
 ) -> None:
     async with SimCluster.running(SimSettings(nodes=None)) as sim:
         path = sim.write_kubeconfig(tmp_path / "kc")
@@ -162,8 +240,8 @@ async def test_an_unreachable_api_server_fails_the_eviction_for_a_later_retry(
     kube = await connect_kube(KubeSettings(kubeconfig=path, max_attempts=1))
     try:
         evictor = Evictor(kube, EvictionSettings(retry_seconds=0.2, retry_delay_seconds=0.05))
-        victim = VictimRecord(key=f"{NAMESPACE}/train", uid="u", mode="restart", owner_kind="Job")
-        with pytest.raises(EvictionFailed, match="1 of 1 pods of team/train not evicted"):
+        victim = VictimRecord(key=f"{NAMESPACE}/train", uid="u", mode="restart", owner_kind=kind)
+        with pytest.raises(EvictionFailed, match=failure):
             await evictor.preempt(
                 victim, [PodRef(namespace=NAMESPACE, name="p", uid="x")], preemptor="team/s"
             )
@@ -225,7 +303,10 @@ async def test_a_budget_refusal_is_not_retried_and_names_the_refused_pods(
     }
     await kube.create(PDBS, budget, namespace=NAMESPACE)
     pods = [ref(p) for p in created]
-    victim = VictimRecord(key=f"{NAMESPACE}/guarded", uid="u", mode="restart", owner_kind="Job")
+    # A Deployment's pods are evicted one by one (a Job or JobSet victim is re-queued instead).
+    victim = VictimRecord(
+        key=f"{NAMESPACE}/guarded", uid="u", mode="restart", owner_kind="Deployment"
+    )
     outcomes: list[str] = []
     evictor = Evictor(
         kube,

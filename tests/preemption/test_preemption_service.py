@@ -96,14 +96,19 @@ async def test_an_inference_deployment_evicts_a_lower_priority_training_job_whol
     # The whole gang is evicted (all four pods, though two nodes were enough) ...
     await h.until_async(lambda: gone(h, original), what="every original pod gone")
 
-    # ... and the Job controller recreates its pods, gated: the Job is back in its queue.
-    async def recreated_gated() -> bool:
-        pods = live(await h.pods("train-"))
-        return len(pods) == 4 and all(gated(p) for p in pods)
-
-    await h.until_async(recreated_gated, what="four new gated pods")
+    # ... by suspending the Job for tidegate (re-queued): its controller deleted the pods and
+    # counted no failure; it gets no pods until it is admitted again (the ungater resumes it).
     job = await h.kube.get(JOBS, "train", namespace=NAMESPACE)
-    assert not job["spec"].get("suspend")
+    assert job["spec"]["suspend"] is True
+    assert (
+        job["metadata"]["annotations"]["tidegate.io/requeued"] == f"preempted by {NAMESPACE}/serve"
+    )
+    assert live(await h.pods("train-")) == []
+    assert not job.get("status", {}).get("failed")
+    await h.until(
+        lambda: (w := h.workload("train")) is not None and w.suspended and w.resume_on_admission,
+        what="the Job queued for tidegate",
+    )
 
     # The decision continues the trace of the request (the workload's trace).
     assert h.trace_id(Preempted) == h.trace_id(PreemptRequested)
@@ -210,14 +215,20 @@ async def test_a_preemption_published_but_not_evicted_is_finished_once_after_a_r
     assert finished.published_at == recorded.published_at
     assert finished.victims == recorded.victims
 
-    async def recreated_gated() -> list[dict[str, Any]]:
-        pods = live(await h.pods("train-"))
-        return pods if len(pods) == 4 and all(gated(p) for p in pods) else []
+    # The Job was re-queued by suspending it; the ungater would unsuspend it on its next
+    # admission (played here by hand), after which nothing of this preemption touches it.
+    job = await h.kube.get(JOBS, "train", namespace=NAMESPACE)
+    assert job["spec"]["suspend"] is True
+    await h.kube.patch(JOBS, "train", {"spec": {"suspend": False}}, namespace=NAMESPACE)
 
-    replacements = {p["metadata"]["uid"] for p in await h.until_async(recreated_gated)}
+    async def recreated() -> list[dict[str, Any]]:
+        pods = live(await h.pods("train-"))
+        return pods if len(pods) == 4 else []
+
+    replacements = {p["metadata"]["uid"] for p in await h.until_async(recreated)}
 
     # The same request again (a redelivery) and the reconcile loop change nothing: the
-    # replacements are never evicted and nothing is published twice.
+    # Job is not suspended again, its new pods stay, and nothing is published twice.
     (request,) = [d for d, _ in h.decisions if isinstance(d, PreemptRequested)]
     await h.publish(subjects.decision(h.cluster, "preempt-requested", NAMESPACE, "serve"), request)
     await h.until(lambda: len(h.of(PreemptRequested)) == 2, what="the repeated request")
@@ -234,6 +245,8 @@ async def test_a_preemption_published_but_not_evicted_is_finished_once_after_a_r
     assert handled("resumed") == 0  # finished at takeover, not by the repeated request
     still = live(await h.pods("train-"))
     assert {p["metadata"]["uid"] for p in still} == replacements
+    job = await h.kube.get(JOBS, "train", namespace=NAMESPACE)
+    assert not job["spec"].get("suspend")
 
 
 async def test_no_ping_pong(harness: Harness) -> None:

@@ -259,10 +259,12 @@ class Env:
         job_annotations: dict[str, str] | None = None,
         job_labels: dict[str, str] | None = None,
         suspend: bool = False,
+        backoff_limit_per_index: int | None = None,
     ) -> dict[str, Any]:
         """An Indexed Job in queue q (its pods are gated at creation); ``annotations`` go on
         its pod template, ``job_annotations`` and ``job_labels`` on the Job; ``suspend``
-        creates it suspended."""
+        creates it suspended; ``backoff_limit_per_index`` sets ``backoffLimitPerIndex`` (the
+        Job controller's failure backoff is then counted per index)."""
         template_annotations = dict(annotations or {})
         if duration is not None:
             template_annotations["tidegate.io/sim-duration-seconds"] = str(duration)
@@ -298,6 +300,8 @@ class Env:
                 },
             },
         }
+        if backoff_limit_per_index is not None:
+            body["spec"]["backoffLimitPerIndex"] = backoff_limit_per_index  # type: ignore[index]
         return await self.create(JOBS, body)
 
     async def pods(self, label_selector: str | None = None) -> list[dict[str, Any]]:

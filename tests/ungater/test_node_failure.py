@@ -48,7 +48,16 @@ async def running_pods(env: Env, job: str, count: int) -> list[dict[str, Any]] |
 
 async def test_pods_on_failed_nodes_are_replaced_inside_the_required_rack(pipeline: Env) -> None:
     env = pipeline
-    await env.job("train", 4, gpus=4, job_annotations={"tidegate.io/topology-required": RACK})
+    # The pods lost with the nodes are failures to the Job controller (pod GC, the taint
+    # manager): counted per index their replacements wait 10 s, counted for the whole Job
+    # 80 s (4 failures).
+    await env.job(
+        "train",
+        4,
+        gpus=4,
+        job_annotations={"tidegate.io/topology-required": RACK},
+        backoff_limit_per_index=6,
+    )
     first = await env.until_async(
         lambda: running_pods(env, "train", 4), within=30, what="4 running"
     )

@@ -140,7 +140,9 @@ async def test_lazily_created_pods_and_replacements_take_freed_slots(env: Env) -
 
 async def test_a_failed_or_deleted_pod_is_replaced_in_its_slot(env: Env) -> None:
     await env.start_ungater()
-    job = await env.job("heal", 4)
+    # Two failures: the Job controller waits 10 s per index before replacing them (20 s
+    # counted for the whole Job), as Kubernetes does.
+    job = await env.job("heal", 4, backoff_limit_per_index=6)
     hosts = [env.host(1, 2), env.host(1, 3)]
     await env.admit("team/heal", job["metadata"]["uid"], {"main": [(hosts[0], 2), (hosts[1], 2)]})
     pods = await env.until_async(lambda: _running(env, "heal", 4), what="four running")
@@ -165,7 +167,7 @@ async def test_a_failed_or_deleted_pod_is_replaced_in_its_slot(env: Env) -> None
             return None
         return pods
 
-    pods = await env.until_async(replaced, what="two replacements running")
+    pods = await env.until_async(replaced, within=40, what="two replacements running")
     assert {index_of(p): domain_of(p) for p in pods} == {
         0: hosts[0],
         1: hosts[0],

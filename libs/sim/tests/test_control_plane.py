@@ -250,12 +250,16 @@ async def test_failed_pods_are_replaced_until_backoff_limit(
         assert found is not None
         return found.get("status", {})  # type: ignore[return-value]
 
+    started = asyncio.get_running_loop().time()
+    await eventually(lambda: status().get("failed") == 1)
+    # The replacement waits for the pod failure backoff (10 s after one failure, wall clock).
     await eventually(
         lambda: any(
             c.get("reason") == "BackoffLimitExceeded" for c in status().get("conditions", [])
         ),  # type: ignore[union-attr]
-        within=8,
+        within=20,
     )
+    assert asyncio.get_running_loop().time() - started >= 9.5
     assert status()["failed"] == 2
     failed = [p for p in pods_of(cluster, "app=flaky") if p["status"]["phase"] == "Failed"]  # type: ignore[index]
     assert len(failed) == 2

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from tidegate.model import WorkloadState
-from tidegate.model.names import PREEMPTED_BY_ANNOTATION, RESUME_ANNOTATION
+from tidegate.model.names import PREEMPTED_BY_ANNOTATION, REQUEUE_ANNOTATION, RESUME_ANNOTATION
 from tidegate.watcher.index import ClusterIndex, StateKey
 
 KUEUE = {"kueue.x-k8s.io/queue-name": "research"}
@@ -94,3 +94,19 @@ def test_a_suspended_jobset_is_queued_and_its_child_jobs_are_not_workloads(k8s: 
         4,
     )
     assert index.desired(wkey("js-w-0")).message is None
+
+
+def test_tidegates_requeue_is_queued_even_naming_no_queue(k8s: Any) -> None:
+    """A Job tidegate suspended to re-queue it (a restarted victim, a gang evicted after a node
+    failure) is tidegate's to unsuspend, whatever queue keys it has."""
+    index = ClusterIndex()
+    requeued = {REQUEUE_ANNOTATION: "preempted by default/serve"}
+    index.apply("Job", "ADDED", suspended(k8s.job("back", annotations=requeued)))
+    message = published(index, "back")
+    assert (message.suspended, message.resume_on_admission) == (True, True)
+    index.apply(
+        "Job",
+        "MODIFIED",
+        suspended(k8s.job("back", annotations={**requeued, PREEMPTED_BY_ANNOTATION: "x/y"})),
+    )
+    assert not published(index, "back").resume_on_admission

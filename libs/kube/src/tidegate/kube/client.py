@@ -49,6 +49,7 @@ from tidegate.kube.transport import (
     render_query,
 )
 from tidegate.kube.ungate import KnownPod, ungate_json_patch, ungate_patch
+from tidegate.model.names import REQUEUE_ANNOTATION, RESUME_ANNOTATION
 
 PatchType = Literal["merge", "json", "strategic"]
 """JSON merge patch (RFC 7386), JSON patch (RFC 6902), or Kubernetes strategic merge patch."""
@@ -503,6 +504,21 @@ class KubeClient:
     async def suspend_job(self, namespace: str, name: str, *, suspend: bool = True) -> JsonObject:
         """Set a batch/v1 Job's ``spec.suspend`` (the Job controller then deletes its pods)."""
         return await self.patch(JOBS, name, {"spec": {"suspend": suspend}}, namespace=namespace)
+
+    async def requeue_owner(
+        self, resource: ResourceType, namespace: str, name: str, *, uid: str, why: str
+    ) -> JsonObject:
+        """Suspend a Job or JobSet so that tidegate admits it again (``why`` goes into the
+        ``tidegate.io/requeued`` annotation; ``tidegate.io/resume`` is removed), in one merge
+        patch guarded by ``uid``: a re-created object of the same name answers Conflict."""
+        patch = {
+            "metadata": {
+                "uid": uid,
+                "annotations": {REQUEUE_ANNOTATION: why, RESUME_ANNOTATION: None},
+            },
+            "spec": {"suspend": True},
+        }
+        return await self.patch(resource, name, patch, namespace=namespace)
 
     async def suspend_jobset(
         self, namespace: str, name: str, *, suspend: bool = True, resource: ResourceType = JOBSETS

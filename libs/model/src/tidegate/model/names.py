@@ -15,3 +15,14 @@ RESUME_MANUAL: Final = "manual"
 
 PREEMPTED_BY_ANNOTATION: Final = "tidegate.io/preempted-by"
 """Set on an aborted victim's top owner: the key of the workload it was preempted for."""
+
+REQUEUE_ANNOTATION: Final = "tidegate.io/requeued"
+"""On a Job or JobSet tidegate suspended to send it back to its queue (a restarted preemption
+victim, a gang evicted after a node failure or a move): why, e.g. ``preempted by ns/name``.
+While it is there the suspension is tidegate's own: the workload is queued and unsuspended on
+its next admission, which removes the annotation (docs/workloads.md, "Suspended Jobs and
+JobSets"). Suspending, not evicting, is what keeps the Job controller from counting the pods
+as failures (backoffLimit, the pod failure backoff)."""
+
+REQUEUE_KINDS: Final = frozenset({"Job", "JobSet"})
+"""Top-owner kinds tidegate re-queues by suspending them; other kinds' pods are evicted."""

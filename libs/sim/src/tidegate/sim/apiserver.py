@@ -776,7 +776,7 @@ class ApiServer:
             )
             if refusal is not None:
                 raise refusal
-        if not dry_run:
+        if not dry_run and wanted_uid in (None, _dict(pod.get("metadata")).get("uid")):
             self.mark_disruption_target(
                 namespace, name, reason="EvictionByEvictionAPI", message="Eviction API: evicting"
             )
@@ -792,13 +792,16 @@ class ApiServer:
     def mark_disruption_target(
         self, namespace: str, name: str, *, reason: str, message: str
     ) -> None:
-        """Set the pod's ``DisruptionTarget`` condition before it is deleted for a disruption,
-        as the Eviction API and the taint-eviction controller do (their reason and message say
-        which); a Job's podFailurePolicy reads it."""
+        """Set the pod's ``DisruptionTarget`` condition before the system deletes it for a
+        disruption, as the Eviction API, the taint manager and pod GC do (their reason and
+        message say which), unless it has finished or is being deleted already; a Job's
+        podFailurePolicy reads it."""
         pod = self.store.get(PODS.key, namespace, name)
-        if pod is None:
+        if pod is None or _dict(pod.get("metadata")).get("deletionTimestamp"):
             return
         status = dict(_dict(pod.get("status")))
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return
         condition: JsonObject = {
             "type": "DisruptionTarget",
             "status": "True",

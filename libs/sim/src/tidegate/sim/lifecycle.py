@@ -13,7 +13,9 @@
   again when it is Ready; pods on it that do not tolerate the NoExecute taint are deleted
   (after their ``tolerationSeconds``, scaled by ``time_scale``); their kubelet being
   unreachable, they stay Terminating until the node is back or gone. When a node object is
-  deleted, the pods bound to it are force-deleted (pod GC).
+  deleted, the pods bound to it are force-deleted (pod GC). Both first set the pod's
+  ``DisruptionTarget`` condition (reasons ``DeletionByTaintManager``, ``DeletionByPodGC``), as
+  Kubernetes does, so a Job's pod failure policy can tell them from the workload's failures.
 """
 
 import contextlib
@@ -333,6 +335,12 @@ class NodeLifecycle(Reconciler):
                 return
             for namespace, pod_name in pods:
                 with _missing_ok():
+                    self.api.mark_disruption_target(
+                        namespace,
+                        pod_name,
+                        reason="DeletionByPodGC",
+                        message="PodGC: node no longer exists",
+                    )
                     self.api.delete(PODS, namespace, pod_name, {"gracePeriodSeconds": 0})
             return
         node = self.api.store.get(NODES.key, "", name)

@@ -15,8 +15,12 @@ the real controller does (``syncJobBatchPeriod``, 1 s in kube-controller-manager
 its pods syncs the Job at most once per :data:`JOB_POD_SYNC_BATCH_SECONDS`, a change of the
 Job itself at once: a 256-pod gang finishing writes its status a few times, not 256. A pod
 deleted before it finished counts as failed, as with the real controller's tracking
-finalizers; a terminating pod does not block its replacement (podReplacementPolicy
-TerminatingOrFailed).
+finalizers, unless the controller deleted it itself (suspend); a terminating pod does not
+block its replacement (podReplacementPolicy TerminatingOrFailed) unless the Job has a pod
+failure policy. Failures are judged as kube-controller-manager does
+(:mod:`tidegate.sim.jobfailure`): podFailurePolicy, the pod failure backoff before
+replacements (10 s doubling, at most 10 minutes, wall clock), backoffLimit,
+backoffLimitPerIndex with maxFailedIndexes and failedIndexes.
 
 ReplicaSet keeps ``replicas`` live pods. Deployment owns one ReplicaSet per pod-template hash
 and rolls out a new template by its strategy (:func:`rollout`): ``RollingUpdate`` with
@@ -27,7 +31,7 @@ replicas/updated/ready/available and the Available condition.
 JobSet (jobset.x-k8s.io/v1alpha2, when its CRD is served): one Job per replicated job and
 index, suspend propagated, Completed/Failed conditions (see :class:`JobSetController`).
 
-Not simulated: podFailurePolicy, successPolicy, activeDeadlineSeconds, TTL after finished,
+Not simulated: successPolicy, activeDeadlineSeconds, TTL after finished,
 revision history limits, minReadySeconds, progress deadlines, JobSet restarts.
 """
 
@@ -35,10 +39,12 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from typing import Final
 
 import msgspec
 
+from tidegate.sim import jobfailure
 from tidegate.sim import pods as podrules
 from tidegate.sim.apiserver import ApiServer
 from tidegate.sim.errors import ApiError, JsonObject
@@ -270,15 +276,51 @@ class _OwnedPods(Reconciler):
         }
 
 
+@dataclass(slots=True)
+class _JobFailures:
+    """What the Job controller remembers of one Job's finished pods (the real one keeps it in
+    the Job's status and its pods' tracking finalizers)."""
+
+    counted: set[str] = field(default_factory=set)
+    """Pods whose end was counted (failed or succeeded)."""
+    own: set[str] = field(default_factory=set)
+    """Pods the controller deleted itself (suspend, a failed Job or index): never counted."""
+    lost: dict[str, JsonObject] = field(default_factory=dict)
+    """Pods removed before they finished (their last state), counted as failed."""
+    failed: int = 0
+    """Failures counted against the limits (``status.failed``; ignored ones are not)."""
+    backoff: dict[int | None, jobfailure.BackoffRecord] = field(default_factory=dict)
+    """Pod failure backoff per Job (None) or per index."""
+    index_failures: dict[int, int] = field(default_factory=dict)
+    index_ignored: dict[int, int] = field(default_factory=dict)
+    failed_indexes: set[int] = field(default_factory=set)
+    fail: tuple[str, str] | None = None
+    """(reason, message) once a pod failure policy's FailJob rule matched."""
+    synced: bool = False
+    """Whether the Job was synced since this controller started."""
+
+
+def _index_of(pod: JsonObject) -> int | None:
+    value = _dict(_dict(pod.get("metadata")).get("annotations")).get(COMPLETION_INDEX)
+    try:
+        return int(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _uid(obj: JsonObject) -> str:
+    return str(_dict(obj.get("metadata")).get("uid"))
+
+
 class JobController(_OwnedPods):
-    """batch/v1 Job controller (see module docstring)."""
+    """batch/v1 Job controller (see module docstring and :mod:`tidegate.sim.jobfailure`)."""
 
     name = "job-controller"
     owner_type = JOBS
 
     def __init__(self, api: ApiServer) -> None:
         super().__init__(api)
-        self._lost: dict[str, set[str]] = {}
+        self._failures: dict[str, _JobFailures] = {}
         self._batched: set[Key] = set()
         """Jobs with a batched sync pending."""
 
@@ -289,11 +331,75 @@ class JobController(_OwnedPods):
             self.at(time.monotonic() + JOB_POD_SYNC_BATCH_SECONDS, owner)
 
     def on_owned_deleted(self, owner_uid: str, obj: JsonObject) -> None:
-        """A pod removed before finishing counts as failed."""
-        phase = _dict(obj.get("status")).get("phase")
-        if phase not in _TERMINAL:
-            uid = str(_dict(obj.get("metadata")).get("uid"))
-            self._lost.setdefault(owner_uid, set()).add(uid)
+        """A pod removed before its failure was counted (before finishing, or failed and gone
+        within one sync batch) counts as failed, unless the controller removed it."""
+        tracked = self._failures.setdefault(owner_uid, _JobFailures())
+        uid = _uid(obj)
+        if uid in tracked.own:
+            tracked.own.discard(uid)
+            return
+        if uid not in tracked.counted and _dict(obj.get("status")).get("phase") != "Succeeded":
+            tracked.lost[uid] = obj
+
+    def _tracked(self, uid: str, pods: list[JsonObject], old_status: JsonObject) -> _JobFailures:
+        """This Job's memory; on first sight (a new Job, or after a restart) the pods that
+        finished already are taken as counted in its status."""
+        tracked = self._failures.setdefault(uid, _JobFailures())
+        if not tracked.synced:
+            tracked.synced = True
+            tracked.failed = _int(old_status.get("failed"), 0)
+            tracked.failed_indexes = _parse_indexes(str(old_status.get("failedIndexes", "")))
+            tracked.counted |= {
+                _uid(p) for p in pods if _dict(p.get("status")).get("phase") in _TERMINAL
+            }
+        return tracked
+
+    def _count(
+        self, spec: JsonObject, tracked: _JobFailures, pods: list[JsonObject], per_index: int | None
+    ) -> None:
+        """Count the pods that finished since the last sync (pod failure policy, limits,
+        backoff records)."""
+        now = time.time()
+        new_failed = [
+            p
+            for p in pods
+            if _dict(p.get("status")).get("phase") == "Failed"
+            and _uid(p) not in tracked.counted
+            and _uid(p) not in tracked.own
+        ]
+        new_failed += [p for u, p in tracked.lost.items() if u not in tracked.counted]
+        tracked.lost.clear()
+        new_succeeded = [
+            p
+            for p in pods
+            if _dict(p.get("status")).get("phase") == "Succeeded" and _uid(p) not in tracked.counted
+        ]
+        tracked.counted |= {_uid(p) for p in (*new_failed, *new_succeeded)}
+        for pod in new_failed:
+            action, rule = jobfailure.failure_action(spec, pod)
+            index = _index_of(pod)
+            if action == "FailIndex" and per_index is None:
+                action = "Count"
+            if action == "FailJob" and tracked.fail is None and rule is not None:
+                tracked.fail = ("PodFailurePolicy", jobfailure.fail_job_message(pod, rule))
+            if action != "Ignore":
+                tracked.failed += 1
+            key = index if per_index is not None else None
+            tracked.backoff.setdefault(key, jobfailure.BackoffRecord()).note(
+                failed=[now], succeeded=[]
+            )
+            if per_index is None or index is None:
+                continue
+            if action == "Ignore":
+                tracked.index_ignored[index] = tracked.index_ignored.get(index, 0) + 1
+                continue
+            tracked.index_failures[index] = tracked.index_failures.get(index, 0) + 1
+            if action == "FailIndex" or tracked.index_failures[index] > per_index:
+                tracked.failed_indexes.add(index)
+        if per_index is None and new_succeeded:
+            tracked.backoff.setdefault(None, jobfailure.BackoffRecord()).note(
+                failed=[], succeeded=[now]
+            )
 
     def reconcile(self, key: Hashable) -> None:
         """Converge one Job."""
@@ -308,8 +414,15 @@ class JobController(_OwnedPods):
         old_status = _dict(job.get("status"))
         status = _copy(old_status)
         pods = self.owned_objects(uid)
+        tracked = self._tracked(uid, pods, old_status)
+        indexed = spec.get("completionMode") == "Indexed"
+        per_index = (
+            _int(spec.get("backoffLimitPerIndex"), 0)
+            if indexed and spec.get("backoffLimitPerIndex") is not None
+            else None
+        )
+        self._count(spec, tracked, pods, per_index)
         succeeded_pods = [p for p in pods if _dict(p.get("status")).get("phase") == "Succeeded"]
-        failed_pods = [p for p in pods if _dict(p.get("status")).get("phase") == "Failed"]
         terminating = [
             p
             for p in pods
@@ -322,41 +435,36 @@ class JobController(_OwnedPods):
             if not _dict(p.get("metadata")).get("deletionTimestamp")
             and _dict(p.get("status")).get("phase") not in _TERMINAL
         ]
-        indexed = spec.get("completionMode") == "Indexed"
         completions = spec.get("completions")
         parallelism = _int(spec.get("parallelism"), 1)
-        backoff_limit = _int(spec.get("backoffLimit"), 6)
-        succeeded_indexes = {
-            int(str(_dict(_dict(p.get("metadata")).get("annotations")).get(COMPLETION_INDEX, -1)))
-            for p in succeeded_pods
-        }
-        previous_indexes = _parse_indexes(str(old_status.get("completedIndexes", "")))
-        succeeded_indexes |= previous_indexes
-        succeeded_indexes.discard(-1)
+        backoff_limit = _int(spec.get("backoffLimit"), 2**31 - 1 if per_index is not None else 6)
+        succeeded_indexes = {_index_of(p) for p in succeeded_pods}
+        succeeded_indexes.discard(None)
+        done_indexes: set[int] = {i for i in succeeded_indexes if i is not None}
+        done_indexes |= _parse_indexes(str(old_status.get("completedIndexes", "")))
         succeeded = max(
             _int(old_status.get("succeeded"), 0),
-            len(succeeded_indexes) if indexed else len(succeeded_pods),
+            len(done_indexes) if indexed else len(succeeded_pods),
         )
-        if not indexed:
-            succeeded = max(succeeded, len(succeeded_pods))
-        failed = len(failed_pods) + len(self._lost.get(uid, ()))
-        failed = max(failed, _int(old_status.get("failed"), 0))
+        failed = max(tracked.failed, _int(old_status.get("failed"), 0))
         finished = _condition_true(status, "Complete") or _condition_true(status, "Failed")
         suspended = spec.get("suspend") is True
         if not finished:
-            if failed > backoff_limit:
-                _set_condition(
-                    status,
-                    "Failed",
-                    "True",
-                    "BackoffLimitExceeded",
-                    "Job has reached the specified backoff limit",
-                )
+            failure = self._failure(spec, tracked, failed, backoff_limit, per_index)
+            every = set(range(_int(completions, 1)))
+            if (
+                failure is None
+                and tracked.failed_indexes
+                and every <= done_indexes | (tracked.failed_indexes)
+            ):
+                failure = ("FailedIndexes", "Job has failed indexes")
+            if failure is not None:
+                _set_condition(status, "Failed", "True", *failure)
                 finished = True
                 for pod in active:
-                    self._delete(pod)
+                    self._delete(uid, pod)
                 active = []
-            elif self._complete(indexed, completions, succeeded, succeeded_indexes, active):
+            elif self._complete(indexed, completions, succeeded, done_indexes, active):
                 _set_condition(
                     status,
                     "Complete",
@@ -369,7 +477,7 @@ class JobController(_OwnedPods):
         if not finished:
             if suspended:
                 for pod in active:
-                    self._delete(pod)
+                    self._delete(uid, pod)
                 active = []
                 _set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
             else:
@@ -377,8 +485,27 @@ class JobController(_OwnedPods):
                     _set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
                     status["startTime"] = rfc3339()
                 status.setdefault("startTime", rfc3339())
+                for pod in [p for p in active if _index_of(p) in tracked.failed_indexes]:
+                    self._delete(uid, pod)
+                    active.remove(pod)
+                # With a pod failure policy (or podReplacementPolicy: Failed) a terminating
+                # pod is replaced only once it has failed.
+                waits_for_terminal = (
+                    spec.get("podFailurePolicy") is not None
+                    or spec.get("podReplacementPolicy") == "Failed"
+                )
+                occupying = [*active, *terminating] if waits_for_terminal else active
                 active += self._create_missing(
-                    job, indexed, completions, parallelism, succeeded, succeeded_indexes, active
+                    job,
+                    tracked,
+                    key,
+                    indexed=indexed,
+                    per_index=per_index,
+                    completions=completions,
+                    parallelism=parallelism,
+                    succeeded=succeeded,
+                    skip=done_indexes | tracked.failed_indexes,
+                    occupying=occupying,
                 )
         status["active"] = len(active)
         status["ready"] = sum(1 for p in active if is_ready(p))
@@ -386,12 +513,35 @@ class JobController(_OwnedPods):
         status["failed"] = failed
         status["terminating"] = len(terminating)
         if indexed:
-            status["completedIndexes"] = compress_indexes(succeeded_indexes)
+            status["completedIndexes"] = compress_indexes(done_indexes)
+        if per_index is not None:
+            status["failedIndexes"] = compress_indexes(tracked.failed_indexes)
         status.setdefault("uncountedTerminatedPods", {})
-        for field in ("active", "succeeded", "failed", "ready", "terminating"):
-            if status.get(field) == 0 and field not in old_status:
-                status.pop(field)
+        for name in ("active", "succeeded", "failed", "ready", "terminating"):
+            if status.get(name) == 0 and name not in old_status:
+                status.pop(name)
         self.write_status(JOBS, job, status)
+
+    @staticmethod
+    def _failure(
+        spec: JsonObject,
+        tracked: _JobFailures,
+        failed: int,
+        backoff_limit: int,
+        per_index: int | None,
+    ) -> tuple[str, str] | None:
+        """(reason, message) of the Failed condition the Job reached, if any."""
+        if tracked.fail is not None:
+            return tracked.fail
+        if failed > backoff_limit:
+            return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+        most = spec.get("maxFailedIndexes")
+        if per_index is not None and isinstance(most, int) and len(tracked.failed_indexes) > most:
+            return (
+                "MaxFailedIndexesExceeded",
+                "Job has exceeded the specified maximal number of failed indexes",
+            )
+        return None
 
     def _complete(
         self,
@@ -411,13 +561,19 @@ class JobController(_OwnedPods):
     def _create_missing(
         self,
         job: JsonObject,
+        tracked: _JobFailures,
+        key: Key,
+        *,
         indexed: bool,
+        per_index: int | None,
         completions: object,
         parallelism: int,
         succeeded: int,
-        succeeded_indexes: set[int],
-        active: list[JsonObject],
+        skip: set[int],
+        occupying: list[JsonObject],
     ) -> list[JsonObject]:
+        """Create the pods the Job lacks, once the pod failure backoff allows (a later sync is
+        timed for when it does)."""
         metadata = _dict(job.get("metadata"))
         name = str(metadata.get("name"))
         uid = str(metadata.get("uid"))
@@ -427,43 +583,63 @@ class JobController(_OwnedPods):
             "controller-uid": uid,
             "job-name": name,
         }
+        now = time.time()
+        wait = 0.0
         created: list[JsonObject] = []
+        room = max(parallelism - len(occupying), 0)
+        if per_index is None:
+            record = tracked.backoff.get(None)
+            wait = record.remaining(now) if record is not None else 0.0
         if indexed:
             total = _int(completions, 1)
-            running = {
-                int(
-                    str(
-                        _dict(_dict(p.get("metadata")).get("annotations")).get(COMPLETION_INDEX, -1)
-                    )
-                )
-                for p in active
-            }
-            wanted = [i for i in range(total) if i not in succeeded_indexes and i not in running]
-            room = max(parallelism - len(active), 0)
+            running = {_index_of(p) for p in occupying}
+            wanted = [i for i in range(total) if i not in skip and i not in running]
             for index in wanted[:room]:
+                record = tracked.backoff.get(index) if per_index is not None else None
+                index_wait = record.remaining(now) if record is not None else wait
+                if index_wait > 0:
+                    wait = index_wait if per_index is None else min(wait or index_wait, index_wait)
+                    continue
+                annotations = {COMPLETION_INDEX: str(index)}
+                if per_index is not None:
+                    annotations[jobfailure.FAILURE_COUNT] = str(
+                        tracked.index_failures.get(index, 0)
+                    )
+                    if tracked.index_ignored.get(index):
+                        annotations[jobfailure.IGNORED_FAILURE_COUNT] = str(
+                            tracked.index_ignored[index]
+                        )
                 pod = self.new_pod(
                     job,
                     prefix=f"{name}-{index}-",
                     extra_labels={**labels, COMPLETION_INDEX: str(index)},
-                    extra_annotations={COMPLETION_INDEX: str(index)},
+                    extra_annotations=annotations,
                 )
                 _dict(pod["spec"]).setdefault("hostname", f"{name}-{index}")
                 created.append(self._create(job, pod))
-            return created
-        if completions is None:
-            want = parallelism if succeeded == 0 else 0
         else:
-            want = min(parallelism, _int(completions, 1) - succeeded)
-        for _ in range(max(want - len(active), 0)):
-            pod = self.new_pod(job, prefix=f"{name}-", extra_labels=labels, extra_annotations={})
-            created.append(self._create(job, pod))
+            if completions is None:
+                want = parallelism if succeeded == 0 else 0
+            else:
+                want = min(parallelism, _int(completions, 1) - succeeded)
+            missing = max(want - len(occupying), 0)
+            if missing and wait <= 0:
+                for _ in range(missing):
+                    pod = self.new_pod(
+                        job, prefix=f"{name}-", extra_labels=labels, extra_annotations={}
+                    )
+                    created.append(self._create(job, pod))
+        if wait > 0:
+            self.at(time.monotonic() + wait + 0.01, key)
         return created
 
     def _create(self, job: JsonObject, pod: JsonObject) -> JsonObject:
         namespace = str(_dict(job.get("metadata")).get("namespace"))
         return self.api.create(PODS, namespace, pod)
 
-    def _delete(self, pod: JsonObject) -> None:
+    def _delete(self, job_uid: str, pod: JsonObject) -> None:
+        """Delete a pod the controller no longer wants; it is never counted as failed."""
+        self._failures.setdefault(job_uid, _JobFailures()).own.add(_uid(pod))
         key = object_key(pod)
         try:
             self.api.delete(PODS, key[0], key[1], {})

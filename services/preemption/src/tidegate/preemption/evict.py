@@ -26,6 +26,17 @@ and the rules for doing it safely live together:
   ``tidegate.io/resume: manual``: the suspension is then never taken for one made for tidegate
   to undo (docs/workloads.md, "Suspended Jobs and JobSets"), so the victim stays out across
   any restart of any service, by its own object;
+- a restarted victim whose top owner is a Job or JobSet is not evicted pod by pod but
+  **re-queued** (:meth:`Evictor.requeue`): the pods are first checked with dry-run evictions
+  (so a PodDisruptionBudget refusing any of them holds the victim exactly as a refused
+  eviction would), then the owner is suspended, in one merge patch guarded by its uid, with
+  ``tidegate.io/requeued`` set and ``tidegate.io/resume`` removed. Its controller then deletes
+  the pods itself, which the Job controller never counts as failures, so the gang comes back
+  on its next admission (the ungater unsuspends it) without the pod failure backoff and
+  without spending ``backoffLimit``. Evicted pods would have been failures: 8 of them kept a
+  Job's replacements away for 10 minutes, and a plain Job (backoffLimit 6) failed for good
+  after one eviction of 7 pods. The caller passes only pods still live (not yet terminating),
+  so a retried preemption whose suspension already took effect suspends nothing again;
 - an abort that fails (403, a webhook that refuses the patch, the API server down) never
   stops the evictions: the victim's quota was released when the decision went out, so its
   pods must go whatever becomes of its owner. :class:`AbortFailed` is raised after the pods
@@ -58,7 +69,12 @@ from tidegate.kube import (
     resource_for_kind,
 )
 from tidegate.kube.ratelimit import TokenBucket
-from tidegate.model.names import PREEMPTED_BY_ANNOTATION, RESUME_ANNOTATION, RESUME_MANUAL
+from tidegate.model.names import (
+    PREEMPTED_BY_ANNOTATION,
+    REQUEUE_KINDS,
+    RESUME_ANNOTATION,
+    RESUME_MANUAL,
+)
 from tidegate.preemption.record import PodRef, VictimRecord
 
 log = logging.getLogger(__name__)
@@ -156,6 +172,8 @@ class Evictor:
         :class:`AbortFailed` if the abort failed (with the pods' failure, if any, as its
         ``evictions``), else :class:`EvictionFailed` if any pod could not be evicted (the
         others are evicted regardless)."""
+        if victim.mode == "restart" and victim.owner_kind in REQUEUE_KINDS:
+            return await self.requeue(victim, pods, preemptor=preemptor)
         abort_failed: AbortFailed | None = None
         if victim.mode == "abort":
             try:
@@ -220,6 +238,50 @@ class Evictor:
             except KubeError as exc:
                 log.info("dry-run eviction of %s/%s: %s", pod.namespace, pod.name, exc)
         return refused
+
+    async def requeue(
+        self, victim: VictimRecord, pods: Sequence[PodRef], *, preemptor: str
+    ) -> dict[str, EvictionResult]:
+        """Send a restarted Job or JobSet victim back to its queue by suspending it (module
+        docstring); ``pods``: its pods still live. Raises :class:`EvictionRefused` when a
+        PodDisruptionBudget refuses any of them now (nothing is suspended), and
+        :class:`EvictionFailed` when the patch fails."""
+        if not pods:
+            return {}
+        refused = await self.refusals(pods)
+        if refused:
+            names = sorted(refused)
+            why = refused[names[0]]
+            for _ in names:
+                self._observe("refused")
+            raise EvictionRefused(
+                f"{len(names)} of {len(pods)} pods of {victim.key} refused by their "
+                f"PodDisruptionBudget ({', '.join(names)}): {why}",
+                pods=names,
+                why=why,
+            )
+        namespace, _, name = victim.key.partition("/")
+        resource = owner_resource(victim.owner_kind, victim.owner_api_version)
+        assert resource is not None  # Job and JobSet always have one
+        self._checked()
+        try:
+            await self._kube.requeue_owner(
+                resource, namespace, name, uid=victim.uid, why=f"preempted by {preemptor}"
+            )
+        except (NotFound, Conflict):
+            log.info("re-queue %s: its %s is gone or was re-created", victim.key, victim.owner_kind)
+            for _ in pods:
+                self._observe("gone")
+            return dict.fromkeys((pod.name for pod in pods), "gone")
+        except KubeError as exc:
+            for _ in pods:
+                self._observe("failed")
+            raise EvictionFailed(
+                f"cannot suspend the {victim.owner_kind} of {victim.key} to re-queue it: {exc}"
+            ) from exc
+        for _ in pods:
+            self._observe("requeued")
+        return dict.fromkeys((pod.name for pod in pods), "evicted")
 
     async def abort(self, victim: VictimRecord, *, preemptor: str) -> None:
         """Suspend the victim's Job or JobSet and annotate its owner with the preemptor.

@@ -53,6 +53,7 @@ from opentelemetry import context as otel_context
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
+from tidegate.model.names import REQUEUE_KINDS
 from tidegate.policy.victims import preempted_decision
 from tidegate.preemption.evict import AbortFailed, EvictionFailed, EvictionRefused, Evictor
 from tidegate.preemption.ledger import PreemptionLedger
@@ -94,7 +95,8 @@ class PreemptionMetrics:
         )
         self.evictions = Counter(
             "tidegate_preemption_pod_evictions_total",
-            "Pod evictions, by result (evicted, gone, refused by a PodDisruptionBudget, failed).",
+            "Pod evictions, by result (evicted, gone, refused by a PodDisruptionBudget, failed; "
+            "requeued: a Job or JobSet victim's pods taken away by suspending its owner).",
             ["result"],
             registry=registry,
         )
@@ -315,6 +317,22 @@ class Preempter:
         """Evict one victim of ``record`` whole; False when something is left for a retry
         (reported here: log, Warning Events, metrics)."""
         pods = self._pods_to_evict(record, victim.key, victim.uid, victim.pods)
+        if victim.mode == "restart" and victim.owner_kind in REQUEUE_KINDS:
+            # Re-queued by suspending its owner: only pods not yet being deleted call for it
+            # (a retry after the suspension took effect, or after the victim came back, must
+            # not suspend it again).
+            pods = self._view.still_live(pods)
+            # A dry run checks each pod alone; a budget sparing fewer than the gang's pods it
+            # selects must hold the suspension that takes them all at once.
+            blocked = self._view.budget_blocked(WorkloadKey(victim.key)) if pods else None
+            if blocked is not None:
+                held = [pod.name for pod in pods]
+                await self._refused(
+                    record,
+                    victim,
+                    EvictionRefused(f"{victim.key}: {blocked}", pods=held, why=blocked),
+                )
+                return False
         try:
             results = await self._evictor.preempt(victim, pods, preemptor=record.preemptor)
         except AbortFailed as exc:

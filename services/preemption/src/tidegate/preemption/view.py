@@ -62,6 +62,7 @@ from tidegate.policy.victims import (
     RunningGang,
     VictimChoice,
     VictimSettings,
+    budget_blocks,
     running_gang,
     select_victims,
 )
@@ -259,6 +260,22 @@ class PreemptionView:
             out.append(
                 PodRef(namespace=pod.namespace, name=pod.name, uid=pod.uid, node=pod.node_name)
             )
+        return out
+
+    def budget_blocked(self, key: WorkloadKey) -> str | None:
+        """Why a PodDisruptionBudget does not allow evicting ``key`` whole now, or None
+        (:func:`~tidegate.policy.victims.budget_blocks`)."""
+        namespace = key.partition("/")[0]
+        return budget_blocks(key, self._budgets.values(), namespace=namespace)
+
+    def still_live(self, pods: Iterable[PodRef]) -> list[PodRef]:
+        """Those of ``pods`` the view shows with the same uid and not finished or being
+        deleted (:func:`~tidegate.policy.common.evictable`)."""
+        out = []
+        for ref in pods:
+            pod = self._pods.get((ref.namespace, ref.name))
+            if pod is not None and pod.uid == ref.uid and evictable(pod):
+                out.append(ref)
         return out
 
     def running(self, *, now: float, exclude: Iterable[str] = ()) -> list[RunningGang]:

@@ -14,13 +14,17 @@ decision changed), and for each:
    only tidegate's gate removed), at most ``max_concurrent_patches`` Kubernetes writes at a time;
 4. asks admission for replacement slots when whole domains of the assignment lost their nodes
    (:class:`~tidegate.model.ReplaceRequested`), and evicts the remaining pods when admission
-   answered that there is no room (``Released.evict_pods``);
+   answered that there is no room (``Released.evict_pods``) — a Job's or JobSet's by
+   suspending it with ``tidegate.io/requeued`` instead (after dry-run evictions, so budgets
+   still apply), since the Job controller counts evicted pods as failures and backs off;
 5. writes PodGroup status when it changed;
 6. unsuspends a Job or JobSet admitted while suspended for tidegate (``resume_on_admission``,
    Kueue's way): one merge patch sets ``spec.suspend: false`` and the annotation
    ``tidegate.io/resume: manual`` (so any later suspension is someone else's), with the
    object's uid as precondition (a re-created object of the same name is not touched). Its
-   controller then creates the pods, the webhook gates them, and step 2 releases them.
+   controller then creates the pods, the webhook gates them, and step 2 releases them. A Job
+   tidegate re-queued (``tidegate.io/requeued``, removed by the same patch) is unsuspended only
+   once none of its old pods is live any more, so the suspension has taken effect.
 
 One releaser acts at a time (the ``ungater`` lease, see :mod:`tidegate.ungater.app`): every
 Kubernetes write is sent only after ``guard()`` passed (the lease is held with a margin), and
@@ -78,10 +82,16 @@ from tidegate.model import (
     WorkloadState,
     subjects,
 )
-from tidegate.model.names import ADMISSION_GATE, RESUME_ANNOTATION, RESUME_MANUAL
+from tidegate.model.names import (
+    ADMISSION_GATE,
+    REQUEUE_ANNOTATION,
+    REQUEUE_KINDS,
+    RESUME_ANNOTATION,
+    RESUME_MANUAL,
+)
 from tidegate.policy import elastic, slots
 from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, parse_card_name
-from tidegate.policy.common import gated
+from tidegate.policy.common import active, gated
 from tidegate.telemetry import note_pod_released, release_span
 from tidegate.ungater import status
 from tidegate.ungater.config import UngaterSettings
@@ -91,6 +101,18 @@ log = logging.getLogger(__name__)
 
 RESUMABLE: dict[str, ResourceType] = {"Job": JOBS, "JobSet": JOBSETS}
 """Owner kinds the ungater unsuspends on admission."""
+
+
+def _owner_resource(workload: WorkloadState) -> ResourceType:
+    """The resource of a Job or JobSet workload's top owner (a JobSet by its apiVersion)."""
+    resource = RESUMABLE[workload.owner_kind]
+    if workload.owner_kind == "JobSet" and workload.owner_api_version:
+        group, _, version = workload.owner_api_version.partition("/")
+        resource = ResourceType(
+            group=group, version=version, plural=resource.plural, kind=resource.kind
+        )
+    return resource
+
 
 SOURCE = "ungater"
 """The ``source`` of every envelope this service publishes."""
@@ -249,6 +271,8 @@ class Releaser:
         self._status: dict[WorkloadKey, dict[str, object]] = {}
         self._resumed: dict[WorkloadKey, tuple[str, int]] = {}
         """Per workload: (uid, admission sequence) this process unsuspended it for."""
+        self._requeuing: dict[WorkloadKey, tuple[str, int]] = {}
+        """Per workload: (uid, eviction decision sequence) this process suspended it for."""
         self._stop = asyncio.Event()
         self._executing: set[asyncio.Task[None]] = set()
         """Rounds' writes still being sent in the background (:meth:`run` does not wait for
@@ -736,9 +760,29 @@ class Releaser:
         if not any(slots.stuck_since(pod) for pod in members):
             return  # the usual case: nothing to look for, so no grouping per round
         by_podset = _by_podset(members)
-        for podset, assignment in sorted(admitted.assignments.items()):
-            for pod in slots.stranded(assignment, by_podset.get(podset, []), self.view.node_ready):
-                self._plan_eviction(item, pod, "its slot was moved elsewhere")
+        stranded = [
+            pod
+            for podset, assignment in sorted(admitted.assignments.items())
+            for pod in slots.stranded(assignment, by_podset.get(podset, []), self.view.node_ready)
+        ]
+        moved = "moved: the scheduler found no room for its pods"
+        if stranded and self._requeues(item, admitted.sequence, stranded, moved):
+            return
+        for pod in stranded:
+            self._plan_eviction(item, pod, "its slot was moved elsewhere")
+
+    def _requeues(self, item: _Work, sequence: int, pods: list[PodState], why: str) -> bool:
+        """For a Job or JobSet, plan taking ``pods`` away by suspending the owner (once per
+        decision ``sequence``), not by evicting them: an evicted pod is a failure to the Job
+        controller. False for other kinds (their pods are evicted)."""
+        workload = item.workload
+        if workload is None or workload.owner_kind not in REQUEUE_KINDS:
+            return False
+        marker = (workload.uid, sequence)
+        if self._requeuing.get(item.key) != marker:
+            self._requeuing[item.key] = marker
+            item.writes.append(_bind(self._requeue, workload, pods, why))
+        return True
 
     def _plan_evictions(
         self, item: _Work, members: list[PodState], sequence: int, admitted: Admitted | None
@@ -748,9 +792,13 @@ class Releaser:
         every released pod unless the workload was admitted again and the pod sits in a slot
         domain of the new admission (a valid place: it keeps it); :func:`slots.must_evict`."""
         released_under = self._released_under.get(item.key, {})
-        for pod in slots.must_evict(
+        pods = slots.must_evict(
             members, sequence=sequence, released_under=released_under, admitted=admitted
-        ):
+        )
+        evicted = "evicted: no room for its replacement pods"
+        if pods and self._requeues(item, sequence, pods, evicted):
+            return
+        for pod in pods:
             self._plan_eviction(item, pod, "no replacement after a node failure")
 
     def _plan_eviction(self, item: _Work, pod: PodState, why: str) -> None:
@@ -765,8 +813,15 @@ class Releaser:
         per admission in this process."""
         if workload is None or workload.uid != admitted.uid:
             return
-        if not (workload.suspended and workload.resume_on_admission):
+        if not workload.suspended:
+            if self._resumed.get(item.key, ("", 0))[0] == workload.uid:
+                # Seen unsuspended: a later suspension by tidegate is resumed again.
+                del self._resumed[item.key]
             return
+        if not workload.resume_on_admission:
+            return
+        if any(active(pod) for pod in self.view.members(item.key)):
+            return  # re-queued: its controller is still deleting the old pods
         resource = RESUMABLE.get(workload.owner_kind)
         if resource is None:
             return
@@ -774,12 +829,7 @@ class Releaser:
         if self._resumed.get(item.key) == marker:
             return
         self._resumed[item.key] = marker
-        if workload.owner_kind == "JobSet" and workload.owner_api_version:
-            group, _, version = workload.owner_api_version.partition("/")
-            resource = ResourceType(
-                group=group, version=version, plural=resource.plural, kind=resource.kind
-            )
-        item.writes.append(_bind(self._resume, workload, resource))
+        item.writes.append(_bind(self._resume, workload, _owner_resource(workload)))
 
     def _plan_status(self, item: _Work, workload: WorkloadState, members: list[PodState]) -> None:
         verdict = self.view.verdict(item.key)
@@ -951,12 +1001,61 @@ class Releaser:
             self.metrics.evicted.inc()
             log.info("ungater: evicted pod %s/%s (%s)", pod.namespace, pod.name, why)
 
+    async def _requeue(self, workload: WorkloadState, pods: list[PodState], why: str) -> None:
+        """Take a Job's or JobSet's pods away by suspending it (evicted after a node failure,
+        or pods whose slots were moved): once no PodDisruptionBudget refuses evicting any of
+        ``pods`` (dry run); retried later when one does or the write fails. It is resumed as
+        soon as an admission is in force and its old pods are gone (:meth:`_plan_resume`)."""
+        key = WorkloadKey(f"{workload.namespace}/{workload.name}")
+        if not self._may_write(key, f"re-queue of {key}"):
+            self._requeuing.pop(key, None)
+            return
+        try:
+            for pod in pods:
+                try:
+                    await self.kube.evict_pod(pod.namespace, pod.name, uid=pod.uid, dry_run=True)
+                except (NotFound, Conflict):
+                    continue
+            self._guard()
+            await self.kube.requeue_owner(
+                _owner_resource(workload),
+                workload.namespace,
+                workload.name,
+                uid=workload.uid,
+                why=why,
+            )
+        except (NotFound, Conflict):
+            log.info("ungater: %s is gone or was re-created; not re-queued", key)
+        except KubeError as exc:
+            self._requeuing.pop(key, None)
+            self.metrics.errors.labels(operation="evict").inc()
+            log.warning(
+                "ungater: re-queuing %s (suspending it) refused or failed, will retry in %.0f s: "
+                "%s",
+                key,
+                self.settings.replace_retry_seconds,
+                exc,
+            )
+            asyncio.get_running_loop().call_later(
+                self.settings.replace_retry_seconds, self.mark, [key]
+            )
+        else:
+            self.metrics.evicted.inc(len(pods))
+            log.info(
+                "ungater: suspended %s %s to take its %d pods away (%s)",
+                workload.owner_kind,
+                key,
+                len(pods),
+                why,
+                extra={"workload": key},
+            )
+
     async def _resume(self, workload: WorkloadState, resource: ResourceType) -> None:
         key = WorkloadKey(f"{workload.namespace}/{workload.name}")
         patch = {
             "metadata": {
                 "uid": workload.uid,
-                "annotations": {RESUME_ANNOTATION: RESUME_MANUAL},
+                "annotations": {RESUME_ANNOTATION: RESUME_MANUAL, REQUEUE_ANNOTATION: None},
             },
             "spec": {"suspend": False},
         }

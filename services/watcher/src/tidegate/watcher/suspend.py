@@ -16,12 +16,24 @@ tidegate tells them apart with an annotation it writes itself, ``tidegate.io/res
 or JobSet (with the trace-context annotation), in the same patch that unsuspends an object
 admitted while suspended, and preemption in the same patch that suspends an aborted victim. So a suspended object is queued for tidegate iff it names a queue and carries neither
 that annotation nor ``tidegate.io/preempted-by``. Everything else suspended is stopped.
+
+A third kind is tidegate's own **re-queue**: a restarted preemption victim, or a gang evicted
+after a node failure, is suspended by tidegate with ``tidegate.io/requeued``
+(:data:`~tidegate.model.names.REQUEUE_ANNOTATION`) and ``tidegate.io/resume`` removed, in one
+patch, so that its Job controller deletes the pods without counting them as failures. Such an
+object is queued for tidegate whether or not it names a queue (a gate-all namespace's Job
+names none), until the ungater unsuspends it on admission and removes the annotation.
 Pure code.
 """
 
 from typing import NamedTuple
 
-from tidegate.model.names import PREEMPTED_BY_ANNOTATION, RESUME_ANNOTATION, RESUME_MANUAL
+from tidegate.model.names import (
+    PREEMPTED_BY_ANNOTATION,
+    REQUEUE_ANNOTATION,
+    RESUME_ANNOTATION,
+    RESUME_MANUAL,
+)
 from tidegate.watcher import keys
 from tidegate.watcher.objects import Job, JobSet, ObjectMeta
 
@@ -41,7 +53,9 @@ def suspension(meta: ObjectMeta, obj: object) -> Suspension:
     """The suspension of a top owner ``obj`` with metadata ``meta`` (module docstring)."""
     if not isinstance(obj, Job | JobSet) or obj.spec.suspend is not True:
         return NOT_SUSPENDED
-    names_queue = any(meta.labels.get(k) or meta.annotations.get(k) for k in keys.QUEUE_KEYS)
+    names_queue = REQUEUE_ANNOTATION in meta.annotations or any(
+        meta.labels.get(k) or meta.annotations.get(k) for k in keys.QUEUE_KEYS
+    )
     handed_back = (
         meta.annotations.get(RESUME_ANNOTATION) == RESUME_MANUAL
         or PREEMPTED_BY_ANNOTATION in meta.annotations
