@@ -238,8 +238,12 @@ class PreemptionView:
 
     def is_admitted(self, key: WorkloadKey, uid: str) -> bool:
         """Whether the workload ``key`` with ``uid`` holds an admission."""
+        return self.admission(key, uid) is not None
+
+    def admission(self, key: WorkloadKey, uid: str) -> Admitted | None:
+        """The admission in force of the workload ``key`` with ``uid``, if any."""
         known = self._admitted.get(key)
-        return known is not None and known.admitted.uid == uid
+        return known.admitted if known is not None and known.admitted.uid == uid else None
 
     def pods(self, key: WorkloadKey) -> list[PodState]:
         """The workload's known pods, by name."""
