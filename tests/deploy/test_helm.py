@@ -22,6 +22,8 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from tidegate.ungater.gate import QUEUE_KEYS
+
 from .conftest import (
     CHART_DIR,
     CRD_DIR,
@@ -496,11 +498,16 @@ def test_rbac_and_accounts_can_be_left_to_the_cluster_admin(render: Render) -> N
 # -- the webhook ----------------------------------------------------------------------------
 
 
-def _webhook(documents: list[Manifest]) -> dict[str, Any]:
+def _webhooks(documents: list[Manifest]) -> list[dict[str, Any]]:
     (configuration,) = _of(documents, "MutatingWebhookConfiguration")
-    (webhook,) = configuration["webhooks"]
-    result: dict[str, Any] = webhook
+    result: list[dict[str, Any]] = configuration["webhooks"]
     return result
+
+
+def _webhook(documents: list[Manifest]) -> dict[str, Any]:
+    """The managed namespaces' entry."""
+    (webhook,) = [w for w in _webhooks(documents) if w["name"] == "gate.pods.tidegate.io"]
+    return webhook
 
 
 @pytest.mark.parametrize("scenario", ["defaults", "cert-manager", "existing-secret"])
@@ -538,8 +545,18 @@ def test_the_webhook_reaches_the_ungater_over_tls(render: Render, scenario: str)
     ]
     assert webhook["sideEffects"] == "None"
     assert webhook["failurePolicy"] == SCENARIOS[scenario].get("webhook", {}).get(
-        "failurePolicy", "Ignore"
+        "failurePolicy", "Fail"
     )
+    for entry in _webhooks(documents):
+        assert {
+            k: v
+            for k, v in entry.items()
+            if k not in ("name", "namespaceSelector", "objectSelector")
+        } == {
+            k: v
+            for k, v in webhook.items()
+            if k not in ("name", "namespaceSelector", "objectSelector")
+        }
     excluded = webhook["namespaceSelector"]["matchExpressions"][-1]
     assert excluded["key"] == "kubernetes.io/metadata.name"
     assert excluded["operator"] == "NotIn"
@@ -565,6 +582,96 @@ def test_the_webhook_reaches_the_ungater_over_tls(render: Render, scenario: str)
     if scenario == "defaults":
         assert webhook["namespaceSelector"]["matchLabels"] == {"tidegate.io/managed": "true"}
         assert "objectSelector" not in webhook
+
+
+def _selected(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """Whether a LabelSelector selects ``labels`` (as the API server matches them)."""
+    if selector is None:
+        return True
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values")
+        present = key in labels
+        if not {
+            "Exists": present,
+            "DoesNotExist": not present,
+            "In": present and labels.get(key) in (values or []),
+            "NotIn": not present or labels.get(key) not in (values or []),
+        }[operator]:
+            return False
+    return True
+
+
+def _called(documents: list[Manifest], namespace: dict[str, str], pod: dict[str, str]) -> list[str]:
+    return [
+        w["name"]
+        for w in _webhooks(documents)
+        if _selected(w["namespaceSelector"], namespace) and _selected(w.get("objectSelector"), pod)
+    ]
+
+
+def test_fail_by_default_and_only_for_pods_tidegate_manages(render: Render) -> None:
+    """Issue 29: the webhook refuses pods while down (Fail), so no managed pod bypasses the
+    gate, and it is called — once — exactly for the pods the ungater gates: every pod of a
+    managed namespace, and pods naming a queue by a label anywhere but the excluded
+    namespaces. Other pods never depend on the ungater being up."""
+    documents = render({})
+    assert {w["failurePolicy"] for w in _webhooks(documents)} == {"Fail"}
+    values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    assert tuple(values["webhook"]["queueLabels"]) == QUEUE_KEYS  # the ungater's own rule
+
+    def ns(name: str, **labels: str) -> dict[str, str]:
+        return {"kubernetes.io/metadata.name": name, **labels}
+
+    managed = ns("research", **{"tidegate.io/managed": "true"})
+    assert _called(documents, managed, {}) == ["gate.pods.tidegate.io"]
+    assert _called(documents, managed, {"kueue.x-k8s.io/queue-name": "q"}) == [
+        "gate.pods.tidegate.io"
+    ]
+    assert _called(documents, ns("web"), {"app": "nginx"}) == []
+    for key in QUEUE_KEYS:
+        (name,) = _called(documents, ns("web"), {key: "q", "app": "x"})
+        assert name.endswith(".queue.pods.tidegate.io")
+    assert len(_called(documents, ns("web"), dict.fromkeys(QUEUE_KEYS, "q"))) == 1
+    for system in ("kube-system", NAMESPACE):
+        assert (
+            _called(
+                documents, ns(system, **{"tidegate.io/managed": "true"}), {"tidegate.io/queue": "q"}
+            )
+            == []
+        )
+    # A narrowed managed entry: a queue label still reaches the webhook there.
+    narrowed = render({"webhook": {"objectSelector": {"matchLabels": {"batch": "yes"}}}})
+    assert _called(narrowed, managed, {"tidegate.io/queue": "q"}) == [
+        "tidegate-io-queue.queue.pods.tidegate.io"
+    ]
+    assert [w["name"] for w in _webhooks(render({"webhook": {"queueLabels": []}}))] == [
+        "gate.pods.tidegate.io"
+    ]
+
+
+def test_every_ungater_replica_serves_the_webhook_and_one_stays_through_disruptions(
+    render: Render,
+) -> None:
+    """With Fail, pod creation waits on the ungater: the webhook Service selects every replica
+    (not the releaser), each replica serves it, and a PodDisruptionBudget keeps one through
+    drains and upgrades (a standby serves before it is ready for the lease:
+    libs/runtime/tests/test_service.py::test_a_lease_awaited_by_a_spawned_task_does_not_make_a_running_setup_ready)."""
+    documents = render({})
+    ungater = _deployment(documents, "ungater")
+    assert ungater["spec"]["replicas"] >= 2
+    reference = _webhook(documents)["clientConfig"]["service"]
+    service = _named(documents, "Service", reference["name"])
+    assert service["spec"]["selector"] == ungater["spec"]["selector"]["matchLabels"]
+    assert _env(ungater)["TIDEGATE_WEBHOOK"] == "on"
+    (budget,) = [
+        b
+        for b in _of(documents, "PodDisruptionBudget")
+        if b["spec"]["selector"]["matchLabels"] == ungater["spec"]["selector"]["matchLabels"]
+    ]
+    assert budget["spec"]["minAvailable"] == 1
+    assert _container(ungater)["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
 def test_the_generated_certificate_is_trusted_through_the_ca_bundle(render: Render) -> None:

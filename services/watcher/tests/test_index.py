@@ -5,6 +5,7 @@ from typing import Any
 
 from tidegate.model import PodState, TopologyConfig, WorkloadState
 from tidegate.watcher.index import ClusterIndex, StateKey
+from tidegate.watcher.mirror import Mirror
 
 W = "workload"
 
@@ -282,3 +283,101 @@ def test_the_workloads_of_a_namespace_being_deleted_say_so(k8s: Any) -> None:
         "metadata": {"name": "other", "deletionTimestamp": "2026-11-27T20:00:00Z"},
     }
     assert index.apply("Namespace", "MODIFIED", other).affected == set()
+
+
+def test_pods_that_started_without_the_gate_make_their_workload_managed_and_are_counted(
+    k8s: Any,
+) -> None:
+    """Issue 29: a Job whose pods were created while the webhook was down (failurePolicy
+    Ignore) and that names a queue runs ungated; the watcher publishes it with those pods, so
+    admission charges them. A pod released by tidegate (its selector names a Topology level)
+    is not counted; nor are pods that name no queue or are DaemonSets'."""
+    index = ClusterIndex()
+    index.apply("Topology", "ADDED", k8s.topology("default", ["tidegate.io/rack"]))
+    owner = k8s.owner_ref("Job", "j")
+    queue = {"kueue.x-k8s.io/queue-name": "q"}
+    index.apply("Job", "ADDED", k8s.job("j", parallelism=2, labels=queue))
+    index.apply("Pod", "ADDED", k8s.pod("j-0", owner=owner, gated=False, labels=queue))
+    assert index.desired(wkey("j")).message is None  # not bound yet: the webhook may gate it
+    index.apply(
+        "Pod",
+        "MODIFIED",
+        k8s.pod("j-0", owner=owner, gated=False, labels=queue, nodeName="n1", phase="Running"),
+    )
+    message = index.desired(wkey("j")).message
+    assert isinstance(message, WorkloadState)
+    assert (message.bypassed_pods, message.queue) == (1, "q")
+    assert message.bypassed_requests == k8s_requests(index, "j-0")
+    assert pod_workload(index, "j-0") == "default/j"
+    # A pod tidegate released carries the slot's levels: it passed the gate.
+    released = k8s.pod(
+        "j-1", owner=owner, gated=False, labels=queue, nodeName="n2", phase="Running",
+        nodeSelector={"tidegate.io/rack": "r1"},
+    )  # fmt: skip
+    index.apply("Pod", "ADDED", released)
+    message = index.desired(wkey("j")).message
+    assert isinstance(message, WorkloadState)
+    assert message.bypassed_pods == 1
+    # Finished pods hold nothing.
+    index.apply(
+        "Pod",
+        "MODIFIED",
+        k8s.pod("j-0", owner=owner, gated=False, labels=queue, nodeName="n1", phase="Succeeded"),
+    )
+    message = index.desired(wkey("j")).message
+    assert isinstance(message, WorkloadState)
+    assert (message.bypassed_pods, message.bypassed_requests) == (0, {})
+
+    plain = k8s.owner_ref("Job", "plain")
+    index.apply("Job", "ADDED", k8s.job("plain"))
+    index.apply("Pod", "ADDED", k8s.pod("plain-0", owner=plain, gated=False, nodeName="n1"))
+    assert index.desired(wkey("plain")).message is None
+    daemon = k8s.owner_ref("DaemonSet", "agent", "apps/v1")
+    index.apply(
+        "Pod", "ADDED", k8s.pod("agent-x", owner=daemon, gated=False, labels=queue, nodeName="n1")
+    )
+    assert pod_workload(index, "agent-x") is None
+
+
+def test_in_a_managed_namespace_every_pod_started_ungated_bypassed_the_gate(k8s: Any) -> None:
+    index = ClusterIndex()
+    index.apply("Topology", "ADDED", k8s.topology("default", ["tidegate.io/rack"]))
+    owner = k8s.owner_ref("Job", "j")
+    index.apply("Job", "ADDED", k8s.job("j"))
+    index.apply("Pod", "ADDED", k8s.pod("j-0", owner=owner, gated=False, nodeName="n1"))
+    assert index.desired(wkey("j")).message is None
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "default", "labels": {"tidegate.io/managed": "true"}},
+    }
+    assert wkey("j") in index.apply("Namespace", "MODIFIED", namespace).affected
+    message = index.desired(wkey("j")).message
+    assert isinstance(message, WorkloadState)
+    assert message.bypassed_pods == 1
+
+
+def test_the_mirror_sums_the_bypassing_pods_it_published(k8s: Any) -> None:
+    """What ``tidegate_watcher_bypassed_pods`` reports."""
+    index = ClusterIndex()
+    mirror = Mirror("c1", index)
+    index.apply("Topology", "ADDED", k8s.topology("default", ["tidegate.io/rack"]))
+    owner = k8s.owner_ref("Job", "j")
+    queue = {"tidegate.io/queue": "q"}
+    index.apply("Job", "ADDED", k8s.job("j", parallelism=2, labels=queue))
+    for name in ("j-0", "j-1"):
+        pod = k8s.pod(name, owner=owner, gated=False, labels=queue, nodeName="n1", phase="Running")
+        index.apply("Pod", "ADDED", pod)
+    for publication in mirror.plan(mirror.all_keys(), now=1.0).publications:
+        mirror.stored(publication)
+    assert mirror.bypassed_pods() == 2
+    index.apply("Job", "DELETED", k8s.job("j", parallelism=2, labels=queue))
+    for publication in mirror.plan({wkey("j")}, now=2.0).publications:
+        mirror.stored(publication)
+    assert mirror.bypassed_pods() == 0
+
+
+def k8s_requests(index: ClusterIndex, name: str) -> dict[str, int]:
+    message = index.desired(pkey(name)).message
+    assert isinstance(message, PodState)
+    return dict(message.requests)

@@ -143,12 +143,14 @@ class Lease:
             return 0.0
         return max(0.0, self._renewed_at + self.settings.ttl_seconds - time.monotonic())
 
-    def ensure_held(self, margin_seconds: float = 0.0) -> None:
-        """Raise unless the lease is held for ``margin_seconds`` more: :class:`LeaseLost` when
-        it is not held at all (lost, or past its TTL), :class:`LeaseUnconfirmed` (retryable)
-        when it is but less than the margin is left (a renewal is overdue).
+    def ensure_held(self, margin_seconds: float = 0.0) -> float:
+        """The seconds the lease is held beyond ``margin_seconds``; raises unless there are
+        some: :class:`LeaseLost` when it is not held at all (lost, or past its TTL),
+        :class:`LeaseUnconfirmed` (retryable) when it is but less than the margin is left (a
+        renewal is overdue).
 
-        No I/O: for writes the bus cannot fence (Kubernetes), checked right before each one.
+        No I/O: for writes the bus cannot fence (Kubernetes), checked right before each one
+        (a :data:`tidegate.kube.WriteGuard`: before every attempt, which it bounds).
         """
         remaining = self.remaining_seconds
         if remaining <= 0:
@@ -161,6 +163,7 @@ class Lease:
                 f"lease {self.settings.name}: only {remaining:.1f}s confirmed (a renewal is "
                 f"overdue); write held back"
             )
+        return remaining - margin_seconds
 
     def _ttl_header(self) -> str:
         return f"{math.ceil(self.settings.ttl_seconds)}s"

@@ -32,6 +32,10 @@ if TYPE_CHECKING:  # the bus (and nats) is imported only when a command runs
 HELP: Final = "Explain one workload from what the bus holds: state, reason, placement, trace."
 
 
+BYPASSED_MESSAGE: Final = "pods started without passing the gate (webhook down?)"
+"""What ``tidegate explain`` says of a workload's pods that bypassed the gate (issue 29)."""
+
+
 def add_bus_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of every command that reads the bus (defaults from the services' env)."""
     parser.add_argument(
@@ -190,6 +194,12 @@ def explain(view: "BusView", key: str) -> dict[str, Any] | None:
             out["cards"] = dict(workload.card_request)
         if workload.invalid_reason:
             out["invalid_reason"] = workload.invalid_reason
+        if workload.bypassed_pods:
+            out["bypassed"] = {
+                "pods": workload.bypassed_pods,
+                "requests": resources_text(workload.bypassed_requests),
+                "message": BYPASSED_MESSAGE,
+            }
         out["trace_id"] = _trace_id(workload)
     if state in ("Pending", "Submitted") and reason not in NOT_COMPETING and workload:
         waiting = waiting_in(view, workload.queue or "")
@@ -263,6 +273,13 @@ def render(answer: Mapping[str, Any]) -> str:
         )
     if answer.get("cards"):
         lines.append(f"cards      {answer['cards']}")
+    bypassed = answer.get("bypassed")
+    if isinstance(bypassed, dict):
+        queue = answer.get("queue") or "its queue"
+        lines.append(
+            f"bypassed   {bypassed['pods']} {bypassed['message']}: {bypassed['requests']}"
+            f" charged to {queue} until admitted or finished"
+        )
     lines.extend(f"placement  {line}" for line in answer.get("placement") or [])
     if answer.get("charged"):
         lines.append(f"charged    {answer['charged']}")

@@ -1,7 +1,8 @@
 """``tidegate queues``: per queue, usage against quota and card quota, admitted and pending.
 
 Reads the bus only (:mod:`tidegate.cli.busview`). Usage is what the admitted workloads of the
-queue are charged (their newest decision is an admission), the same figures as admission's
+queue are charged (their newest decision is an admission), plus the requests of pods that
+bypassed the gate of workloads not admitted, the same figures as admission's
 ``tidegate_queue_resource_usage`` / ``tidegate_queue_card_usage`` metrics; pending counts are
 by the reason token of each waiting workload's newest decision (``Submitted``: nothing
 decided yet). ``--json`` prints a list of objects. Exit status 0, 2 when the bus cannot be
@@ -52,6 +53,7 @@ def queue_table(view: "BusView") -> list[dict[str, Any]]:
                 "card_usage": {},
                 "admitted": 0,
                 "pending": {},
+                "bypassed_pods": 0,
             }
         return rows[name]
 
@@ -65,10 +67,16 @@ def queue_table(view: "BusView") -> list[dict[str, Any]]:
             entry["admitted"] += 1
             entry["usage"] = resources.add(entry["usage"], admitted.charged)
             entry["card_usage"] = resources.add(entry["card_usage"], admitted.charged_cards)
-        elif state in ("Pending", "Submitted"):
-            entry = row(workload.queue or "")
-            token = reason or "Submitted"
-            entry["pending"][token] = entry["pending"].get(token, 0) + 1
+        else:
+            if state in ("Pending", "Submitted"):
+                entry = row(workload.queue or "")
+                token = reason or "Submitted"
+                entry["pending"][token] = entry["pending"].get(token, 0) + 1
+            if workload.bypassed_pods and workload.finished is None:
+                # Charged by admission while not admitted (its tidegate_queue_resource_usage).
+                entry = row(workload.queue or "")
+                entry["bypassed_pods"] += workload.bypassed_pods
+                entry["usage"] = resources.add(entry["usage"], workload.bypassed_requests)
     return [rows[name] for name in sorted(rows)]
 
 
@@ -110,6 +118,11 @@ def render(table: list[dict[str, Any]]) -> str:
             f"  admitted   {entry['admitted']}",
             f"  pending    {pending}" + (f" ({by_reason})" if by_reason else ""),
         ]
+        if entry.get("bypassed_pods"):
+            lines.append(
+                f"  bypassed   {entry['bypassed_pods']} pods started without passing the gate"
+                " (webhook down?), in usage"
+            )
     return "\n".join(lines)
 
 

@@ -171,6 +171,11 @@ class ServerError(_RetryLater):
     status = 500
 
 
+class HeldBack(KubeError):
+    """A write of a guarded client that was not sent: its guard held it back for now (the
+    writer's lease is not confirmed long enough); try again later."""
+
+
 class UnexpectedResponse(KubeError):
     """A status or body this adapter does not know how to read."""
 

@@ -200,6 +200,13 @@ class WorkloadState(_Body, frozen=True, kw_only=True, tag="workload"):
     """The workload's namespace is being deleted: never admitted (its objects are about to go,
     and a pod its controller cannot re-create there would hold the room for nothing), and an
     admission in force is released (reason ``Deleted``)."""
+    bypassed_pods: int = 0
+    """Its pods running without having passed tidegate's gate (created ungated while the
+    webhook was down under ``failurePolicy: Ignore``, or not sent to it, and bound by
+    kube-scheduler; :func:`tidegate.model.pods.bypassed_gate`). Admission charges their
+    requests to the queue while the workload holds no admission."""
+    bypassed_requests: Resources = msgspec.field(default_factory=dict)
+    """The requests of those pods, summed."""
 
 
 class TopologyConfig(_Body, frozen=True, kw_only=True, tag="topology"):

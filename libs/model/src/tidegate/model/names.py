@@ -5,6 +5,10 @@ from typing import Final
 ADMISSION_GATE: Final = "tidegate.io/admission"
 """The scheduling gate that holds a managed pod until admission has placed it."""
 
+MANAGED_NAMESPACE_LABEL: Final = "tidegate.io/managed"
+"""On a Namespace, ``true``: every pod created there is tidegate's (the chart's webhook sends
+them all; the watcher counts one that started ungated as having bypassed the gate)."""
+
 RESUME_ANNOTATION: Final = "tidegate.io/resume"
 """On a Job or JobSet: ``manual`` means tidegate does not unsuspend it (docs/workloads.md,
 "Suspended Jobs and JobSets"). tidegate writes it when it unsuspends an object on admission

@@ -11,10 +11,14 @@ It lives in the model, not in :mod:`tidegate.policy`, because the topology-cache
 - A pod is **active** (:func:`active`) while it is neither finished nor terminating, bound or
   not (Kubernetes' Job controller counts the same pods active). Only active pods are evicted,
   hold an ungater slot, or count as a PodGroup's active members.
+- A pod of a managed workload **bypassed the gate** (:func:`bypassed_gate`) when it runs
+  without tidegate's gate and without the selector of a release: it was created ungated (the
+  webhook down under ``failurePolicy: Ignore``, or not called) and kube-scheduler bound it.
 
 Pure: no I/O.
 """
 
+from collections.abc import Collection
 from typing import Final
 
 from tidegate.model.events import PodState
@@ -44,3 +48,16 @@ def active(pod: PodState) -> bool:
 def gated(pod: PodState) -> bool:
     """Whether ``pod`` still carries tidegate's admission gate (it was not released)."""
     return ADMISSION_GATE in pod.scheduling_gates
+
+
+def bypassed_gate(pod: PodState, levels: Collection[str]) -> bool:
+    """Whether a managed workload's ``pod`` runs without having passed tidegate's gate: it runs,
+    carries no gate, and its nodeSelector names none of the Topology ``levels`` (a release by
+    the ungater always sets the levels down to the slot's domain). With no levels known, no pod
+    can be told apart from a released one: False."""
+    return (
+        bool(levels)
+        and runs(pod)
+        and not gated(pod)
+        and not any(level in pod.node_selector for level in levels)
+    )

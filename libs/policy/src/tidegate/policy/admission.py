@@ -213,15 +213,30 @@ class Admission:
             self._tried_at.pop(key, None)
             self._grow_tried_at.pop(key, None)
         self._workloads[key] = workload
+        bypass = self._bypass_charge(workload)
+        if self.quota.outside(key) != bypass:
+            self.quota.charge_outside(key, bypass)
+            self._growth += 1  # a queue's usage changed: waiting workloads are tried again
         if workload.finished is not None:
             out.extend(self._finish(key, workload))
         elif stopped(workload):
             out.extend(self._stop(key, workload))
         return out
 
+    def _bypass_charge(self, workload: WorkloadState) -> Charge | None:
+        """What the workload's pods that bypassed the gate hold against its queue (issue 29):
+        their requests, while it has not finished; None when there are none."""
+        queue = queue_of(workload, self.settings.default_queue)
+        if not workload.bypassed_pods or workload.finished is not None or queue is None:
+            return None
+        return Charge(queue=queue, resources=dict(workload.bypassed_requests))
+
     def remove_workload(self, key: WorkloadKey) -> list[Decision]:
         """A workload was deleted: its quota is released (if admitted) and it is forgotten."""
         released = self.release(key, "Deleted", "the workload was deleted")
+        if self.quota.outside(key) is not None:
+            self.quota.charge_outside(key, None)
+            self._growth += 1
         self._workloads.pop(key, None)
         self._done.discard(key)
         self._stopped.pop(key, None)

@@ -143,17 +143,25 @@ class QuotaLedger:
 
     Charging an already charged workload replaces its charge, and releasing an unknown one is
     a no-op, so replaying admissions and releases in any order of duplicates is harmless.
+
+    A workload whose pods run without an admission (they bypassed the gate) holds what they
+    request (:meth:`charge_outside`) for as long as it holds no admission's charge: an admission
+    charges the whole workload, bypassing pods included.
     """
 
     def __init__(self) -> None:
         """Start with nothing charged."""
         self._charges: dict[WorkloadKey, Charge] = {}
+        self._outside: dict[WorkloadKey, Charge] = {}
         self._resources: dict[str, Resources] = {}
         self._cards: dict[str, dict[str, int]] = {}
 
     def charge(self, key: WorkloadKey, charge: Charge) -> None:
         """Record that ``key`` holds ``charge`` (replacing any earlier charge of ``key``)."""
         self.release(key)
+        outside = self._outside.get(key)
+        if outside is not None:
+            self._add(outside, -1)
         self._charges[key] = charge
         self._add(charge, 1)
 
@@ -162,7 +170,26 @@ class QuotaLedger:
         charge = self._charges.pop(key, None)
         if charge is not None:
             self._add(charge, -1)
+            outside = self._outside.get(key)
+            if outside is not None:
+                self._add(outside, 1)
         return charge
+
+    def charge_outside(self, key: WorkloadKey, charge: Charge | None) -> None:
+        """Record what ``key``'s pods that bypassed the gate hold (None: nothing), counted
+        while ``key`` holds no admission's charge."""
+        old = self._outside.pop(key, None)
+        counted = key not in self._charges
+        if old is not None and counted:
+            self._add(old, -1)
+        if charge is not None:
+            self._outside[key] = charge
+            if counted:
+                self._add(charge, 1)
+
+    def outside(self, key: WorkloadKey) -> Charge | None:
+        """What ``key``'s pods that bypassed the gate hold, or None."""
+        return self._outside.get(key)
 
     def charge_of(self, key: WorkloadKey) -> Charge | None:
         """What ``key`` holds, or None."""
@@ -173,7 +200,7 @@ class QuotaLedger:
         return sorted(k for k, c in self._charges.items() if queue is None or c.queue == queue)
 
     def usage(self, queue: str) -> QueueUsage:
-        """What ``queue``'s admitted workloads hold now."""
+        """What ``queue``'s admitted workloads, and pods that bypassed the gate, hold now."""
         return QueueUsage(
             resources=dict(self._resources.get(queue, {})),
             cards=dict(self._cards.get(queue, {})),

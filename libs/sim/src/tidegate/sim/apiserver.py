@@ -13,7 +13,7 @@ the same rules as clients' writes. It does no I/O and never awaits: each call is
 import base64
 import binascii
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import msgspec
@@ -67,6 +67,7 @@ from tidegate.sim.patching import (
 )
 from tidegate.sim.selectors import Selector, match_label_selector_object
 from tidegate.sim.store import Store
+from tidegate.sim.webhooks import Webhooks
 
 _SYSTEM_METADATA: Final = (
     "uid",
@@ -111,7 +112,9 @@ class ApiServer:
     """Verbs on the objects of one simulated cluster (see module docstring).
 
     ``gate_managed_pods`` emulates tidegate's mutating webhook: new pods that are
-    tidegate-managed get the ``tidegate.io/admission`` scheduling gate.
+    tidegate-managed get the ``tidegate.io/admission`` scheduling gate, unless a
+    MutatingWebhookConfiguration is stored: then :attr:`webhooks` calls the real webhooks
+    (callers await :meth:`Webhooks.admit` before :meth:`create`; this class never awaits).
     """
 
     def __init__(
@@ -121,8 +124,11 @@ class ApiServer:
         *,
         gate_managed_pods: bool = False,
         clock: Callable[[], float] = time.time,
+        webhook_services: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
+        self.webhooks = Webhooks(store, webhook_services)
+        """The stored mutating webhooks, called by the HTTP layer and the controllers."""
         self.registry = registry
         self.gate_managed_pods = gate_managed_pods
         self.clock = clock
@@ -395,7 +401,7 @@ class ApiServer:
         if causes:
             return causes
         spec = _dict(pod.get("spec"))
-        if self.gate_managed_pods:
+        if self.gate_managed_pods and not self.webhooks.configured():
             ns_labels = _dict(
                 _dict(_dict(self.store.get(NAMESPACES.key, "", namespace)).get("metadata")).get(
                     "labels"

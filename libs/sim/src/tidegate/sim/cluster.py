@@ -58,7 +58,10 @@ class SimCluster:
         self.store = Store(history_window=settings.history_window)
         self.registry = Registry.with_builtins()
         self.api = ApiServer(
-            self.store, self.registry, gate_managed_pods=settings.gates_managed_pods
+            self.store,
+            self.registry,
+            gate_managed_pods=settings.gates_managed_pods,
+            webhook_services=settings.webhook_services,
         )
         self.access = Access(enforce=settings.rbac)
         """Tokens, and every request and refusal when RBAC is enforced."""

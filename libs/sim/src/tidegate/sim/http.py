@@ -308,7 +308,10 @@ class HttpApi:
                     raise method_not_allowed(
                         f"create of namespaced {rtype.plural} needs a namespace in the path"
                     )
-                created = api.create(rtype, namespace, await _body(request), dry_run=dry_run)
+                body = await _body(request)
+                if rtype is PODS and namespace is not None and isinstance(body, dict):
+                    body = await api.webhooks.admit(rtype, namespace, body)
+                created = api.create(rtype, namespace, body, dry_run=dry_run)
                 return json_response(created, 201)
             if method == "DELETE":
                 selector = Selector.parse(
@@ -535,6 +538,15 @@ class HttpApi:
             if request.method == "DELETE":
                 self.faults.faults.clear()
                 return json_response({"pending": 0})
+        if path == "/sim/v1/webhook-services" and request.method == "POST":
+            body = await _body(request)
+            if not isinstance(body, dict) or not all(
+                isinstance(body.get(k), str) and body.get(k) for k in ("namespace", "name", "url")
+            ):
+                raise bad_request("a webhook service needs string namespace, name and url")
+            key = f"{body['namespace']}/{body['name']}"
+            self.api.webhooks.services[key] = str(body["url"])
+            return json_response(dict(self.api.webhooks.services), 201)
         raise resource_not_found()
 
 

@@ -141,6 +141,11 @@ CLUSTERROLEBINDINGS = _grouped(
 ROLES = _grouped(RBAC_GROUP, "v1", "roles", "Role", namespaced=True)
 ROLEBINDINGS = _grouped(RBAC_GROUP, "v1", "rolebindings", "RoleBinding", namespaced=True)
 
+MUTATING_WEBHOOK_CONFIGURATIONS = _grouped(
+    "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration", namespaced=False,
+)  # fmt: skip
+
 BUILTIN: tuple[ResourceType, ...] = (
     PODS,
     NODES,
@@ -159,6 +164,7 @@ BUILTIN: tuple[ResourceType, ...] = (
     CLUSTERROLEBINDINGS,
     ROLES,
     ROLEBINDINGS,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
 )
 
 _PREFERRED_GROUP_ORDER = [

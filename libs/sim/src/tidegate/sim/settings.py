@@ -28,7 +28,11 @@ class SimSettings:
     controllers: bool = True
     """Job, Deployment, ReplicaSet, garbage-collection, namespace and node-lifecycle controllers."""
     admission_gate: bool | None = None
-    """Emulate tidegate's webhook (gate managed pods); None means "when controllers run"."""
+    """Emulate tidegate's webhook (gate managed pods); None means "when controllers run".
+    Only while no MutatingWebhookConfiguration is stored: then the real webhooks are called."""
+    webhook_services: dict[str, str] = field(default_factory=dict)
+    """Base URL (``https://127.0.0.1:8443``) of each ``<namespace>/<name>`` Service a
+    webhook's ``clientConfig.service`` names (the simulator has no Services or DNS)."""
     time_scale: float = 1.0
     gpu_product: str = "NVIDIA-H200"
     allocatable: dict[str, str] = field(default_factory=dict)
@@ -65,6 +69,11 @@ class SimSettings:
             raise SettingsError(
                 f"max_watch_seconds: must be positive, got {self.max_watch_seconds}"
             )
+        for service, url in self.webhook_services.items():
+            if service.count("/") != 1 or not url.startswith(("https://", "http://")):
+                raise SettingsError(
+                    f"webhook_services: {service!r}: {url!r} is not <namespace>/<name>: <URL>"
+                )
         if self.scheduler_interval_seconds < 0:
             raise SettingsError("scheduler_interval_seconds: must not be negative")
 

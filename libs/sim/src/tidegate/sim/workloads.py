@@ -35,8 +35,10 @@ Not simulated: successPolicy, activeDeadlineSeconds, TTL after finished,
 revision history limits, minReadySeconds, progress deadlines, JobSet restarts.
 """
 
+import asyncio
 import contextlib
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -56,6 +58,9 @@ from tidegate.sim.store import DELETED, WatchEvent, object_key
 COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 JOB_POD_SYNC_BATCH_SECONDS: Final = 1.0
 """Pod events of one Job are synced together after this long (Kubernetes' syncJobBatchPeriod)."""
+CREATE_RETRY_SECONDS: Final = 1.0
+"""How soon an owner whose pod create a webhook refused (or could not be called) tries again."""
+_LOG: Final = logging.getLogger(__name__)
 _TERMINAL: Final = frozenset({"Succeeded", "Failed"})
 
 Key = tuple[str, str]
@@ -159,6 +164,48 @@ class _OwnedPods(Reconciler):
         self.owned: dict[str, set[Key]] = {}
         self.owner_key_by_uid: dict[str, Key] = {}
         self._unsubscribe: list[Callable[[], None]] = []
+        self._admitting: dict[Key, int] = {}
+        """Owners with pod creates waiting for webhooks (not reconciled meanwhile)."""
+        self._creates: set[asyncio.Task[None]] = set()
+
+    def admitting(self, owner: Key) -> bool:
+        """Whether pods of ``owner`` are being created through webhooks (the real controllers'
+        expectations: the owner is reconciled again once they are created or refused)."""
+        return bool(self._admitting.get(owner))
+
+    def create_pod(self, owner: JsonObject, pod: JsonObject) -> JsonObject | None:
+        """Create a pod of ``owner``: at once (the pod) or, when a stored webhook selects it,
+        by a task that awaits the webhooks first (None). A refused create is logged, as the
+        real controllers' ``FailedCreate``, and the owner retried after
+        :data:`CREATE_RETRY_SECONDS`."""
+        namespace = str(_dict(owner.get("metadata")).get("namespace"))
+        if not self.api.webhooks.matching(PODS, namespace, pod):
+            return self.api.create(PODS, namespace, pod)
+        key = object_key(owner)
+        self._admitting[key] = self._admitting.get(key, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._admit(key, namespace, pod))
+        self._creates.add(task)
+        task.add_done_callback(self._creates.discard)
+        return None
+
+    async def _admit(self, owner: Key, namespace: str, pod: JsonObject) -> None:
+        retry_at = None
+        try:
+            admitted = await self.api.webhooks.admit(PODS, namespace, pod)
+            self.api.create(PODS, namespace, admitted)
+        except ApiError as exc:
+            _LOG.warning("%s: %s/%s: FailedCreate: %s", self.name, *owner, exc.message)
+            retry_at = time.monotonic() + CREATE_RETRY_SECONDS
+        finally:
+            left = self._admitting.get(owner, 1) - 1
+            if left > 0:
+                self._admitting[owner] = left
+            else:
+                self._admitting.pop(owner, None)
+        if retry_at is None:
+            self.mark(owner)
+        else:
+            self.at(retry_at, owner)
 
     def start(self) -> None:
         """Follow owners and owned objects; reconcile every existing owner."""
@@ -172,10 +219,12 @@ class _OwnedPods(Reconciler):
             self.mark(object_key(owner))
 
     def stop(self) -> None:
-        """Stop following the store."""
+        """Stop following the store and the pod creates in flight."""
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe.clear()
+        for task in self._creates:
+            task.cancel()
 
     def _remember_owner(self, owner: JsonObject) -> None:
         uid = _dict(owner.get("metadata")).get("uid")
@@ -406,7 +455,7 @@ class JobController(_OwnedPods):
         assert isinstance(key, tuple)
         self._batched.discard(key)
         job = self.api.store.get(JOBS.key, *key)
-        if job is None:
+        if job is None or self.admitting(key):
             return
         metadata = _dict(job.get("metadata"))
         uid = str(metadata.get("uid"))
@@ -616,7 +665,7 @@ class JobController(_OwnedPods):
                     extra_annotations=annotations,
                 )
                 _dict(pod["spec"]).setdefault("hostname", f"{name}-{index}")
-                created.append(self._create(job, pod))
+                self._create(job, pod, created)
         else:
             if completions is None:
                 want = parallelism if succeeded == 0 else 0
@@ -628,14 +677,15 @@ class JobController(_OwnedPods):
                     pod = self.new_pod(
                         job, prefix=f"{name}-", extra_labels=labels, extra_annotations={}
                     )
-                    created.append(self._create(job, pod))
+                    self._create(job, pod, created)
         if wait > 0:
             self.at(time.monotonic() + wait + 0.01, key)
         return created
 
-    def _create(self, job: JsonObject, pod: JsonObject) -> JsonObject:
-        namespace = str(_dict(job.get("metadata")).get("namespace"))
-        return self.api.create(PODS, namespace, pod)
+    def _create(self, job: JsonObject, pod: JsonObject, created: list[JsonObject]) -> None:
+        done = self.create_pod(job, pod)
+        if done is not None:
+            created.append(done)
 
     def _delete(self, job_uid: str, pod: JsonObject) -> None:
         """Delete a pod the controller no longer wants; it is never counted as failed."""
@@ -671,7 +721,7 @@ class ReplicaSetController(_OwnedPods):
         """Converge one ReplicaSet to its replica count."""
         assert isinstance(key, tuple)
         rs = self.api.store.get(REPLICASETS.key, *key)
-        if rs is None:
+        if rs is None or self.admitting(key):
             return
         metadata = _dict(rs.get("metadata"))
         if metadata.get("deletionTimestamp"):
@@ -689,7 +739,9 @@ class ReplicaSetController(_OwnedPods):
             name = str(metadata.get("name"))
             for _ in range(replicas - len(active)):
                 pod = self.new_pod(rs, prefix=f"{name}-", extra_labels={}, extra_annotations={})
-                active.append(self.api.create(PODS, key[0], pod))
+                done = self.create_pod(rs, pod)
+                if done is not None:
+                    active.append(done)
         elif len(active) > replicas:
             # Like the real controller: unscheduled and not-ready pods go first, newest first.
             ranked = sorted(

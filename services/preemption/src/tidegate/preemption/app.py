@@ -50,6 +50,7 @@ from tidegate.preemption.ledger import PreemptionLedger
 from tidegate.preemption.preempter import Preempter, PreemptionMetrics
 from tidegate.preemption.view import PreemptionView
 from tidegate.runtime import ServiceContext
+from tidegate.runtime.leadership import lease_write_guard
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,8 @@ class Leader:
             view.admitted(admitted, at=None)
         metrics = self._metrics
         evictor = Evictor(
-            self._kube,
+            # Every attempt of a write, retries included, only while the lease is held.
+            self._kube.guarded(lease_write_guard(self._ensure_held)),
             ctx.settings.eviction(),
             observe=lambda result: metrics.evictions.labels(result=result).inc(),
             guard=self._ensure_held,
@@ -216,8 +218,8 @@ class Leader:
     async def _publish(self, subject: str, envelope: Envelope) -> object:
         return await self._decisions.publish(subject, envelope)
 
-    def _ensure_held(self) -> None:
-        self.lease.ensure_held(EVICTION_MARGIN * self.lease.settings.ttl_seconds)
+    def _ensure_held(self) -> float:
+        return self.lease.ensure_held(EVICTION_MARGIN * self.lease.settings.ttl_seconds)
 
     async def _reconcile_until_stopped(self, preempter: Preempter) -> None:
         ctx = self._ctx

@@ -153,7 +153,7 @@ class Evictor:
         settings: EvictionSettings,
         *,
         observe: Callable[[str], None] | None = None,
-        guard: Callable[[], None] | None = None,
+        guard: Callable[[], object] | None = None,
     ) -> None:
         """``observe`` is called with "evicted", "gone" or "failed" for every pod; ``guard``
         before every write to Kubernetes (it raises to stop the write, e.g. LeaseLost)."""

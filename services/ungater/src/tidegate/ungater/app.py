@@ -44,6 +44,7 @@ from tidegate.kube import KubeClient
 from tidegate.kube import connect as connect_kube
 from tidegate.model import Envelope, WorkloadKey
 from tidegate.runtime import ServiceContext
+from tidegate.runtime.leadership import lease_write_guard
 from tidegate.ungater.config import UngaterSettings
 from tidegate.ungater.handlers import Reporter
 from tidegate.ungater.queue_status import QueueStatusWriter
@@ -107,17 +108,19 @@ async def start(
     view = View(on_change=changed)
     metrics = ReleaserMetrics(ctx.metrics.registry)
     leader = _Leadership()
+    # The leader's writes: every attempt, retries included, only while the lease is held.
+    leading_kube = kube.guarded(lease_write_guard(leader.guard))
     handled = SeenDecisions(cluster, decision_subjects(cluster))
     queues = QueueStatusWriter(
         view=view,
-        kube=kube,
+        kube=leading_kube,
         interval_seconds=settings.queue_status_interval_seconds,
         errors=metrics.errors,
         guard=leader.guard,
     )
     releaser = Releaser(
         view=view,
-        kube=kube,
+        kube=leading_kube,
         bus=ctx.bus,
         cluster=cluster,
         settings=settings,
@@ -193,11 +196,12 @@ class _Leadership:
         self.lease: Lease | None = None
         self.fence: Fence | None = None
 
-    def guard(self) -> None:
-        """Before a Kubernetes write: LeaseLost unless the lease is held with margin."""
+    def guard(self) -> float:
+        """Before a Kubernetes write (each attempt): LeaseLost unless the lease is held with
+        margin; the seconds it is held beyond that."""
         if self.lease is None:
             raise LeaseLost("the ungater lease is not held: a standby writes nothing")
-        self.lease.ensure_held(GUARD_MARGIN * self.lease.settings.ttl_seconds)
+        return self.lease.ensure_held(GUARD_MARGIN * self.lease.settings.ttl_seconds)
 
     async def publish(self, subject: str, envelope: Envelope) -> Published:
         """A fenced publish on the decision stream."""

@@ -238,7 +238,7 @@ class QueueStatusWriter:
         kube: KubeClient,
         interval_seconds: float,
         errors: Counter | None = None,
-        guard: Callable[[], None] | None = None,
+        guard: Callable[[], object] | None = None,
     ) -> None:
         """Write through ``kube`` at most once per queue per ``interval_seconds``; failed
         writes count in ``errors`` (labelled ``operation="queue-status"``); ``guard`` runs

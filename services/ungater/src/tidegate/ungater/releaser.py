@@ -126,8 +126,9 @@ TICK_SECONDS = 1.0
 LAG_RETRY_SECONDS = 0.02
 """How soon a view found behind the decision stream is asked again for early releases."""
 
-Guard = Callable[[], None]
-"""Called before every Kubernetes write; raises (``LeaseLost``) to stop it."""
+Guard = Callable[[], object]
+"""Called before every Kubernetes write; raises (``LeaseLost``) to stop it (what it returns
+is for the client, :meth:`tidegate.kube.KubeClient.guarded`)."""
 
 Publish = Callable[[str, Envelope], Awaitable[Published]]
 """Publishes one envelope (the leader's fenced publish)."""

@@ -413,7 +413,13 @@ class WatcherCollector(Collector):
         )
         for kind in watcher.resources:
             unavailable.add_metric([kind], 1.0 if kind in watcher.unavailable else 0.0)
-        return [events, published, relists, failures, objects, unavailable]
+        bypassed = GaugeMetricFamily(
+            "tidegate_watcher_bypassed_pods",
+            "Running pods of managed workloads that started without passing the gate "
+            "(created while the webhook was down under failurePolicy Ignore).",
+        )
+        bypassed.add_metric([], watcher.mirror.bypassed_pods())
+        return [events, published, relists, failures, objects, unavailable, bypassed]
 
 
 async def setup(ctx: ServiceContext[WatcherSettings]) -> None:

@@ -13,6 +13,12 @@ Rules kept here:
   gate (or, after a restart, once the state stream says it was published before), and stays
   managed while its owner exists. Unmanaged workloads are never published, and their pods are
   published with ``workload`` null (they still count for capacity).
+- A workload none of whose pods was seen gated is managed too once one of its pods runs
+  bound and ungated while it names a queue (a label or annotation) or sits in a namespace
+  labelled ``tidegate.io/managed=true``: it was created while the webhook was down (or not sent
+  to it) and *bypassed the gate*; its workload carries those pods (``bypassed_pods``,
+  ``bypassed_requests``) so that admission charges them to the queue. DaemonSet and mirror pods
+  are never counted (the webhook never gates them).
 - A Job or JobSet created suspended that names a queue, Kueue's way, is managed from the
   start, without pods (it has none until tidegate unsuspends it; :mod:`tidegate.watcher.suspend`).
 - A pod whose owner chain names an object not seen yet (a ReplicaSet whose event has not arrived)
@@ -36,8 +42,10 @@ from typing import Literal, NamedTuple
 
 import msgspec
 
+from tidegate.model import resources as res
 from tidegate.model.events import DisruptionBudgetState, Message, ServiceType, WorkloadState
-from tidegate.model.names import ADMISSION_GATE
+from tidegate.model.names import ADMISSION_GATE, MANAGED_NAMESPACE_LABEL
+from tidegate.model.pods import bypassed_gate
 from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
 from tidegate.watcher import keys
 from tidegate.watcher.convert import node_state, pod_state, queue_config, topology_config
@@ -167,6 +175,8 @@ class ClusterIndex:
         self.managed: set[tuple[str, str]] = set()
         self.deleting_namespaces: set[str] = set()
         """Namespaces being deleted (a ``deletionTimestamp``): their workloads say so."""
+        self.managed_namespaces: set[str] = set()
+        """Namespaces labelled ``tidegate.io/managed=true``: their pods are tidegate's."""
         self._resolution: dict[tuple[str, str], _Resolution] = {}
         self._members: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self._sources: dict[tuple[str, str], tuple[str, str]] = {}
@@ -359,6 +369,15 @@ class ClusterIndex:
         self._context_changed(applied)
 
     def _apply_namespace(self, meta: ObjectMeta, deleted: bool, applied: Applied) -> None:
+        managed = not deleted and meta.labels.get(MANAGED_NAMESPACE_LABEL) == "true"
+        if managed != (meta.name in self.managed_namespaces):
+            if managed:
+                self.managed_namespaces.add(meta.name)
+                for key, pod in list(self.pods.items()):
+                    if key[0] == meta.name:
+                        self._link(key, pod, applied)
+            else:
+                self.managed_namespaces.discard(meta.name)
         deleting = not deleted and meta.deletion_timestamp is not None
         if deleting == (meta.name in self.deleting_namespaces):
             return
@@ -486,12 +505,24 @@ class ClusterIndex:
         self._check_quorum(workload)
         applied.affected.add(StateKey("workload", *workload))
         gated = any(gate.name == ADMISSION_GATE for gate in pod.spec.scheduling_gates)
-        if gated and workload not in self.managed:
+        if workload not in self.managed and (gated or self._started_ungated(pod)):
             self.managed.add(workload)
             applied.affected.update(StateKey("pod", *m) for m in self._members[workload])
         if settled(pod) and workload in self.managed:
             # Now, not only when the workload is next published: its pods may be gone by then.
             self._note_finished(workload)
+
+    def _started_ungated(self, pod: Pod) -> bool:
+        """Whether ``pod`` is tidegate's by what it names (a queue, or its namespace) and was
+        bound without the gate: its workload is managed although no pod of it was gated."""
+        meta = pod.metadata
+        if not pod.spec.node_name or meta.annotations.get(keys.MIRROR_ANNOTATION) is not None:
+            return False
+        if any(ref.kind == "DaemonSet" for ref in meta.owner_references):
+            return False
+        if meta.namespace in self.managed_namespaces:
+            return True
+        return any(k in meta.labels or k in meta.annotations for k in keys.QUEUE_KEYS)
 
     @staticmethod
     def _refs_of(pod: Pod) -> list[str]:
@@ -732,6 +763,14 @@ class ClusterIndex:
         )
         if workload[0] in self.deleting_namespaces:
             message = msgspec.structs.replace(message, namespace_deleting=True)
+        levels = self.context().placement_levels
+        bypassing = [state for pod in members if bypassed_gate(state := pod_state(pod)[0], levels)]
+        if bypassing:
+            message = msgspec.structs.replace(
+                message,
+                bypassed_pods=len(bypassing),
+                bypassed_requests=res.total(state.requests for state in bypassing),
+            )
         problems = (message.invalid_reason,) if message.invalid_reason else ()
         return Desired(message, message.uid, problems)
 

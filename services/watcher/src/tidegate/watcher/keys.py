@@ -80,3 +80,6 @@ PREFERRED_KEYS: Final = (
 )
 SLICE_SIZE_KEYS: Final = (TG_SLICE_SIZE, KUEUE_PODSET_SLICE_SIZE)
 SLICE_TOPOLOGY_KEYS: Final = (TG_SLICE_TOPOLOGY, KUEUE_PODSET_SLICE_REQUIRED)
+
+MIRROR_ANNOTATION: Final = "kubernetes.io/config.mirror"
+"""On a mirror pod (a static pod's API object): never sent to the webhook, never tidegate's."""

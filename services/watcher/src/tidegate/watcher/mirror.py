@@ -114,6 +114,8 @@ class Mirror:
         self.cluster = subjects.validate_cluster(cluster)
         self.index = index
         self._stored: dict[StateKey, _Stored] = {}
+        self._bypassed: dict[StateKey, int] = {}
+        """Pods that bypassed the gate, per published workload that has any."""
 
     def seed(self, envelope: Envelope) -> None:
         """Record a message replayed from the state stream (the bus's view before we start).
@@ -127,8 +129,10 @@ class Mirror:
         if isinstance(envelope.body, Tombstone):
             # A subject ending in a tombstone holds nothing: same as a subject never written.
             self._stored.pop(key, None)
+            self._bypassed.pop(key, None)
             return
         self._stored[key] = _Stored(envelope.body, envelope.resource_version)
+        self._count_bypassed(key, envelope.body)
         if key.kind == "workload":
             workload = (key.namespace or "", key.name)
             self.index.seed_managed([workload])
@@ -191,9 +195,21 @@ class Mirror:
         if isinstance(envelope.body, Tombstone):
             # Keep nothing for deleted objects, so memory does not grow with churn.
             self._stored.pop(publication.key, None)
+            self._bypassed.pop(publication.key, None)
             self.index.forget(publication.key)
         else:
             self._stored[publication.key] = _Stored(envelope.body, envelope.resource_version)
+            self._count_bypassed(publication.key, envelope.body)
+
+    def bypassed_pods(self) -> int:
+        """Pods of the published workloads that bypassed the gate (issue 29), summed."""
+        return sum(self._bypassed.values())
+
+    def _count_bypassed(self, key: StateKey, body: Message) -> None:
+        if isinstance(body, WorkloadState) and body.bypassed_pods:
+            self._bypassed[key] = body.bypassed_pods
+        else:
+            self._bypassed.pop(key, None)
 
     def last(self, key: StateKey) -> Message | None:
         """The last message on ``key``'s subject as far as the mirror knows."""

@@ -104,6 +104,11 @@ class Context:
     """Placement profile names accepted; None accepts any."""
 
     @property
+    def placement_levels(self) -> frozenset[str]:
+        """Node labels of every known Topology level (a release always sets some)."""
+        return frozenset(level for topology in self.topologies.values() for level in topology)
+
+    @property
     def placement_labels(self) -> frozenset[str]:
         """Node labels the ungater may add to a pod's nodeSelector when it releases it: every
         known Topology level and the GPU product label."""
