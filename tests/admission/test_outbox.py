@@ -12,10 +12,22 @@ import collections
 import signal
 import typing
 
-from tidegate.bus import Ledger, layout
-from tidegate.model import Admitted, QueueConfig, Released, subjects
+import msgspec
+
+from tidegate.admission.ledger import OutboxChunk, OutboxEntry
+from tidegate.bus import Ledger, Received, layout
+from tidegate.model import (
+    Admitted,
+    LostAdmission,
+    Message,
+    Preempted,
+    QueueConfig,
+    Released,
+    codec,
+    subjects,
+)
 from tidegate.model.subjects import DecisionKind
-from tidegate.testing import until_async
+from tidegate.testing import following, until_async
 
 from .conftest import Harness
 from .test_admission_service import (
@@ -244,3 +256,134 @@ async def test_a_release_whose_ledger_delete_failed_deletes_the_key_when_tried_a
     await harness.until(lambda: harness.of(Released, "ns/train"), within=20, what="the release")
     await committed_release(harness, "ns/train")
     released_once(harness, "ns/train")
+
+
+async def forget_event_ids(harness: Harness) -> None:
+    """Make the decision stream forget the event ids it stored (as 120 s after a publish):
+    shrink its duplicate window so JetStream prunes them, then wait for the prune. The next
+    service to start sets the window back."""
+    js = harness.bus.jetstream
+    info = await js.stream_info(layout.decisions_stream(harness.cluster))
+    config = info.config
+    config.duplicate_window = 0.5
+    await js.update_stream(config)
+    await asyncio.sleep(1.5)
+
+
+async def test_a_stored_outbox_entry_is_not_stored_again_after_a_newer_decision(
+    harness: Harness,
+) -> None:
+    """Issue 29 seam 3: a leader stopped after an admission was stored but before its outbox
+    key was deleted; the workload was resized since. The successor published the entry again
+    at takeover and, past the duplicate window, it became the last message on its subject:
+    every later replay (a restart of the topology-cache, the ungater, preemption) saw the old
+    admission as the one in force."""
+    await small_cluster(harness)
+    await harness.start_admission(lease_holder="first")
+    web = workload("web", workers(2, 4))
+    await harness.workload(web)
+    await harness.until(lambda: harness.of(Admitted, "ns/web"), what="the admission")
+    await harness.workload(msgspec.structs.replace(web, podsets=[workers(3, 4)]))
+    await harness.until(lambda: len(harness.of(Admitted, "ns/web")) == 2, what="the resize")
+    first, resized = harness.of(Admitted, "ns/web")
+    assert isinstance(first, Admitted)
+    assert isinstance(resized, Admitted)
+    assert resized.replaces == first.sequence
+    service, task = harness.services.running.pop()
+    service.request_stop()
+    async with asyncio.timeout(10):
+        assert await task == 0
+
+    # What a leader killed between the publish of `first` and its outbox delete leaves.
+    stream = layout.decisions_stream(harness.cluster)
+    subject = subjects.decision(harness.cluster, "admitted", "ns", "web")
+    stored = await harness.bus.jetstream.get_msg(stream, seq=1, subject=subject, next=True)
+    envelope = codec.decode(stored.data or b"")
+    assert envelope.body == first
+    ledger = await Ledger.open(harness.bus, harness.cluster)
+    chunk = OutboxChunk(entries=[OutboxEntry(subject=subject, envelope=envelope)])
+    await ledger.put(f"outbox.{envelope.event_id}", msgspec.json.encode(chunk))
+    await forget_event_ids(harness)
+
+    await harness.start_admission(lease_holder="second")
+    await harness.workload(workload("after", workers(1, 4)))
+    await harness.until(lambda: harness.of(Admitted, "ns/after"), what="the successor leading")
+    await asyncio.sleep(0.5)
+    assert len(harness.of(Admitted, "ns/web")) == 2, harness.of(Admitted, "ns/web")
+    last = await harness.bus.jetstream.get_last_msg(stream, subject)
+    assert codec.decode(last.data or b"").body == resized
+    assert not any(key.startswith("outbox.") for key in await ledger.keys())
+
+    # What a service replaying the decision stream at start sees: the resize, in force.
+    replayed: list[Message] = []
+
+    async def collect(received: Received) -> None:
+        replayed.append(received.envelope.body)
+
+    async with following(
+        harness.bus, stream=stream, subjects=[subject], handler=collect, replayed_within=5
+    ):
+        assert replayed == [resized]
+
+
+async def deliveries_or_dead_letter(harness: Harness, *, since: int, at_least: int) -> bool:
+    """Wait until admission's consumer has made ``at_least`` deliveries after its consumer
+    sequence ``since``, or dead-lettered something; True if it dead-lettered."""
+    stream = layout.decisions_stream(harness.cluster)
+    dead = layout.deadletter_stream(harness.cluster)
+    wildcard = layout.deadletter_wildcard(harness.cluster)
+    deadline = asyncio.get_running_loop().time() + 90
+    while True:
+        if await harness.bus.subjects_in(dead, wildcard):
+            return True
+        info = await harness.bus.jetstream.consumer_info(stream, "admission")
+        if info.delivered.consumer_seq - since >= at_least:
+            return False
+        assert asyncio.get_running_loop().time() < deadline, "neither delivered nor dead-lettered"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_preempted_whose_commits_keep_failing_is_never_dead_lettered(
+    harness: Harness,
+) -> None:
+    """Issue 29 seam 5: the ``preempted`` of a restart-mode victim whose commit failed on five
+    deliveries (the ledger unwritable for a minute) was dead-lettered; the release, kept only
+    in the leader's memory, died with it at the next leader change: the successor restored the
+    victim's admission from the ledger and never released it (its quota leaked, its pods,
+    ended by the ungater, stayed gated)."""
+    await harness.topology()
+    await harness.node("n1", "r1")
+    await harness.queue(QueueConfig(name="q"))
+    await harness.start_admission(lease_holder="first")
+    victim = await inference_needs_the_victims_room(harness)
+    stream = layout.decisions_stream(harness.cluster)
+    before = await harness.bus.jetstream.consumer_info(stream, "admission")
+    await refuse_workload_keys(harness, True)
+    try:
+        preempted = Preempted(
+            preemptor="ns/serve",
+            preemptor_uid="uid-serve",
+            victims=["ns/victim"],
+            mode={"ns/victim": "restart"},
+            lost={"ns/victim": LostAdmission(uid=victim.uid, sequence=victim.sequence)},
+        )
+        subject = subjects.decision(harness.cluster, "preempted", "ns", "serve")
+        await harness.publish(subject, preempted, event_id="preemption-1")
+        since = before.delivered.consumer_seq
+        dead = await deliveries_or_dead_letter(harness, since=since, at_least=7)
+        assert not dead, "the preempted decision was dead-lettered"
+        assert harness.of(Released, "ns/victim") == []
+        # The leader changes while the release is still uncommitted.
+        service, task = harness.services.running.pop()
+        service.request_stop()
+        async with asyncio.timeout(10):
+            assert await task == 0
+    finally:
+        await refuse_workload_keys(harness, False)
+    await harness.start_admission(lease_holder="second")
+    await harness.until(
+        lambda: harness.of(Released, "ns/victim"), within=20, what="the victim's release"
+    )
+    await committed_release(harness, "ns/victim")
+    released = released_once(harness, "ns/victim")
+    assert (released.uid, released.reason) == (victim.uid, "Evicted")

@@ -1,5 +1,7 @@
 """Custom resources, annotations, Job and JobSet suspension, optimistic concurrency."""
 
+import asyncio
+
 import pytest
 
 from tidegate.kube import (
@@ -145,6 +147,30 @@ async def test_annotate_sets_and_removes(env: ContractEnv) -> None:
     assert pod["metadata"]["annotations"] == {"a.example.com/x": "1", "b.example.com/y": "2"}  # type: ignore[index]
     pod = await env.client.annotate(PODS, env.namespace, "p", {"a.example.com/x": None})
     assert pod["metadata"]["annotations"] == {"b.example.com/y": "2"}  # type: ignore[index]
+
+
+async def test_a_patch_by_uid_reaches_only_that_object(env: ContractEnv) -> None:
+    first = await env.client.create(JOBS, suspended_job("j"), namespace=env.namespace)
+    uid = str(first["metadata"]["uid"])  # type: ignore[index]
+    marked = await env.client.annotate(JOBS, env.namespace, "j", {"a.example.com/x": "1"}, uid=uid)
+    assert marked["metadata"]["annotations"] == {"a.example.com/x": "1"}  # type: ignore[index]
+    await env.client.delete(JOBS, "j", namespace=env.namespace, propagation="Background")
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                await env.client.get(JOBS, "j", namespace=env.namespace)
+            except NotFound:
+                break
+            await asyncio.sleep(0.1)
+    await env.client.create(JOBS, suspended_job("j"), namespace=env.namespace)
+    with pytest.raises(Conflict):
+        await env.client.annotate(JOBS, env.namespace, "j", {"a.example.com/x": "2"}, uid=uid)
+    with pytest.raises(Conflict):
+        await env.client.patch(
+            JOBS, "j", {"spec": {"parallelism": 2}}, namespace=env.namespace, uid=uid
+        )
+    again = await env.client.get(JOBS, "j", namespace=env.namespace)
+    assert not again["metadata"].get("annotations")  # type: ignore[union-attr]
 
 
 async def test_suspend_job_and_jobset(env: ContractEnv) -> None:

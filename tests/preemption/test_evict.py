@@ -127,12 +127,16 @@ async def test_a_pod_evicted_once_is_not_evicted_again_while_it_terminates(
 
 
 async def test_abort_suspends_and_marks_the_job_then_evicts_its_pods(kube: KubeClient) -> None:
-    await kube.create(JOBS, train_job(), namespace=NAMESPACE)
+    job = await kube.create(JOBS, train_job(), namespace=NAMESPACE)
     pods = [
         ref(dict(await kube.create(PODS, pod(f"train-{i}"), namespace=NAMESPACE))) for i in range(2)
     ]
     victim = VictimRecord(
-        key=f"{NAMESPACE}/train", uid="u", mode="abort", owner_kind="Job", pods=pods
+        key=f"{NAMESPACE}/train",
+        uid=str(job["metadata"]["uid"]),
+        mode="abort",
+        owner_kind="Job",
+        pods=pods,
     )
     results = await Evictor(kube, EvictionSettings()).preempt(
         victim, pods, preemptor=f"{NAMESPACE}/serve"
@@ -334,13 +338,17 @@ async def test_an_abort_the_api_server_refuses_still_evicts_every_pod(tmp_path: 
         )
         try:
             await kube.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
-            await kube.create(JOBS, train_job(), namespace=NAMESPACE)
+            job = await kube.create(JOBS, train_job(), namespace=NAMESPACE)
             pods = [
                 ref(dict(await kube.create(PODS, pod(f"train-{i}"), namespace=NAMESPACE)))
                 for i in range(2)
             ]
             victim = VictimRecord(
-                key=f"{NAMESPACE}/train", uid="u", mode="abort", owner_kind="Job", pods=pods
+                key=f"{NAMESPACE}/train",
+                uid=str(job["metadata"]["uid"]),
+                mode="abort",
+                owner_kind="Job",
+                pods=pods,
             )
             proxy.arm("PATCH", f"/namespaces/{NAMESPACE}/jobs/train", Refuse(403), times=1000)
             evictor = Evictor(kube, EvictionSettings())
@@ -359,3 +367,46 @@ async def test_an_abort_the_api_server_refuses_still_evicts_every_pod(tmp_path: 
             assert stored["metadata"]["annotations"][PREEMPTED_BY_ANNOTATION] == "team/serve"
         finally:
             await kube.close()
+
+
+async def test_an_abort_retried_after_the_job_was_recreated_leaves_the_new_job_alone(
+    kube: KubeClient,
+) -> None:
+    """Issue 29 seam 1: the abort's patch went by name. Retried (the reconcile loop retries
+    an abort that failed) after the victim's user had deleted the Job and submitted it
+    again, it suspended the new Job and marked it ``tidegate.io/resume: manual``: never
+    admitted again."""
+    old = await kube.create(JOBS, train_job(), namespace=NAMESPACE)
+    victim = VictimRecord(
+        key=f"{NAMESPACE}/train", uid=str(old["metadata"]["uid"]), mode="abort", owner_kind="Job"
+    )
+    await kube.delete(JOBS, "train", namespace=NAMESPACE)
+    new = await kube.create(JOBS, train_job(), namespace=NAMESPACE)
+
+    await Evictor(kube, EvictionSettings()).abort(victim, preemptor=f"{NAMESPACE}/serve")
+
+    stored = await kube.get(JOBS, "train", namespace=NAMESPACE)
+    assert stored["metadata"]["uid"] == new["metadata"]["uid"]
+    assert not stored["spec"].get("suspend")
+    annotations = stored["metadata"].get("annotations") or {}
+    assert PREEMPTED_BY_ANNOTATION not in annotations
+    assert RESUME_ANNOTATION not in annotations
+
+
+async def test_an_abort_marks_a_victim_of_another_kind_only_while_it_is_the_same_object(
+    kube: KubeClient,
+) -> None:
+    """The same for the owner kinds an abort only annotates (a bare Pod here)."""
+    old = await kube.create(PODS, pod("solo"), namespace=NAMESPACE)
+    victim = VictimRecord(
+        key=f"{NAMESPACE}/solo",
+        uid=str(old["metadata"]["uid"]),
+        mode="abort",
+        owner_kind="Pod",
+        owner_api_version="v1",
+    )
+    await kube.delete(PODS, "solo", namespace=NAMESPACE, grace_seconds=0)
+    await kube.create(PODS, pod("solo"), namespace=NAMESPACE)
+    await Evictor(kube, EvictionSettings()).abort(victim, preemptor=f"{NAMESPACE}/serve")
+    stored = await kube.get(PODS, "solo", namespace=NAMESPACE)
+    assert PREEMPTED_BY_ANNOTATION not in (stored["metadata"].get("annotations") or {})

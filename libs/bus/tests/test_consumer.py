@@ -199,6 +199,22 @@ async def test_retryable_exceptions_use_the_backoff_and_end_in_the_dead_letter_s
     assert dead[0][DEADLETTER_DELIVERIES] == "3"
 
 
+async def test_without_max_deliver_a_failing_message_comes_back_until_it_is_handled(
+    bus: Bus, cluster_id: str, make_node: MakeNode
+) -> None:
+    await publish_decisions(bus, cluster_id, make_node, 1)
+    deliveries: list[int] = []
+
+    async def handle(message: Received) -> None:
+        deliveries.append(message.delivered)
+        if message.delivered < 8:
+            raise Retryable("the ledger is unavailable")
+
+    await consume_until(bus, cluster_id, handle, lambda: len(deliveries) == 8, max_deliver=None)
+    assert deliveries == list(range(1, 9))
+    assert await dead_letters(bus, cluster_id) == []
+
+
 @pytest.mark.parametrize(
     "outcome",
     [Reject("queue 'nope' does not exist"), Permanent("queue 'nope' does not exist")],

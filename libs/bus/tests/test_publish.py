@@ -34,6 +34,20 @@ async def test_a_duplicate_publish_is_dropped(
     assert await bus.last_sequence(layout.decisions_stream(cluster_id)) == first.sequence
 
 
+async def test_last_on_reads_the_newest_message_of_one_subject(
+    bus: Bus, cluster_id: str, make_node: MakeNode
+) -> None:
+    stream = layout.decisions_stream(cluster_id)
+    subject = subjects.decision(cluster_id, "released", "ns", "job")
+    assert await bus.last_on(stream, subject) is None
+    await bus.publish(subject, make_node(event_id="evt-1"))
+    second = await bus.publish(subject, make_node(event_id="evt-2"))
+    await bus.publish(subjects.decision(cluster_id, "released", "ns", "other"), make_node())
+    last = await bus.last_on(stream, subject)
+    assert last is not None
+    assert (last.envelope.event_id, last.stream_sequence) == ("evt-2", second.sequence)
+
+
 async def test_expected_last_subject_sequence_rejects_a_stale_writer(
     bus: Bus, cluster_id: str, make_node: MakeNode
 ) -> None:

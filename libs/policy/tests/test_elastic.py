@@ -16,7 +16,14 @@ from tidegate.model import (
     WorkloadState,
 )
 from tidegate.policy.admission import Admission
-from tidegate.policy.elastic import common_prefix, gives_back, growth, shrunk, surplus
+from tidegate.policy.elastic import (
+    common_prefix,
+    gives_back,
+    growth,
+    growth_still_wanted,
+    shrunk,
+    surplus,
+)
 
 from .test_admission import GPU, cluster, node, only, workers, workload
 
@@ -278,3 +285,34 @@ def test_only_workloads_sized_by_their_spec_give_slots_back() -> None:
         assert gives_back(msgspec.structs.replace(job, owner_kind=kind))
     for kind in ("PodGroup", "Pod", "StatefulSet"):
         assert not gives_back(msgspec.structs.replace(job, owner_kind=kind))
+
+
+def test_a_growth_request_still_wanted_only_while_its_admission_is_in_force_and_it_grows() -> None:
+    """Issue 29 seam 2 (the service test: tests/preemption/test_stale_growth.py)."""
+    admission = four_racks()
+    state = workload("a", workers(2, 4, rack=True), service_type="inference")
+    first = admit(admission, state)
+    grown = scaled(state, 5)
+    extra = msgspec.structs.replace(grown.podsets[0], count=3)
+    request = PreemptRequested(
+        workload="ns/a",
+        uid=first.uid,
+        queue="q",
+        sequence=first.sequence + 1,
+        podsets=[extra],
+        admitted_sequence=first.sequence,
+    )
+    assert growth_still_wanted(request, grown, first) == [extra]
+    # The workload scaled back part of the way, or all the way.
+    (partly,) = growth_still_wanted(request, scaled(state, 3), first) or []
+    assert partly.count == 1
+    assert growth_still_wanted(request, state, first) == []
+    # A later admission is in force (the growth admitted, a resize, a move): stale.
+    later = msgspec.structs.replace(first, sequence=first.sequence + 2, replaces=first.sequence)
+    assert growth_still_wanted(request, grown, later) == []
+    # An older one: the caller has not seen the admission the request grows yet.
+    older = msgspec.structs.replace(first, sequence=first.sequence - 1)
+    assert growth_still_wanted(request, grown, older) is None
+    # Without admitted_sequence (an older writer): by the growth alone.
+    legacy = msgspec.structs.replace(request, admitted_sequence=None)
+    assert growth_still_wanted(legacy, grown, later) == [extra]

@@ -8,6 +8,7 @@ from tidegate.admission.ledger import (
     OutboxEntry,
     chunks,
     deliverable,
+    stored_or_superseded,
 )
 from tidegate.model import Admitted, Envelope, Pending, Released
 
@@ -56,3 +57,15 @@ def test_a_commit_is_cut_into_chunks_that_keep_the_order_and_the_size_limit() ->
     assert [e for c in cut for e in c.entries] == entries
     assert chunks(entries, limit=1)[0].entries == entries[:1]  # too big: a chunk of its own
     assert chunks([]) == []
+
+
+def test_an_entry_is_not_published_behind_itself_or_a_later_decision_on_its_subject() -> None:
+    """Issue 29 seam 3 (the service test: test_a_stored_outbox_entry_is_not_stored_again_after_a_newer_decision
+    in tests/admission/test_outbox.py)."""
+    staged = entry(ADMITTED)
+    assert not stored_or_superseded(staged, None)  # nothing stored: publish it
+    assert stored_or_superseded(staged, staged.envelope)  # stored already
+    resized = entry(msgspec.structs.replace(ADMITTED, sequence=9, replaces=5)).envelope
+    assert stored_or_superseded(staged, resized)  # a later decision: a copy would follow it
+    older = entry(msgspec.structs.replace(ADMITTED, sequence=3)).envelope
+    assert not stored_or_superseded(staged, older)  # not stored yet: publish it

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Self
 
+import msgspec
 import nats
 import nats.errors
 import nats.js.errors
@@ -26,7 +27,13 @@ from nats.js.kv import KeyValue
 from tidegate.bus import layout
 from tidegate.bus._wrap import translate, wrapped
 from tidegate.bus.errors import BusError, Unavailable
-from tidegate.bus.message import EXPECTED_LAST_SUBJECT_SEQUENCE, MSG_ID, TTL, Published
+from tidegate.bus.message import (
+    EXPECTED_LAST_SUBJECT_SEQUENCE,
+    MSG_ID,
+    TTL,
+    Published,
+    Received,
+)
 from tidegate.model import Envelope, Tombstone, codec
 from tidegate.telemetry import producer_span
 
@@ -386,6 +393,26 @@ class Bus:
         only those stored at a lower sequence."""
         with wrapped(f"purging {subjects} from {stream}"):
             await self._js.purge_stream(stream, subject=subjects, seq=before)
+
+    async def last_on(self, stream: str, subject: str) -> Received | None:
+        """The newest message stored on ``subject`` in ``stream``, decoded; None when the
+        subject holds none, or when it does not decode (logged)."""
+        with wrapped(f"reading {subject} in {stream}"):
+            try:
+                msg = await self._js.get_last_msg(stream, subject)
+            except nats.js.errors.NotFoundError:
+                return None
+        try:
+            envelope = codec.decode(msg.data or b"")
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.warning("the last message on %s does not decode, taken as none: %s", subject, exc)
+            return None
+        return Received(
+            subject=subject,
+            envelope=envelope,
+            stream_sequence=msg.seq or 0,
+            headers=dict(msg.headers or {}),
+        )
 
     async def last_sequence(self, stream: str) -> int:
         """The sequence of the newest message in ``stream`` (0 when empty)."""

@@ -21,7 +21,9 @@ returns :class:`Reject` / raises Permanent  publishes it to the dead-letter subj
 
 A message that fails on its ``max_deliver``-th delivery is dead-lettered rather than retried
 again. A message delivered more than ``max_deliver`` times without any outcome (its handler
-kept crashing the process) is dead-lettered before the handler sees it again. A message that
+kept crashing the process) is dead-lettered before the handler sees it again. With
+``max_deliver=None`` a failing message is delivered again for as long as it takes (for
+decisions whose loss would leak state: a failure there is transient, never a verdict). A message that
 does not decode is dead-lettered with the validation error (which names the JSON path).
 While a handler runs, the consumer tells JetStream it is still working on the message, so a
 slow handler is not redelivered to someone else.
@@ -111,8 +113,10 @@ class ConsumerSettings:
     """How long one fetch waits for messages; also bounds how long a stop takes to notice."""
     ack_wait_seconds: float = 30.0
     """A delivered message not acked (nor reported in progress) within this is redelivered."""
-    max_deliver: int = 5
-    """Deliveries before a failing message is dead-lettered."""
+    max_deliver: int | None = 5
+    """Deliveries before a failing message is dead-lettered; None: never, it is delivered
+    again until its handler settles it (only a Reject, or a message that does not decode,
+    is dead-lettered)."""
     backoff_seconds: tuple[float, ...] = (1.0, 5.0, 30.0)
     """Nak delay by delivery count (the last entry repeats) when the handler names none."""
     max_ack_pending: int = 1024
@@ -124,7 +128,7 @@ class ConsumerSettings:
     def __post_init__(self) -> None:
         if not self.subjects:
             raise ValueError(f"consumer {self.durable}: subjects must not be empty")
-        if self.max_deliver < 1:
+        if self.max_deliver is not None and self.max_deliver < 1:
             raise ValueError(f"consumer {self.durable}: max_deliver must be at least 1")
         if self.batch_size < 1:
             raise ValueError(f"consumer {self.durable}: batch_size must be at least 1")
@@ -167,7 +171,7 @@ class DurableConsumer:
             ack_wait=settings.ack_wait_seconds,
             # One extra delivery lets us see a message whose handler crashed the process every
             # time, and dead-letter it instead of leaving it stuck.
-            max_deliver=settings.max_deliver + 1,
+            max_deliver=-1 if settings.max_deliver is None else settings.max_deliver + 1,
             max_ack_pending=settings.max_ack_pending,
             deliver_policy=(
                 api.DeliverPolicy.NEW if settings.deliver_new_only else api.DeliverPolicy.ALL
@@ -267,7 +271,8 @@ class DurableConsumer:
         sequence = msg.metadata.sequence.stream
         headers = dict(msg.headers or {})
         outcome: Outcome
-        if delivered > self.settings.max_deliver:
+        max_deliver = self.settings.max_deliver
+        if max_deliver is not None and delivered > max_deliver:
             outcome = Reject(
                 f"delivered {delivered} times without an outcome (the handler may be crashing "
                 "the process)"
@@ -288,7 +293,7 @@ class DurableConsumer:
                 with consumer_span(msg.subject, headers, message_id=envelope.event_id) as span:
                     outcome = await self._run_handler(received)
                     span.set_attribute("tidegate.outcome", type(outcome).__name__.lower())
-        if isinstance(outcome, Retry) and delivered >= self.settings.max_deliver:
+        if isinstance(outcome, Retry) and max_deliver is not None and delivered >= max_deliver:
             outcome = Reject(f"gave up after {delivered} deliveries: {outcome.reason}")
         label = await self._settle(msg, outcome, delivered=delivered, headers=headers)
         if self._observer is not None:

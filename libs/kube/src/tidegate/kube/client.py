@@ -277,15 +277,24 @@ class KubeClient:
         namespace: str | None = None,
         patch_type: PatchType = "merge",
         subresource: str = "",
+        uid: str | None = None,
     ) -> JsonObject:
         """Patch an object (or a subresource) and return it as stored.
 
         Retried on transient errors: a merge or strategic patch that sets values is idempotent;
         JSON patches are retried too, so only send ones that are (e.g. guarded by ``test``).
+        With ``uid`` (merge or strategic patches) the patch carries ``metadata.uid``: it
+        applies to that object only, and a newer one of the same name (deleted and created
+        again) answers :class:`~tidegate.kube.errors.Conflict`.
         """
         path = resource.path(namespace=namespace, name=name, subresource=subresource)
         op = f"patch {resource.plural}{'/' + subresource if subresource else ''} {_where(namespace, name)}"
         body: object = list(patch) if isinstance(patch, list) else dict(patch)
+        if uid:
+            if not isinstance(body, dict):
+                raise ValueError(f"{op}: a uid precondition needs a merge or strategic patch")
+            metadata = body.get("metadata")
+            body["metadata"] = {**(metadata if isinstance(metadata, dict) else {}), "uid": uid}
         data = await self._transport.request(
             "PATCH",
             path,
@@ -491,15 +500,17 @@ class KubeClient:
         namespace: str | None,
         name: str,
         annotations: Mapping[str, str | None],
+        *,
+        uid: str | None = None,
     ) -> JsonObject:
         """Set annotations (a None value removes that key); others are left alone.
 
         ``kind`` is a :class:`~tidegate.kube.resources.ResourceType` or a built-in kind name
-        such as "Pod" or "Job".
+        such as "Pod" or "Job". With ``uid``, only on that object (:meth:`patch`).
         """
         resource = resource_for_kind(kind) if isinstance(kind, str) else kind
         patch = {"metadata": {"annotations": dict(annotations)}}
-        return await self.patch(resource, name, patch, namespace=namespace)
+        return await self.patch(resource, name, patch, namespace=namespace, uid=uid)
 
     async def suspend_job(self, namespace: str, name: str, *, suspend: bool = True) -> JsonObject:
         """Set a batch/v1 Job's ``spec.suspend`` (the Job controller then deletes its pods)."""
@@ -512,13 +523,10 @@ class KubeClient:
         ``tidegate.io/requeued`` annotation; ``tidegate.io/resume`` is removed), in one merge
         patch guarded by ``uid``: a re-created object of the same name answers Conflict."""
         patch = {
-            "metadata": {
-                "uid": uid,
-                "annotations": {REQUEUE_ANNOTATION: why, RESUME_ANNOTATION: None},
-            },
+            "metadata": {"annotations": {REQUEUE_ANNOTATION: why, RESUME_ANNOTATION: None}},
             "spec": {"suspend": True},
         }
-        return await self.patch(resource, name, patch, namespace=namespace)
+        return await self.patch(resource, name, patch, namespace=namespace, uid=uid)
 
     async def suspend_jobset(
         self, namespace: str, name: str, *, suspend: bool = True, resource: ResourceType = JOBSETS

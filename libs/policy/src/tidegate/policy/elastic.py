@@ -39,6 +39,7 @@ from tidegate.model import (
     Admitted,
     DomainCount,
     PodSetSpec,
+    PreemptRequested,
     TopologyAssignment,
     TopologyRequest,
     WorkloadState,
@@ -188,3 +189,27 @@ def sized_podsets(workload: WorkloadState, counts: Mapping[str, int]) -> list[Po
         for p in workload.podsets
         if counts.get(p.name, 0) > 0
     ]
+
+
+def growth_still_wanted(
+    request: PreemptRequested, workload: WorkloadState, admitted: Admitted
+) -> list[PodSetSpec] | None:
+    """What of a growth preempt ``request`` (``podsets`` set) still needs room, given the
+    admission in force ``admitted`` (the request's uid) and the workload now: its podsets
+    capped at the workload's growth. Empty when the request is stale: a later admission
+    replaced the one it grows (the growth was admitted, or a resize or move happened) or
+    the workload shrank back. None when ``admitted`` is older than the one the request grows
+    (the caller has not seen that admission yet). A request without ``admitted_sequence``
+    (an older writer) is checked by the growth alone."""
+    grows = request.admitted_sequence
+    if grows is not None and admitted.sequence < grows:
+        return None
+    if grows is not None and admitted.sequence > grows:
+        return []
+    wanted = growth(workload, admitted)
+    out = []
+    for spec in request.podsets:
+        extra = min(spec.count, wanted.get(spec.name, 0))
+        if extra > 0:
+            out.append(msgspec.structs.replace(spec, count=extra))
+    return out

@@ -39,7 +39,13 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from tidegate.admission.config import Settings
 from tidegate.admission.handlers import SOURCE, Handlers
-from tidegate.admission.ledger import AdmissionLedger, LedgerRecord, OutboxEntry, deliverable
+from tidegate.admission.ledger import (
+    AdmissionLedger,
+    LedgerRecord,
+    OutboxEntry,
+    deliverable,
+    stored_or_superseded,
+)
 from tidegate.admission.metrics import QueueMetrics
 from tidegate.admission.nominations import restore_nominations
 from tidegate.admission.retention import DecisionRetention
@@ -198,6 +204,13 @@ class Leader:
                         f"tg.{self._ctx.cluster}.decision.replace-requested.>",
                     ),
                     deliver_new_only=True,
+                    # Never dead-lettered: a failed commit is transient, and a decision given
+                    # up on would be lost at the next leader change (issue 29 seam 5). It comes
+                    # back at the pace the decision loop retries the same commit.
+                    max_deliver=None,
+                    backoff_seconds=tuple(
+                        factor * self._ctx.settings.cycle_tick_seconds for factor in (1, 2, 5)
+                    ),
                 ),
                 self._handlers.decision_handler(self.commit),
             )
@@ -218,6 +231,9 @@ class Leader:
         by_key = {r.admitted.workload: r for r in records}
         outbox = [e for e in self._ledger.outbox if deliverable(e, by_key)]
         dropped = [e for e in self._ledger.outbox if not deliverable(e, by_key)]
+        stored = await self._stored_already(outbox)
+        stored_ids = {e.envelope.event_id for e in stored}
+        outbox = [e for e in outbox if e.envelope.event_id not in stored_ids]
         now = time.time()
         for record in records:
             usage = {NodeName(n): dict(u) for n, u in record.node_usage.items()}
@@ -234,23 +250,35 @@ class Leader:
         released = admission.release_orphans()
         nominated = restore_nominations(admission, self._ledger.preemptions, now=now)
         await self._ledger.claim(sequence=admission.sequence, epoch=admission.epoch)
-        await self._ledger.unstage(dropped)
+        await self._ledger.unstage([*dropped, *stored])
         self._unsent = outbox
         await self.commit(released)  # also stores which workloads stay kept out
         await self._send()
         log.info(
             "admission: took over epoch %d: %d admitted restored, %d outbox decisions "
-            "re-published (%d never committed, dropped), %d released, %d nominations "
-            "restored, %d kept out, sequence %d",
+            "re-published (%d never committed, dropped; %d stored already), %d released, "
+            "%d nominations restored, %d kept out, sequence %d",
             admission.epoch,
             len(records),
             len(outbox),
             len(dropped),
+            len(stored),
             len(released),
             len(nominated),
             len(kept_out),
             admission.sequence,
         )
+
+    async def _stored_already(self, outbox: Sequence[OutboxEntry]) -> list[OutboxEntry]:
+        """The entries of a predecessor's ``outbox`` whose subject ends with them or a later
+        decision (read after our fence claim: nobody else publishes there meanwhile)."""
+        stream = layout.decisions_stream(self._ctx.cluster)
+        stored: list[OutboxEntry] = []
+        for entry in outbox:
+            last = await self._ctx.bus.last_on(stream, entry.subject)
+            if stored_or_superseded(entry, last.envelope if last is not None else None):
+                stored.append(entry)
+        return stored
 
     async def _decide_until_stopped(self) -> None:
         settings = self._ctx.settings

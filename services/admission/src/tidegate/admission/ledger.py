@@ -18,7 +18,9 @@ in the outbox and is published again, by the same event id (``Nats-Msg-Id``, so 
 drops a copy it already stored), by this leader on its next tick or by a successor at
 takeover: nothing is re-published by comparing sequences to a watermark. An entry whose state
 change was never made (a crash in between) is dropped instead (:func:`deliverable`): the
-decision was not committed, and the successor decides again.
+decision was not committed, and the successor decides again. So is one whose subject already
+ends with it or with a later decision (:func:`stored_or_superseded`): its key outlived its
+publish, and a copy stored now would follow the newer decision.
 
 The leader writes through its ledger :class:`~tidegate.bus.Fence` (claimed at takeover): an
 instance that is no longer the leader cannot write any key once its successor has claimed
@@ -119,6 +121,19 @@ def deliverable(entry: OutboxEntry, records: dict[str, LedgerRecord]) -> bool:
             and record.admitted.sequence < body.sequence
         )
     return True
+
+
+def stored_or_superseded(entry: OutboxEntry, last: Envelope | None) -> bool:
+    """Whether ``last``, the newest message on ``entry``'s subject, is ``entry`` itself or a
+    later decision. Publishing ``entry`` then would store a stale copy behind it (past the
+    duplicate window), which a replay of the last message per subject takes for the decision
+    in force (issue 29 seam 3)."""
+    if last is None:
+        return False
+    if last.event_id == entry.envelope.event_id:
+        return True
+    stored = getattr(last.body, "sequence", None)
+    return isinstance(stored, int) and stored >= entry.sequence
 
 
 STOPPED_PREFIX: Final = "stopped."

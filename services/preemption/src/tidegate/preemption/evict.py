@@ -25,7 +25,9 @@ and the rules for doing it safely live together:
   the pods) and, in the same patch, annotates it ``tidegate.io/preempted-by`` and
   ``tidegate.io/resume: manual``: the suspension is then never taken for one made for tidegate
   to undo (docs/workloads.md, "Suspended Jobs and JobSets"), so the victim stays out across
-  any restart of any service, by its own object;
+  any restart of any service, by its own object. The patch (and the mark of other kinds)
+  carries the victim's uid: an abort retried after the victim was deleted and submitted
+  again under its name leaves the new object alone (Conflict counts as gone);
 - a restarted victim whose top owner is a Job or JobSet is not evicted pod by pod but
   **re-queued** (:meth:`Evictor.requeue`): the pods are first checked with dry-run evictions
   (so a PodDisruptionBudget refusing any of them holds the victim exactly as a refused
@@ -299,16 +301,19 @@ class Evictor:
                 )
                 return
             annotations = {PREEMPTED_BY_ANNOTATION: preemptor}
+            # By uid: an abort retried after its user deleted the victim and submitted it
+            # again must not suspend or mark the new object (issue 29 seam 1).
+            uid = victim.uid or None
             if victim.owner_kind in ("Job", "JobSet"):
                 # One patch: no moment where it is suspended without saying by whom.
                 annotations[RESUME_ANNOTATION] = RESUME_MANUAL
                 patch = {"metadata": {"annotations": annotations}, "spec": {"suspend": True}}
-                await self._kube.patch(resource, name, patch, namespace=namespace)
+                await self._kube.patch(resource, name, patch, namespace=namespace, uid=uid)
                 self._checked()
             else:
-                await self._kube.annotate(resource, namespace, name, annotations)
-        except NotFound:
-            log.info("abort %s: its %s is gone already", victim.key, victim.owner_kind)
+                await self._kube.annotate(resource, namespace, name, annotations, uid=uid)
+        except (NotFound, Conflict):
+            log.info("abort %s: its %s is gone or was re-created", victim.key, victim.owner_kind)
         except KubeError as exc:
             raise AbortFailed(
                 f"cannot suspend or mark the {victim.owner_kind} of {victim.key}: {exc}",

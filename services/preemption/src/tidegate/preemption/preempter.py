@@ -54,6 +54,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
 from tidegate.model.names import REQUEUE_KINDS
+from tidegate.policy.elastic import growth_still_wanted
 from tidegate.policy.victims import preempted_decision
 from tidegate.preemption.evict import AbortFailed, EvictionFailed, EvictionRefused, Evictor
 from tidegate.preemption.ledger import PreemptionLedger
@@ -202,19 +203,31 @@ class Preempter:
         if workload is None or workload.uid != request.uid:
             return "unknown"
         growth = bool(request.podsets)
-        if not growth and self._view.is_admitted(key, request.uid):
+        admitted = self._view.admission(key, request.uid)
+        if not growth and admitted is not None:
             log.info("preempt request for %s ignored: it is admitted already", key)
             return "stale"
-        if growth and not self._view.is_admitted(key, request.uid):
-            # Admission asks for a growth only of a workload it admitted: the view has not
-            # seen that admission yet (or it ended since).
-            return "unknown"
         if growth:
+            # Admission asks for a growth only of a workload it admitted: without that
+            # admission in the view, the view has not seen it yet (or it ended since).
+            wanted = (
+                growth_still_wanted(request, workload, admitted) if admitted is not None else None
+            )
+            if wanted is None:
+                return "unknown"
+            if not wanted:
+                # Redelivered or left to a new leader: the growth was admitted, the workload
+                # resized or shrank back since. Its room is needed no more (issue 29 seam 2).
+                log.info(
+                    "growth preempt request for %s ignored: admission %s it grows is not in "
+                    "force, or the workload no longer grows",
+                    key,
+                    request.admitted_sequence,
+                )
+                return "stale"
             # An admitted workload that grew: room for its extra pods only, pinned by
             # admission inside its required domain (docs/workloads.md, "Elastic workloads").
-            workload = msgspec.structs.replace(
-                workload, podsets=list(request.podsets), min_members=None
-            )
+            workload = msgspec.structs.replace(workload, podsets=wanted, min_members=None)
         if existing is not None:
             # A newer request while this preemptor's own preemption is in force (admission
             # asked again before its room showed in the capacity view): searching now would

@@ -205,8 +205,12 @@ class PreemptionView:
 
     def is_admitted(self, key: WorkloadKey, uid: str) -> bool:
         """Whether the workload ``key`` with ``uid`` holds an admission in force."""
+        return self.admission(key, uid) is not None
+
+    def admission(self, key: WorkloadKey, uid: str) -> Admitted | None:
+        """The admission in force of the workload ``key`` with ``uid``, if any."""
         known = self.replica.in_force(key)
-        return known is not None and known.uid == uid
+        return known if known is not None and known.uid == uid else None
 
     def pods(self, key: WorkloadKey) -> list[PodState]:
         """The workload's known pods, by name."""

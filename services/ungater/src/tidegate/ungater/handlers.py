@@ -25,6 +25,8 @@ workload's trace context is written to its top owner as the annotation
 an admitted Job or JobSet also gets ``tidegate.io/resume: manual`` there, so a later
 suspension of it is known to be someone else's (docs/workloads.md, "Suspended Jobs and
 JobSets"; one admitted while suspended for tidegate gets it when the releaser unsuspends it).
+The annotations are written with the workload's uid as precondition: a top owner deleted and
+created again under its name is left alone.
 
 Releasing pods is not done here (:mod:`tidegate.ungater.releaser` does it from the view);
 this module only reports.
@@ -44,6 +46,7 @@ from tidegate.kube import (
     DEPLOYMENTS,
     JOBS,
     PODS,
+    Conflict,
     EventType,
     KubeClient,
     KubeError,
@@ -206,9 +209,12 @@ class Reporter:
                 # while suspended for tidegate gets it with its unsuspension, by the releaser).
                 annotations[RESUME_ANNOTATION] = RESUME_MANUAL
             if annotations:
-                with contextlib.suppress(NotFound):
+                # By uid: the view may lag a Job deleted and submitted again under its name,
+                # which a mark meant for the old one would take for handed back (issue 29
+                # seam 7). Gone or re-created: nothing to mark.
+                with contextlib.suppress(NotFound, Conflict):
                     await self.kube.annotate(
-                        resource, workload.namespace, workload.name, annotations
+                        resource, workload.namespace, workload.name, annotations, uid=workload.uid
                     )
         return Ack()
 

@@ -1056,14 +1056,15 @@ class Releaser:
         key = WorkloadKey(f"{workload.namespace}/{workload.name}")
         patch = {
             "metadata": {
-                "uid": workload.uid,
                 "annotations": {RESUME_ANNOTATION: RESUME_MANUAL, REQUEUE_ANNOTATION: None},
             },
             "spec": {"suspend": False},
         }
         self._guard()
         try:
-            await self.kube.patch(resource, workload.name, patch, namespace=workload.namespace)
+            await self.kube.patch(
+                resource, workload.name, patch, namespace=workload.namespace, uid=workload.uid
+            )
         except (NotFound, Conflict):
             log.info("ungater: %s %s is gone or was re-created; not resumed", resource.kind, key)
         except KubeError as exc:
