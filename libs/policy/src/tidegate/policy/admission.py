@@ -59,10 +59,12 @@ from tidegate.model import (
     Released,
     ReplaceRequested,
     Resources,
+    Tombstone,
     WorkloadKey,
     WorkloadState,
 )
 from tidegate.model.events import ReleaseReason
+from tidegate.model.replica import Replica
 from tidegate.placement import PlacementRequest, PlacementResult
 from tidegate.policy.capacity import ClusterCapacity, place_or_message
 from tidegate.policy.cards import CardDemand, CardError, card_demand
@@ -158,6 +160,11 @@ class Admission:
         self._queues: dict[str, QueueConfig] = {}
         self._workloads: dict[WorkloadKey, WorkloadState] = {}
         self._admitted: dict[WorkloadKey, Admitted] = {}
+        """The admission held per workload: admission's own word, what the ledger keeps."""
+        self.decisions = Replica()
+        """The decisions in force as the bus says them, admission's own and the other
+        services' (``released``, ``preempted``): whether another service's decision ends an
+        admission held is this replica's answer, the rule every service reads."""
         self._done: set[WorkloadKey] = set()
         """Workloads not to be admitted again until re-created: aborted victims, finished."""
         self._stopped: dict[WorkloadKey, str] = {}
@@ -198,6 +205,7 @@ class Admission:
         releases the old one's quota first; a finished one releases its own (module doc)."""
         key = key_of(workload)
         out: list[Decision] = []
+        self.decisions.apply(workload)
         before = self._workloads.get(key)
         admitted = self._admitted.get(key)
         if admitted is not None and admitted.uid != workload.uid:
@@ -237,6 +245,9 @@ class Admission:
         if self.quota.outside(key) is not None:
             self.quota.charge_outside(key, None)
             self._growth += 1
+        namespace, _, name = key.partition("/")
+        self.decisions.apply(Tombstone(object_kind="workload", namespace=namespace, name=name))
+        self.decisions.forget(key)
         self._workloads.pop(key, None)
         self._done.discard(key)
         self._stopped.pop(key, None)
@@ -268,18 +279,20 @@ class Admission:
             sequence=self._next_sequence(),
             message=message,
         )
+        self.decisions.apply(body)
         return Decision(key=key, body=body, workload=self._workloads.get(key))
 
     def release_if(
         self, key: WorkloadKey, *, uid: str, before: int, reason: ReleaseReason, message: str = ""
     ) -> Decision | None:
-        """Release ``key`` on someone else's word (a released decision from another service):
-        only the admission of that ``uid``, and only one made before sequence ``before``
-        (0: the sender does not know sequences)."""
+        """Release ``key`` on someone else's word (a released decision from another service)
+        when it ends the admission held, by the replica's rule: only the admission of that
+        ``uid``, and only one made before sequence ``before`` (0: one made before it came)."""
+        self.decisions.apply(
+            Released(workload=key, uid=uid, queue=None, reason=reason, sequence=before)
+        )
         admitted = self._admitted.get(key)
-        if admitted is None or admitted.uid != uid:
-            return None
-        if before and admitted.sequence >= before:
+        if admitted is None or admitted.uid != uid or self._in_force(key, admitted):
             return None
         if reason in ("Completed", "Failed"):
             self._done.add(key)  # finished: not admitted again unless re-created
@@ -293,16 +306,11 @@ class Admission:
         Only the admission each victim loses is released (:meth:`Preempted.ends`): a repeated
         or stale decision leaves a victim admitted again since (or re-created) alone."""
         out: list[Decision] = []
+        self.decisions.apply(event)
         for victim in event.victims:
             key = WorkloadKey(victim)
             admitted = self._admitted.get(key)
-            if admitted is not None and event.ends(
-                victim,
-                uid=admitted.uid,
-                sequence=admitted.sequence,
-                replaces=admitted.replaces,
-                origin=admitted.origin,
-            ):
+            if admitted is not None and not self._in_force(key, admitted):
                 released = self.release(key, "Evicted", f"preempted for {event.preemptor}")
                 out.extend([released] if released is not None else [])
             current = self._workloads.get(key)
@@ -386,7 +394,7 @@ class Admission:
             unschedulable_moves=moves,
         )
         self.capacity.take(sequence, usage, at=now)
-        self._admitted[key] = body
+        self._hold(key, body)
         return [Decision(key=key, body=body, workload=workload, node_usage=usage)]
 
     def _evict(self, key: WorkloadKey, message: str, moves: int) -> list[Decision]:
@@ -407,7 +415,7 @@ class Admission:
     ) -> None:
         """Take over an admission recorded in the ledger by a previous leader (idempotent)."""
         key = WorkloadKey(admitted.workload)
-        self._admitted[key] = admitted
+        self._hold(key, admitted)
         self.quota.charge(
             key,
             Charge(queue=admitted.queue, resources=admitted.charged, cards=admitted.charged_cards),
@@ -779,7 +787,7 @@ class Admission:
         self.quota.charge(
             key, Charge(queue=admitted.queue, resources=charge.resources, cards=charge.cards)
         )
-        self._admitted[key] = body
+        self._hold(key, body)
         self._reasons.pop(key, None)
         return Decision(key=key, body=body, workload=workload, node_usage=usage)
 
@@ -831,7 +839,7 @@ class Admission:
         self.quota.charge(
             key, Charge(queue=admitted.queue, resources=charge.resources, cards=charge.cards)
         )
-        self._admitted[key] = body
+        self._hold(key, body)
         self._growth += 1
         return [Decision(key=key, body=body, workload=workload)]
 
@@ -1015,7 +1023,7 @@ class Admission:
         self.quota.charge(
             key, Charge(queue=queue.name, resources=request.resources, cards=request.cards)
         )
-        self._admitted[key] = body
+        self._hold(key, body)
         self._nominations.pop(key, None)
         self._awaiting.pop(key, None)
         self._reasons.pop(key, None)
@@ -1080,6 +1088,15 @@ class Admission:
             for node, amount in nomination.nodes.items():
                 self.capacity.unhold(node, amount)
             self._growth += 1
+
+    def _hold(self, key: WorkloadKey, admitted: Admitted) -> None:
+        """Hold ``admitted`` (a decision of this admission, or restored from the ledger)."""
+        self._admitted[key] = admitted
+        self.decisions.apply(admitted)
+
+    def _in_force(self, key: WorkloadKey, admitted: Admitted) -> bool:
+        """Whether the admission held is still the one in force by the decisions known."""
+        return self.decisions.in_force(key) == admitted
 
     def _next_sequence(self) -> int:
         self.sequence += 1
