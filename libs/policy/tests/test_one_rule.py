@@ -49,3 +49,41 @@ def test_no_service_or_domain_library_defines_its_own_terminal_phases() -> None:
         for line in terminal_phase_sets(path.read_text())
     ]
     assert copies == [], f"use tidegate.policy.common (TERMINAL_PHASES, active, …): {copies}"
+
+
+REPLICA = ROOT / "libs/model/src/tidegate/model/replica.py"
+
+
+def in_force_rule_calls(source: str) -> list[int]:
+    """Line numbers of calls that decide whether a decision ends an admission: a preemption's
+    ``.ends(…)`` (:meth:`tidegate.model.Preempted.ends`), which only the replica may apply."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "ends"
+    ]
+
+
+def test_the_in_force_detector_finds_a_copy() -> None:
+    assert in_force_rule_calls("if event.ends(key, uid=u, sequence=s):\n    pass") == [1]
+    assert in_force_rule_calls("x = verdict.ended_by") == []
+
+
+def test_only_the_replica_decides_which_admission_is_in_force() -> None:
+    """Issue 29: five services each had their own rule for what is in force; the replica
+    (:mod:`tidegate.model.replica`) is the one, and nobody else applies a preemption."""
+    sources = sorted(
+        [
+            *(ROOT / "services").glob("*/src/**/*.py"),
+            *(ROOT / "libs").glob("*/src/**/*.py"),
+        ]
+    )
+    copies = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sources
+        if path != REPLICA and "/sim/" not in str(path)
+        for line in in_force_rule_calls(path.read_text())
+    ]
+    assert copies == [], f"read the decisions in force from tidegate.model.replica: {copies}"
