@@ -542,6 +542,7 @@ class Releaser:
                 del memory[key]
         if workload is None:
             self._status.pop(key, None)
+            self._resumed.pop(key, None)
 
     def _settle_expectations(self, key: WorkloadKey, members: list[PodState]) -> None:
         by_uid = {pod.uid: pod for pod in members}

@@ -1,0 +1,50 @@
+"""Issue 29 seam 8: what the ungater keeps per workload grows with the workloads that exist,
+not with every name ever seen (the view's tables and the releaser's ``_resumed`` did)."""
+
+from typing import cast
+
+from prometheus_client import CollectorRegistry
+
+from tidegate.bus import Bus, Published
+from tidegate.kube import KubeClient
+from tidegate.model import Admitted, Envelope, PodState, Tombstone, WorkloadKey, WorkloadState
+from tidegate.policy.clusterview import ClusterView
+from tidegate.ungater.config import UngaterSettings
+from tidegate.ungater.releaser import Releaser, ReleaserMetrics
+
+
+async def _never(subject: str, envelope: Envelope) -> Published:
+    raise AssertionError("nothing to publish")
+
+
+def test_deleted_workloads_leave_nothing_in_the_view_or_the_releaser() -> None:
+    view = ClusterView()
+    releaser = Releaser(
+        view=view,
+        kube=cast(KubeClient, object()),
+        bus=cast(Bus, object()),
+        cluster="c",
+        settings=UngaterSettings(),
+        metrics=ReleaserMetrics(CollectorRegistry()),
+        publish=_never,
+    )
+    for n in range(200):
+        key = WorkloadKey(f"team/w{n}")
+        view.apply(WorkloadState(namespace="team", name=f"w{n}", uid=f"u{n}", owner_kind="Job"))
+        view.apply(
+            Admitted(workload=key, uid=f"u{n}", queue="q", sequence=n + 1, epoch=1, assignments={})
+        )
+        pod = PodState(namespace="team", name=f"w{n}-0", uid=f"p{n}", workload=key)
+        view.apply(pod)
+        releaser._resumed[key] = (f"u{n}", n + 1)  # as if it unsuspended it
+        view.apply(Tombstone(object_kind="workload", name=f"w{n}", namespace="team", uid=f"u{n}"))
+        view.apply(Tombstone(object_kind="pod", name=pod.name, namespace="team"))
+        releaser._plan(key)
+    assert view.replica.recorded() == []
+    assert view.replica.pods == {}
+    assert releaser._resumed == {}
+    # A copy of a deleted workload's admission that comes later holds nothing.
+    view.apply(
+        Admitted(workload="team/w7", uid="u7", queue="q", sequence=8, epoch=1, assignments={})
+    )
+    assert view.admission(WorkloadKey("team/w7")) is None
