@@ -37,6 +37,32 @@ async def test_a_kueue_style_suspended_job_is_unsuspended_on_admission_and_runs(
     await env.until_async(lambda: _resumed_state(env, "kq"), what="the workload published resumed")
 
 
+def _jobset(name: str, template: dict[str, object]) -> dict[str, object]:
+    """A JobSet created suspended, Kueue's way: one replicated Job of two indexed pods."""
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": dict(KUEUE)},
+        "spec": {
+            "suspend": True,
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": 2,
+                            "completions": 2,
+                            "completionMode": "Indexed",
+                            "template": template,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
 async def _resumed_state(env: Env, name: str) -> bool:
     state = await env.workload_state(name)
     return not state.suspended and not state.resume_on_admission
@@ -62,28 +88,7 @@ async def test_a_kueue_style_suspended_jobset_is_unsuspended_on_admission_and_ru
             ],
         },
     }
-    body = {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": "js", "labels": dict(KUEUE)},
-        "spec": {
-            "suspend": True,
-            "replicatedJobs": [
-                {
-                    "name": "workers",
-                    "replicas": 1,
-                    "template": {
-                        "spec": {
-                            "parallelism": 2,
-                            "completions": 2,
-                            "completionMode": "Indexed",
-                            "template": template,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    body = _jobset("js", template)
     created = await env.create(JOBSETS, body)
     workload = await env.workload_state("js")
     assert (workload.suspended, workload.resume_on_admission) == (True, True)
@@ -114,40 +119,16 @@ async def test_a_jobset_requeued_by_tidegate_is_unsuspended_on_its_next_admissio
     counting failures; on the next admission the ungater unsuspends it and removes the mark,
     and the pods come back at once."""
     await env.start_ungater()
-    body = {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": "rq", "labels": dict(KUEUE)},
+    template = {
+        "metadata": {"labels": {}},
         "spec": {
-            "suspend": True,
-            "replicatedJobs": [
-                {
-                    "name": "workers",
-                    "replicas": 1,
-                    "template": {
-                        "spec": {
-                            "parallelism": 2,
-                            "completions": 2,
-                            "completionMode": "Indexed",
-                            "template": {
-                                "metadata": {"labels": {}},
-                                "spec": {
-                                    "restartPolicy": "Never",
-                                    "containers": [
-                                        {
-                                            "name": "main",
-                                            "image": "busybox",
-                                            "resources": {"requests": {"cpu": "1"}},
-                                        }
-                                    ],
-                                },
-                            },
-                        }
-                    },
-                }
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
             ],
         },
     }
+    body = _jobset("rq", template)
     created = await env.create(JOBSETS, body)
     uid = created["metadata"]["uid"]
     await env.workload_state("rq")
