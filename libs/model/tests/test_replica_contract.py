@@ -456,3 +456,19 @@ def test_queue_tallies_always_equal_a_recount_of_the_verdicts(messages: list[Mes
         assert tally.pending == waiting
         gpus = sum(a.charged["nvidia.com/gpu"] for a in admitted_here)
         assert tally.usage == ({"nvidia.com/gpu": gpus} if gpus else {})
+
+
+def test_a_workload_never_deleted_is_not_forgotten_and_a_new_objects_decisions_count() -> None:
+    replica = Replica()
+    replica.apply_all([pending(3, uid="u9")])
+    assert not replica.forget(KEY)  # no tombstone: its state may still be on its way
+    replica.apply_all(
+        [
+            workload(),
+            admitted(5),
+            Tombstone(object_kind="workload", name="train", namespace="team", uid="u1"),
+        ]
+    )
+    assert replica.forget(KEY)
+    replica.apply(admitted(9, uid="u2"))  # the re-created object's, before its state
+    assert replica.in_force(KEY) is not None

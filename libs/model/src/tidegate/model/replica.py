@@ -265,15 +265,17 @@ class Replica:
         return touched
 
     def forget(self, key: WorkloadKey) -> bool:
-        """Drop the record of a deleted workload that holds nothing (no state, no pods, no
-        admission in force), remembering its objects as deleted (:data:`GONE_KEPT`). Returns
-        whether it was dropped: what keeps memory bounded by the workloads that exist."""
+        """Drop the record of a deleted workload that holds nothing (a tombstone seen, no state,
+        no pods, no admission in force), remembering its deleted objects (:data:`GONE_KEPT`):
+        a decision about one of them that comes later is ignored, one about a new object
+        starts a new record. Returns whether it was dropped: what keeps memory bounded by the
+        workloads that exist."""
         record = self._records.get(key)
-        if record is None or record.workload is not None or record.members:
+        if record is None or record.workload is not None or record.members or not record.gone:
             return False
         if self.verdict(key).in_force is not None:
             return False
-        for uid in {*record.gone, *record.admitted, *record.released, *record.pending}:
+        for uid in record.gone:
             self._departed[(key, uid)] = None
         while len(self._departed) > GONE_KEPT:
             del self._departed[next(iter(self._departed))]
