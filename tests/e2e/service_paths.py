@@ -14,7 +14,7 @@ async def abort_a_podgroup_victim(admin: KubeClient, namespace: str, preemption:
     """Preemption's abort of a PodGroup gang, as the preemption ServiceAccount (kubeconfig
     ``preemption``): the PodGroup is annotated with the preemptor and its pod evicted. The
     PodGroup and its pod are created first as ``admin``."""
-    await admin.create(
+    group = await admin.create(
         PODGROUPS,
         {
             "apiVersion": "tidegate.io/v1alpha1",
@@ -39,7 +39,7 @@ async def abort_a_podgroup_victim(admin: KubeClient, namespace: str, preemption:
     )
     victim = VictimRecord(
         key=f"{namespace}/gang",
-        uid="u",
+        uid=str(group["metadata"]["uid"]),  # type: ignore[index]
         mode="abort",
         owner_kind="PodGroup",
         owner_api_version="tidegate.io/v1alpha1",
