@@ -1,19 +1,27 @@
 """Two ungater replicas against the same decisions: one releases, the other stands by and takes
-over; per domain the API server never holds more released pods than assigned."""
+over while releases are in flight; the API server never holds more released pods in a domain
+than it was assigned, though more gated pods than slots wait."""
 
 import contextlib
 import signal
+from collections import Counter
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
+from tidegate.kube.ungate import has_gate
+from tidegate.model.names import ADMISSION_GATE
 from tidegate.runtime import Service
+from tidegate.sim.kinds import PODS as SIM_PODS
+from tidegate.sim.store import WatchEvent
 from tidegate.testing import ServiceProcess, service_process, until_async
 from tidegate.ungater.app import setup as ungater_setup
 
-from .conftest import Env, gated, index_of
+from .conftest import Domain, Env, gated
+
+HOSTNAME = "kubernetes.io/hostname"
 
 
 def released_count(service: Service[Any]) -> float:
@@ -21,38 +29,89 @@ def released_count(service: Service[Any]) -> float:
     return value or 0.0
 
 
-async def test_two_replicas_release_from_one_and_never_more_than_assigned(env: Env) -> None:
+def holding(pods: list[dict[str, Any]]) -> Counter[str]:
+    """Host → pods of ``pods`` released there that hold a slot (not gated, not leaving)."""
+    return Counter(
+        p["spec"]["nodeSelector"][HOSTNAME]
+        for p in pods
+        if not gated(p) and not p["metadata"].get("deletionTimestamp")
+    )
+
+
+async def test_a_handover_mid_release_fills_each_slot_once(env: Env) -> None:
+    """20 gated pods for 16 slots; the releasing replica stops while the bus lags its releases
+    (the watcher is down) and the slots are re-ordered; the standby finishes: 4 per host and
+    16 pods ever released, from the API server's pods."""
     # Slow releases (one write at a time, few per second), so the handover lands mid-way.
     slow = {"max_concurrent_patches": 1, "kube_qps": 6.0, "kube_burst": 1, "lease_ttl_seconds": 2}
     replicas = {
         name: await env.start(name, env.ungater_settings(**slow), ungater_setup)
         for name in ("ungater-a", "ungater-b")
     }
-    job = await env.job("pair", 16)
-    hosts = [env.host(rack, node) for rack in (0, 1) for node in (0, 1)]
-    await env.admit("team/pair", job["metadata"]["uid"], {"main": [(h, 4) for h in hosts]})
+    ever: set[str] = set()  # every pod the API server ever held released
 
-    async def some_released() -> bool:
-        return len([p for p in await env.pods("job-name=pair") if not gated(p)]) >= 3
+    def on_pod(event: WatchEvent) -> None:
+        pod = cast(dict[str, Any], event.obj)
+        if not has_gate(pod, ADMISSION_GATE):
+            ever.add(str(pod["metadata"]["uid"]))
 
-    await env.until_async(some_released, within=30, what="a few pods released")
-    counts = {name: released_count(service) for name, service in replicas.items()}
-    active = [name for name, count in counts.items() if count > 0]
-    assert len(active) == 1, f"exactly one replica releases, not {counts}"
+    unsubscribe = env.sim.store.subscribe(SIM_PODS.key, on_pod)
+    try:
+        job = await env.job("pair", 20)
+        hosts: list[Domain] = [env.host(rack, node) for rack in (0, 1) for node in (0, 1)]
 
-    # The releasing replica stops (a rolling update); the standby takes over and finishes.
-    await env.stop(active[0])
+        async def all_gated() -> bool:
+            return len([p for p in await env.pods("job-name=pair") if gated(p)]) == 20
 
-    async def all_released() -> list[dict[str, Any]] | None:
+        await env.until_async(all_gated, within=30, what="20 gated pods")
+        uid = job["metadata"]["uid"]
+        first = await env.admit("team/pair", uid, {"main": [(h, 4) for h in hosts]})
+
+        async def released_at_least(count: int) -> int | None:
+            pods = await env.pods("job-name=pair")
+            released = sum(holding(pods).values())
+            return released if released >= count else None
+
+        await env.until_async(lambda: released_at_least(3), within=30, what="a few released")
+        counts = {name: released_count(service) for name, service in replicas.items()}
+        active = [name for name, count in counts.items() if count > 0]
+        assert len(active) == 1, f"exactly one replica releases, not {counts}"
+
+        # The bus stops following the API server: releases sent from now on are in flight
+        # (not on the bus) when the releasing replica stops and the standby takes over.
+        await env.stop("watcher")
+        before = await env.until_async(lambda: released_at_least(1), what="the API's pods")
+        await env.until_async(
+            lambda: released_at_least(before + 1), within=30, what="a release the bus misses"
+        )
+        # Admission moves the slots around (same hosts, another order): the standby's rank →
+        # slot mapping differs from the one the in-flight releases followed.
+        order = [(h, 4) for h in reversed(hosts)]
+        await env.admit("team/pair", uid, {"main": order}, replaces=first.sequence)
+        await env.stop(active[0])
+        (standby,) = [name for name in replicas if name != active[0]]
+        assert sum(holding(await env.pods("job-name=pair")).values()) < 16, "handover mid-way"
+        await env.until(
+            lambda: released_count(replicas[standby]) > 0, within=30, what="the standby releasing"
+        )
+        await env.start_watcher()
+
+        async def settled() -> list[dict[str, Any]] | None:
+            pods = await env.pods("job-name=pair")
+            return pods if sum(holding(pods).values()) >= 16 else None
+
+        await env.until_async(settled, within=60, what="every slot filled")
+        await env.until(
+            lambda: env.monitor.most.keys() >= set(hosts), within=10, what="the monitor"
+        )
         pods = await env.pods("job-name=pair")
-        return pods if len(pods) == 16 and not any(gated(p) for p in pods) else None
-
-    pods = await env.until_async(all_released, within=60, what="every pod released")
-    (standby,) = [name for name in replicas if name != active[0]]
-    assert released_count(replicas[standby]) > 0, "the standby took over"
+    finally:
+        unsubscribe()
+    by_host = holding(pods)
+    assert by_host == {h[-1]: 4 for h in hosts}, "each host holds its 4 slots, no more"
+    assert len([p for p in pods if gated(p)]) == 4, "the pods beyond the slots stay gated"
+    assert len(ever) == 16, f"each slot was filled once: {len(ever)} pods ever released"
     assert env.monitor.most == dict.fromkeys(hosts, 4)
-    by_index = {index_of(p): p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in pods}
-    assert sorted(by_index) == list(range(16))
 
 
 async def leader_gauge(http: aiohttp.ClientSession, process: ServiceProcess) -> str:
