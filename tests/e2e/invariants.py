@@ -147,6 +147,9 @@ class Invariants:
         self._evicted_generation: dict[str, set[str]] = {}
         """Victim workload key → uids of its pods released when its preemption was seen; its
         later pods need a new admission before they may be released."""
+        self._superseded: dict[str, set[str]] = {}
+        """Workload key → uids of pods released under an admission a preemption ended: they
+        hold no slot of a later admission (one that finished stays as it is, Succeeded)."""
         self._to_evict: dict[str, tuple[float, set[str]]] = {}
         """Victim workload key → when its preemption was seen and the uids of its pods then
         released, until every one of them is being deleted."""
@@ -172,7 +175,9 @@ class Invariants:
             self.assigned[body.workload] = sum(
                 d.count for a in body.assignments.values() for d in a.domains
             )
-            self._evicted_generation.pop(body.workload, None)
+            ended = self._evicted_generation.pop(body.workload, None)
+            if ended:
+                self._superseded.setdefault(body.workload, set()).update(ended)
         elif isinstance(body, Preempted):
             for victim in body.victims:
                 held = self.admissions.get(victim)
@@ -380,7 +385,9 @@ class Invariants:
         self, nodes: list[JsonObject], pods: list[JsonObject], now: float
     ) -> None:
         """Never more pods released than assigned, in total and per domain of the newest
-        admission: released pods that hold (or held) a slot — not being deleted, not failed.
+        admission: released pods that hold (or held) a slot of it — not being deleted, not
+        failed, not finished under an admission a preemption ended (a Job that completed just
+        as it was preempted keeps its Succeeded pods where the old admission put them).
         The observer may see a new admission (a move, a growth) a moment after the ungater
         acted on it, so only an excess that lasts longer than that is named."""
         labels = {n["metadata"]["name"]: labels_of(n) for n in nodes}
@@ -390,6 +397,10 @@ class Invariants:
             key = workload_of(pod)
             if key is None or gated(pod) or terminating(pod) or pod_phase(pod) == "Failed":
                 continue
+            if pod_phase(pod) == "Succeeded" and pod["metadata"]["uid"] in self._superseded.get(
+                key, ()
+            ):
+                continue  # it finished under the admission the preemption ended
             released[key] = released.get(key, 0) + 1
             admission = self.admissions.get(key)
             if admission is None:

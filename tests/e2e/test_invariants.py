@@ -278,6 +278,30 @@ def test_a_preempted_gangs_new_pods_released_before_readmission_are_named() -> N
     assert "pod t/v-new of preempted t/v released without a new admission" in found.violations[0]
 
 
+def test_pods_that_finished_under_a_preempted_admission_hold_no_slot_of_the_next() -> None:
+    # A Job that completed just as it was preempted keeps its Succeeded pods where the ended
+    # admission put them; they count against the next admission's domains no more, but a pod
+    # of that generation still running there does.
+    found = checks()
+    found.decided(admitted(f"{NAMESPACE}/v", 1))
+    pods = [pod("v-0", app="v", node=NODE, gpus=1), pod("v-1", app="v", node=NODE, gpus=1)]
+    found.sample(NODES, pods, time.monotonic())
+    found.decided(preempted(f"{NAMESPACE}/v"))
+    elsewhere = [DomainCount(values=["rack0", OTHER], count=2)]
+    found.decided(admitted(f"{NAMESPACE}/v", 2, count=2, domains=elsewhere))
+    finished = [
+        pod(p["metadata"]["name"], app="v", node=NODE, gpus=1, phase="Succeeded") for p in pods
+    ]
+    sample_twice(found, finished)
+    assert found.violations == []
+    sample_twice(found, [finished[0], pods[1]])
+    assert len(found.violations) == 1, found.violations
+    assert (
+        f"1 pods of t/v released into domain rack0/{NODE} but admission 2 assigned 0"
+        in (found.violations[0])
+    )
+
+
 def test_a_preempted_gang_not_evicted_whole_is_named() -> None:
     found = checks()
     both = [DomainCount(values=["rack0", n], count=1) for n in (NODE, OTHER)]
