@@ -534,8 +534,11 @@ class Chaos:
         while not stop.is_set():
             for process in system.stack.dead_services():
                 name = process.name
-                if name in system.checks.restarting:
-                    continue
+                if (
+                    name in system.checks.restarting
+                    or system.stack.processes.get(name) is not process
+                ):
+                    continue  # being restarted or stopped for good meanwhile (a replica)
                 system.checks.restarting.add(name)
                 try:
                     code = process.returncode
