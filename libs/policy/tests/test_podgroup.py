@@ -1,8 +1,6 @@
-"""PodGroup status and Event messages, and the ungater's settings."""
+"""PodGroup status (counters, phase, conditions) and the placement summary of Events."""
 
 from pathlib import Path
-
-import pytest
 
 from tidegate.model import (
     Admitted,
@@ -14,9 +12,7 @@ from tidegate.model import (
     TopologyAssignment,
     WorkloadState,
 )
-from tidegate.runtime import SettingsError, load_settings
-from tidegate.ungater.config import UngaterSettings
-from tidegate.ungater.status import (
+from tidegate.policy.podgroup import (
     PHASES,
     count,
     placement_summary,
@@ -160,35 +156,6 @@ def test_counts_and_summary() -> None:
         placement_summary(admitted())
         == "queue q; main: 2 pods in 2 domains (b1/r1/h1 ×1, b1/r1/h2 ×1)"
     )
-
-
-def test_settings_name_the_bad_value(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match="TIDEGATE_MAX_CONCURRENT_PATCHES"):
-        load_settings(UngaterSettings, env={"TIDEGATE_MAX_CONCURRENT_PATCHES": "0"})
-    with pytest.raises(SettingsError, match="TIDEGATE_WEBHOOK_FAILURE_POLICY"):
-        load_settings(UngaterSettings, env={"TIDEGATE_WEBHOOK_FAILURE_POLICY": "Sometimes"})
-    with pytest.raises(SettingsError, match="does not exist"):
-        load_settings(
-            UngaterSettings,
-            env={"TIDEGATE_WEBHOOK": "on", "TIDEGATE_WEBHOOK_CERT_DIR": str(tmp_path)},
-        )
-    with pytest.raises(SettingsError, match="TIDEGATE_KUBE_QPS"):
-        load_settings(UngaterSettings, env={"TIDEGATE_KUBE_QPS": "-1"})
-    # Without a certificate (the chart with the webhook disabled) it starts without the webhook.
-    quiet = load_settings(UngaterSettings, env={"TIDEGATE_WEBHOOK_CERT_DIR": str(tmp_path)})
-    assert not quiet.serves_webhook
-    (tmp_path / "tls.crt").write_text("x")
-    (tmp_path / "tls.key").write_text("x")
-    assert quiet.serves_webhook
-    settings = load_settings(
-        UngaterSettings,
-        env={"TIDEGATE_KUBECONFIG": "/k", "TIDEGATE_KUBE_CONTEXT": "c", "TIDEGATE_WEBHOOK": "off"},
-    )
-    assert (settings.kube_settings().kubeconfig, settings.kube_settings().context) == (
-        Path("/k"),
-        "c",
-    )
-    assert not settings.serves_webhook
 
 
 def test_the_crd_allows_exactly_the_phases_written() -> None:
