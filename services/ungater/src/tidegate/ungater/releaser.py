@@ -1,30 +1,30 @@
 """Releasing gated pods into their slots, batched and concurrency-limited, with expectations.
 
 A *round* takes every workload marked dirty since the last one (a pod, node, workload or
-decision changed), and for each:
+decision changed) and asks :func:`tidegate.policy.release.plan` what to do about each (its
+admission in force, per podset the releases into free slots, replacement requests for lost or
+unschedulable slots, evictions and re-queues, resuming a Job or JobSet admitted while
+suspended for tidegate, PodGroup status: that module's docstring). This module carries the
+intents out, at most ``max_concurrent_patches`` Kubernetes writes at a time:
 
-1. finds the admission in force (:meth:`tidegate.model.replica.Replica.verdict`);
-2. per podset, plans releases with :func:`tidegate.policy.slots.plan_podset`: released pods
-   are counted from their nodeSelectors, releases in flight from the *expectations* (uid →
-   domain, recorded before the patch is sent, dropped once the bus shows the pod released, the
-   pod is gone, the patch failed, or ``expectation_timeout_seconds`` passed), pods on
-   NotReady or vanished nodes hold no slot;
-3. sends the releases (``KubeClient.ungate_pod``: the nodeSelector of the domain — every
-   level label down to it, plus ``nvidia.com/gpu.product`` of the admitted card model — and
-   only tidegate's gate removed), at most ``max_concurrent_patches`` Kubernetes writes at a time;
-4. asks admission for replacement slots when whole domains of the assignment lost their nodes
-   (:class:`~tidegate.model.ReplaceRequested`), and evicts the remaining pods when admission
-   answered that there is no room (``Released.evict_pods``) — a Job's or JobSet's by
-   suspending it with ``tidegate.io/requeued`` instead (after dry-run evictions, so budgets
-   still apply), since the Job controller counts evicted pods as failures and backs off;
-5. writes PodGroup status when it changed;
-6. unsuspends a Job or JobSet admitted while suspended for tidegate (``resume_on_admission``,
-   Kueue's way): one merge patch sets ``spec.suspend: false`` and the annotation
-   ``tidegate.io/resume: manual`` (so any later suspension is someone else's), with the
-   object's uid as precondition (a re-created object of the same name is not touched). Its
-   controller then creates the pods, the webhook gates them, and step 2 releases them. A Job
-   tidegate re-queued (``tidegate.io/requeued``, removed by the same patch) is unsuspended only
-   once none of its old pods is live any more, so the suspension has taken effect.
+- :class:`~tidegate.policy.release.ReleasePod`: ``KubeClient.ungate_pod`` (only tidegate's
+  gate removed, the nodeSelector set), after the *expectation* (uid → domain) was recorded;
+  it is dropped once the bus shows the pod released, the pod is gone, the patch failed, or
+  ``expectation_timeout_seconds`` passed;
+- :class:`~tidegate.policy.release.RequestReplacement`: a ``replace-requested`` through the
+  lease's fence on the decision stream;
+- :class:`~tidegate.policy.release.EvictPod`, :class:`~tidegate.policy.release.RequeueOwner`:
+  an eviction, or suspending a Job or JobSet with ``tidegate.io/requeued`` after dry-run
+  evictions (so budgets still apply), since the Job controller counts evicted pods as
+  failures and backs off;
+- :class:`~tidegate.policy.release.ResumeOwner`: one merge patch sets ``spec.suspend: false``
+  and ``tidegate.io/resume: manual`` (so any later suspension is someone else's) and removes
+  ``tidegate.io/requeued``, with the object's uid as precondition (a re-created object of the
+  same name is not touched);
+- :class:`~tidegate.policy.release.WritePodGroupStatus`: a status patch.
+
+A write that fails makes the releaser forget what the plan remembered of it, so the next
+round plans it again.
 
 One releaser acts at a time (the ``ungater`` lease, see :mod:`tidegate.ungater.app`): every
 Kubernetes write is sent only after ``guard()`` passed (the lease is held with a margin), and
