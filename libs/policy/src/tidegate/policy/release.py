@@ -308,7 +308,7 @@ def card_selector(admitted: Admitted) -> tuple[dict[str, str], str | None]:
         return {}, f"{admitted.workload}: card model not used in the selector: {exc}"
 
 
-def by_podset(pods: Sequence[PodState]) -> dict[str, list[PodState]]:
+def _by_podset(pods: Sequence[PodState]) -> dict[str, list[PodState]]:
     """``pods`` grouped by podset name (an unnamed podset is "")."""
     out: dict[str, list[PodState]] = {}
     for pod in pods:
@@ -435,7 +435,7 @@ class _Planner:
     # ------------------------------------------------------------------ releases
 
     def _releases(self, admitted: Admitted, members: list[PodState]) -> int:
-        grouped = by_podset(members)
+        grouped = _by_podset(members)
         extra, problem = card_selector(admitted)
         if problem is not None:
             self.intents.append(Notice(problem))
@@ -568,7 +568,7 @@ class _Planner:
         later = [since + wait for since in marked if since + wait > now]
         if later:
             self.unschedulable_due = min(later)
-        grouped = by_podset(members)
+        grouped = _by_podset(members)
         stuck: dict[str, list[DomainCount]] = {}
         for podset, assignment in sorted(admitted.assignments.items()):
             found = slots.stuck_slots(
@@ -627,7 +627,7 @@ class _Planner:
         gated, and they are released into the new slots."""
         if not any(slots.stuck_since(pod) for pod in members):
             return  # the usual case: nothing to look for, so no grouping per plan
-        grouped = by_podset(members)
+        grouped = _by_podset(members)
         stranded = [
             pod
             for podset, assignment in sorted(admitted.assignments.items())
