@@ -18,6 +18,7 @@ from tidegate.policy.podgroup import (
     placement_summary,
     podgroup_status,
     same_status,
+    with_shown_times,
 )
 
 GATE = "tidegate.io/admission"
@@ -135,6 +136,23 @@ def test_eviction_condition_and_transition_times() -> None:
     )
     assert same_status(again, later)
     assert later["conditions"] == again["conditions"]
+
+
+def test_the_first_write_keeps_the_times_the_object_shows() -> None:
+    desired = status_of(pods("Running", "Running"), admitted=admitted())
+    shown = {
+        "conditions": [
+            {"type": "Admitted", "status": "True", "lastTransitionTime": "2024-12-31T00:00:00Z"},
+            {"type": "PodsReady", "status": "False", "lastTransitionTime": "2024-12-31T00:01:00Z"},
+            "not a condition",
+        ]
+    }
+    kept = with_shown_times(desired, shown)
+    times = {c["type"]: c["lastTransitionTime"] for c in kept["conditions"]}  # type: ignore[attr-defined,index]
+    assert times["Admitted"] == "2024-12-31T00:00:00Z"  # same status: its time is kept
+    assert times["PodsReady"] != "2024-12-31T00:01:00Z"  # it changed: now
+    assert with_shown_times(desired, None) == desired
+    assert with_shown_times(desired, {"conditions": "garbage"}) == desired
 
 
 def test_counts_and_summary() -> None:

@@ -83,7 +83,7 @@ from tidegate.model.names import (
     RESUME_ANNOTATION,
     RESUME_MANUAL,
 )
-from tidegate.policy import release
+from tidegate.policy import podgroup, release
 from tidegate.policy.clusterview import ClusterView
 from tidegate.policy.common import gated
 from tidegate.telemetry import note_pod_released, release_span
@@ -757,22 +757,7 @@ class Releaser:
     ) -> dict[str, object]:
         """Keep condition times the PodGroup already shows (first write after a start)."""
         current = await self.kube.get(PODGROUPS, workload.name, namespace=workload.namespace)
-        shown = current.get("status")
-        before = shown.get("conditions") if isinstance(shown, dict) else None
-        if not isinstance(before, list):
-            return desired
-        times = {
-            (c.get("type"), c.get("status")): c.get("lastTransitionTime")
-            for c in before
-            if isinstance(c, dict)
-        }
-        conditions = desired.get("conditions")
-        if isinstance(conditions, list):
-            for condition in conditions:
-                time_ = times.get((condition.get("type"), condition.get("status")))
-                if isinstance(time_, str) and time_:
-                    condition["lastTransitionTime"] = time_
-        return desired
+        return podgroup.with_shown_times(desired, current.get("status"))
 
 
 def _uid(obj: Mapping[str, object]) -> str:
