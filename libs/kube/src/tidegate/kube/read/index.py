@@ -66,7 +66,7 @@ from tidegate.kube.read.recognize import Context, Owner, OwnerObject, pod_positi
 from tidegate.kube.read.suspend import suspension
 from tidegate.model import resources as res
 from tidegate.model.events import DisruptionBudgetState, Message, ServiceType, WorkloadState
-from tidegate.model.names import ADMISSION_GATE, MANAGED_NAMESPACE_LABEL
+from tidegate.model.names import MANAGED_NAMESPACE_LABEL
 from tidegate.model.pods import bypassed_gate
 from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
 
@@ -504,7 +504,7 @@ class ClusterIndex:
             self._sources[workload] = resolution.owner
         self._check_quorum(workload)
         applied.affected.add(StateKey("workload", *workload))
-        gated = any(gate.name == ADMISSION_GATE for gate in pod.spec.scheduling_gates)
+        gated = pod.gated()
         if workload not in self.managed and (gated or self._started_ungated(pod)):
             self.managed.add(workload)
             applied.affected.update(StateKey("pod", *m) for m in self._members[workload])

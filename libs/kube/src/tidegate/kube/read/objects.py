@@ -15,6 +15,8 @@ from typing import TypeVar
 
 import msgspec
 
+from tidegate.model.pods import admission_gated
+
 Quantity = str | int | float
 """A Kubernetes quantity as it appears in JSON."""
 
@@ -149,6 +151,11 @@ class Pod(_K8s, frozen=True, kw_only=True):
     metadata: ObjectMeta
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
     status: PodStatus = msgspec.field(default_factory=PodStatus)
+
+    def gated(self) -> bool:
+        """Whether the pod still carries tidegate's admission gate
+        (:func:`tidegate.model.pods.admission_gated`)."""
+        return admission_gated(gate.name for gate in self.spec.scheduling_gates)
 
 
 def slim_pod(pod: Pod) -> Pod:

@@ -45,7 +45,6 @@ from tidegate.kube.read.objects import (
 from tidegate.kube.read.requests import pod_requests
 from tidegate.kube.read.suspend import suspension
 from tidegate.model.events import PodSetSpec, ServiceType, TopologyRequest, WorkloadState
-from tidegate.model.names import ADMISSION_GATE
 from tidegate.policy.cards import GPU_PRODUCT_LABEL
 from tidegate.policy.service_type import (
     DEFAULT_OWNER_KIND_SERVICE_TYPES,
@@ -154,7 +153,7 @@ def own_node_selector(pod: Pod, placement_labels: Collection[str]) -> dict[str, 
     (``placement_labels``) are not the pod's own. A gated pod's selector is all its own.
     """
     selector = pod.spec.node_selector
-    if any(gate.name == ADMISSION_GATE for gate in pod.spec.scheduling_gates):
+    if pod.gated():
         return dict(selector)
     return {key: value for key, value in selector.items() if key not in placement_labels}
 
