@@ -68,7 +68,7 @@ from tidegate.kube import (
     ResourceType,
 )
 from tidegate.kube.eventrecord import timestamp
-from tidegate.kube.ungate import has_gate
+from tidegate.kube.read.objects import ObjectError, Pod, decode, describe_error
 from tidegate.model import (
     Envelope,
     PodState,
@@ -275,7 +275,8 @@ class Releaser:
         Reads every pod once from the API server. Call after the followers replayed and
         before the first round."""
         listed = await self.kube.list_objects(PODS)
-        by_uid = {_uid(item): item for item in listed.items}
+        read = (_read_pod(item) for item in listed.items)
+        by_uid = {actual.metadata.uid: actual for actual in read if actual is not None}
         seeded = 0
         now = self.clock()
         for key in self.view.admitted_keys():
@@ -288,9 +289,9 @@ class Releaser:
                 actual = by_uid.get(pod.uid)
                 if actual is None:
                     continue
-                if has_gate(actual, ADMISSION_GATE):
+                if actual.gated():
                     continue
-                expectation = release.taken_over(admitted, pod, _selector(actual), now=now)
+                expectation = release.taken_over(admitted, pod, actual.spec.node_selector, now=now)
                 if expectation is None:
                     continue
                 memory = self.memory.get(key, release.EMPTY)
@@ -588,9 +589,12 @@ class Releaser:
         except KubeError as exc:
             log.warning("ungater: cannot re-read pod %s/%s: %s", pod.namespace, pod.name, exc)
             return None
-        if _uid(current) != pod.uid:
+        actual = _read_pod(current)
+        if actual is None:
+            return None
+        if actual.metadata.uid != pod.uid:
             return False
-        return not has_gate(current, ADMISSION_GATE)
+        return not actual.gated()
 
     async def _evict(self, pod: PodState, why: str) -> None:
         key = WorkloadKey(pod.workload or "")
@@ -760,21 +764,14 @@ class Releaser:
         return podgroup.with_shown_times(desired, current.get("status"))
 
 
-def _uid(obj: Mapping[str, object]) -> str:
-    metadata = obj.get("metadata")
-    return str(metadata.get("uid", "")) if isinstance(metadata, dict) else ""
-
-
-def _spec(obj: Mapping[str, object]) -> dict[str, object]:
-    spec = obj.get("spec")
-    return spec if isinstance(spec, dict) else {}
-
-
-def _selector(obj: Mapping[str, object]) -> dict[str, str]:
-    selector = _spec(obj).get("nodeSelector")
-    if not isinstance(selector, dict):
-        return {}
-    return {str(k): str(v) for k, v in selector.items()}
+def _read_pod(item: object) -> Pod | None:
+    """A pod as the API server sent it, read through the typed layer; None (and a warning
+    naming the field) when it cannot be read."""
+    try:
+        return decode(item, Pod)
+    except ObjectError as exc:
+        log.warning("ungater: a pod the API server sent cannot be read: %s", describe_error(exc))
+        return None
 
 
 async def _first_set(*events: asyncio.Event, within: float) -> None:
