@@ -875,8 +875,14 @@ def test_reclaim_never_takes_more_than_the_lender_lent() -> None:
     preemptor = Preemptor(
         key=WorkloadKey("ns/serve"), queue="a", request=need({GPU: 6}), service_type="inference"
     )
-    plan = plan_reclaim(volcano_tree(), usage_of(B_GANGS), preemptor, B_GANGS, CLASSICAL)
-    assert plan.outcome == "cannot"
+    for settings in (CLASSICAL, ReclaimSettings()):
+        plan = plan_reclaim(volcano_tree(), usage_of(B_GANGS), preemptor, B_GANGS, settings)
+        assert plan.outcome == "cannot"
+    # Asking for 5, one of b's gangs beyond what b borrows is not taken either.
+    five = Preemptor(
+        key=WorkloadKey("ns/serve"), queue="a", request=need({GPU: 5}), service_type="inference"
+    )
+    assert plan_reclaim(volcano_tree(), usage_of(B_GANGS), five, B_GANGS).outcome == "cannot"
 
 
 def test_a_queue_that_is_not_reclaimable_keeps_what_it_borrowed() -> None:
