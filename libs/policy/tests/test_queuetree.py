@@ -30,6 +30,7 @@ from tidegate.policy.queuetree import (
     check_admission,
     fair_order,
     plan_reclaim,
+    report,
     usage_of_tallies,
     weighted_share,
 )
@@ -308,6 +309,28 @@ def test_a_queue_in_no_cohort_cannot_exceed_its_nominal() -> None:
     fit = check_admission(tree, use(standalone={CPU: 5000}), "standalone", need({CPU: 2000}))
     assert (fit.fits, fit.lasting) == (False, False)
     assert check_admission(tree, {}, "standalone", need({CPU: 7000})).lasting
+
+
+def test_the_report_shows_quota_usage_borrowed_lendable_and_share_per_node() -> None:
+    tree = QueueTree.build(
+        [q("a", "c", nominal={GPU: 4}), q("b", "c", nominal={GPU: 4}, lending={GPU: 1})],
+        [cohort("c", quota={GPU: 8})],
+    )
+    rows = {row.id: row for row in report(tree, use(a={GPU: 6}, b={GPU: 1}))}
+    gpu = Dim("resource", GPU)
+    assert list(rows) == [NodeId("cohort", "c"), NodeId("queue", "a"), NodeId("queue", "b")]
+    a, b, c = rows[NodeId("queue", "a")], rows[NodeId("queue", "b")], rows[NodeId("cohort", "c")]
+    assert (a.depth, a.nominal, a.usage, a.borrowed, a.lendable) == (
+        1,
+        {gpu: 4},
+        {gpu: 6},
+        {gpu: 2},
+        {},
+    )
+    # b keeps 3 of its 4 (lending limit 1) and uses 1 of those: it can lend its 1.
+    assert (b.usage, b.borrowed, b.lendable) == ({gpu: 1}, {}, {gpu: 1})
+    assert (a.share, a.dominant) == (2 * 1000 // 5, gpu)  # 2 borrowed of the 5 the cohort pools
+    assert (c.quota, c.usage, c.blocked) == ({gpu: 5}, {gpu: 7}, None)
 
 
 def test_usage_comes_from_the_replicas_queue_tallies() -> None:

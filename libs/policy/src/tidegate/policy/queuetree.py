@@ -29,6 +29,8 @@ tallies, :func:`usage_of_tallies`):
   borrowed, per resource and per card model, within every limit on the path to the root.
 - :func:`fair_order`: competing queues' heads by weighted dominant-resource share (lowest
   first), then priority, then FIFO, ties by key (Kueue's fair-sharing tournament).
+- :func:`report`: per node its quota, usage, borrowed and lendable amounts and share, for
+  ``tidegate queues`` and the Kueue-named metrics.
 - :func:`plan_reclaim`: which whole gangs to preempt so a workload fits: the fewest, then the
   lowest priority and youngest, never more than needed, deterministic, under each queue's
   Kueue policies (:class:`~tidegate.model.QueuePreemption`), the tidal rules and, with fair
@@ -666,6 +668,74 @@ def fair_share_allows(
         if strategy == "LessThanInitialShare" and preemptor_new < target_old:
             return True
     return False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """One node as ``tidegate queues`` and the metrics show it."""
+
+    id: NodeId
+    parent: NodeId | None
+    depth: int
+    """0 for a root."""
+    blocked: str | None
+    """Why its workloads wait for an Invalid node (itself or an ancestor), or None."""
+    warnings: tuple[str, ...]
+    nominal: Mapping[Dim, int]
+    """Its own nominal quota per dimension."""
+    quota: Mapping[Dim, int]
+    """Its subtree quota: its nominal plus what its children lend up."""
+    usage: Mapping[Dim, int]
+    """What the admitted workloads of its subtree hold."""
+    borrowed: Mapping[Dim, int]
+    """What it uses above its quota, taken from its parent."""
+    lendable: Mapping[Dim, int]
+    """Its unused quota its parent may lend to others now."""
+    share: int
+    """Its weighted dominant-resource share (:func:`weighted_share`)."""
+    dominant: Dim | None
+
+
+def report(tree: QueueTree, usage: Mapping[str, QueueUsage] | TreeState) -> list[NodeReport]:
+    """Every node of ``tree`` with its quota, usage, borrowed and lendable amounts and share,
+    roots first then depth first, children by name."""
+    state = usage if isinstance(usage, TreeState) else TreeState(tree, usage)
+    out: list[NodeReport] = []
+
+    def visit(node_id: NodeId, depth: int) -> None:
+        node = tree.nodes[node_id]
+        dims = sorted(set(state.subtree_quota[node_id]) | set(state.used[node_id]))
+        lendable: dict[Dim, int] = {}
+        for dim in dims:
+            guaranteed = state.guaranteed(node_id, dim)
+            stored = state.subtree_quota[node_id].get(dim, 0) - guaranteed
+            used_above = max(0, state.used[node_id].get(dim, 0) - guaranteed)
+            if node.parent is not None and stored - used_above > 0:
+                lendable[dim] = stored - used_above
+        share, dominant = weighted_share(state, node_id)
+        out.append(
+            NodeReport(
+                id=node_id,
+                parent=node.parent,
+                depth=depth,
+                blocked=tree.blocked(node_id),
+                warnings=tuple(tree.warnings.get(node_id, ())),
+                nominal={dim: limit.nominal for dim, limit in sorted(node.limits.items())},
+                quota={d: a for d, a in sorted(state.subtree_quota[node_id].items()) if a},
+                usage={d: a for d, a in sorted(state.total[node_id].items()) if a},
+                borrowed={d: b for d in dims if (b := state.borrowed(node_id, d))},
+                lendable=lendable,
+                share=share,
+                dominant=dominant,
+            )
+        )
+        for child in node.children:
+            visit(child, depth + 1)
+
+    for node_id, node in tree.nodes.items():
+        if node.parent is None:
+            visit(node_id, 0)
+    return out
 
 
 # --------------------------------------------------------------------------- reclaim
