@@ -308,7 +308,21 @@ def test_a_queue_in_no_cohort_cannot_exceed_its_nominal() -> None:
     tree = QueueTree.build([q("standalone", nominal={CPU: 6000})], [])
     fit = check_admission(tree, use(standalone={CPU: 5000}), "standalone", need({CPU: 2000}))
     assert (fit.fits, fit.lasting) == (False, False)
+    assert (
+        fit.message == "queue standalone: cpu 5 in use + 2 requested > 6 available now (nominal 6)"
+    )
     assert check_admission(tree, {}, "standalone", need({CPU: 7000})).lasting
+
+
+def test_a_shortfall_waiting_never_cures_is_the_one_reported() -> None:
+    tree = QueueTree.build([q("a", "c", nominal={GPU: 2}, quota={CPU: 4000}), q("b", "c")], [])
+    fit = check_admission(tree, use(a={CPU: 3000}), "a", need({CPU: 2000, GPU: 3}))
+    assert fit.lasting
+    assert (
+        fit.message
+        == "queue a: nvidia.com/gpu 3 requested > 2 its tree can ever give it (nominal 2)"
+    )
+    assert fit.short == {Dim("resource", CPU): 1000, Dim("resource", GPU): 1}
 
 
 def test_the_report_shows_quota_usage_borrowed_lendable_and_share_per_node() -> None:

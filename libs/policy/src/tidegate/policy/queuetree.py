@@ -392,7 +392,8 @@ def check_admission(
 ) -> QuotaFit:
     """Whether ``request`` may be admitted in ``queue`` on top of ``usage``, and what it borrows.
 
-    Checked in order, first failure reported (every shortfall is in ``short``): the queue
+    Checked in order, the first failure reported, or the first that waiting never cures when
+    there is one (every shortfall is in ``short``): the queue
     exists; it and its ancestors are valid; the queue's own capability
     (:func:`tidegate.policy.quota.check_quota`); every cohort's capability on its path, on what
     the cohort's subtree holds; then, per dimension the tree shares, in :class:`Dim` order,
@@ -413,7 +414,7 @@ def check_admission(
         return QuotaFit(fits=False, reason="Invalid", message=blocked, lasting=True)
     wanted = dims_of(request)
     short: dict[Dim, int] = {}
-    first: tuple[TreeReason, str, bool] | None = None
+    failures: list[tuple[TreeReason, str, bool]] = []
     for member in tree.path(node.id):
         config = tree.nodes[member].config
         if config is None:
@@ -425,8 +426,7 @@ def check_admission(
         )
         for dim, over, token, message, lasting in _ceiling_shortfalls(config, held, request):
             short[dim] = max(short.get(dim, 0), over)
-            if first is None:
-                first = (token, message, lasting)
+            failures.append((token, message, lasting))
     governed = tree.governed(node.id)
     borrowed: dict[Dim, int] = {}
     own = state.leaf.get(queue, {})
@@ -443,8 +443,6 @@ def check_admission(
         if amount <= available:
             continue
         short[dim] = max(short.get(dim, 0), amount - available)
-        if first is not None:
-            continue
         potential = state.potential(node.id, dim)
         reason: TreeReason = "CardQuotaExceeded" if dim.kind == "card" else "ExceedsQuota"
         if amount > potential:
@@ -453,18 +451,23 @@ def check_admission(
                 f"tree can ever give it (nominal {dim.show(nominal)}"
                 f"{_limits_note(tree, node.id, dim)})"
             )
-            first = (reason, message, True)
+            failures.append((reason, message, True))
         else:
-            where = f"cohort {node.parent.name}" if node.parent is not None else "the queue"
+            lend = (
+                f"; the rest is what cohort {node.parent.name} can lend while others use it"
+                if node.parent is not None
+                else ""
+            )
             message = (
                 f"queue {queue}: {dim} {dim.show(in_use)} in use + {dim.show(amount)} requested "
                 f"> {dim.show(in_use + max(available, 0))} available now (nominal "
-                f"{dim.show(nominal)}; the rest is what {where} can lend while others use it)"
+                f"{dim.show(nominal)}{lend})"
             )
-            first = (reason, message, False)
-    if first is None:
+            failures.append((reason, message, False))
+    if not failures:
         return QuotaFit(fits=True, borrowed=borrowed)
-    reason_token, message, lasting = first
+    # A shortfall that waiting never cures is the one to report.
+    reason_token, message, lasting = next((f for f in failures if f[2]), failures[0])
     return QuotaFit(
         fits=False,
         reason=reason_token,
