@@ -88,7 +88,7 @@ ObjectKind = Literal[
 """The kinds the index reads; "KueueTopology" is kueue.x-k8s.io's Topology."""
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-StateKind = Literal["node", "pod", "workload", "topology", "queue", "pdb"]
+StateKind = Literal["node", "pod", "workload", "topology", "queue", "pdb", "cohort"]
 
 OWNER_KINDS: Mapping[ObjectKind, type[Job | JobSet | ReplicaOwner]] = {
     "Job": Job,
