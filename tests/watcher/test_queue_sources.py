@@ -167,7 +167,9 @@ async def test_a_queue_crd_installed_later_is_read_when_the_watcher_looks_again(
             ):
                 assert "KaiQueue" in watcher.unavailable
                 (crd,) = [
-                    c for c in bundled_crds() if c["metadata"]["name"] == "queues.scheduling.run.ai"
+                    c
+                    for c in bundled_crds()
+                    if c["metadata"] == {"name": "queues.scheduling.run.ai"}
                 ]
                 await kube.create(CRDS, crd)
                 await kube.create(KAI, obj("late", {"priority": 9}))
