@@ -6,6 +6,7 @@ waited with ``QueueNotFound`` (seen on a real control plane).
 """
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ async def test_a_job_labelled_only_with_kais_queue_label_is_admitted_on_the_simu
                 "spec": {"resources": {"gpu": {"quota": 16, "limit": 16, "overQuotaWeight": 1}}},
             },
         )
-        body = workload_object(
+        body: Any = workload_object(
             WorkloadEntry(
                 name="train", queue="research", pods=2, requests={"cpu": "1", "nvidia.com/gpu": 8}
             ),
