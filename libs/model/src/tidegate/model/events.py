@@ -333,10 +333,14 @@ class DisruptionBudgetState(_Body, frozen=True, kw_only=True, tag="pdb"):
     """Workload key → how many of that workload's live pods the budget's selector selects."""
 
 
+StateKind = Literal["node", "pod", "workload", "topology", "queue", "pdb", "cohort"]
+"""The kinds of object whose state the watcher mirrors onto the bus, one subject each."""
+
+
 class Tombstone(_Body, frozen=True, kw_only=True, tag="tombstone"):
     """The object on this subject was deleted; last-value streams keep this as its final state."""
 
-    object_kind: Literal["node", "pod", "workload", "topology", "queue", "pdb", "cohort"]
+    object_kind: StateKind
     name: str
     namespace: str | None = None
     uid: str | None = None

@@ -66,7 +66,13 @@ from tidegate.kube.read.queues import QUEUE_SOURCES, Definitions, QueueSource, d
 from tidegate.kube.read.recognize import Context, Owner, OwnerObject, pod_position, recognize
 from tidegate.kube.read.suspend import suspension
 from tidegate.model import resources as res
-from tidegate.model.events import DisruptionBudgetState, Message, ServiceType, WorkloadState
+from tidegate.model.events import (
+    DisruptionBudgetState,
+    Message,
+    ServiceType,
+    StateKind,
+    WorkloadState,
+)
 from tidegate.model.names import MANAGED_NAMESPACE_LABEL
 from tidegate.model.pods import bypassed_gate
 from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
@@ -96,7 +102,6 @@ ObjectKind = Literal[
 kinds are named as in :data:`tidegate.kube.read.queues.QueueSource`."""
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-StateKind = Literal["node", "pod", "workload", "topology", "queue", "pdb", "cohort"]
 
 OWNER_KINDS: Mapping[ObjectKind, type[Job | JobSet | ReplicaOwner]] = {
     "Job": Job,
