@@ -167,6 +167,8 @@ class Mirror:
         if desired.message is None:
             if stored is None:
                 plan.problems.extend(desired.problems)
+                # Never published (or tombstoned already): nothing to keep about it.
+                self.index.forget(key)
                 return
             uid = _uid_of(stored.message)
             version = version or stored.resource_version or "0"
