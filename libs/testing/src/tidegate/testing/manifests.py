@@ -2,7 +2,9 @@
 
 Test suites expose :class:`Builders` as the ``k8s`` fixture, so tests read like manifests:
 ``k8s.job("train", ...)``. Every object gets a uid, a resourceVersion from a counter and a
-creationTimestamp.
+creationTimestamp, as the API server would have set them; ``Builders(server_fields=False)``
+leaves those out and builds what a client sends to create the object on a (simulated) API
+server.
 """
 
 import itertools
@@ -16,28 +18,51 @@ Obj = dict[str, Any]
 class Builders:
     """Manifest builders; resourceVersions increase across every object built."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, server_fields: bool = True) -> None:
+        """``server_fields``: whether objects carry what the API server sets (uid,
+        resourceVersion, creationTimestamp, a pod's status) and their namespace, or only
+        what a client sends to create them (the namespace goes in the request)."""
         self._rv = itertools.count(100)
+        self.server_fields = server_fields
 
     def _meta(self, name: str, namespace: str | None = "default", **extra: Any) -> Obj:
-        meta: Obj = {
-            "name": name,
-            "uid": f"uid-{name}",
-            "resourceVersion": str(next(self._rv)),
-            "creationTimestamp": "2026-01-01T00:00:00Z",
-        }
-        if namespace is not None:
+        meta: Obj = {"name": name}
+        if self.server_fields:
+            meta["uid"] = f"uid-{name}"
+            meta["resourceVersion"] = str(next(self._rv))
+            meta["creationTimestamp"] = "2026-01-01T00:00:00Z"
+        if namespace is not None and self.server_fields:  # a client names it in the request
             meta["namespace"] = namespace
         meta.update({k: v for k, v in extra.items() if v is not None})
         return meta
 
     @staticmethod
-    def container(cpu: str = "1", memory: str = "1Gi", **extra: Any) -> Obj:
-        """A container requesting cpu and memory (plus extra resources, e.g. gpu=2)."""
-        requests: Obj = {"cpu": cpu, "memory": memory}
+    def container(
+        cpu: str | None = "1",
+        memory: str | None = "1Gi",
+        *,
+        limits: bool | Obj = False,
+        image: str = "busybox",
+        **extra: Any,
+    ) -> Obj:
+        """A container requesting cpu and memory (each left out when None) plus extra
+        resources (``gpu=2`` names ``nvidia.com/gpu``). ``limits``: a dict of limits, or True
+        for limits equal to the extra resources' requests (as Kubernetes requires of GPUs)."""
+        requests: Obj = {}
+        if cpu is not None:
+            requests["cpu"] = cpu
+        if memory is not None:
+            requests["memory"] = memory
+        extended: Obj = {}
         for name, value in extra.items():
-            requests["nvidia.com/gpu" if name == "gpu" else name] = value
-        return {"name": "main", "image": "busybox", "resources": {"requests": requests}}
+            extended["nvidia.com/gpu" if name == "gpu" else name] = value
+        requests.update(extended)
+        resources: Obj = {"requests": requests}
+        if limits is True:
+            resources["limits"] = dict(extended)
+        elif isinstance(limits, dict):
+            resources["limits"] = dict(limits)
+        return {"name": "main", "image": image, "resources": resources}
 
     def template(
         self,
@@ -51,6 +76,17 @@ class Builders:
         return {
             "metadata": {"labels": labels or {}, "annotations": annotations or {}},
             "spec": {"containers": containers or [self.container()], **spec},
+        }
+
+    @staticmethod
+    def owner_of(obj: Obj) -> Obj:
+        """A controller ownerReference to ``obj`` as the API server returned it."""
+        return {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"],
+            "controller": True,
         }
 
     def owner_ref(self, kind: str, name: str, api_version: str = "batch/v1") -> Obj:
@@ -87,13 +123,10 @@ class Builders:
         body: Obj = {"containers": containers or [self.container()], **spec}
         if gated:
             body["schedulingGates"] = [{"name": ADMISSION_GATE}]
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": meta,
-            "spec": body,
-            "status": {"phase": phase},
-        }
+        pod: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+        if self.server_fields:
+            pod["status"] = {"phase": phase}
+        return pod
 
     def job(
         self,
@@ -105,9 +138,10 @@ class Builders:
         annotations: Obj | None = None,
         template: Obj | None = None,
         owner: Obj | None = None,
+        **extra: Any,
     ) -> Obj:
-        """A batch/v1 Job."""
-        spec: Obj = {"template": template or self.template()}
+        """A batch/v1 Job; ``extra`` fields go in its spec (e.g. ``completionMode``)."""
+        spec: Obj = {"template": template or self.template(), **extra}
         if parallelism is not None:
             spec["parallelism"] = parallelism
         if completions is not None:
