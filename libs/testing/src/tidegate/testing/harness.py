@@ -163,8 +163,11 @@ class ServiceHarness:
         await self.services.start(service)
         return service
 
-    async def stop(self, service: Service[Any]) -> int:
-        """Stop ``service`` gracefully (as SIGTERM would); its exit code."""
+    async def stop(self, service: Service[Any] | str) -> int:
+        """Stop ``service`` (or the one :meth:`start` ran under that name) gracefully, as
+        SIGTERM would; its exit code."""
+        if isinstance(service, str):
+            service = self.by_name[service]
         for name, known in list(self.by_name.items()):
             if known is service:
                 del self.by_name[name]
