@@ -158,13 +158,21 @@ class Builders:
             "spec": spec,
         }
 
-    def jobset(self, name: str, replicated: list[Obj], *, annotations: Obj | None = None) -> Obj:
-        """A JobSet with the given replicatedJobs."""
+    def jobset(
+        self,
+        name: str,
+        replicated: list[Obj],
+        *,
+        annotations: Obj | None = None,
+        labels: Obj | None = None,
+        **extra: Any,
+    ) -> Obj:
+        """A JobSet with the given replicatedJobs; ``extra`` fields go in its spec."""
         return {
             "apiVersion": "jobset.x-k8s.io/v1alpha2",
             "kind": "JobSet",
-            "metadata": self._meta(name, annotations=annotations),
-            "spec": {"replicatedJobs": replicated},
+            "metadata": self._meta(name, annotations=annotations, labels=labels),
+            "spec": {"replicatedJobs": replicated, **extra},
         }
 
     def replicated_job(
@@ -175,8 +183,9 @@ class Builders:
         parallelism: int,
         template: Obj | None = None,
         annotations: Obj | None = None,
+        **extra: Any,
     ) -> Obj:
-        """A JobSet replicatedJob."""
+        """A JobSet replicatedJob; ``extra`` fields go in its Job's spec."""
         return {
             "name": name,
             "replicas": replicas,
@@ -186,6 +195,7 @@ class Builders:
                     "parallelism": parallelism,
                     "completions": parallelism,
                     "template": template or self.template(),
+                    **extra,
                 },
             },
         }
@@ -197,15 +207,43 @@ class Builders:
         replicas: int | None = 1,
         annotations: Obj | None = None,
         template: Obj | None = None,
+        selector: Obj | None = None,
+        **extra: Any,
     ) -> Obj:
-        """An apps/v1 Deployment."""
+        """An apps/v1 Deployment (its pods chosen by the label ``selector``, if given);
+        ``extra`` fields go in its spec (e.g. ``strategy``, ``paused``)."""
         spec: Obj = {"template": template or self.template()}
         if replicas is not None:
             spec["replicas"] = replicas
+        if selector is not None:
+            spec["selector"] = {"matchLabels": dict(selector)}
+        spec.update(extra)
         return {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "metadata": self._meta(name, annotations=annotations),
+            "spec": spec,
+        }
+
+    def disruption_budget(
+        self,
+        name: str,
+        selector: Obj,
+        *,
+        min_available: int | str | None = None,
+        max_unavailable: int | str | None = None,
+    ) -> Obj:
+        """A policy/v1 PodDisruptionBudget over the pods with the labels ``selector``."""
+        spec: Obj = {}
+        if min_available is not None:
+            spec["minAvailable"] = min_available
+        if max_unavailable is not None:
+            spec["maxUnavailable"] = max_unavailable
+        spec["selector"] = {"matchLabels": dict(selector)}
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": self._meta(name),
             "spec": spec,
         }
 
