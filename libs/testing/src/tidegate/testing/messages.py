@@ -10,8 +10,9 @@ test checks stays in the test. The counterpart for Kubernetes manifests is
 :class:`tidegate.testing.manifests.Builders`.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from tidegate.model import (
     Admitted,
@@ -42,8 +43,28 @@ Domains = Mapping[Sequence[str], int] | Iterable[tuple[Sequence[str], int]]
 """Pods per domain: ``{("b1", "r1", "n0"): 2}`` or ``[(("b1", "r1", "n0"), 2)]``."""
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
 def _name_of(key: str) -> str:
     return key.partition("/")[2] or key
+
+
+def _suite_defaults(
+    build: "Callable[Concatenate[Messages, P], R]",
+) -> "Callable[Concatenate[Messages, P], R]":
+    """Give ``build`` the keywords the suite set for it (``defaults[build.__name__]``) unless
+    the caller gives them."""
+
+    @functools.wraps(build)
+    def with_defaults(self: "Messages", /, *args: P.args, **kwargs: P.kwargs) -> R:
+        preset = self.defaults.get(build.__name__)
+        if preset:
+            kwargs = {**preset, **kwargs}  # type: ignore[assignment]
+        return build(self, *args, **kwargs)
+
+    return with_defaults
 
 
 class Messages:
@@ -52,7 +73,9 @@ class Messages:
     ``namespace``: of pods and workloads; ``levels``: topology levels (widest first, the
     host last); ``queue``: of workloads and decisions; ``gpu``: the GPU resource name;
     ``node_labels``: labels every node has besides its topology; ``node_cpu`` /
-    ``node_pods``: every node's allocatable cpu (millicores) and pods (none if None).
+    ``node_pods``: every node's allocatable cpu (millicores) and pods (none if None);
+    ``node_domain``: a node's domain when a test names none. ``defaults``: keywords per
+    builder (``{"pod": {"workload": "team/train"}}``) used unless a call gives them.
     """
 
     def __init__(
@@ -65,6 +88,8 @@ class Messages:
         node_labels: Mapping[str, str] | None = None,
         node_cpu: int = 64_000,
         node_pods: int | None = None,
+        node_domain: Sequence[str] = (),
+        defaults: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.namespace = namespace
         self.levels = list(levels)
@@ -73,6 +98,8 @@ class Messages:
         self.node_labels = dict(node_labels or {})
         self.node_cpu = node_cpu
         self.node_pods = node_pods
+        self.node_domain = tuple(node_domain)
+        self.defaults = {name: dict(fields) for name, fields in (defaults or {}).items()}
 
     # ------------------------------------------------------------------ resources
 
@@ -92,8 +119,10 @@ class Messages:
         """A Topology with this suite's levels (or ``levels``)."""
         return TopologyConfig(name=name, levels=list(levels if levels is not None else self.levels))
 
+    @_suite_defaults
     def node(
         self,
+        /,
         name: str,
         *domain: str,
         gpus: int = 8,
@@ -103,8 +132,8 @@ class Messages:
     ) -> NodeState:
         """A node labelled with its ``domain`` values (widest first), its own name as the
         last level, and the suite's node labels plus ``labels``; ``allocatable`` defaults to
-        the suite's cpu and pods and ``gpus``."""
-        values = [*domain, name]
+        the suite's cpu and pods and ``gpus``. Without ``domain``, the suite's node domain."""
+        values = [*(domain or self.node_domain), name]
         assert len(values) <= len(self.levels), f"{name}: more domain values than levels"
         all_labels = dict(zip(self.levels[-len(values) :], values, strict=True))
         all_labels.update(self.node_labels)
@@ -115,8 +144,10 @@ class Messages:
                 allocatable["pods"] = self.node_pods
         return NodeState(name=name, labels=all_labels, allocatable=allocatable, **fields)
 
+    @_suite_defaults
     def pod(
         self,
+        /,
         name: str,
         node: str | None = None,
         *,
@@ -140,8 +171,10 @@ class Messages:
             **fields,
         )
 
+    @_suite_defaults
     def podset(
         self,
+        /,
         name: str = "workers",
         count: int = 1,
         *,
@@ -163,8 +196,10 @@ class Messages:
             **fields,
         )
 
+    @_suite_defaults
     def workload(
         self,
+        /,
         name: str,
         *podsets: PodSetSpec,
         namespace: str | None = None,
@@ -189,8 +224,10 @@ class Messages:
         """A Queue (this suite's, unless ``name``)."""
         return QueueConfig(name=name or str(self.queue), **fields)
 
+    @_suite_defaults
     def capacity_node(
         self,
+        /,
         name: str,
         *domain: str,
         gpus: int = 8,
@@ -219,8 +256,9 @@ class Messages:
             **fields,
         )
 
+    @_suite_defaults
     def tombstone(
-        self, kind: str, name: str, namespace: str | None = None, **fields: Any
+        self, /, kind: str, name: str, namespace: str | None = None, **fields: Any
     ) -> Tombstone:
         """The tombstone of a node, pod, workload, topology, queue or pdb."""
         return Tombstone(object_kind=kind, name=name, namespace=namespace, **fields)  # type: ignore[arg-type]
@@ -241,8 +279,10 @@ class Messages:
             domains=[DomainCount(values=list(values), count=count) for values, count in pairs],
         )
 
+    @_suite_defaults
     def admitted(
         self,
+        /,
         workload: str,
         domains: Domains | None = None,
         *,
@@ -273,8 +313,10 @@ class Messages:
             **fields,
         )
 
+    @_suite_defaults
     def released(
         self,
+        /,
         workload: str,
         *,
         reason: str = "Completed",
@@ -293,8 +335,10 @@ class Messages:
             **fields,
         )
 
+    @_suite_defaults
     def pending(
         self,
+        /,
         workload: str,
         *,
         reason: str = "WaitingForCapacity",
@@ -315,8 +359,9 @@ class Messages:
             **fields,
         )
 
+    @_suite_defaults
     def preempted(
-        self, preemptor: str, victims: Sequence[str], *, uid: str | None = None, **fields: Any
+        self, /, preemptor: str, victims: Sequence[str], *, uid: str | None = None, **fields: Any
     ) -> Preempted:
         """A preempted decision: ``preemptor`` (a name or a key) displaces ``victims``."""
         return Preempted(
