@@ -65,7 +65,13 @@ from tidegate.kube.read.objects import (
 from tidegate.kube.read.recognize import Context, Owner, OwnerObject, pod_position, recognize
 from tidegate.kube.read.suspend import suspension
 from tidegate.model import resources as res
-from tidegate.model.events import DisruptionBudgetState, Message, ServiceType, WorkloadState
+from tidegate.model.events import (
+    DisruptionBudgetState,
+    Message,
+    ServiceType,
+    StateKind,
+    WorkloadState,
+)
 from tidegate.model.names import MANAGED_NAMESPACE_LABEL
 from tidegate.model.pods import bypassed_gate
 from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
@@ -88,7 +94,6 @@ ObjectKind = Literal[
 """The kinds the index reads; "KueueTopology" is kueue.x-k8s.io's Topology."""
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-StateKind = Literal["node", "pod", "workload", "topology", "queue", "pdb"]
 
 OWNER_KINDS: Mapping[ObjectKind, type[Job | JobSet | ReplicaOwner]] = {
     "Job": Job,
