@@ -16,13 +16,16 @@ status 0 when interrupted, 2 when the options or the bus cannot be used.
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from tidegate.cli.explain import add_bus_arguments, bus_settings, quiet_bus
 
 if TYPE_CHECKING:
+    from tidegate.bus import BusSettings
     from tidegate.cli.console_server import Access
 
 HELP: Final = "Serve a live web page of the cluster: topology, queues, waits and decisions."
@@ -63,6 +66,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def nats_from_env(settings: "BusSettings") -> "BusSettings":
+    """``settings`` with the NATS user, password and TLS files the services' variables name
+    (``TIDEGATE_NATS_USER``, ``_PASSWORD``, ``_TLS_CA``, ``_TLS_CERT``, ``_TLS_KEY``), so the
+    console runs beside them in the chart with the same Secrets."""
+    env = os.environ
+
+    def path(name: str) -> Path | None:
+        value = env.get(name)
+        return Path(value) if value else None
+
+    return dataclasses.replace(
+        settings,
+        user=env.get("TIDEGATE_NATS_USER") or settings.user,
+        password=env.get("TIDEGATE_NATS_PASSWORD") or settings.password,
+        tls_ca_file=path("TIDEGATE_NATS_TLS_CA") or settings.tls_ca_file,
+        tls_cert_file=path("TIDEGATE_NATS_TLS_CERT") or settings.tls_cert_file,
+        tls_key_file=path("TIDEGATE_NATS_TLS_KEY") or settings.tls_key_file,
+    )
+
+
 async def _serve(args: argparse.Namespace, host: str, port: int, access: "Access") -> None:
     from tidegate.cli.console_server import serving
     from tidegate.cli.console_view import ConsoleView
@@ -70,7 +93,7 @@ async def _serve(args: argparse.Namespace, host: str, port: int, access: "Access
     view = ConsoleView(
         cluster=args.cluster, topology=args.topology, trace_url_template=args.trace_url_template
     )
-    settings = bus_settings(args, "tidegate-console")
+    settings = nats_from_env(bus_settings(args, "tidegate-console"))
     async with serving(settings, view, host=host, port=port, access=access) as (console, url):
         print(f"tidegate console: {url} (cluster {args.cluster}, bus {args.nats_url})", flush=True)
         await console.following  # runs until interrupted; raises what stopped it

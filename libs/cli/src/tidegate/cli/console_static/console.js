@@ -33,7 +33,9 @@ function gpuCells(node) {
   return cells;
 }
 
-function renderNode(node) {
+function renderNode(node, parent) {
+  const prefix = parent ? parent + "-" : "";
+  const short = prefix && node.name.startsWith(prefix) ? node.name.slice(prefix.length) : node.name;
   const state = node.ready ? (node.schedulable ? "" : " (cordoned)") : " NotReady";
   return el("div", {
       class: "node" + (node.ready ? "" : " notready"),
@@ -42,7 +44,7 @@ function renderNode(node) {
       "data-ready": node.ready,
       title: `${node.name}${state}: ${node.gpus} GPUs, ${node.running} running, ${node.released} released not running, ${node.reserved} reserved, ${node.free} free`,
     },
-    el("div", { class: "name" }, node.name),
+    el("div", { class: "name" }, short),
     el("div", { class: "card" }, node.card || "no GPU model"),
     gpuCells(node));
 }
@@ -65,7 +67,7 @@ function renderDomain(domain) {
   title.addEventListener("click", () => selectDomain(domain));
   box.append(title);
   if (domain.children.length) box.append(el("div", { class: "children" }, ...domain.children.map(renderDomain)));
-  if (domain.nodes) box.append(el("div", { class: "nodes" }, ...domain.nodes.map(renderNode)));
+  if (domain.nodes) box.append(el("div", { class: "nodes" }, ...domain.nodes.map((n) => renderNode(n, domain.name))));
   return box;
 }
 
@@ -74,7 +76,7 @@ function renderTopology(map) {
     map.topology ? `${map.topology}: ${map.levels.join(" → ")} → node` : "(no Topology on the bus: nodes only)";
   const root = document.getElementById("topology");
   const parts = map.root.children.map(renderDomain);
-  if (map.root.nodes) parts.push(el("div", { class: "nodes" }, ...map.root.nodes.map(renderNode)));
+  if (map.root.nodes) parts.push(el("div", { class: "nodes" }, ...map.root.nodes.map((n) => renderNode(n, null))));
   root.replaceChildren(...parts);
 }
 
