@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 
 from tidegate.bus import Bus, BusSettings, servers_from_url
@@ -25,6 +26,7 @@ from tidegate.cli.explain import explain
 from tidegate.cli.queues import queue_table
 from tidegate.model import (
     Admitted,
+    CohortConfig,
     DomainCount,
     Message,
     NodeState,
@@ -287,3 +289,33 @@ async def test_the_token_is_kept_in_a_cookie_never_in_the_page(
                 pair = base64.b64encode(b"sre:pw").decode()
                 async with http.get("/", headers={"Authorization": f"Basic {pair}"}) as response:
                     assert response.status == 200
+
+
+def test_the_queue_tree_shows_what_a_queue_borrows_from_its_cohort() -> None:
+    """Queue a (nominal 8 GPUs) holds 16 in cohort pool beside b (nominal 16, unused): a
+    borrows 8, and could take at most the pool's 24; the numbers are admission's tree rule."""
+    view = ConsoleView(cluster="c")
+    assert view.queue_tree() == []
+    for body in (
+        CohortConfig(name="pool"),
+        QueueConfig(name="a", parent="pool", nominal={GPU: 8}),
+        QueueConfig(name="b", parent="pool", nominal={GPU: 16}),
+        job("train"),
+    ):
+        view.apply_state(body, stream_sequence=1, time=1.0)
+    admission = msgspec.structs.replace(admitted("train", 1, ("n1", "n2")), queue="a")
+    view.apply_decision(admission, stream_sequence=2, time=2.0)
+    (pool,) = view.queue_tree()
+    assert (pool["kind"], pool["name"]) == ("cohort", "pool")
+    rows = {child["name"]: child["dims"] for child in pool["children"]}
+    gpu_a = next(d for d in rows["a"] if d["dim"] == GPU)
+    assert gpu_a == {
+        "dim": GPU,
+        "nominal": "8",
+        "used": "16",
+        "borrowed": "8",
+        "borrowing": True,
+        "ceiling": "24",
+    }
+    gpu_b = next(d for d in rows["b"] if d["dim"] == GPU)
+    assert (gpu_b["used"], gpu_b["borrowed"]) == ("0", "0")

@@ -26,6 +26,7 @@ from tidegate.cli.explain import NOT_COMPETING, explain, placement_lines, queue_
 from tidegate.cli.queues import queue_table
 from tidegate.model import (
     Admitted,
+    CohortConfig,
     Message,
     NodeState,
     Pending,
@@ -41,6 +42,7 @@ from tidegate.model.pods import holds_capacity
 from tidegate.placement.accounting import CapacityAccounting
 from tidegate.placement.ordering import natural_key
 from tidegate.policy.cards import GPU_PRODUCT_LABEL
+from tidegate.policy.queuetree import NodeId, QueueTree, TreeState, usage_of_tallies
 
 DECISIONS_KEPT: Final = 500
 """Recent decisions kept for a page that connects (the stream goes on live after that)."""
@@ -136,6 +138,7 @@ class ConsoleView:
     capacity: CapacityAccounting = field(default_factory=CapacityAccounting)
     nodes: dict[str, NodeState] = field(default_factory=dict)
     topologies: dict[str, TopologyConfig] = field(default_factory=dict)
+    cohorts: dict[str, CohortConfig] = field(default_factory=dict)
     decisions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=DECISIONS_KEPT))
     version: int = 0
     """Grows with every message applied: the page is sent a new snapshot when it changed."""
@@ -153,6 +156,10 @@ class ConsoleView:
                 self.nodes.pop(name, None)
             case Tombstone(object_kind="topology", name=name):
                 self.topologies.pop(name, None)
+            case CohortConfig():
+                self.cohorts[body.name] = body
+            case Tombstone(object_kind="cohort", name=name):
+                self.cohorts.pop(name, None)
             case _:
                 pass
         self.bus.apply_state(body, stream_sequence=stream_sequence, time=time)
@@ -303,6 +310,44 @@ class ConsoleView:
             answer["trace_url"] = self.trace_url(answer.get("trace_id"))
         return answer
 
+    def queue_tree(self) -> list[dict[str, Any]]:
+        """Queues and cohorts as the forest admission checks quota on
+        (:class:`~tidegate.policy.queuetree.QueueTree`, fed the replica's queue tallies): per
+        node and quota dimension its nominal quota, what its subtree uses, what it borrows above
+        its quota, and the most it could take (its ceiling); roots first, children nested.
+        Empty while no queue is in a cohort."""
+        if not any(q.parent for q in self.bus.queues.values()) and not self.cohorts:
+            return []
+        tree = QueueTree.build(self.bus.queues.values(), self.cohorts.values())
+        replica = self.bus.replica
+        tallies = {name: replica.tally(name) for name in replica.queues()}
+        state = TreeState(tree, usage_of_tallies(tallies))
+
+        def node(node_id: NodeId) -> dict[str, Any]:
+            built = tree.nodes[node_id]
+            dims = sorted(set(built.limits) | set(state.total[node_id]))
+            return {
+                "kind": node_id.kind,
+                "name": node_id.name,
+                "invalid": built.invalid,
+                "dims": [
+                    {
+                        "dim": str(dim),
+                        "nominal": dim.show(built.limits[dim].nominal)
+                        if dim in built.limits
+                        else None,
+                        "used": dim.show(state.total[node_id].get(dim, 0)),
+                        "borrowed": dim.show(state.borrowed(node_id, dim)),
+                        "borrowing": state.borrowed(node_id, dim) > 0,
+                        "ceiling": dim.show(state.potential(node_id, dim)),
+                    }
+                    for dim in dims
+                ],
+                "children": [node(child) for child in built.children],
+            }
+
+        return [node(node_id) for node_id, built in tree.nodes.items() if built.parent is None]
+
     def snapshot(self) -> dict[str, Any]:
         """The page's whole state but the decision stream."""
         nodes = [self.node_use(node) for node in self.nodes.values()]
@@ -317,6 +362,7 @@ class ConsoleView:
             "map": self.topology_map(),
             "totals": totals,
             "queues": queue_table(self.bus),
+            "tree": self.queue_tree(),
             "pending": self.pending(),
         }
 

@@ -148,6 +148,28 @@ function renderQueues(queues) {
   document.querySelector("#queues tbody").replaceChildren(...rows);
 }
 
+function treeRows(node, depth, rows) {
+  const dims = node.dims.length ? node.dims : [null];
+  dims.forEach((d, i) => {
+    const name = i === 0
+      ? el("td", { style: "" }, "\u00a0".repeat(depth * 3) + node.name, el("span", { class: "muted" }, ` ${node.kind}`),
+           node.invalid ? el("div", { class: "reason" }, node.invalid) : null)
+      : el("td");
+    rows.push(el("tr", { "data-node": `${node.kind}/${node.name}` }, name,
+      el("td", {}, d ? `${d.dim} ${d.used}` + (d.nominal !== null ? ` / ${d.nominal}` : "") : "-"),
+      el("td", { class: d && d.borrowing ? "reason" : "muted" }, d ? d.borrowed : ""),
+      el("td", { class: "muted" }, d ? d.ceiling : "")));
+  });
+  for (const child of node.children) treeRows(child, depth + 1, rows);
+}
+
+function renderTree(tree) {
+  document.getElementById("tree-section").hidden = !tree.length;
+  const rows = [];
+  for (const root of tree) treeRows(root, 0, rows);
+  document.querySelector("#tree tbody").replaceChildren(...rows);
+}
+
 const opened = new Set(); // workloads whose explain answer is shown
 
 function explainText(answer) {
@@ -205,6 +227,7 @@ function renderSnapshot(snapshot) {
   renderTotals(snapshot.totals);
   renderTopology(snapshot.map);
   renderQueues(snapshot.queues);
+  renderTree(snapshot.tree || []);
   renderPending(snapshot.pending);
   loadDomain();
 }
