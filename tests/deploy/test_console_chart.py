@@ -104,6 +104,7 @@ def test_every_panel_queries_metrics_the_services_export(render: Render) -> None
         "tidegate_ungater_release_latency_seconds_bucket",
         "tidegate_state_follower_lag_seconds",
         "tidegate_leader",
+        "tidegate_topology_gpus",
     } <= queried
 
 
