@@ -23,6 +23,7 @@ from tidegate.cli.busview import fill_view
 from tidegate.cli.console_server import Access, ConsoleError, access_for, serving
 from tidegate.cli.console_view import ConsoleView
 from tidegate.cli.explain import explain
+from tidegate.cli.explain import render as render_explain
 from tidegate.cli.queues import queue_table
 from tidegate.model import (
     Admitted,
@@ -219,7 +220,8 @@ async def test_the_console_shows_what_queues_and_explain_show(
                     answer = await response.json()
                 expected = explain(reference, "ns/wait")
                 assert expected is not None
-                assert answer == {**expected, "trace_url": waiting["trace_url"]}
+                text = render_explain(expected)
+                assert answer == {**expected, "text": text, "trace_url": waiting["trace_url"]}
                 async with http.get(
                     "/api/explain", params={"workload": "ns/none"}, headers=bearer
                 ) as response:

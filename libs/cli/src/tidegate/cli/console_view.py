@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from tidegate.cli.busview import BusView
 from tidegate.cli.explain import NOT_COMPETING, explain, placement_lines, queue_in, state_of
+from tidegate.cli.explain import render as render_explain
 from tidegate.cli.queues import queue_table
 from tidegate.model import (
     Admitted,
@@ -304,9 +305,11 @@ class ConsoleView:
         return out
 
     def explain(self, key: str) -> dict[str, Any] | None:
-        """``tidegate explain``'s answer for ``key`` (None: not on the bus), with its trace link."""
+        """``tidegate explain``'s answer for ``key`` (None: not on the bus), with its trace
+        link and, as ``text``, the command's own printout of it."""
         answer = explain(self.bus, key)
         if answer is not None:
+            answer["text"] = render_explain(answer)
             answer["trace_url"] = self.trace_url(answer.get("trace_id"))
         return answer
 

@@ -172,18 +172,9 @@ function renderTree(tree) {
 
 const opened = new Set(); // workloads whose explain answer is shown
 
-function explainText(answer) {
-  const lines = [];
-  for (const [key, value] of Object.entries(answer)) {
-    if (value === null || value === undefined || key === "trace_url") continue;
-    lines.push(`${key.padEnd(14)} ${typeof value === "object" ? JSON.stringify(value) : value}`);
-  }
-  return lines.join("\n");
-}
-
 async function showExplain(key, cell) {
   const response = await fetch("/api/explain?workload=" + encodeURIComponent(key));
-  const text = response.ok ? explainText(await response.json()) : await response.text();
+  const text = response.ok ? (await response.json()).text : await response.text();
   cell.replaceChildren(el("pre", { class: "explain" }, text));
 }
 
