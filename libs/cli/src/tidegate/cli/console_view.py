@@ -190,19 +190,22 @@ class ConsoleView:
         levels = list(config.levels) if config is not None else []
         return name, [level for level in levels if level != HOSTNAME]
 
-    def node_use(self, node: NodeState) -> dict[str, Any]:
+    def running_gpus(self) -> dict[str, int]:
+        """Node → GPUs its Running pods request (one pass over the pods)."""
+        out: dict[str, int] = {}
+        for pod in self.bus.replica.pods.values():
+            if pod.node_name and pod.phase == "Running" and holds_capacity(pod):
+                out[pod.node_name] = out.get(pod.node_name, 0) + accelerators(pod.requests)
+        return out
+
+    def node_use(self, node: NodeState, running_gpus: Mapping[str, int]) -> dict[str, Any]:
         """One node's cell: its GPUs by use (running, released but not running, reserved
-        for admitted pods not bound yet, free), readiness and card model."""
-        known = node.name in self.capacity.node_names()
+        for admitted pods not bound yet, free), readiness and card model; ``running_gpus``
+        is :meth:`running_gpus`."""
         total = accelerators(node.allocatable)
-        bound = accelerators(self.capacity.used(node.name)) if known else 0
-        reserved = accelerators(self.capacity.reserved(node.name)) if known else 0
-        running = sum(
-            accelerators(pod.requests)
-            for pod in self.bus.replica.pods.values()
-            if pod.node_name == node.name and holds_capacity(pod) and pod.phase == "Running"
-        )
-        running = min(running, bound)
+        bound = accelerators(self.capacity.used(node.name))
+        reserved = accelerators(self.capacity.reserved(node.name))
+        running = min(running_gpus.get(node.name, 0), bound)
         return {
             "name": node.name,
             "card": node.labels.get(GPU_PRODUCT_LABEL),
@@ -218,6 +221,7 @@ class ConsoleView:
     def topology_map(self) -> dict[str, Any]:
         """The map: nested domains (widest level first), nodes as the leaves."""
         name, levels = self.levels()
+        running = self.running_gpus()
         root: dict[str, Any] = {"level": None, "name": self.cluster, "path": [], "children": []}
         index: dict[tuple[str, ...], dict[str, Any]] = {(): root}
         for node_name in sorted(self.nodes, key=natural_key):
@@ -232,7 +236,7 @@ class ConsoleView:
                     index[path] = domain
                     parent["children"].append(domain)
                 parent = domain
-            parent.setdefault("nodes", []).append(self.node_use(node))
+            parent.setdefault("nodes", []).append(self.node_use(node, running))
         for domain in index.values():
             domain["children"].sort(key=lambda d: natural_key(d["name"]))
         return {"topology": name, "levels": levels, "root": root}
@@ -353,7 +357,8 @@ class ConsoleView:
 
     def snapshot(self) -> dict[str, Any]:
         """The page's whole state but the decision stream."""
-        nodes = [self.node_use(node) for node in self.nodes.values()]
+        topology = self.topology_map()
+        nodes = [n for domain in _domains(topology["root"]) for n in domain.get("nodes", [])]
         totals = {
             key: sum(n[key] for n in nodes if n["ready"])
             for key in ("gpus", "running", "released", "reserved", "free")
@@ -362,12 +367,20 @@ class ConsoleView:
         return {
             "cluster": self.cluster,
             "version": self.version,
-            "map": self.topology_map(),
+            "map": topology,
             "totals": totals,
             "queues": queue_table(self.bus),
             "tree": self.queue_tree(),
             "pending": self.pending(),
         }
+
+
+def _domains(domain: dict[str, Any]) -> list[dict[str, Any]]:
+    """``domain`` and every domain under it."""
+    found = [domain]
+    for child in domain["children"]:
+        found += _domains(child)
+    return found
 
 
 __all__ = ["ConsoleView", "accelerators", "describe", "trace_id"]
