@@ -76,7 +76,7 @@ async def test_admitted_pods_move_from_reserved_to_used_without_double_counting(
     harness: Harness,
 ) -> None:
     await cluster(harness)
-    await harness.start_cache()
+    service = await harness.start_cache()
     await harness.until_consistent()
 
     await harness.send(
@@ -98,6 +98,15 @@ async def test_admitted_pods_move_from_reserved_to_used_without_double_counting(
     await harness.until_consistent()
     assert harness.node_record("n0").free[GPU] == 0  # two bound, none reserved
     assert harness.node_record("n1").free[GPU] == 0  # one bound, one reserved
+
+    def gpus(state: str, domain: str = "b1/r1", level: str = LEVELS[1]) -> float | None:
+        labels = {"topology": "default", "level": level, "domain": domain, "state": state}
+        return service.metrics.registry.get_sample_value("tidegate_topology_gpus", labels)
+
+    # GPU use by topology level: rack r1 is n0-n3, block b1 all eight nodes.
+    assert [gpus(s) for s in ("allocatable", "used", "reserved", "free")] == [32, 12, 4, 16]
+    assert gpus("allocatable", "b1", LEVELS[0]) == 64
+    assert gpus("free", "b1/r2") == 32
 
     await harness.send(msg.released("team/train", sequence=9))
     await harness.until_consistent()

@@ -54,6 +54,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
 from tidegate.model.names import REQUEUE_KINDS
+from tidegate.policy.cards import WHOLE_GPU_RESOURCE
 from tidegate.policy.elastic import growth_still_wanted
 from tidegate.policy.victims import preempted_decision
 from tidegate.preemption.evict import AbortFailed, EvictionFailed, EvictionRefused, Evictor
@@ -92,6 +93,14 @@ class PreemptionMetrics:
             "Workloads evicted whole as victims, by their queue and mode "
             "(kueue_preempted_workloads_total).",
             ["queue", "mode"],
+            registry=registry,
+        )
+        self.gpu_hours_lost = Counter(
+            "tidegate_preemption_gpu_hours_lost_total",
+            "GPU-hours of work preemption threw away, by the victim's queue: its admission's "
+            "GPUs (nvidia.com/gpu charged) times the time from that admission to its eviction "
+            "(an upper bound for a victim that checkpoints).",
+            ["queue"],
             registry=registry,
         )
         self.evictions = Counter(
@@ -426,10 +435,16 @@ class Preempter:
             raise EvictionFailed(f"{', '.join(unfinished)} not evicted whole yet")
         await self._ledger.write(msgspec.structs.replace(record, evicted_at=time.time()))
         self._budget_blocked.discard(record.event_id)
+        evicted_at = time.time()
         for victim in record.victims:
             workload = self._view.workload(WorkloadKey(victim.key))
             queue = workload.queue if workload is not None and workload.queue else ""
             self._metrics.preempted.labels(queue=queue, mode=victim.mode).inc()
+            lost = self._view.replica.verdict(WorkloadKey(victim.key)).latest
+            if lost is not None and lost.body.uid == victim.uid and lost.time > 0:
+                gpus = lost.body.charged.get(WHOLE_GPU_RESOURCE, 0)
+                hours = gpus * max(0.0, evicted_at - lost.time) / 3600
+                self._metrics.gpu_hours_lost.labels(queue=queue).inc(hours)
 
     async def _publish_decision(self, record: PreemptionRecord) -> None:
         """Publish the ``preempted`` decision of ``record`` under its deterministic event id."""
