@@ -12,6 +12,7 @@ from types import ModuleType, SimpleNamespace
 from tidegate.bus import Received
 from tidegate.bus.server import NatsServerProcess
 from tidegate.model import Admitted, Envelope, Pending, Released, subjects
+from tidegate.model.names import ADMISSION_GATE
 from tidegate.testing import connected
 from tidegate.testing.messages import Messages
 
@@ -95,7 +96,7 @@ def job(observer: object, pods: int) -> object:
 
 
 def pod_event(name: str, *, gated: bool) -> SimpleNamespace:
-    gates = [{"name": e2e.GATE}] if gated else []
+    gates = [{"name": ADMISSION_GATE}] if gated else []
     return SimpleNamespace(
         obj={
             "metadata": {"namespace": e2e.NAMESPACE, "name": name, "labels": {"app": "job-1"}},
