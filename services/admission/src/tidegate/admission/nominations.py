@@ -22,7 +22,7 @@ import msgspec
 
 from tidegate.model import Preempted, WorkloadKey
 from tidegate.policy.admission import Admission
-from tidegate.policy.elastic import growth
+from tidegate.policy.elastic import holds_room_for
 
 PREEMPTION_PREFIX = "preemption."
 """Prefix of the preemption service's keys in the ledger bucket."""
@@ -78,8 +78,7 @@ def restore_nominations(
         workload = admission.workload(preemptor)
         if workload is None or workload.uid != decision.preemptor_uid:
             continue
-        held = admission.admitted().get(preemptor)
-        if held is not None and not (held.uid == workload.uid and growth(workload, held)):
+        if not holds_room_for(workload, admission.admitted().get(preemptor)):
             continue  # admitted, and not for a growth still waiting
         victims = [
             victim.key
