@@ -20,18 +20,18 @@ from tidegate.model import (
     WorkloadState,
     workload_key,
 )
-from tidegate.model.names import ADMISSION_GATE
-from tidegate.policy.victims import preempted_decision
-from tidegate.preemption.record import (
-    LEDGER_PREFIX,
+from tidegate.model.ledger import (
+    PREEMPTION_PREFIX,
     PodRef,
     PreemptionRecord,
     VictimRecord,
-    decode_record,
+    decode_preemption,
     encode_record,
-    ledger_key,
+    preemption_key,
     preemptor_of,
 )
+from tidegate.model.names import ADMISSION_GATE
+from tidegate.policy.victims import preempted_decision
 from tidegate.preemption.view import PreemptionView, Unanswerable
 
 LEVELS = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
@@ -529,13 +529,13 @@ def test_records_round_trip_and_keys_never_collide_with_workload_keys() -> None:
         recorded_at=NOW,
         event_id="preemption-u-4",
     )
-    assert decode_record(encode_record(record)) == record
+    assert decode_preemption(encode_record(record)) == record
     assert not record.published
-    assert ledger_key("team/serve") == LEDGER_PREFIX + "team/serve"
-    assert preemptor_of(ledger_key("team/serve")) == "team/serve"
+    assert preemption_key("team/serve") == PREEMPTION_PREFIX + "team/serve"
+    assert preemptor_of(preemption_key("team/serve")) == "team/serve"
     assert preemptor_of("team/serve") is None
     # admission's keys are "<namespace>/<name>"; a namespace is a DNS label, without dots
-    assert "." in ledger_key("team/serve").partition("/")[0]
+    assert "." in preemption_key("team/serve").partition("/")[0]
 
 
 def test_queue_less_inference_reclaims_from_queue_less_training_in_the_default_queue() -> None:

@@ -395,6 +395,9 @@ class Preempted(_Body, frozen=True, kw_only=True, tag="preempted"):
     """Victim key → the admission it loses. A consumer ends only that admission (see
     :meth:`ends`): a victim admitted again since, or re-created, keeps its new admission. A
     victim missing here (a writer older than this field) loses whatever admission it holds."""
+    request_sequence: int | None = None
+    """The ``sequence`` of the ``preempt-requested`` this answers: orders the decisions on the
+    preemptor's subject (None from writers older than this field)."""
 
     def ends(
         self,

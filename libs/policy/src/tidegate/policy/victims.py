@@ -188,9 +188,12 @@ class VictimChoice:
         return self.outcome in ("fits", "preempts")
 
 
-def preempted_decision(preemptor: WorkloadState, choice: VictimChoice) -> Preempted:
+def preempted_decision(
+    preemptor: WorkloadState, choice: VictimChoice, *, request_sequence: int | None = None
+) -> Preempted:
     """The ``preempted`` decision body that names the preemptor, its victims, their modes and
-    the nominated capacity. Raises ValueError unless ``choice`` evicts someone."""
+    the nominated capacity, answering the request of ``request_sequence``. Raises ValueError
+    unless ``choice`` evicts someone."""
     if choice.outcome != "preempts" or not choice.victims:
         raise ValueError(f"no preemption to announce: outcome {choice.outcome}")
     key = workload_key(preemptor.namespace, preemptor.name)
@@ -212,6 +215,7 @@ def preempted_decision(preemptor: WorkloadState, choice: VictimChoice) -> Preemp
             f"{', '.join(choice.victims)} (top priority {choice.top_priority}, "
             f"{choice.gpus} GPUs, {choice.gpu_seconds} GPU-seconds lost){skipped}"
         ),
+        request_sequence=request_sequence,
     )
 
 

@@ -44,7 +44,6 @@ from tidegate.admission.ledger import (
     LedgerRecord,
     OutboxEntry,
     deliverable,
-    stored_or_superseded,
 )
 from tidegate.admission.metrics import QueueMetrics
 from tidegate.admission.nominations import restore_nominations
@@ -68,6 +67,7 @@ from tidegate.model import (
     WorkloadKey,
     subjects,
 )
+from tidegate.model.ledger import stored_or_superseded
 from tidegate.model.subjects import DecisionKind
 from tidegate.policy.admission import Admission, Decision
 from tidegate.runtime import ServiceContext
@@ -276,7 +276,7 @@ class Leader:
         stored: list[OutboxEntry] = []
         for entry in outbox:
             last = await self._ctx.bus.last_on(stream, entry.subject)
-            if stored_or_superseded(entry, last.envelope if last is not None else None):
+            if stored_or_superseded(entry.envelope, last.envelope if last is not None else None):
                 stored.append(entry)
         return stored
 

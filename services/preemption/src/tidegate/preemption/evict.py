@@ -71,13 +71,13 @@ from tidegate.kube import (
     resource_for_kind,
 )
 from tidegate.kube.ratelimit import TokenBucket
+from tidegate.model.ledger import PodRef, VictimRecord
 from tidegate.model.names import (
     PREEMPTED_BY_ANNOTATION,
     REQUEUE_KINDS,
     RESUME_ANNOTATION,
     RESUME_MANUAL,
 )
-from tidegate.preemption.record import PodRef, VictimRecord
 
 log = logging.getLogger(__name__)
 

@@ -53,12 +53,12 @@ from opentelemetry import context as otel_context
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
+from tidegate.model.ledger import PodRef, PreemptionRecord, VictimRecord, preemption_event_id
 from tidegate.model.names import REQUEUE_KINDS
 from tidegate.policy.elastic import growth_still_wanted
 from tidegate.policy.victims import preempted_decision
 from tidegate.preemption.evict import AbortFailed, EvictionFailed, EvictionRefused, Evictor
 from tidegate.preemption.ledger import PreemptionLedger
-from tidegate.preemption.record import PodRef, PreemptionRecord, VictimRecord, event_id
 from tidegate.preemption.view import PreemptionView, Unanswerable
 from tidegate.telemetry import extract, inject, victim_choice_span
 
@@ -299,10 +299,10 @@ class Preempter:
             preemptor=key,
             preemptor_uid=request.uid,
             request_sequence=request.sequence,
-            decision=preempted_decision(workload, choice),
+            decision=preempted_decision(workload, choice, request_sequence=request.sequence),
             victims=victims,
             recorded_at=now,
-            event_id=event_id(request.uid, request.sequence),
+            event_id=preemption_event_id(request.uid, request.sequence),
             trace_context=trace,
         )
         await self._ledger.write(record)

@@ -49,6 +49,7 @@ from tidegate.model import (
 )
 from tidegate.model import resources as res
 from tidegate.model.events import OnPreemption
+from tidegate.model.ledger import PodRef, PreemptionRecord, VictimRecord
 from tidegate.model.replica import Replica
 from tidegate.placement import CapacityView
 from tidegate.policy.capacity import ClusterCapacity
@@ -68,7 +69,6 @@ from tidegate.policy.victims import (
     running_gang,
     select_victims,
 )
-from tidegate.preemption.record import PodRef, PreemptionRecord, VictimRecord
 
 PodKey = tuple[str, str]
 """A pod's (namespace, name)."""
