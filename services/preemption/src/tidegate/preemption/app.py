@@ -43,6 +43,7 @@ from tidegate.bus import (
 from tidegate.kube import KubeClient, ObjectRef
 from tidegate.kube import connect as connect_kube
 from tidegate.model import Envelope, WorkloadKey, subjects
+from tidegate.model.events import EventReason
 from tidegate.model.ledger import stored_or_superseded
 from tidegate.preemption.config import Settings
 from tidegate.preemption.evict import Evictor
@@ -196,7 +197,7 @@ class Leader:
         )
         return preempter
 
-    async def _report(self, key: WorkloadKey, reason: str, message: str) -> None:
+    async def _report(self, key: WorkloadKey, reason: EventReason, message: str) -> None:
         """A Warning Event on the top owner of workload ``key`` (if the view knows it)."""
         workload = self._handlers.view.workload(key)
         if workload is None:

@@ -53,6 +53,7 @@ from opentelemetry import context as otel_context
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
+from tidegate.model.events import EventReason, PreemptionOutcome
 from tidegate.model.ledger import PodRef, PreemptionRecord, VictimRecord, preemption_event_id
 from tidegate.model.names import REQUEUE_KINDS
 from tidegate.policy.elastic import growth_still_wanted
@@ -70,7 +71,7 @@ SOURCE: Final = "preemption"
 Publish = Callable[[str, Envelope], Awaitable[object]]
 """Publishes one envelope on a subject and waits for JetStream's acknowledgement."""
 
-Report = Callable[[WorkloadKey, str, str], Awaitable[None]]
+Report = Callable[[WorkloadKey, EventReason, str], Awaitable[None]]
 """Records a Warning Event (reason, message) on a workload's top owner."""
 
 
@@ -166,7 +167,7 @@ class Preempter:
         """The preemption records, by preemptor."""
         return self._ledger.records
 
-    async def handle(self, request: PreemptRequested) -> str:
+    async def handle(self, request: PreemptRequested) -> PreemptionOutcome:
         """Answer one preempt request (idempotent; see the module docstring); its outcome.
 
         The outcome ``unknown`` says the view does not know the preemptor with the request's
@@ -182,7 +183,7 @@ class Preempter:
         self._update_gauges()
         return outcome
 
-    async def _answer(self, request: PreemptRequested, *, now: float) -> str:
+    async def _answer(self, request: PreemptRequested, *, now: float) -> PreemptionOutcome:
         key = WorkloadKey(request.workload)
         existing = self._ledger.records.get(key)
         if existing is not None and not existing.evicted:
@@ -396,7 +397,7 @@ class Preempter:
         )
 
     async def _tell_all(
-        self, keys: list[str], message: str, *, reason: str = "PreemptionBlocked"
+        self, keys: list[str], message: str, *, reason: EventReason = "PreemptionBlocked"
     ) -> None:
         """A Warning Event ``reason`` on each workload of ``keys``."""
         if self._report is None:
