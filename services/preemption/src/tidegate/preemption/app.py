@@ -199,7 +199,7 @@ class Leader:
 
     async def _report(self, key: WorkloadKey, reason: EventReason, message: str) -> None:
         """A Warning Event on the top owner of workload ``key`` (if the view knows it)."""
-        workload = self._handlers.view.workload(key)
+        workload = self._handlers.view.replica.workload(key)
         if workload is None:
             return
         self._ensure_held()

@@ -56,6 +56,7 @@ from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
 from tidegate.model.events import EventReason, PreemptionOutcome
 from tidegate.model.ledger import PodRef, PreemptionRecord, VictimRecord, preemption_event_id
 from tidegate.model.names import REQUEUE_KINDS
+from tidegate.policy.candidates import evictable_pods, still_live, victim_record
 from tidegate.policy.elastic import growth_still_wanted
 from tidegate.policy.victims import preempted_decision
 from tidegate.preemption.evict import AbortFailed, EvictionFailed, EvictionRefused, Evictor
@@ -200,7 +201,7 @@ class Preempter:
             existing = None
         if existing is not None and request.sequence <= existing.request_sequence:
             return "duplicate"
-        workload = self._view.workload(key)
+        workload = self._view.replica.workload(key)
         if workload is None or workload.uid != request.uid:
             return "unknown"
         growth = bool(request.podsets)
@@ -254,7 +255,7 @@ class Preempter:
         took = time.perf_counter() - started
         self._metrics.search_seconds.observe(took)
         if not isinstance(choice, Unanswerable):
-            traces = {v: self._view.workload(v) for v in choice.victims}
+            traces = {v: self._view.replica.workload(v) for v in choice.victims}
             victim_choice_span(workload, choice, traces, start=time.time() - took)
         if isinstance(choice, Unanswerable):
             log.warning("no victim search for %s: %s", key, choice.reason)
@@ -271,7 +272,9 @@ class Preempter:
 
         victims = []
         for victim in choice.victims:
-            chosen = self._view.victim_record(victim, mode=choice.modes.get(victim, "restart"))
+            chosen = victim_record(
+                self._view.replica, victim, mode=choice.modes.get(victim, "restart")
+            )
             if chosen is not None:
                 victims.append(chosen)
         refused = await self._evictor.refusals([pod for v in victims for pod in v.pods])
@@ -335,7 +338,7 @@ class Preempter:
             # Re-queued by suspending its owner: only pods not yet being deleted call for it
             # (a retry after the suspension took effect, or after the victim came back, must
             # not suspend it again).
-            pods = self._view.still_live(pods)
+            pods = still_live(self._view.replica, pods)
             # A dry run checks each pod alone; a budget sparing fewer than the gang's pods it
             # selects must hold the suspension that takes them all at once.
             blocked = self._view.budget_blocked(WorkloadKey(victim.key)) if pods else None
@@ -428,7 +431,7 @@ class Preempter:
         await self._ledger.write(msgspec.structs.replace(record, evicted_at=time.time()))
         self._budget_blocked.discard(record.event_id)
         for victim in record.victims:
-            workload = self._view.workload(WorkloadKey(victim.key))
+            workload = self._view.replica.workload(WorkloadKey(victim.key))
             queue = workload.queue if workload is not None and workload.queue else ""
             self._metrics.preempted.labels(queue=queue, mode=victim.mode).inc()
 
@@ -452,10 +455,10 @@ class Preempter:
         """The recorded pods, plus pods of the same victim that were released by the gate
         after the record was written but created before it (never its replacements)."""
         pods = {pod.uid: pod for pod in recorded}
-        workload = self._view.workload(WorkloadKey(key))
+        workload = self._view.replica.workload(WorkloadKey(key))
         if workload is not None and workload.uid == uid:
-            for pod in self._view.evictable_pods(
-                WorkloadKey(key), created_before=record.recorded_at
+            for pod in evictable_pods(
+                self._view.replica, WorkloadKey(key), created_before=record.recorded_at
             ):
                 pods.setdefault(pod.uid, pod)
         return sorted(pods.values(), key=lambda pod: (pod.namespace, pod.name))
@@ -469,7 +472,7 @@ class Preempter:
                     with _continuing(record.trace_context):
                         await self._finish_or_defer(record)
                     continue
-                workload = self._view.workload(key)
+                workload = self._view.replica.workload(key)
                 why = None
                 if workload is None or workload.uid != record.preemptor_uid:
                     why = "the preemptor is gone: nomination released"
