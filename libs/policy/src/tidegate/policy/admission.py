@@ -1,9 +1,11 @@
 """The admission cycle: which pending gangs are admitted, where, and why the others wait.
 
-:class:`Admission` is admission's whole decision state as a pure object: queues, workloads,
-quota usage (:class:`~tidegate.policy.quota.QuotaLedger`), free capacity per Topology with the
-overlay of decisions not yet reflected (:class:`~tidegate.policy.capacity.ClusterCapacity`),
-nominations of capacity freed by preemption, and the decision sequence. The admission service
+:class:`Admission` is admission's whole decision state as a pure object: queues, one
+:class:`WorkloadRecord` per workload (its state, the admission it holds, why it waits, the
+room nominated for it), quota usage (:class:`~tidegate.policy.quota.QuotaLedger`), free
+capacity per Topology with the overlay of decisions not yet reflected
+(:class:`~tidegate.policy.capacity.ClusterCapacity`), and the decision sequence. How an
+admitted workload grows or shrinks is :mod:`tidegate.policy.elastic`. The admission service
 feeds it bus messages and calls :meth:`Admission.cycle`; every decision comes back as a
 :class:`Decision` whose ``body`` is the message to publish. Nothing here does I/O, so the
 whole policy is tested without NATS.
