@@ -92,6 +92,7 @@ from tidegate.kube import JOBS, NAMESPACES, PRIORITY_CLASSES, QUEUES, KubeClient
 from tidegate.kube import PODS as KUBE_PODS
 from tidegate.kube import connect as kube_connect
 from tidegate.model import Admitted, Pending, Released, WorkloadState, subjects
+from tidegate.model.pods import admission_gated
 from tidegate.runtime import eventloop
 from tidegate.runtime.tool import ToolSettingError, run_tool
 from tidegate.sim.kinds import PODS
@@ -100,7 +101,6 @@ from tidegate.testing import connected
 CLUSTER = "e2ebench"
 NAMESPACE = "bench"
 QUEUE = "bench"
-GATE = "tidegate.io/admission"
 RACK = "tidegate.io/rack"
 NODES_PER_RACK = 32
 RACKS_PER_BLOCK = 8
@@ -318,7 +318,7 @@ class Observer:
         if job.pods_seen is None:
             job.pods_seen = now
         gates = pod.get("spec", {}).get("schedulingGates") or []
-        if name not in job.ungated and not any(g.get("name") == GATE for g in gates):
+        if name not in job.ungated and not admission_gated(str(g.get("name")) for g in gates):
             job.ungated[name] = now
             self.last_change = now
         if name not in job.running and pod.get("status", {}).get("phase") in (
@@ -643,7 +643,7 @@ async def gated_pods(kube: KubeClient) -> dict[str, int]:
     for item in listed.items:
         pod: dict[str, Any] = dict(item)
         gates = pod.get("spec", {}).get("schedulingGates") or []
-        if any(g.get("name") == GATE for g in gates):
+        if admission_gated(str(g.get("name")) for g in gates):
             app = pod.get("metadata", {}).get("labels", {}).get("app", "")
             out[app] = out.get(app, 0) + 1
     return out

@@ -38,6 +38,7 @@ from tidegate.bus.server import NatsServerProcess
 from tidegate.kube import JOBS, NAMESPACES, KubeSettings
 from tidegate.kube import connect as connect_kube
 from tidegate.model import Admitted, DomainCount, Envelope, TopologyAssignment, subjects
+from tidegate.model.pods import admission_gated
 from tidegate.policy.slots import Member, plan_podset
 from tidegate.runtime import Service
 from tidegate.sim import SimCluster, SimSettings
@@ -48,7 +49,6 @@ from tidegate.watcher.app import setup as watcher_setup
 from tidegate.watcher.config import WatcherSettings
 
 LEVELS = ["tidegate.io/block", "tidegate.io/rack", "kubernetes.io/hostname"]
-GATE = "tidegate.io/admission"
 
 
 def planning_ms(pods: int, hosts: int) -> float:
@@ -202,8 +202,8 @@ def _pods(sim: SimCluster) -> dict[str, bool]:
     for pod in sim.store.objects(SIM_PODS.key):
         metadata: Any = pod["metadata"]
         spec: Any = pod["spec"]
-        gates = [g.get("name") for g in spec.get("schedulingGates") or []]
-        out[str(metadata["uid"])] = GATE in gates
+        gates = [str(g.get("name")) for g in spec.get("schedulingGates") or []]
+        out[str(metadata["uid"])] = admission_gated(gates)
     return out
 
 

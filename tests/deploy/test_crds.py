@@ -16,7 +16,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidegate.model.events import QueueConfig, QueueingStrategy
+from tidegate.model.events import (
+    BorrowWithinCohortPolicy,
+    CohortConfig,
+    QueueConfig,
+    QueueingStrategy,
+    ReclaimPolicy,
+    WithinQueuePolicy,
+)
 from tidegate.model.quantity import parse_quantity
 
 from .conftest import (
@@ -49,8 +56,34 @@ CONTRACT: dict[str, tuple[str, str, set[str], set[str]]] = {
             "placementProfile",
             "queueingStrategy",
             "topology",
+            "cohort",
+            "nominalQuota",
+            "borrowingLimit",
+            "lendingLimit",
+            "cardNominalQuota",
+            "cardBorrowingLimit",
+            "cardLendingLimit",
+            "fairSharing",
+            "preemption",
         },
         {"admitted", "pending", "usage", "cardUsage", "conditions"},
+    ),
+    "Cohort": (
+        "cohorts",
+        "Cluster",
+        {
+            "parent",
+            "capability",
+            "cardQuota",
+            "nominalQuota",
+            "borrowingLimit",
+            "lendingLimit",
+            "cardNominalQuota",
+            "cardBorrowingLimit",
+            "cardLendingLimit",
+            "fairSharing",
+        },
+        {"usage", "cardUsage", "conditions"},
     ),
     "PodGroup": (
         "podgroups",
@@ -290,6 +323,28 @@ def test_queue_defaults_and_enums_match_the_model(crds: dict[str, Manifest]) -> 
     assert spec["priority"]["default"] == defaults.priority
     assert spec["queueingStrategy"]["default"] == defaults.strategy
     assert set(spec["queueingStrategy"]["enum"]) == set(typing.get_args(QueueingStrategy))
+    preemption = spec["preemption"]["properties"]
+    policies = defaults.preemption
+    assert preemption["reclaimWithinCohort"]["default"] == policies.reclaim_within_cohort
+    assert preemption["withinClusterQueue"]["default"] == policies.within_cluster_queue
+    borrow = preemption["borrowWithinCohort"]["properties"]
+    assert borrow["policy"]["default"] == policies.borrow_within_cohort
+    assert set(preemption["reclaimWithinCohort"]["enum"]) == set(typing.get_args(ReclaimPolicy))
+    assert set(preemption["withinClusterQueue"]["enum"]) == set(typing.get_args(WithinQueuePolicy))
+    assert set(borrow["policy"]["enum"]) == set(typing.get_args(BorrowWithinCohortPolicy))
+    weight = spec["fairSharing"]["properties"]["weight"]["default"]
+    assert weight == defaults.fair_weight == CohortConfig(name="c").fair_weight
+
+
+@pytest.mark.parametrize("kind", ["Queue", "Cohort"])
+def test_every_tree_quantity_map_has_the_capability_pattern(
+    crds: dict[str, Manifest], kind: str
+) -> None:
+    spec = crd_schema(crds[kind])["properties"]["spec"]["properties"]
+    for name in ("nominalQuota", "borrowingLimit", "lendingLimit"):
+        assert spec[name]["additionalProperties"]["pattern"] == QUANTITY_PATTERN, name
+    for name in ("cardNominalQuota", "cardBorrowingLimit", "cardLendingLimit"):
+        assert spec[name]["additionalProperties"]["minimum"] == 0, name
 
 
 def _quantity_pattern(crds: dict[str, Manifest]) -> str:
@@ -395,6 +450,15 @@ def _queue(**spec: Any) -> Manifest:
     }
 
 
+def _cohort(**spec: Any) -> Manifest:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Cohort",
+        "metadata": {"name": "c"},
+        "spec": spec,
+    }
+
+
 def _podgroup(**spec: Any) -> Manifest:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -417,6 +481,16 @@ REFUSED: dict[str, Manifest] = {
     "a negative capability": _queue(capability={"cpu": "-1"}),
     "a capability that is no quantity": _queue(capability={"memory": "64 GB"}),
     "a string priority": _queue(priority="high"),
+    "a negative nominal quota": _queue(nominalQuota={"nvidia.com/gpu": "-2"}),
+    "a negative card lending limit": _queue(cardLendingLimit={"NVIDIA-H200": -1}),
+    "a negative fair-sharing weight": _queue(fairSharing={"weight": "-1"}),
+    "an unknown reclaim policy": _queue(preemption={"reclaimWithinCohort": "Always"}),
+    "Any is no borrowWithinCohort policy": _queue(
+        preemption={"borrowWithinCohort": {"policy": "Any"}}
+    ),
+    "a cohort named by a number": _queue(cohort=7),
+    "a cohort with a negative borrowing limit": _cohort(borrowingLimit={"cpu": "-1"}),
+    "a cohort whose parent is a list": _cohort(parent=["a"]),
     "reclaimable as a string": _queue(reclaimable="yes"),
     "minMember 0": _podgroup(minMember=0),
     "no minMember": _podgroup(queue="q"),
@@ -435,3 +509,26 @@ def test_mig_card_names_and_int_quantities_are_accepted(crds: dict[str, Manifest
         cardQuota={"NVIDIA-H200": 16, "NVIDIA-H200/mig-1g.18gb-mixed": 28},
     )
     assert custom_resource_errors(crds, queue) == []
+
+
+def test_a_queue_tree_is_accepted(crds: dict[str, Manifest]) -> None:
+    queue = _queue(
+        cohort="research",
+        nominalQuota={"nvidia.com/gpu": 8, "cpu": "64"},
+        borrowingLimit={"nvidia.com/gpu": "8"},
+        lendingLimit={"nvidia.com/gpu": 4},
+        cardNominalQuota={"NVIDIA-H200": 8},
+        cardBorrowingLimit={"NVIDIA-H200": 0},
+        cardLendingLimit={"NVIDIA-H200/mig-1g.18gb-mixed": 14},
+        fairSharing={"weight": "0.5"},
+        preemption={
+            "reclaimWithinCohort": "Any",
+            "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 100},
+            "withinClusterQueue": "LowerOrNewerEqualPriority",
+        },
+    )
+    cohort = _cohort(
+        parent="org", capability={"nvidia.com/gpu": 64}, nominalQuota={"cpu": 8}, fairSharing={}
+    )
+    assert custom_resource_errors(crds, queue) == []
+    assert custom_resource_errors(crds, cohort) == []

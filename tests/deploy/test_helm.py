@@ -22,7 +22,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from tidegate.ungater.gate import QUEUE_KEYS
+from tidegate.kube.read.keys import QUEUE_KEYS
 
 from .conftest import (
     CHART_DIR,
@@ -619,7 +619,7 @@ def test_fail_by_default_and_only_for_pods_tidegate_manages(render: Render) -> N
     documents = render({})
     assert {w["failurePolicy"] for w in _webhooks(documents)} == {"Fail"}
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
-    assert tuple(values["webhook"]["queueLabels"]) == QUEUE_KEYS  # the ungater's own rule
+    assert tuple(values["webhook"]["queueLabels"]) == QUEUE_KEYS  # the webhook's one rule
 
     def ns(name: str, **labels: str) -> dict[str, str]:
         return {"kubernetes.io/metadata.name": name, **labels}

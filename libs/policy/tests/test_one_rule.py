@@ -87,3 +87,53 @@ def test_only_the_replica_decides_which_admission_is_in_force() -> None:
         for line in in_force_rule_calls(path.read_text())
     ]
     assert copies == [], f"read the decisions in force from tidegate.model.replica: {copies}"
+
+
+PODS = ROOT / "libs/model/src/tidegate/model/pods.py"
+GATE = "tidegate.io/admission"
+
+
+def gate_comparisons(source: str) -> list[int]:
+    """Line numbers of comparisons with tidegate's admission gate (``== ADMISSION_GATE``,
+    ``ADMISSION_GATE in gates``, or the gate's name spelt out): each decides whether a pod is
+    gated, which :func:`tidegate.model.pods.admission_gated` alone may do."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                named = isinstance(operand, ast.Name | ast.Attribute) and (
+                    getattr(operand, "id", None) == "ADMISSION_GATE"
+                    or getattr(operand, "attr", None) == "ADMISSION_GATE"
+                )
+                if named or (isinstance(operand, ast.Constant) and operand.value == GATE):
+                    lines.append(node.lineno)
+                    break
+    return lines
+
+
+def test_the_gate_detector_finds_a_copy_in_any_spelling() -> None:
+    assert gate_comparisons("ok = ADMISSION_GATE in pod.scheduling_gates") == [1]
+    assert gate_comparisons("ok = any(g.name == names.ADMISSION_GATE for g in gates)") == [1]
+    assert gate_comparisons('ok = g.get("name") == "tidegate.io/admission"') == [1]
+    assert gate_comparisons('gates = [{"name": ADMISSION_GATE}]') == []
+    assert gate_comparisons("ok = admission_gated(names)") == []
+
+
+def test_only_the_model_decides_whether_a_pod_is_gated() -> None:
+    """Issue 29: the watcher, the replica, the webhook, the demo and the benchmarks each had
+    their own test for tidegate's gate; :mod:`tidegate.model.pods` is the one. The simulator
+    imitates Kubernetes on its own and is left out."""
+    sources = sorted(
+        [
+            *(ROOT / "services").glob("*/src/**/*.py"),
+            *(ROOT / "libs").glob("*/src/**/*.py"),
+            *(ROOT / "bench").glob("*.py"),
+        ]
+    )
+    copies = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sources
+        if path != PODS and "/sim/" not in str(path)
+        for line in gate_comparisons(path.read_text())
+    ]
+    assert copies == [], f"use tidegate.model.pods.admission_gated (or gated): {copies}"

@@ -9,6 +9,7 @@ from tidegate.bus import Bus, Published
 from tidegate.kube import KubeClient
 from tidegate.model import Admitted, Envelope, PodState, Tombstone, WorkloadKey, WorkloadState
 from tidegate.policy.clusterview import ClusterView
+from tidegate.policy.release import Memory
 from tidegate.ungater.config import UngaterSettings
 from tidegate.ungater.releaser import Releaser, ReleaserMetrics
 
@@ -36,13 +37,14 @@ def test_deleted_workloads_leave_nothing_in_the_view_or_the_releaser() -> None:
         )
         pod = PodState(namespace="team", name=f"w{n}-0", uid=f"p{n}", workload=key)
         view.apply(pod)
-        releaser._resumed[key] = (f"u{n}", n + 1)  # as if it unsuspended it
+        # As if it unsuspended it, and suspended it for an eviction before.
+        releaser.memory[key] = Memory(resumed=(f"u{n}", n + 1), requeuing=(f"u{n}", n))
         view.apply(Tombstone(object_kind="workload", name=f"w{n}", namespace="team", uid=f"u{n}"))
         view.apply(Tombstone(object_kind="pod", name=pod.name, namespace="team"))
         releaser._plan(key)
     assert view.replica.recorded() == []
     assert view.replica.pods == {}
-    assert releaser._resumed == {}
+    assert releaser.memory == {}
     # A copy of a deleted workload's admission that comes later holds nothing.
     view.apply(
         Admitted(workload="team/w7", uid="u7", queue="q", sequence=8, epoch=1, assignments={})

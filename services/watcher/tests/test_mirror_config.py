@@ -4,10 +4,10 @@ from typing import Any
 
 import pytest
 
+from tidegate.kube.read.index import ClusterIndex, StateKey
 from tidegate.model import Envelope, PodState, Tombstone, WorkloadState
 from tidegate.runtime import SettingsError, load_settings
 from tidegate.watcher.config import WatcherSettings
-from tidegate.watcher.index import ClusterIndex, StateKey
 from tidegate.watcher.mirror import Mirror
 
 POD = StateKey("pod", "default", "p")
@@ -83,6 +83,56 @@ def test_problems_of_objects_that_are_not_published_are_reported(k8s: Any) -> No
     assert plan.problems == [
         "Topology t: spec.levels: a Topology needs at least one level (not published)"
     ]
+
+
+def test_the_mirror_sums_the_bypassing_pods_it_published(k8s: Any) -> None:
+    """What ``tidegate_watcher_bypassed_pods`` reports."""
+    index = ClusterIndex()
+    mirror = Mirror("c1", index)
+    index.apply("Topology", "ADDED", k8s.topology("default", ["tidegate.io/rack"]))
+    owner = k8s.owner_ref("Job", "j")
+    queue = {"tidegate.io/queue": "q"}
+    index.apply("Job", "ADDED", k8s.job("j", parallelism=2, labels=queue))
+    for name in ("j-0", "j-1"):
+        pod = k8s.pod(name, owner=owner, gated=False, labels=queue, nodeName="n1", phase="Running")
+        index.apply("Pod", "ADDED", pod)
+    for publication in mirror.plan(mirror.all_keys(), now=1.0).publications:
+        mirror.stored(publication)
+    assert mirror.bypassed_pods() == 2
+    index.apply("Job", "DELETED", k8s.job("j", parallelism=2, labels=queue))
+    for publication in mirror.plan({JOB}, now=2.0).publications:
+        mirror.stored(publication)
+    assert mirror.bypassed_pods() == 0
+
+
+def test_a_finished_podgroup_whose_pods_went_stays_finished_after_a_restart(
+    k8s: Any,
+) -> None:
+    group = {"scheduling.k8s.io/group-name": "g"}
+    before = ClusterIndex()
+    before.apply("PodGroup", "ADDED", k8s.podgroup("g", min_member=2))
+    for i in range(2):
+        before.apply("Pod", "ADDED", k8s.pod(f"g-{i}", labels=group))
+    for i in range(2):
+        pod = k8s.pod(f"g-{i}", labels=group, gated=False, nodeName="n1", phase="Succeeded")
+        before.apply("Pod", "MODIFIED", pod)
+    published = before.desired(StateKey("workload", "default", "g")).message
+    assert isinstance(published, WorkloadState)
+    assert published.finished == "Completed"
+
+    # A new watcher replays the state stream, then lists a cluster where the pods are gone.
+    index = ClusterIndex()
+    mirror = Mirror("c1", index)
+    mirror.seed(Envelope(event_id="e", cluster="c1", source="watcher", time=0, body=published))
+    index.apply("PodGroup", "ADDED", k8s.podgroup("g", min_member=2))
+    again = index.desired(StateKey("workload", "default", "g")).message
+    assert isinstance(again, WorkloadState)
+    assert again.finished == "Completed"
+    # What it publishes is a snapshot (no pods left in its podsets), never a tombstone.
+    (publication,) = mirror.plan(mirror.all_keys(), now=1.0).publications
+    body = publication.envelope.body
+    assert isinstance(body, WorkloadState)
+    assert (body.finished, body.podsets) == ("Completed", [])
 
 
 def test_settings_from_the_environment() -> None:

@@ -46,8 +46,8 @@ from tidegate.kube import (
     NotFound,
 )
 from tidegate.kube import connect as kube_connect
+from tidegate.kube.read.objects import ObjectError, Pod, decode
 from tidegate.model import QuantityError, parse_quantity, subjects
-from tidegate.model.names import ADMISSION_GATE
 
 
 async def run_demo(
@@ -402,18 +402,17 @@ class DemoRunner:
         types = {entry.name: service_type(entry) for entry in self.trace.workloads}
         running: dict[str, int] = {}
         gated: dict[str, int] = {}
-        for pod in pods:
-            labels = _meta(pod).get("labels")
-            app = labels.get("app") if isinstance(labels, dict) else None
-            kind = types.get(app) if isinstance(app, str) else None
+        for obj in pods:
+            try:
+                pod = decode(obj, Pod)
+            except ObjectError:
+                continue
+            kind = types.get(pod.metadata.labels.get("app", ""))
             if kind is None:
                 continue
-            gates = _spec(pod).get("schedulingGates")
-            if _spec(pod).get("nodeName") and _status(pod).get("phase") == "Running":
+            if pod.spec.node_name and pod.status.phase == "Running":
                 running[kind] = running.get(kind, 0) + _pod_gpus(pod)
-            elif isinstance(gates, list) and any(
-                isinstance(g, dict) and g.get("name") == ADMISSION_GATE for g in gates
-            ):
+            elif pod.gated():
                 gated[kind] = gated.get(kind, 0) + _pod_gpus(pod)
         return UsageSample(at=self.now(), running=running, gated=gated)
 
@@ -483,15 +482,8 @@ def _int(mapping: object, key: str) -> int:
         return 0
 
 
-def _pod_gpus(pod: dict[str, object]) -> int:
-    containers = _spec(pod).get("containers")
-    total = 0
-    for container in containers if isinstance(containers, list) else []:
-        if isinstance(container, dict):
-            resources = container.get("resources")
-            if isinstance(resources, dict):
-                total += _int(resources.get("requests"), "nvidia.com/gpu")
-    return total
+def _pod_gpus(pod: Pod) -> int:
+    return sum(_int(c.resources.requests, "nvidia.com/gpu") for c in pod.spec.containers)
 
 
 def _job_done(job: dict[str, object]) -> bool:

@@ -49,6 +49,7 @@ from tidegate.kube import (
     connect,
     object_key,
 )
+from tidegate.kube.read.objects import Meta, Node, ObjectError, Pod, decode
 from tidegate.sim import podlife
 from tidegate.sim.names import label_value_problem, rfc3339, rfc3339_micro
 from tidegate.sim.topology import (
@@ -261,19 +262,35 @@ def _dict(value: object) -> JsonObject:
     return value if isinstance(value, dict) else {}
 
 
-def _list(value: object) -> list[object]:
-    return value if isinstance(value, list) else []
-
-
 def _uid(obj: Mapping[str, object]) -> str:
-    return str(_dict(obj.get("metadata")).get("uid", ""))
+    try:
+        return decode(obj, Meta).metadata.uid
+    except ObjectError:
+        return ""
 
 
 def _resource_version(obj: Mapping[str, object]) -> int:
     try:
-        return int(str(_dict(obj.get("metadata")).get("resourceVersion", "")))
-    except ValueError:
+        return int(decode(obj, Meta).metadata.resource_version)
+    except (ObjectError, ValueError):
         return -1
+
+
+def _node_name(pod: Mapping[str, object]) -> str:
+    """The node a pod is bound to; "" when unbound or unreadable."""
+    try:
+        return decode(pod, Pod).spec.node_name
+    except ObjectError:
+        return ""
+
+
+def _ready(node: Mapping[str, object]) -> bool:
+    """Whether a Node reports the Ready condition "True" (an unreadable one does not)."""
+    try:
+        conditions = decode(node, Node).status.conditions
+    except ObjectError:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
 def _customized(layout: ClusterLayout, *, prefix: str, labels: Mapping[str, str]) -> ClusterLayout:
@@ -295,14 +312,12 @@ def _customized(layout: ClusterLayout, *, prefix: str, labels: Mapping[str, str]
 
 def node_ready_and_untainted(node: Mapping[str, object]) -> bool:
     """Whether a Node is Ready and carries neither the not-ready nor the unreachable taint."""
-    ready = any(
-        _dict(c).get("type") == "Ready" and _dict(c).get("status") == "True"
-        for c in _list(_dict(node.get("status")).get("conditions"))
-    )
-    tainted = any(
-        _dict(t).get("key") in NOT_READY_TAINTS
-        for t in _list(_dict(node.get("spec")).get("taints"))
-    )
+    try:
+        view = decode(node, Node)
+    except ObjectError:
+        return False
+    ready = any(c.type == "Ready" and c.status == "True" for c in view.status.conditions)
+    tainted = any(t.key in NOT_READY_TAINTS for t in view.spec.taints)
     return ready and not tainted
 
 
@@ -399,7 +414,7 @@ class NodeAgent:
         self._down.discard(name)
         self._status_due.add(name)
         for key, pod in self._pods.items():
-            if _dict(pod.get("spec")).get("nodeName") == name:
+            if _node_name(pod) == name:
                 self._queue.mark(key)
 
     async def start(self) -> None:
@@ -462,7 +477,7 @@ class NodeAgent:
             node = await self.kube.create(NODES, body)
         except AlreadyExists:
             node = await self.kube.get(NODES, name)
-            annotations = _dict(_dict(node.get("metadata")).get("annotations"))
+            annotations = decode(node, Meta).metadata.annotations
             if AGENT_ANNOTATION not in annotations:
                 raise AgentError(
                     f"node {name} exists and was not registered by tidegate nodes "
@@ -471,7 +486,7 @@ class NodeAgent:
             node = await self.kube.patch(
                 NODES, name, {"metadata": {"labels": dict(spec.labels)}}, patch_type="strategic"
             )
-        self._uids[name] = str(_dict(node.get("metadata")).get("uid"))
+        self._uids[name] = _uid(node)
         self.stats.registered += 1
         await self._post_status(name, full=True)
         await self._renew_lease(name)
@@ -486,10 +501,7 @@ class NodeAgent:
             "lastHeartbeatTime": now,
         }
         current = self._nodes.get(name)
-        was_ready = current is not None and any(
-            _dict(c).get("type") == "Ready" and _dict(c).get("status") == "True"
-            for c in _list(_dict(current.get("status")).get("conditions"))
-        )
+        was_ready = current is not None and _ready(current)
         if not was_ready:
             ready["lastTransitionTime"] = now
         if full:
@@ -640,15 +652,10 @@ class NodeAgent:
             if item.type == "DELETED":
                 self._forget_node(name)
                 continue
-            uid = str(_dict(item.obj.get("metadata")).get("uid"))
-            if uid != self._uids[name]:
+            if _uid(item.obj) != self._uids[name]:
                 continue
             self._nodes[name] = item.obj
-            ready = any(
-                _dict(c).get("type") == "Ready" and _dict(c).get("status") == "True"
-                for c in _list(_dict(item.obj.get("status")).get("conditions"))
-            )
-            if not ready:
+            if not _ready(item.obj):
                 self._status_due.add(name)
             self._changed.set()
             if not self._announced_ready and self.ready_count() == len(self._specs):
@@ -674,9 +681,9 @@ class NodeAgent:
             if item.type == "DELETED":
                 gone = self._pods.pop(key, None)
                 if gone is not None:
-                    self._started.pop(str(_dict(gone.get("metadata")).get("uid")), None)
+                    self._started.pop(_uid(gone), None)
                 continue
-            node = str(_dict(item.obj.get("spec")).get("nodeName") or "")
+            node = _node_name(item.obj)
             if node not in self._specs:
                 continue
             self._remember(key, item.obj)
@@ -714,7 +721,7 @@ class NodeAgent:
         pod = self._pods.get(key)
         if pod is None:
             return
-        node = str(_dict(pod.get("spec")).get("nodeName") or "")
+        node = _node_name(pod)
         if node not in self._uids or node in self._down:
             return
         metadata = _dict(pod.get("metadata"))

@@ -2,9 +2,9 @@
 
 Everything tidegate reads from or writes to a Kubernetes API server goes through here:
 :func:`connect` and :class:`KubeClient` for requests (rate-limited, retried, errors mapped to
-:class:`KubeError` subclasses), :class:`Informer` for list-then-watch streams. Objects are plain
-JSON dicts as the server sends them; turning them into tidegate's model is the watcher's job,
-not this package's.
+:class:`KubeError` subclasses), :class:`Informer` for list-then-watch streams. Objects travel
+as the plain JSON dicts the server sends; :mod:`tidegate.kube.read` is the one typed layer that
+reads them (msgspec views, label and annotation rules, the cluster index), as pure code.
 """
 
 from tidegate.kube.client import CONFLICT_ATTEMPTS, KubeClient, ObjectList, PatchType, connect

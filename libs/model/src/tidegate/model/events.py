@@ -27,6 +27,15 @@ OnPreemption = Literal["restart", "abort"]
 QueueingStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
 """StrictFIFO: the head blocks its queue. BestEffortFIFO: smaller workloads may pass a head."""
 
+ReclaimPolicy = Literal["Never", "LowerPriority", "Any"]
+"""Kueue's ``reclaimWithinCohort``: which borrowing gangs of other queues may be preempted."""
+
+BorrowWithinCohortPolicy = Literal["Never", "LowerPriority"]
+"""Kueue's ``borrowWithinCohort.policy``: may a workload that still borrows preempt others."""
+
+WithinQueuePolicy = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"]
+"""Kueue's ``withinClusterQueue``: which gangs of the same queue may be preempted."""
+
 PendingReason = Literal[
     "QueueNotFound",
     "Invalid",
@@ -261,6 +270,30 @@ class TopologyConfig(_Body, frozen=True, kw_only=True, tag="topology"):
     levels: list[str]
 
 
+class QueuePreemption(_Base, frozen=True, kw_only=True):
+    """A queue's preemption policies, under Kueue's names (ClusterQueue ``spec.preemption``).
+
+    They govern preemption *for quota* between training workloads of a queue tree; the tidal
+    rules hold whatever they say (docs/queues.md, "Reclaim"): inference and unknown workloads
+    are never victims, and an inference workload reclaims from lower-priority training in other
+    queues of its tree even under ``Never``. The defaults (all ``Never``) are the tidal
+    defaults: training never preempts training.
+    """
+
+    reclaim_within_cohort: ReclaimPolicy = "Never"
+    """Whether a workload of this queue, which is below its nominal quota, may preempt gangs of
+    other queues of its tree that borrow: never, those of lower priority, or any."""
+    borrow_within_cohort: BorrowWithinCohortPolicy = "Never"
+    """Whether a workload that would still borrow after the preemption may preempt
+    lower-priority gangs of other queues (Kueue's ``borrowWithinCohort.policy``)."""
+    max_priority_threshold: int | None = None
+    """With ``borrow_within_cohort``: only gangs of at most this priority may be preempted
+    while borrowing (Kueue's ``borrowWithinCohort.maxPriorityThreshold``); None: no bound."""
+    within_cluster_queue: WithinQueuePolicy = "Never"
+    """Whether a workload may preempt gangs of its own queue: never, those of lower priority,
+    or those of lower priority and those of equal priority created after it."""
+
+
 class QueueConfig(_Body, frozen=True, kw_only=True, tag="queue"):
     """A Queue. Subject ``tg.<cluster>.config.queue.<name>``."""
 
@@ -276,6 +309,56 @@ class QueueConfig(_Body, frozen=True, kw_only=True, tag="queue"):
     strategy: QueueingStrategy = "BestEffortFIFO"
     topology: str | None = None
     invalid_reason: str | None = None
+    parent: str | None = None
+    """The Cohort it shares quota with (``spec.parent``); None: it shares with no one."""
+    nominal: Resources | None = None
+    """Guaranteed amount per resource (Kueue's ``nominalQuota``); None: none named. In a tree
+    that names a resource anywhere, a queue not naming it has nominal 0 and may borrow it."""
+    borrowing_limit: Resources | None = None
+    """Most it may borrow above its nominal, per resource; a resource not named: no limit."""
+    lending_limit: Resources | None = None
+    """Most of its unused nominal its cohort may lend to others, per resource; a resource not
+    named: all of it."""
+    card_nominal: dict[str, int] | None = None
+    """Guaranteed cards per card model; the same rules as ``nominal``."""
+    card_borrowing_limit: dict[str, int] | None = None
+    """Most cards it may borrow above its card nominal, per card model."""
+    card_lending_limit: dict[str, int] | None = None
+    """Most of its unused card nominal its cohort may lend, per card model."""
+    fair_weight: float = 1.0
+    """Fair-sharing weight (Kueue's ``fairSharing.weight``): its borrowed share is divided by it
+    when competing queues are ordered and in fair-share preemption; 0 means it only gets what
+    no other queue wants."""
+    preemption: QueuePreemption = msgspec.field(default_factory=QueuePreemption)
+
+
+class CohortConfig(_Body, frozen=True, kw_only=True, tag="cohort"):
+    """A Cohort: an inner node of a queue tree, holding no workloads. Subject
+    ``tg.<cluster>.config.cohort.<name>``.
+
+    Its quota fields mean what a queue's do, for its whole subtree: ``nominal`` is quota the
+    cohort itself adds to the pool its children share, the limits bound what the subtree
+    borrows from and lends to the cohort's own parent, and ``quota`` / ``card_quota`` are a hard
+    ceiling on what the subtree's admitted workloads hold together. A parent that names no
+    Cohort object is an empty cohort at the root (Kueue's implicit cohort)."""
+
+    name: str
+    parent: str | None = None
+    """The Cohort it belongs to (``spec.parent``); None: it is a root."""
+    quota: Resources | None = None
+    """Capability of the whole subtree per resource; the rules of :attr:`QueueConfig.quota`."""
+    card_quota: dict[str, int] | None = None
+    """Card capability of the whole subtree per card model; the rules of
+    :attr:`QueueConfig.card_quota`."""
+    nominal: Resources | None = None
+    borrowing_limit: Resources | None = None
+    lending_limit: Resources | None = None
+    card_nominal: dict[str, int] | None = None
+    card_borrowing_limit: dict[str, int] | None = None
+    card_lending_limit: dict[str, int] | None = None
+    fair_weight: float = 1.0
+    invalid_reason: str | None = None
+    """Set when the Cohort's spec is malformed: a sentence naming the field."""
 
 
 class DisruptionBudgetState(_Body, frozen=True, kw_only=True, tag="pdb"):
@@ -295,10 +378,14 @@ class DisruptionBudgetState(_Body, frozen=True, kw_only=True, tag="pdb"):
     """Workload key → how many of that workload's live pods the budget's selector selects."""
 
 
+StateKind = Literal["node", "pod", "workload", "topology", "queue", "pdb", "cohort"]
+"""The kinds of object whose state the watcher mirrors onto the bus, one subject each."""
+
+
 class Tombstone(_Body, frozen=True, kw_only=True, tag="tombstone"):
     """The object on this subject was deleted; last-value streams keep this as its final state."""
 
-    object_kind: Literal["node", "pod", "workload", "topology", "queue", "pdb"]
+    object_kind: StateKind
     name: str
     namespace: str | None = None
     uid: str | None = None
@@ -530,6 +617,7 @@ Message = (
     | WorkloadState
     | TopologyConfig
     | QueueConfig
+    | CohortConfig
     | DisruptionBudgetState
     | Tombstone
     | CapacityNode

@@ -11,6 +11,9 @@ It lives in the model, not in :mod:`tidegate.policy`, because the topology-cache
 - A pod is **active** (:func:`active`) while it is neither finished nor terminating, bound or
   not (Kubernetes' Job controller counts the same pods active). Only active pods are evicted,
   hold an ungater slot, or count as a PodGroup's active members.
+- A pod is **gated** (:func:`admission_gated`, :func:`gated`) while its scheduling gates
+  include tidegate's admission gate: it was not released yet. Kubernetes objects read through
+  :mod:`tidegate.kube.read` (``Pod.gated``) apply the same function.
 - A pod of a managed workload **bypassed the gate** (:func:`bypassed_gate`) when it runs
   without tidegate's gate and without the selector of a release: it was created ungated (the
   webhook down under ``failurePolicy: Ignore``, or not called) and kube-scheduler bound it.
@@ -18,7 +21,7 @@ It lives in the model, not in :mod:`tidegate.policy`, because the topology-cache
 Pure: no I/O.
 """
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Final
 
 from tidegate.model.events import PodState
@@ -45,9 +48,15 @@ def active(pod: PodState) -> bool:
     return pod.phase not in TERMINAL_PHASES and not pod.terminating
 
 
+def admission_gated(gate_names: Iterable[str]) -> bool:
+    """Whether a pod whose scheduling gates are named ``gate_names`` still carries tidegate's
+    admission gate (it was not released): the one rule, whatever the pod was read from."""
+    return any(name == ADMISSION_GATE for name in gate_names)
+
+
 def gated(pod: PodState) -> bool:
     """Whether ``pod`` still carries tidegate's admission gate (it was not released)."""
-    return ADMISSION_GATE in pod.scheduling_gates
+    return admission_gated(pod.scheduling_gates)
 
 
 def bypassed_gate(pod: PodState, levels: Collection[str]) -> bool:

@@ -30,7 +30,7 @@ from tidegate.model.events import (
     WorkloadState,
 )
 from tidegate.model.ids import WorkloadKey, workload_key
-from tidegate.model.names import ADMISSION_GATE
+from tidegate.model.pods import gated
 from tidegate.model.resources import Resources
 
 PodKey = tuple[str, str]
@@ -407,12 +407,7 @@ class Replica:
     def _set_pod(self, pod: PodState) -> set[WorkloadKey]:
         key = (pod.namespace, pod.name)
         before = self.pods.get(key)
-        if (
-            before is not None
-            and before.uid == pod.uid
-            and ADMISSION_GATE not in before.scheduling_gates
-            and ADMISSION_GATE in pod.scheduling_gates
-        ):
+        if before is not None and before.uid == pod.uid and not gated(before) and gated(pod):
             # Kubernetes never adds a gate back: a gated snapshot of a pod already seen
             # released is older than what we hold (a repeat or a reordering).
             return set()

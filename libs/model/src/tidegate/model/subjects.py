@@ -63,6 +63,11 @@ def queue(cluster: str, name: str) -> str:
     return f"tg.{cluster}.config.queue.{token(name)}"
 
 
+def cohort(cluster: str, name: str) -> str:
+    """State subject of a Cohort (an inner node of a queue tree)."""
+    return f"tg.{cluster}.config.cohort.{token(name)}"
+
+
 def disruption_budget(cluster: str, namespace: str, name: str) -> str:
     """State subject of a PodDisruptionBudget."""
     return f"tg.{cluster}.config.pdb.{token(namespace)}.{token(name)}"

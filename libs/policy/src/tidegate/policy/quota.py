@@ -20,7 +20,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tidegate.model import PodSetSpec, QueueConfig, Resources, WorkloadKey, format_quantity
+from tidegate.model import (
+    CohortConfig,
+    PodSetSpec,
+    QueueConfig,
+    Resources,
+    WorkloadKey,
+    format_quantity,
+)
 from tidegate.model import resources as res
 
 QuotaReason = Literal["ExceedsQuota", "CardQuotaExceeded"]
@@ -68,22 +75,25 @@ class QuotaExceeded:
     in_use: int
     requested: int
     quota: int
+    node: Literal["queue", "cohort"] = "queue"
+    """Whose ceiling it is: the queue's own, or a cohort's above it (:mod:`.queuetree`)."""
 
     @property
     def message(self) -> str:
         """A sentence for users, quantities in Kubernetes notation.
 
         "queue online: nvidia.com/gpu 12 in use + 8 requested > quota 16" or
-        "queue online: NVIDIA-H200 cards 12 in use + 8 requested > card quota 16".
+        "queue online: NVIDIA-H200 cards 12 in use + 8 requested > card quota 16"; a cohort's
+        ceiling reads "cohort research: …".
         """
         if self.reason == "CardQuotaExceeded":
             return (
-                f"queue {self.queue}: {self.name} cards {self.in_use} in use + "
+                f"{self.node} {self.queue}: {self.name} cards {self.in_use} in use + "
                 f"{self.requested} requested > card quota {self.quota}"
             )
         fmt = format_quantity
         return (
-            f"queue {self.queue}: {self.name} {fmt(self.name, self.in_use)} in use + "
+            f"{self.node} {self.queue}: {self.name} {fmt(self.name, self.in_use)} in use + "
             f"{fmt(self.name, self.requested)} requested > quota {fmt(self.name, self.quota)}"
         )
 
@@ -94,12 +104,15 @@ def gang_resources(podsets: Iterable[PodSetSpec]) -> Resources:
 
 
 def check_quota(
-    queue: QueueConfig, usage: QueueUsage, request: QuotaRequest
+    queue: QueueConfig | CohortConfig, usage: QueueUsage, request: QuotaRequest
 ) -> QuotaExceeded | None:
     """Return None if ``request`` fits under ``queue``'s quota on top of ``usage``, else why not.
 
-    Resources are checked before cards, each in name order, so the answer is deterministic.
+    A :class:`~tidegate.model.CohortConfig` is checked the same way, ``usage`` then being what
+    its whole subtree holds. Resources are checked before cards, each in name order, so the
+    answer is deterministic.
     """
+    node: Literal["queue", "cohort"] = "cohort" if isinstance(queue, CohortConfig) else "queue"
     if queue.quota is not None:
         for name in sorted(request.resources):
             amount = request.resources[name]
@@ -118,6 +131,7 @@ def check_quota(
                     in_use=in_use,
                     requested=amount,
                     quota=limit,
+                    node=node,
                 )
     if queue.card_quota is not None:
         for model in sorted(request.cards):
@@ -134,6 +148,7 @@ def check_quota(
                     in_use=in_use,
                     requested=cards,
                     quota=limit,
+                    node=node,
                 )
     return None
 

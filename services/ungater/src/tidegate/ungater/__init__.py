@@ -3,11 +3,10 @@ domains, and reports what happened to users.
 
 - :mod:`.gate` and :mod:`.webhook` — the mutating webhook that adds the scheduling gate
   ``tidegate.io/admission`` to new pods that belong to tidegate;
-- :mod:`.view` — pods, nodes, workloads and admission's decisions, rebuilt from the bus;
-- :mod:`.slots` — which gated pod goes into which slot of a TopologyAssignment (pure);
-- :mod:`.releaser` — release rounds with expectations, replacement requests after node
-  failures, evictions, PodGroup status;
-- :mod:`.status` — PodGroup phase, counters and conditions, Event messages (pure);
+- :mod:`.releaser` — release rounds: carries out what :mod:`tidegate.policy.release` plans
+  (releases with expectations, replacement requests, evictions, re-queues, resumes, PodGroup
+  status: :mod:`tidegate.policy.podgroup`);
+- :mod:`.queue_status` — writes Queue status (:mod:`tidegate.policy.queue_status`);
 - :mod:`.handlers` — Events and the trace annotation from decisions;
 - :mod:`.app` and :mod:`.config` — wiring and settings.
 

@@ -29,14 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from tidegate.kube.read.keys import QUEUE_KEYS
 from tidegate.model.names import ADMISSION_GATE
-
-QUEUE_KEYS: Final = (
-    "tidegate.io/queue",
-    "kueue.x-k8s.io/queue-name",
-    "scheduling.volcano.sh/queue-name",
-)
-"""Labels or annotations naming a queue, in any family tidegate understands."""
+from tidegate.model.pods import admission_gated
 
 MIRROR_ANNOTATION: Final = "kubernetes.io/config.mirror"
 
@@ -171,8 +166,8 @@ def _decide(
     for index, gate in enumerate(gates):
         if not isinstance(gate, Mapping):
             raise BadPodError(f"spec.schedulingGates[{index}]: not an object")
-        if gate.get("name") == ADMISSION_GATE:
-            return None, "carries the gate already"
+    if admission_gated(str(gate.get("name")) for gate in gates):
+        return None, "carries the gate already"
     return [
         {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": ADMISSION_GATE}}
     ], why

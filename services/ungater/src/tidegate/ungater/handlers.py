@@ -58,8 +58,8 @@ from tidegate.model import Admitted, Pending, Preempted, Released, WorkloadKey, 
 from tidegate.model.events import EventReason
 from tidegate.model.names import RESUME_ANNOTATION, RESUME_MANUAL
 from tidegate.policy.clusterview import ClusterView
+from tidegate.policy.podgroup import placement_summary
 from tidegate.telemetry import inject
-from tidegate.ungater.status import placement_summary
 
 log = logging.getLogger(__name__)
 

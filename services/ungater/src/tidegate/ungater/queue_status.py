@@ -1,28 +1,17 @@
-"""Queue status: what ``kubectl get tq`` and ``kubectl describe tq <name>`` show.
+"""Queue status writer: keeps what ``kubectl get tq`` and ``kubectl describe tq <name>`` show.
 
-A Queue's ``status`` (``deploy/crds/tidegate.io_queues.yaml``) says how many of its workloads
-are admitted and how many wait, what the admitted ones hold together (``usage`` per resource
-in Kubernetes quantities, ``cardUsage`` per GPU card model) and one condition, ``Active``. The
-ungater writes it because it owns what users see of workloads (status and Events); no other
-service writes it.
+The ungater writes a Queue's ``status`` because it owns what users see of workloads (status
+and Events); no other service writes it. What the status says is
+:func:`tidegate.policy.queue_status.queue_status` of the queue's config and its
+:class:`~tidegate.model.replica.QueueTally` in the replica of the decisions in force (the rule
+every service reads, docs/architecture.md "The decisions in force"); this module only wires it
+to the view and to Kubernetes.
 
-Everything comes from the ungater's view: the counts and usage are the queue's
-:class:`~tidegate.model.replica.QueueTally` in the replica of the decisions in force (the
-rule every service reads, docs/architecture.md "The decisions in force": a workload is
-**admitted** in Q while an admission of Q is in force for it, adding what admission charged;
-it is **pending** in Q while it waits for a reason admission gave in Q), plus the queue
-configs:
-
-- ``Active`` is ``True`` (reason ``Ready``) for a usable queue, ``False`` with reason
-  ``Invalid`` and the problem for one admission refuses (its ``invalid_reason``, or a
-  negative quota: :func:`tidegate.policy.admission.queue_problem`, admission's own test).
-
-The replica keeps each workload's share summed per queue as it changes, so a change costs the
-workloads it touched, not a recount. Status is written by a JSON merge patch of the status
-subresource, at most once per queue per ``queue_status_interval_seconds`` and only when what
-it shows changed; a resource that drops out of ``usage`` is removed with ``null``.
-Resources the queue's quota names are always listed (``0`` when unused), so ``kubectl describe``
-shows usage beside ``spec.capability``.
+Status is written by a JSON merge patch of the status subresource
+(:func:`~tidegate.policy.queue_status.status_patch`), at most once per queue per
+``queue_status_interval_seconds`` and only when what it shows changed. The replica keeps each
+workload's share summed per queue as it changes, so a change costs the workloads it touched,
+not a recount.
 
 What this module does not do: decide anything, or count quota itself. Between a decision and
 its follow-up (a victim named by preemption and admission's ``released``) a workload may be
@@ -32,7 +21,7 @@ counted in neither column for a moment.
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from prometheus_client import Counter
@@ -40,11 +29,10 @@ from prometheus_client import Counter
 from tidegate.bus import LeaseUnconfirmed, Received
 from tidegate.kube import Invalid, KubeClient, KubeError, NotFound
 from tidegate.kube.eventrecord import timestamp
-from tidegate.model import QueueConfig, Tombstone, WorkloadKey, format_quantity
-from tidegate.model.replica import QueueTally
-from tidegate.policy.admission import queue_problem
+from tidegate.model import QueueConfig, Tombstone, WorkloadKey
 from tidegate.policy.clusterview import ClusterView
-from tidegate.ungater.status import same_status
+from tidegate.policy.podgroup import same_status
+from tidegate.policy.queue_status import queue_status, status_patch
 
 log = logging.getLogger(__name__)
 
@@ -54,63 +42,6 @@ PLURAL: Final = "queues"
 
 TICK_SECONDS: Final = 1.0
 """How often the loop looks for work without being woken (a retry after a failed write)."""
-
-
-def active_condition(
-    config: QueueConfig, *, now: str, previous: Sequence[Mapping[str, object]] = ()
-) -> dict[str, object]:
-    """The ``Active`` condition (module docstring); ``lastTransitionTime`` is kept from
-    ``previous`` while the status is the same, else ``now`` (RFC 3339)."""
-    problem = queue_problem(config)
-    if problem is None:
-        condition: dict[str, object] = {
-            "type": "Active",
-            "status": "True",
-            "reason": "Ready",
-            "message": "can admit workloads",
-        }
-    else:
-        condition = {"type": "Active", "status": "False", "reason": "Invalid", "message": problem}
-    old = next((c for c in previous if c.get("type") == "Active"), None)
-    kept = (
-        old.get("lastTransitionTime") if old and old.get("status") == condition["status"] else None
-    )
-    condition["lastTransitionTime"] = kept if isinstance(kept, str) and kept else now
-    return condition
-
-
-def queue_status(
-    config: QueueConfig,
-    tally: QueueTally,
-    *,
-    now: str,
-    previous: Sequence[Mapping[str, object]] = (),
-) -> dict[str, object]:
-    """The whole ``status`` of a Queue: counts, usage in Kubernetes notation (every resource
-    its quota names, used or not), card usage, and the ``Active`` condition."""
-    resources = sorted(set(tally.usage) | set(config.quota or {}))
-    models = sorted(set(tally.cards) | set(config.card_quota or {}))
-    return {
-        "admitted": tally.admitted,
-        "pending": tally.pending_count,
-        "usage": {name: format_quantity(name, tally.usage.get(name, 0)) for name in resources},
-        "cardUsage": {model: tally.cards.get(model, 0) for model in models},
-        "conditions": [active_condition(config, now=now, previous=previous)],
-    }
-
-
-def status_patch(desired: Mapping[str, object], shown: Mapping[str, object]) -> dict[str, object]:
-    """The merge patch that turns ``shown`` into ``desired``: ``desired`` itself, with ``null``
-    for keys of ``usage`` and ``cardUsage`` that ``shown`` has and ``desired`` has not (a merge
-    patch merges maps, so a key left out would stay)."""
-    patch = dict(desired)
-    for name in ("usage", "cardUsage"):
-        wanted, before = desired.get(name), shown.get(name)
-        if isinstance(wanted, Mapping) and isinstance(before, Mapping):
-            removed = {str(key): None for key in before if key not in wanted}
-            if removed:
-                patch[name] = {**wanted, **removed}
-    return patch
 
 
 class QueueStatusWriter:

@@ -1,30 +1,30 @@
 """Releasing gated pods into their slots, batched and concurrency-limited, with expectations.
 
 A *round* takes every workload marked dirty since the last one (a pod, node, workload or
-decision changed), and for each:
+decision changed) and asks :func:`tidegate.policy.release.plan` what to do about each (its
+admission in force, per podset the releases into free slots, replacement requests for lost or
+unschedulable slots, evictions and re-queues, resuming a Job or JobSet admitted while
+suspended for tidegate, PodGroup status: that module's docstring). This module carries the
+intents out, at most ``max_concurrent_patches`` Kubernetes writes at a time:
 
-1. finds the admission in force (:meth:`tidegate.model.replica.Replica.verdict`);
-2. per podset, plans releases with :func:`tidegate.policy.slots.plan_podset`: released pods
-   are counted from their nodeSelectors, releases in flight from the *expectations* (uid →
-   domain, recorded before the patch is sent, dropped once the bus shows the pod released, the
-   pod is gone, the patch failed, or ``expectation_timeout_seconds`` passed), pods on
-   NotReady or vanished nodes hold no slot;
-3. sends the releases (``KubeClient.ungate_pod``: the nodeSelector of the domain — every
-   level label down to it, plus ``nvidia.com/gpu.product`` of the admitted card model — and
-   only tidegate's gate removed), at most ``max_concurrent_patches`` Kubernetes writes at a time;
-4. asks admission for replacement slots when whole domains of the assignment lost their nodes
-   (:class:`~tidegate.model.ReplaceRequested`), and evicts the remaining pods when admission
-   answered that there is no room (``Released.evict_pods``) — a Job's or JobSet's by
-   suspending it with ``tidegate.io/requeued`` instead (after dry-run evictions, so budgets
-   still apply), since the Job controller counts evicted pods as failures and backs off;
-5. writes PodGroup status when it changed;
-6. unsuspends a Job or JobSet admitted while suspended for tidegate (``resume_on_admission``,
-   Kueue's way): one merge patch sets ``spec.suspend: false`` and the annotation
-   ``tidegate.io/resume: manual`` (so any later suspension is someone else's), with the
-   object's uid as precondition (a re-created object of the same name is not touched). Its
-   controller then creates the pods, the webhook gates them, and step 2 releases them. A Job
-   tidegate re-queued (``tidegate.io/requeued``, removed by the same patch) is unsuspended only
-   once none of its old pods is live any more, so the suspension has taken effect.
+- :class:`~tidegate.policy.release.ReleasePod`: ``KubeClient.ungate_pod`` (only tidegate's
+  gate removed, the nodeSelector set), after the *expectation* (uid → domain) was recorded;
+  it is dropped once the bus shows the pod released, the pod is gone, the patch failed, or
+  ``expectation_timeout_seconds`` passed;
+- :class:`~tidegate.policy.release.RequestReplacement`: a ``replace-requested`` through the
+  lease's fence on the decision stream;
+- :class:`~tidegate.policy.release.EvictPod`, :class:`~tidegate.policy.release.RequeueOwner`:
+  an eviction, or suspending a Job or JobSet with ``tidegate.io/requeued`` after dry-run
+  evictions (so budgets still apply), since the Job controller counts evicted pods as
+  failures and backs off;
+- :class:`~tidegate.policy.release.ResumeOwner`: one merge patch sets ``spec.suspend: false``
+  and ``tidegate.io/resume: manual`` (so any later suspension is someone else's) and removes
+  ``tidegate.io/requeued``, with the object's uid as precondition (a re-created object of the
+  same name is not touched);
+- :class:`~tidegate.policy.release.WritePodGroupStatus`: a status patch.
+
+A write that fails makes the releaser forget what the plan remembered of it, so the next
+round plans it again.
 
 One releaser acts at a time (the ``ungater`` lease, see :mod:`tidegate.ungater.app`): every
 Kubernetes write is sent only after ``guard()`` passed (the lease is held with a margin), and
@@ -46,13 +46,12 @@ where the last one stopped. Decisions are pure calls; this module only wires the
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import assert_never
 
-import msgspec
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.bus import Bus, BusError, LeaseLost, LeaseUnconfirmed, Published
@@ -69,15 +68,11 @@ from tidegate.kube import (
     ResourceType,
 )
 from tidegate.kube.eventrecord import timestamp
-from tidegate.kube.ungate import has_gate
+from tidegate.kube.read.objects import ObjectError, Pod, decode, describe_error
 from tidegate.model import (
-    Admitted,
-    DomainCount,
     Envelope,
     PodState,
-    ReplaceCause,
     ReplaceRequested,
-    TopologyAssignment,
     WorkloadKey,
     WorkloadState,
     subjects,
@@ -85,22 +80,20 @@ from tidegate.model import (
 from tidegate.model.names import (
     ADMISSION_GATE,
     REQUEUE_ANNOTATION,
-    REQUEUE_KINDS,
     RESUME_ANNOTATION,
     RESUME_MANUAL,
 )
-from tidegate.policy import elastic, slots
-from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, parse_card_name
+from tidegate.policy import podgroup, release
 from tidegate.policy.clusterview import ClusterView
-from tidegate.policy.common import active, gated
+from tidegate.policy.common import gated
 from tidegate.telemetry import note_pod_released, release_span
-from tidegate.ungater import status
 from tidegate.ungater.config import UngaterSettings
 
 log = logging.getLogger(__name__)
 
 RESUMABLE: dict[str, ResourceType] = {"Job": JOBS, "JobSet": JOBSETS}
-"""Owner kinds the ungater unsuspends on admission."""
+"""The resources of the owner kinds the ungater unsuspends on admission
+(:data:`tidegate.policy.release.RESUMABLE_KINDS`)."""
 
 
 def _owner_resource(workload: WorkloadState) -> ResourceType:
@@ -114,7 +107,7 @@ def _owner_resource(workload: WorkloadState) -> ResourceType:
     return resource
 
 
-SOURCE = "ungater"
+SOURCE = release.SOURCE
 """The ``source`` of every envelope this service publishes."""
 
 PODGROUPS = ResourceType(
@@ -190,24 +183,6 @@ class ReleaserMetrics:
 
 
 @dataclass(slots=True)
-class Expectation:
-    """A release sent and not yet seen on the bus."""
-
-    workload: WorkloadKey
-    podset: str
-    domain: slots.Domain
-    at: float
-
-
-@dataclass(slots=True)
-class _Asked:
-    sequence: int
-    signature: str
-    at: float
-    attempt: int
-
-
-@dataclass(slots=True)
 class _Work:
     """The writes one round decided for one workload."""
 
@@ -250,8 +225,14 @@ class Releaser:
         self.metrics = metrics
         self.clock = clock
         self.wall_clock = wall_clock
-        self.expectations: dict[WorkloadKey, dict[str, Expectation]] = {}
-        """Per workload: pod uid → release in flight."""
+        self.memory: dict[WorkloadKey, release.Memory] = {}
+        """Per workload: what planning remembers between rounds (releases in flight,
+        evictions sent, requests asked, statuses written, resumes; no entry when nothing)."""
+        self._timing = release.Timing(
+            expectation_timeout_seconds=settings.expectation_timeout_seconds,
+            replace_retry_seconds=settings.replace_retry_seconds,
+            unschedulable_seconds=settings.unschedulable_seconds,
+        )
         self._dirty: set[WorkloadKey] = set()
         self._wake = asyncio.Event()
         self._fresh: set[WorkloadKey] = set()
@@ -259,32 +240,22 @@ class Releaser:
         self._changed = asyncio.Event()
         """Set by every mark (``_wake`` only when a key is new to the round)."""
         self._writes = asyncio.Semaphore(settings.max_concurrent_patches)
-        self._asked: dict[WorkloadKey, _Asked] = {}
-        self._giving: dict[WorkloadKey, _Asked] = {}
-        """Per workload: the last give-back request sent (slots of a workload that shrank)."""
-        self._unschedulable_due: dict[WorkloadKey, float] = {}
-        """Per workload: the wall-clock time its next released pod the scheduler cannot place
-        will have waited ``unschedulable_seconds`` (it is looked at again then)."""
-        self._evicting: dict[WorkloadKey, set[str]] = {}
-        """Per workload: uids of pods whose eviction was sent."""
-        self._released_under: dict[WorkloadKey, dict[str, int]] = {}
-        """Per workload: pod uid → sequence of the admission this process released it under."""
-        self._status: dict[WorkloadKey, dict[str, object]] = {}
-        self._resumed: dict[WorkloadKey, tuple[str, int]] = {}
-        """Per workload: (uid, admission sequence) this process unsuspended it for."""
-        self._requeuing: dict[WorkloadKey, tuple[str, int]] = {}
-        """Per workload: (uid, eviction decision sequence) this process suspended it for."""
         self._stop = asyncio.Event()
         self._executing: set[asyncio.Task[None]] = set()
         """Rounds' writes still being sent in the background (:meth:`run` does not wait for
         them; what a round planned is remembered as it plans, so the next round does not plan
-        it again: expectations, evictions sent, requests asked, statuses, resumes)."""
+        it again: :attr:`memory`)."""
         self._failure: BaseException | None = None
         """The first error of a write sent in the background, raised by :meth:`run`."""
         self.rounds = 0
         """Rounds completed (tests wait on it)."""
         self.finished = asyncio.Event()
         """Set by the service once the releaser stopped for good."""
+
+    @property
+    def expectations(self) -> dict[WorkloadKey, Mapping[str, release.Expectation]]:
+        """Per workload with releases in flight: pod uid → release in flight."""
+        return {key: m.expectations for key, m in self.memory.items() if m.expectations}
 
     def mark(self, keys: Iterable[WorkloadKey]) -> None:
         """Reconcile ``keys`` in the next round."""
@@ -304,7 +275,8 @@ class Releaser:
         Reads every pod once from the API server. Call after the followers replayed and
         before the first round."""
         listed = await self.kube.list_objects(PODS)
-        by_uid = {_uid(item): item for item in listed.items}
+        read = (_read_pod(item) for item in listed.items)
+        by_uid = {actual.metadata.uid: actual for actual in read if actual is not None}
         seeded = 0
         now = self.clock()
         for key in self.view.admitted_keys():
@@ -317,20 +289,13 @@ class Releaser:
                 actual = by_uid.get(pod.uid)
                 if actual is None:
                     continue
-                if has_gate(actual, ADMISSION_GATE):
+                if actual.gated():
                     continue
-                podset = pod.podset or ""
-                assignment = admitted.assignments.get(podset)
-                if assignment is None:
+                expectation = release.taken_over(admitted, pod, actual.spec.node_selector, now=now)
+                if expectation is None:
                     continue
-                domain = slots.domain_of(
-                    assignment.levels, _selector(actual), list(slots.assigned(assignment))
-                )
-                if domain is None:
-                    continue
-                self.expectations.setdefault(key, {})[pod.uid] = Expectation(
-                    workload=key, podset=podset, domain=domain, at=now
-                )
+                memory = self.memory.get(key, release.EMPTY)
+                self._remember(key, memory.with_expectation(pod.uid, expectation))
                 seeded += 1
         if seeded:
             log.info("ungater: took over with %d releases not yet on the bus", seeded)
@@ -401,17 +366,8 @@ class Releaser:
         return max(0.0, deadline - time.monotonic())
 
     def _fresh_gang(self, key: WorkloadKey) -> bool:
-        """A first admission (not a replacement) none of whose pods is released or expected
-        yet, with a gated pod in the view for each of its slots: nothing to wait for."""
-        admitted = self.view.verdict(key).admitted
-        if admitted is None or admitted.replaces is not None or self.expectations.get(key):
-            return False
-        wanted = sum(
-            sum(slots.assigned(assignment).values()) for assignment in admitted.assignments.values()
-        )
-        if self.view.member_count(key) < wanted:
-            return False
-        return all(gated(pod) for pod in self.view.members(key))
+        """Nothing to wait for (:func:`tidegate.policy.release.fresh_gang`)."""
+        return release.fresh_gang(self.view, key, self.memory.get(key, release.EMPTY))
 
     async def round(
         self, only: set[WorkloadKey] | None = None, *, background: bool = False
@@ -442,7 +398,7 @@ class Releaser:
             if item.writes:
                 work.append(item)
         self.metrics.waiting.set(waiting)
-        self.metrics.expectations.set(sum(len(e) for e in self.expectations.values()))
+        self.metrics.expectations.set(sum(len(m.expectations) for m in self.memory.values()))
         if held:
             self.mark(held)
         if background and work:
@@ -488,405 +444,58 @@ class Releaser:
     # ------------------------------------------------------------------ planning (no awaits)
 
     def _plan(self, key: WorkloadKey, *, releasing: bool = True) -> tuple[_Work, int]:
-        view = self.view
-        workload = view.replica.workload(key)
-        verdict = view.verdict(key)
-        members = view.members(key)
-        self._settle_expectations(key, members)
-        self._forget_gone(key, workload, members)
-        item = _Work(key=key, workload=workload)
-        waiting = 0
-        admitted = verdict.admitted
-        if admitted is not None:
-            if releasing:
-                waiting = self._plan_releases(item, admitted, members)
-            self._plan_replacement(item, admitted, members)
-            if admitted.replaces is not None:
-                self._plan_stranded(item, admitted, members)
-            if releasing:
-                self._plan_resume(item, workload, admitted)
+        """Plan ``key`` (:func:`tidegate.policy.release.plan`), remember what the plan
+        remembers, and turn its intents into writes."""
+        planned = release.plan(
+            self.view,
+            key,
+            self.memory.get(key, release.EMPTY),
+            releasing=releasing,
+            now=self.clock(),
+            wall_now=self.wall_clock(),
+            timing=self._timing,
+            stamp=timestamp(),
+        )
+        self._remember(key, planned.memory)
+        item = _Work(key=key, workload=self.view.replica.workload(key))
+        for intent in planned.intents:
+            match intent:
+                case release.ReleasePod(pod=pod, selector=selector):
+                    item.writes.append(_bind(self._release, pod, dict(selector)))
+                case release.RequestReplacement(request=request, event_id=event_id):
+                    item.writes.append(_bind(self._ask_replacement, request, event_id))
+                case release.EvictPod(pod=pod, why=why):
+                    item.writes.append(_bind(self._evict, pod, why))
+                case release.RequeueOwner(workload=workload, pods=pods, why=why):
+                    item.writes.append(_bind(self._requeue, workload, list(pods), why))
+                case release.ResumeOwner(workload=workload):
+                    item.writes.append(_bind(self._resume, workload, _owner_resource(workload)))
+                case release.WritePodGroupStatus(workload=workload, status=desired, first=first):
+                    item.writes.append(_bind(self._write_status, workload, desired, first))
+                case release.Notice(message=message):
+                    log.warning("ungater: %s", message)
+                case _:
+                    assert_never(intent)
+        return item, planned.waiting
+
+    def _remember(self, key: WorkloadKey, memory: release.Memory) -> None:
+        if memory.is_empty():
+            self.memory.pop(key, None)
         else:
-            self._asked.pop(key, None)
-            self._giving.pop(key, None)
-            self._unschedulable_due.pop(key, None)
-        released = verdict.released.body if verdict.released is not None else None
-        if released is not None and released.evict_pods:
-            # Even when admitted again meanwhile: the pods released before the eviction go.
-            self._plan_evictions(item, members, released.sequence, admitted)
-        if workload is not None and workload.owner_kind == "PodGroup":
-            self._plan_status(item, workload, members)
-        return item, waiting
+            self.memory[key] = memory
 
-    def _forget_expectation(self, key: WorkloadKey, uid: str) -> None:
-        expected = self.expectations.get(key)
-        if expected is not None:
-            expected.pop(uid, None)
-            if not expected:
-                del self.expectations[key]
-
-    def _forget_gone(
-        self, key: WorkloadKey, workload: WorkloadState | None, members: list[PodState]
-    ) -> None:
-        """Drop what this process remembers about pods (and workloads) that are gone."""
-        present = {pod.uid for pod in members}
-        for memory in (self._released_under, self._evicting):
-            known = memory.get(key)
-            if known is None:
-                continue
-            for uid in [uid for uid in known if uid not in present]:
-                if isinstance(known, dict):
-                    del known[uid]
-                else:
-                    known.discard(uid)
-            if not known:
-                del memory[key]
-        if workload is None:
-            self._status.pop(key, None)
-            self._resumed.pop(key, None)
-
-    def _settle_expectations(self, key: WorkloadKey, members: list[PodState]) -> None:
-        by_uid = {pod.uid: pod for pod in members}
-        deadline = self.clock() - self.settings.expectation_timeout_seconds
-        expected = self.expectations.get(key, {})
-        for uid, expectation in list(expected.items()):
-            pod = by_uid.get(uid)
-            if pod is None or not gated(pod):
-                del expected[uid]  # gone, or seen released: its selector counts now
-            elif expectation.at < deadline:
-                log.warning(
-                    "ungater: release of pod %s/%s not seen within %.0fs; judging it by the bus",
-                    pod.namespace,
-                    pod.name,
-                    self.settings.expectation_timeout_seconds,
-                )
-                del expected[uid]
-        if not expected:
-            self.expectations.pop(key, None)
-
-    def _plan_releases(self, item: _Work, admitted: Admitted, members: list[PodState]) -> int:
-        by_podset = _by_podset(members)
-        extra = self._card_selector(admitted)
-        waiting = 0
-        workload = item.workload
-        surplus = (
-            elastic.surplus(workload, admitted)
-            if workload is not None
-            and workload.uid == admitted.uid
-            and elastic.gives_back(workload)
-            else {}
-        )
-        giving: dict[str, list[DomainCount]] = {}
-        for podset, assignment in sorted(admitted.assignments.items()):
-            pods = by_podset.get(podset, [])
-            lost = {tuple(d.values) for d in self._failed(assignment)}
-            expected = {
-                uid: e.domain
-                for uid, e in self.expectations.get(item.key, {}).items()
-                if e.podset == podset
-            }
-            plan = slots.plan_podset(
-                assignment,
-                slots.members(pods, self.view.node_ready),
-                expected=expected,
-                lost=lost,
-            )
-            waiting += plan.waiting
-            if plan.waiting == 0 and surplus.get(podset, 0) > 0:
-                spare = slots.spare_slots(
-                    assignment, plan.occupied, surplus=surplus[podset], lost=lost
-                )
-                if spare:
-                    giving[podset] = spare
-            by_uid = {pod.uid: pod for pod in pods}
-            for release in plan.releases:
-                pod = by_uid[release.uid]
-                selector = {**slots.selector_for(assignment.levels, release.domain), **extra}
-                self.expectations.setdefault(item.key, {})[pod.uid] = Expectation(
-                    workload=item.key, podset=podset, domain=release.domain, at=self.clock()
-                )
-                self._released_under.setdefault(item.key, {})[pod.uid] = admitted.sequence
-                item.writes.append(_bind(self._release, pod, selector))
-        self._plan_give_back(item, admitted, giving)
-        return waiting
-
-    def _plan_give_back(
-        self, item: _Work, admitted: Admitted, giving: dict[str, list[DomainCount]]
-    ) -> None:
-        """Ask admission to take back slots no pod holds of a workload that shrank (a
-        ``replace-requested`` with ``give_back``), once per admission and set of slots, again
-        after ``replace_retry_seconds`` without an answer."""
-        if not giving:
-            self._giving.pop(item.key, None)
-            return
-        record = self._ask(self._giving, item.key, admitted.sequence, giving)
-        if record is None:
-            return
-        signature, attempt = record.signature, record.attempt
-        freed = sum(d.count for domains in giving.values() for d in domains)
-        request = ReplaceRequested(
-            workload=admitted.workload,
-            uid=admitted.uid,
-            admitted_sequence=admitted.sequence,
-            lost=giving,
-            give_back=True,
-            message=f"the workload shrank: {freed} slot{'s' if freed != 1 else ''} no pod holds",
-        )
-        event_id = f"{SOURCE}-giveback-{admitted.uid}-{admitted.sequence}-{signature}-{attempt}"
-        item.writes.append(_bind(self._ask_replacement, request, event_id))
-
-    def _failed(self, assignment: TopologyAssignment) -> list[DomainCount]:
-        levels = assignment.levels
-
-        def alive(domain: slots.Domain) -> bool:
-            return any(node.ready for node in self.view.nodes_matching(levels, domain))
-
-        return slots.failed_domains(assignment, alive)
-
-    def _card_selector(self, admitted: Admitted) -> dict[str, str]:
-        if not admitted.card_model:
-            return {}
-        try:
-            return {GPU_PRODUCT_LABEL: parse_card_name(admitted.card_model).product}
-        except CardError as exc:
-            log.warning(
-                "ungater: %s: card model not used in the selector: %s", admitted.workload, exc
-            )
-            return {}
-
-    def _plan_replacement(self, item: _Work, admitted: Admitted, members: list[PodState]) -> None:
-        lost: dict[str, list[DomainCount]] = {}
-        for podset, assignment in sorted(admitted.assignments.items()):
-            failed = self._failed(assignment)
-            if failed:
-                lost[podset] = failed
-        if not lost:
-            self._plan_unschedulable(item, admitted, members)
-            return
-        nodes = sorted(
-            self._domain_nodes(admitted, lost, departed=True)
-            | {
-                pod.node_name
-                for pod in self.view.members(item.key)
-                if pod.node_name is not None and not self.view.node_ready(pod.node_name)
-            }
-        )
-        slots_lost = sum(d.count for domains in lost.values() for d in domains)
-        message = (
-            f"{slots_lost} slot{'s' if slots_lost != 1 else ''} of "
-            f"{', '.join(sorted(lost))} lost with node{'s' if len(nodes) != 1 else ''} "
-            f"{', '.join(nodes) or '(gone)'}"
-        )
-        self._request_replacement(item, admitted, lost, nodes, message, "NodeFailed")
-
-    def _plan_unschedulable(self, item: _Work, admitted: Admitted, members: list[PodState]) -> None:
-        """Ask admission to place again the slots whose released pods the scheduler has found
-        no room for during ``unschedulable_seconds``, doubled for every such move the workload
-        had already (a ``replace-requested`` of cause ``Unschedulable`` naming those domains'
-        nodes), and note when the next such pod is due."""
-        self._unschedulable_due.pop(item.key, None)
-        wait = slots.unschedulable_wait(
-            self.settings.unschedulable_seconds, admitted.unschedulable_moves
-        )
-        marked = [since for pod in members if (since := slots.stuck_since(pod)) is not None]
-        if wait <= 0 or not marked:
-            self._asked.pop(item.key, None)
-            return
-        now = self.wall_clock()
-        later = [since + wait for since in marked if since + wait > now]
-        if later:
-            self._unschedulable_due[item.key] = min(later)
-        by_podset = _by_podset(members)
-        stuck: dict[str, list[DomainCount]] = {}
-        for podset, assignment in sorted(admitted.assignments.items()):
-            found = slots.stuck_slots(
-                assignment, by_podset.get(podset, []), self.view.node_ready, before=now - wait
-            )
-            if found:
-                stuck[podset] = found
-        if not stuck:
-            self._asked.pop(item.key, None)
-            return
-        nodes = sorted(self._domain_nodes(admitted, stuck))
-        count = sum(d.count for domains in stuck.values() for d in domains)
-        message = (
-            f"{count} released pod{'s' if count != 1 else ''} of {', '.join(sorted(stuck))} "
-            f"unschedulable for {wait:.0f}s or more on node{'s' if len(nodes) != 1 else ''} "
-            f"{', '.join(nodes) or '(none)'}"
-        )
-        self._request_replacement(item, admitted, stuck, nodes, message, "Unschedulable")
-
-    def _domain_nodes(
-        self, admitted: Admitted, lost: Mapping[str, list[DomainCount]], *, departed: bool = False
-    ) -> set[str]:
-        """The nodes of the domains ``lost`` names (with ``departed``, deleted ones too)."""
-        return {
-            node.name
-            for podset, domains in lost.items()
-            for domain in domains
-            for node in self.view.nodes_matching(
-                admitted.assignments[podset].levels, domain.values, departed=departed
-            )
-        }
-
-    def _request_replacement(
-        self,
-        item: _Work,
-        admitted: Admitted,
-        lost: dict[str, list[DomainCount]],
-        nodes: list[str],
-        message: str,
-        cause: ReplaceCause,
-    ) -> None:
-        """Plan a ``replace-requested`` for ``lost``, unless the same one was sent less than
-        ``replace_retry_seconds`` ago (:meth:`_ask`)."""
-        payload: list[object] = [lost, nodes] if cause == "NodeFailed" else [lost, nodes, cause]
-        record = self._ask(self._asked, item.key, admitted.sequence, payload)
-        if record is None:
-            return
-        request = ReplaceRequested(
-            workload=admitted.workload,
-            uid=admitted.uid,
-            admitted_sequence=admitted.sequence,
-            lost=lost,
-            nodes=nodes,
-            message=message,
-            cause=cause,
-        )
-        kind = "replace" if cause == "NodeFailed" else "unschedulable"
-        event_id = f"{SOURCE}-{kind}-{admitted.uid}-{admitted.sequence}-{record.signature}-{record.attempt}"
-        item.writes.append(_bind(self._ask_replacement, request, event_id))
-
-    def _plan_stranded(self, item: _Work, admitted: Admitted, members: list[PodState]) -> None:
-        """Evict the released pods the scheduler found no room for whose slots a replacement
-        moved elsewhere (:func:`slots.stranded`): their controller re-creates them gated, and
-        they are released into the new slots."""
-        if not any(slots.stuck_since(pod) for pod in members):
-            return  # the usual case: nothing to look for, so no grouping per round
-        by_podset = _by_podset(members)
-        stranded = [
-            pod
-            for podset, assignment in sorted(admitted.assignments.items())
-            for pod in slots.stranded(assignment, by_podset.get(podset, []), self.view.node_ready)
-        ]
-        moved = "moved: the scheduler found no room for its pods"
-        if stranded and self._requeues(item, admitted.sequence, stranded, moved):
-            return
-        for pod in stranded:
-            self._plan_eviction(item, pod, "its slot was moved elsewhere")
-
-    def _requeues(self, item: _Work, sequence: int, pods: list[PodState], why: str) -> bool:
-        """For a Job or JobSet, plan taking ``pods`` away by suspending the owner (once per
-        decision ``sequence``), not by evicting them: an evicted pod is a failure to the Job
-        controller. False for other kinds (their pods are evicted)."""
-        workload = item.workload
-        if workload is None or workload.owner_kind not in REQUEUE_KINDS:
-            return False
-        marker = (workload.uid, sequence)
-        if self._requeuing.get(item.key) != marker:
-            self._requeuing[item.key] = marker
-            item.writes.append(_bind(self._requeue, workload, pods, why))
-        return True
-
-    def _plan_evictions(
-        self, item: _Work, members: list[PodState], sequence: int, admitted: Admitted | None
-    ) -> None:
-        """Evict the pods released before the eviction decision ``sequence``: those this
-        process released under an older admission; after a restart, when it cannot know,
-        every released pod unless the workload was admitted again and the pod sits in a slot
-        domain of the new admission (a valid place: it keeps it); :func:`slots.must_evict`."""
-        released_under = self._released_under.get(item.key, {})
-        pods = slots.must_evict(
-            members, sequence=sequence, released_under=released_under, admitted=admitted
-        )
-        evicted = "evicted: no room for its replacement pods"
-        if pods and self._requeues(item, sequence, pods, evicted):
-            return
-        for pod in pods:
-            self._plan_eviction(item, pod, "no replacement after a node failure")
-
-    def _plan_eviction(self, item: _Work, pod: PodState, why: str) -> None:
-        """Evict ``pod`` (``why`` goes to the log), unless its eviction was sent already."""
-        evicting = self._evicting.setdefault(item.key, set())
-        if pod.uid not in evicting:
-            evicting.add(pod.uid)
-            item.writes.append(_bind(self._evict, pod, why))
-
-    def _plan_resume(self, item: _Work, workload: WorkloadState | None, admitted: Admitted) -> None:
-        """Unsuspend a workload admitted while suspended for tidegate (module docstring), once
-        per admission in this process."""
-        if workload is None or workload.uid != admitted.uid:
-            return
-        if not workload.suspended:
-            if self._resumed.get(item.key, ("", 0))[0] == workload.uid:
-                # Seen unsuspended: a later suspension by tidegate is resumed again.
-                del self._resumed[item.key]
-            return
-        if not workload.resume_on_admission:
-            return
-        if any(active(pod) for pod in self.view.members(item.key)):
-            return  # re-queued: its controller is still deleting the old pods
-        resource = RESUMABLE.get(workload.owner_kind)
-        if resource is None:
-            return
-        marker = (workload.uid, admitted.sequence)
-        if self._resumed.get(item.key) == marker:
-            return
-        self._resumed[item.key] = marker
-        item.writes.append(_bind(self._resume, workload, _owner_resource(workload)))
-
-    def _plan_status(self, item: _Work, workload: WorkloadState, members: list[PodState]) -> None:
-        verdict = self.view.verdict(item.key)
-        previous = self._status.get(item.key)
-        conditions = previous.get("conditions") if previous else None
-        desired = status.podgroup_status(
-            workload,
-            members,
-            admitted=verdict.admitted,
-            released=verdict.released.body if verdict.released is not None else None,
-            pending=verdict.pending.body if verdict.pending is not None else None,
-            now=timestamp(),
-            previous=conditions if isinstance(conditions, list) else (),
-        )
-        if previous is not None and status.same_status(previous, desired):
-            return
-        self._status[item.key] = desired
-        item.writes.append(_bind(self._write_status, workload, desired, previous is None))
-
-    def _ask(
-        self, table: dict[WorkloadKey, _Asked], key: WorkloadKey, sequence: int, payload: object
-    ) -> _Asked | None:
-        """Record a request about ``key``'s admission ``sequence`` carrying ``payload``, or None
-        when the same one was sent less than ``replace_retry_seconds`` ago (the next attempt
-        of the same request gets a new number, so its event id differs)."""
-        signature = hashlib.sha256(msgspec.json.encode(payload, order="deterministic")).hexdigest()
-        signature = signature[:16]
-        asked = table.get(key)
-        now = self.clock()
-        same = asked is not None and asked.sequence == sequence
-        if (
-            same
-            and asked is not None
-            and asked.signature == signature
-            and now - asked.at < self.settings.replace_retry_seconds
-        ):
-            return None
-        attempt = asked.attempt + 1 if same and asked is not None else 1
-        table[key] = record = _Asked(sequence, signature, now, attempt)
-        return record
+    def _amend(self, key: WorkloadKey, change: Callable[[release.Memory], release.Memory]) -> None:
+        """Change what is remembered about ``key`` (a write failed: the next plan makes it
+        again)."""
+        self._remember(key, change(self.memory.get(key, release.EMPTY)))
 
     def _mark_timeouts(self) -> None:
-        now = self.clock()
-        deadline = now - self.settings.expectation_timeout_seconds
+        now, wall_now = self.clock(), self.wall_clock()
         self.mark(
             key
-            for key, expected in self.expectations.items()
-            if any(e.at < deadline for e in expected.values())
+            for key, memory in self.memory.items()
+            if memory.due(now=now, wall_now=wall_now, timing=self._timing)
         )
-        retry = now - self.settings.replace_retry_seconds
-        self.mark(key for key, asked in self._asked.items() if asked.at < retry)
-        wall = self.wall_clock()
-        self.mark(key for key, due in self._unschedulable_due.items() if due <= wall)
-        self.mark(key for key, asked in self._giving.items() if asked.at < retry)
 
     # ------------------------------------------------------------------ writes
 
@@ -921,7 +530,7 @@ class Releaser:
     async def _release(self, pod: PodState, selector: dict[str, str]) -> None:
         key = WorkloadKey(pod.workload or "")
         if not self._may_write(key, f"release of pod {pod.namespace}/{pod.name}"):
-            self._forget_expectation(key, pod.uid)
+            self._amend(key, lambda m: m.without_expectation(pod.uid))
             return
         try:
             await self.kube.ungate_pod(
@@ -932,11 +541,11 @@ class Releaser:
                 known=KnownPod(pod.uid, pod.scheduling_gates, pod.node_selector),
             )
         except NotFound:
-            self._forget_expectation(key, pod.uid)
+            self._amend(key, lambda m: m.without_expectation(pod.uid))
         except Invalid as exc:
             # The pod was released meanwhile with another selector (by a user, or by an
             # earlier ungater whose patch we never saw): the bus will show where it went.
-            self._forget_expectation(key, pod.uid)
+            self._amend(key, lambda m: m.without_expectation(pod.uid))
             self.metrics.errors.labels(operation="release").inc()
             log.warning("ungater: pod %s/%s not released: %s", pod.namespace, pod.name, exc)
         except KubeError as exc:
@@ -952,7 +561,7 @@ class Releaser:
                 self.metrics.released.inc()
                 return
             if applied is False:
-                self._forget_expectation(key, pod.uid)
+                self._amend(key, lambda m: m.without_expectation(pod.uid))
             # applied is None: unknown; the expectation holds the slot until it times out.
             self.metrics.errors.labels(operation="release").inc()
             log.warning(
@@ -980,26 +589,29 @@ class Releaser:
         except KubeError as exc:
             log.warning("ungater: cannot re-read pod %s/%s: %s", pod.namespace, pod.name, exc)
             return None
-        if _uid(current) != pod.uid:
+        actual = _read_pod(current)
+        if actual is None:
+            return None
+        if actual.metadata.uid != pod.uid:
             return False
-        return not has_gate(current, ADMISSION_GATE)
+        return not actual.gated()
 
     async def _evict(self, pod: PodState, why: str) -> None:
         key = WorkloadKey(pod.workload or "")
         if not self._may_write(key, f"eviction of pod {pod.namespace}/{pod.name}"):
-            self._evicting.get(key, set()).discard(pod.uid)
+            self._amend(key, lambda m: m.without_eviction(pod.uid))
             return
         try:
             await self.kube.evict_pod(pod.namespace, pod.name, uid=pod.uid)
         except NotFound:
             pass
         except KubeError as exc:
-            self._evicting.get(WorkloadKey(pod.workload or ""), set()).discard(pod.uid)
+            self._amend(key, lambda m: m.without_eviction(pod.uid))
             self.metrics.errors.labels(operation="evict").inc()
             log.warning(
                 "ungater: evicting pod %s/%s failed, will retry: %s", pod.namespace, pod.name, exc
             )
-            self.mark([WorkloadKey(pod.workload or "")])
+            self.mark([key])
         else:
             self.metrics.evicted.inc()
             log.info("ungater: evicted pod %s/%s (%s)", pod.namespace, pod.name, why)
@@ -1008,10 +620,11 @@ class Releaser:
         """Take a Job's or JobSet's pods away by suspending it (evicted after a node failure,
         or pods whose slots were moved): once no PodDisruptionBudget refuses evicting any of
         ``pods`` (dry run); retried later when one does or the write fails. It is resumed as
-        soon as an admission is in force and its old pods are gone (:meth:`_plan_resume`)."""
+        soon as an admission is in force and its old pods are gone (planning's
+        :class:`~tidegate.policy.release.ResumeOwner`)."""
         key = WorkloadKey(f"{workload.namespace}/{workload.name}")
         if not self._may_write(key, f"re-queue of {key}"):
-            self._requeuing.pop(key, None)
+            self._amend(key, lambda m: replace(m, requeuing=None))
             return
         try:
             for pod in pods:
@@ -1030,7 +643,7 @@ class Releaser:
         except (NotFound, Conflict):
             log.info("ungater: %s is gone or was re-created; not re-queued", key)
         except KubeError as exc:
-            self._requeuing.pop(key, None)
+            self._amend(key, lambda m: replace(m, requeuing=None))
             self.metrics.errors.labels(operation="evict").inc()
             log.warning(
                 "ungater: re-queuing %s (suspending it) refused or failed, will retry in %.0f s: "
@@ -1069,7 +682,7 @@ class Releaser:
         except (NotFound, Conflict):
             log.info("ungater: %s %s is gone or was re-created; not resumed", resource.kind, key)
         except KubeError as exc:
-            self._resumed.pop(key, None)
+            self._amend(key, lambda m: replace(m, resumed=None))
             self.metrics.errors.labels(operation="resume").inc()
             log.warning("ungater: resuming %s %s failed, will retry: %s", resource.kind, key, exc)
             self.mark([key])
@@ -1099,15 +712,15 @@ class Releaser:
         except LeaseLost:
             raise
         except BusError as exc:
-            tracker = self._giving if request.give_back else self._asked
-            tracker.pop(WorkloadKey(request.workload), None)
+            key = WorkloadKey(request.workload)
+            self._amend(key, lambda m: m.without_request(give_back=request.give_back))
             log.warning(
                 "ungater: %s request for %s not sent, will retry: %s",
                 "give-back" if request.give_back else "replacement",
                 request.workload,
                 exc,
             )
-            self.mark([WorkloadKey(request.workload)])
+            self.mark([key])
             return
         if request.give_back:
             log.info("ungater: %s: %s; giving them back", request.workload, request.message)
@@ -1122,12 +735,12 @@ class Releaser:
     ) -> None:
         key = WorkloadKey(f"{workload.namespace}/{workload.name}")
         if not self._may_write(key, f"status of PodGroup {key}"):
-            self._status.pop(key, None)
+            self._amend(key, lambda m: replace(m, status=None))
             return
         try:
             if first:
                 desired = await self._carry_over(workload, desired)
-                self._status[key] = desired
+                self._amend(key, lambda m: replace(m, status=desired))
             await self.kube.patch(
                 PODGROUPS,
                 workload.name,
@@ -1138,7 +751,7 @@ class Releaser:
         except NotFound:
             return
         except KubeError as exc:
-            self._status.pop(key, None)
+            self._amend(key, lambda m: replace(m, status=None))
             self.metrics.errors.labels(operation="status").inc()
             log.warning("ungater: status of PodGroup %s not written, will retry: %s", key, exc)
             self.mark([key])
@@ -1148,47 +761,17 @@ class Releaser:
     ) -> dict[str, object]:
         """Keep condition times the PodGroup already shows (first write after a start)."""
         current = await self.kube.get(PODGROUPS, workload.name, namespace=workload.namespace)
-        shown = current.get("status")
-        before = shown.get("conditions") if isinstance(shown, dict) else None
-        if not isinstance(before, list):
-            return desired
-        times = {
-            (c.get("type"), c.get("status")): c.get("lastTransitionTime")
-            for c in before
-            if isinstance(c, dict)
-        }
-        conditions = desired.get("conditions")
-        if isinstance(conditions, list):
-            for condition in conditions:
-                time_ = times.get((condition.get("type"), condition.get("status")))
-                if isinstance(time_, str) and time_:
-                    condition["lastTransitionTime"] = time_
-        return desired
+        return podgroup.with_shown_times(desired, current.get("status"))
 
 
-def _by_podset(pods: Iterable[PodState]) -> dict[str, list[PodState]]:
-    """``pods`` grouped by podset name (an unnamed podset is "")."""
-    out: dict[str, list[PodState]] = {}
-    for pod in pods:
-        out.setdefault(pod.podset or "", []).append(pod)
-    return out
-
-
-def _uid(obj: Mapping[str, object]) -> str:
-    metadata = obj.get("metadata")
-    return str(metadata.get("uid", "")) if isinstance(metadata, dict) else ""
-
-
-def _spec(obj: Mapping[str, object]) -> dict[str, object]:
-    spec = obj.get("spec")
-    return spec if isinstance(spec, dict) else {}
-
-
-def _selector(obj: Mapping[str, object]) -> dict[str, str]:
-    selector = _spec(obj).get("nodeSelector")
-    if not isinstance(selector, dict):
-        return {}
-    return {str(k): str(v) for k, v in selector.items()}
+def _read_pod(item: object) -> Pod | None:
+    """A pod as the API server sent it, read through the typed layer; None (and a warning
+    naming the field) when it cannot be read."""
+    try:
+        return decode(item, Pod)
+    except ObjectError as exc:
+        log.warning("ungater: a pod the API server sent cannot be read: %s", describe_error(exc))
+        return None
 
 
 async def _first_set(*events: asyncio.Event, within: float) -> None:

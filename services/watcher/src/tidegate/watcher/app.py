@@ -5,7 +5,7 @@ Start-up, in order:
 1. create (or update) the cluster's streams, then replay the state stream: the last message of
    every node, pod, workload and config subject is what the bus believed before we started;
 2. list+watch every kind tidegate reads (one :class:`~tidegate.kube.Informer` each) into the
-   :class:`~tidegate.watcher.index.ClusterIndex`, publishing nothing until every informer has
+   :class:`~tidegate.kube.read.index.ClusterIndex`, publishing nothing until every informer has
    delivered its first list (or found its resource type not served: a CRD not installed);
 3. reconcile everything once: snapshots that differ from the replayed ones, and tombstones for
    subjects whose object no longer exists (deleted while the watcher was down); then report
@@ -19,7 +19,7 @@ for again every ``absent_retry_seconds``; the rest keeps flowing. Only a CRD kin
 served counts as listed (with nothing in it); any other failure holds back the first
 reconciliation (see :data:`OPTIONAL_KINDS`). A failed publish is retried
 on the next round; nothing is marked stored before JetStream acknowledged it. This module is
-wiring only: recognition is in :mod:`tidegate.watcher.recognize`, diffing in
+wiring only: recognition is in :mod:`tidegate.kube.read.recognize`, diffing in
 :mod:`tidegate.watcher.mirror`.
 """
 
@@ -58,6 +58,7 @@ from tidegate.kube import (
     Synced,
 )
 from tidegate.kube import connect as connect_kube
+from tidegate.kube.read.index import ClusterIndex, ObjectKind, StateKey
 from tidegate.model import PodState, Tombstone, WorkloadState, subjects
 from tidegate.placement import PROFILES
 from tidegate.runtime import ServiceContext
@@ -71,7 +72,6 @@ from tidegate.telemetry import (
 )
 from tidegate.watcher.config import WatcherSettings
 from tidegate.watcher.handlers import fold
-from tidegate.watcher.index import ClusterIndex, ObjectKind, StateKey
 from tidegate.watcher.mirror import Mirror, Publication
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ not be read, so a malformed object is reported and skipped and never stops the w
 import logging
 from collections.abc import Mapping
 
-from tidegate.watcher.index import ClusterIndex, EventType, ObjectKind, StateKey
+from tidegate.kube.read.index import ClusterIndex, EventType, ObjectKind, StateKey
 
 log = logging.getLogger(__name__)
 

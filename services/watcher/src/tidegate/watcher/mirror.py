@@ -1,6 +1,6 @@
 """The mirror: what the state stream holds versus what it should hold, as publications.
 
-:class:`Mirror` pairs the :class:`~tidegate.watcher.index.ClusterIndex` (what Kubernetes says
+:class:`Mirror` pairs the :class:`~tidegate.kube.read.index.ClusterIndex` (what Kubernetes says
 now) with the last message of every state subject (what the bus says: replayed from the state
 stream at start, then whatever this watcher stored). :meth:`Mirror.plan` turns state keys into
 the publications that bring the bus up to date: a snapshot when the normalized message differs
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from tidegate.kube.read.index import ClusterIndex, StateKey
 from tidegate.model import subjects
 from tidegate.model.events import (
     DisruptionBudgetState,
@@ -34,7 +35,6 @@ from tidegate.model.events import (
     TopologyConfig,
     WorkloadState,
 )
-from tidegate.watcher.index import ClusterIndex, StateKey
 
 SOURCE = "watcher"
 """The ``source`` of every envelope the watcher publishes."""

@@ -3,7 +3,7 @@
 A setting may be written on several objects: the top owner (Job, JobSet, Deployment, PodGroup),
 a JobSet's job template, the pod template, or a pod. Each is a :class:`Layer`; a lookup walks
 the layers in the order given and, within a layer, the keys in family precedence
-(:mod:`tidegate.watcher.keys`), and takes the first value found. Callers order the layers:
+(:mod:`tidegate.kube.read.keys`), and takes the first value found. Callers order the layers:
 workload-wide settings (queue, service type, …) put the top owner first; per-podset settings
 (topology request, card name) put the pod template first, so the template wins.
 
@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from tidegate.kube.read import keys
 from tidegate.model.events import CardRequest, OnPreemption, TopologyRequest
-from tidegate.watcher import keys
 
 AUTO: Final = "auto"
 """The level value that means "the narrowest level that can hold the podset"."""

@@ -1,8 +1,6 @@
-"""PodGroup status and Event messages, and the ungater's settings."""
+"""PodGroup status (counters, phase, conditions) and the placement summary of Events."""
 
 from pathlib import Path
-
-import pytest
 
 from tidegate.model import (
     Admitted,
@@ -14,14 +12,13 @@ from tidegate.model import (
     TopologyAssignment,
     WorkloadState,
 )
-from tidegate.runtime import SettingsError, load_settings
-from tidegate.ungater.config import UngaterSettings
-from tidegate.ungater.status import (
+from tidegate.policy.podgroup import (
     PHASES,
     count,
     placement_summary,
     podgroup_status,
     same_status,
+    with_shown_times,
 )
 
 GATE = "tidegate.io/admission"
@@ -141,6 +138,23 @@ def test_eviction_condition_and_transition_times() -> None:
     assert later["conditions"] == again["conditions"]
 
 
+def test_the_first_write_keeps_the_times_the_object_shows() -> None:
+    desired = status_of(pods("Running", "Running"), admitted=admitted())
+    shown = {
+        "conditions": [
+            {"type": "Admitted", "status": "True", "lastTransitionTime": "2024-12-31T00:00:00Z"},
+            {"type": "PodsReady", "status": "False", "lastTransitionTime": "2024-12-31T00:01:00Z"},
+            "not a condition",
+        ]
+    }
+    kept = with_shown_times(desired, shown)
+    times = {c["type"]: c["lastTransitionTime"] for c in kept["conditions"]}  # type: ignore[attr-defined,index]
+    assert times["Admitted"] == "2024-12-31T00:00:00Z"  # same status: its time is kept
+    assert times["PodsReady"] != "2024-12-31T00:01:00Z"  # it changed: now
+    assert with_shown_times(desired, None) == desired
+    assert with_shown_times(desired, {"conditions": "garbage"}) == desired
+
+
 def test_counts_and_summary() -> None:
     counted = count(pods("Running", "Failed", "Succeeded", gated=2))
     assert (
@@ -160,35 +174,6 @@ def test_counts_and_summary() -> None:
         placement_summary(admitted())
         == "queue q; main: 2 pods in 2 domains (b1/r1/h1 ×1, b1/r1/h2 ×1)"
     )
-
-
-def test_settings_name_the_bad_value(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match="TIDEGATE_MAX_CONCURRENT_PATCHES"):
-        load_settings(UngaterSettings, env={"TIDEGATE_MAX_CONCURRENT_PATCHES": "0"})
-    with pytest.raises(SettingsError, match="TIDEGATE_WEBHOOK_FAILURE_POLICY"):
-        load_settings(UngaterSettings, env={"TIDEGATE_WEBHOOK_FAILURE_POLICY": "Sometimes"})
-    with pytest.raises(SettingsError, match="does not exist"):
-        load_settings(
-            UngaterSettings,
-            env={"TIDEGATE_WEBHOOK": "on", "TIDEGATE_WEBHOOK_CERT_DIR": str(tmp_path)},
-        )
-    with pytest.raises(SettingsError, match="TIDEGATE_KUBE_QPS"):
-        load_settings(UngaterSettings, env={"TIDEGATE_KUBE_QPS": "-1"})
-    # Without a certificate (the chart with the webhook disabled) it starts without the webhook.
-    quiet = load_settings(UngaterSettings, env={"TIDEGATE_WEBHOOK_CERT_DIR": str(tmp_path)})
-    assert not quiet.serves_webhook
-    (tmp_path / "tls.crt").write_text("x")
-    (tmp_path / "tls.key").write_text("x")
-    assert quiet.serves_webhook
-    settings = load_settings(
-        UngaterSettings,
-        env={"TIDEGATE_KUBECONFIG": "/k", "TIDEGATE_KUBE_CONTEXT": "c", "TIDEGATE_WEBHOOK": "off"},
-    )
-    assert (settings.kube_settings().kubeconfig, settings.kube_settings().context) == (
-        Path("/k"),
-        "c",
-    )
-    assert not settings.serves_webhook
 
 
 def test_the_crd_allows_exactly_the_phases_written() -> None:

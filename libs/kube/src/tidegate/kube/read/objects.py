@@ -1,10 +1,10 @@
-"""Typed views of the parts of Kubernetes objects the watcher reads, decoded with msgspec.
+"""Typed views of the parts of Kubernetes objects tidegate reads, decoded with msgspec.
 
 The API server sends whole objects; tidegate needs a few fields of each. These Structs name only
 those fields (unknown ones are ignored), so decoding is fast and a field of the wrong type is
 reported with its JSON path. Field names are snake_case here and camelCase on the wire
-(``rename="camel"``). Nothing here is put on the bus: :mod:`tidegate.watcher.convert` and
-:mod:`tidegate.watcher.recognize` turn these into :mod:`tidegate.model` messages.
+(``rename="camel"``). Nothing here is put on the bus: :mod:`tidegate.kube.read.convert` and
+:mod:`tidegate.kube.read.recognize` turn these into :mod:`tidegate.model` messages.
 
 Quantities stay as the API server wrote them (``"500m"``); parsing them is the converters' job,
 so a bad quantity names its field instead of failing the whole object.
@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import TypeVar
 
 import msgspec
+
+from tidegate.model.pods import admission_gated
 
 Quantity = str | int | float
 """A Kubernetes quantity as it appears in JSON."""
@@ -150,10 +152,15 @@ class Pod(_K8s, frozen=True, kw_only=True):
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
     status: PodStatus = msgspec.field(default_factory=PodStatus)
 
+    def gated(self) -> bool:
+        """Whether the pod still carries tidegate's admission gate
+        (:func:`tidegate.model.pods.admission_gated`)."""
+        return admission_gated(gate.name for gate in self.spec.scheduling_gates)
+
 
 def slim_pod(pod: Pod) -> Pod:
     """``pod`` keeping only the condition tidegate reads (an unbound pod's failed
-    ``PodScheduled``), so the watcher's cache of every pod does not hold the others."""
+    ``PodScheduled``), so the index's cache of every pod does not hold the others."""
     conditions = pod.status.conditions
     if not conditions:
         return pod

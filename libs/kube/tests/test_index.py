@@ -3,9 +3,8 @@ deletions, PodGroups created late, configuration changes, versions."""
 
 from typing import Any
 
+from tidegate.kube.read.index import ClusterIndex, StateKey
 from tidegate.model import PodState, TopologyConfig, WorkloadState
-from tidegate.watcher.index import ClusterIndex, StateKey
-from tidegate.watcher.mirror import Mirror
 
 W = "workload"
 
@@ -355,26 +354,6 @@ def test_in_a_managed_namespace_every_pod_started_ungated_bypassed_the_gate(k8s:
     message = index.desired(wkey("j")).message
     assert isinstance(message, WorkloadState)
     assert message.bypassed_pods == 1
-
-
-def test_the_mirror_sums_the_bypassing_pods_it_published(k8s: Any) -> None:
-    """What ``tidegate_watcher_bypassed_pods`` reports."""
-    index = ClusterIndex()
-    mirror = Mirror("c1", index)
-    index.apply("Topology", "ADDED", k8s.topology("default", ["tidegate.io/rack"]))
-    owner = k8s.owner_ref("Job", "j")
-    queue = {"tidegate.io/queue": "q"}
-    index.apply("Job", "ADDED", k8s.job("j", parallelism=2, labels=queue))
-    for name in ("j-0", "j-1"):
-        pod = k8s.pod(name, owner=owner, gated=False, labels=queue, nodeName="n1", phase="Running")
-        index.apply("Pod", "ADDED", pod)
-    for publication in mirror.plan(mirror.all_keys(), now=1.0).publications:
-        mirror.stored(publication)
-    assert mirror.bypassed_pods() == 2
-    index.apply("Job", "DELETED", k8s.job("j", parallelism=2, labels=queue))
-    for publication in mirror.plan({wkey("j")}, now=2.0).publications:
-        mirror.stored(publication)
-    assert mirror.bypassed_pods() == 0
 
 
 def k8s_requests(index: ClusterIndex, name: str) -> dict[str, int]:

@@ -2,8 +2,8 @@
 
 from typing import Any
 
+from tidegate.kube.read.index import ClusterIndex, StateKey
 from tidegate.model import DisruptionBudgetState
-from tidegate.watcher.index import ClusterIndex, StateKey
 
 KEY = StateKey("pdb", "default", "keep")
 

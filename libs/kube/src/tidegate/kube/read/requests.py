@@ -13,9 +13,9 @@ This module does not decide anything about quotas or placement.
 
 from collections.abc import Mapping
 
+from tidegate.kube.read.objects import Container, PodSpec, Quantity
 from tidegate.model import QuantityError, parse_quantity
 from tidegate.model.resources import Resources, add
-from tidegate.watcher.objects import Container, PodSpec, Quantity
 
 
 def _parse_list(values: Mapping[str, Quantity], path: str, problems: list[str]) -> Resources:

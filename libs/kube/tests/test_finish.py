@@ -5,9 +5,8 @@ from typing import Any
 
 import pytest
 
-from tidegate.model import Envelope, WorkloadState
-from tidegate.watcher.index import ClusterIndex, StateKey
-from tidegate.watcher.mirror import Mirror
+from tidegate.kube.read.index import ClusterIndex, StateKey
+from tidegate.model import WorkloadState
 
 GROUP = {"scheduling.k8s.io/group-name": "g"}
 
@@ -193,27 +192,6 @@ def test_a_finished_podgroup_stays_finished_when_its_pods_are_deleted(k8s: Any) 
     # Kept although the evidence is gone, and noted when the pods changed, not only when the
     # workload was next published (here it never was before the pods went).
     assert finished(index, "g") == "Completed"
-
-
-def test_a_finished_podgroup_whose_pods_went_stays_finished_after_a_restart(
-    k8s: Any,
-) -> None:
-    before = group_index(k8s, 2, ["Succeeded", "Succeeded"])
-    published = before.desired(wkey("g")).message
-    assert isinstance(published, WorkloadState)
-    assert published.finished == "Completed"
-
-    # A new watcher replays the state stream, then lists a cluster where the pods are gone.
-    index = ClusterIndex()
-    mirror = Mirror("c1", index)
-    mirror.seed(Envelope(event_id="e", cluster="c1", source="watcher", time=0, body=published))
-    index.apply("PodGroup", "ADDED", k8s.podgroup("g", min_member=2))
-    assert finished(index, "g") == "Completed"
-    # What it publishes is a snapshot (no pods left in its podsets), never a tombstone.
-    (publication,) = mirror.plan(mirror.all_keys(), now=1.0).publications
-    body = publication.envelope.body
-    assert isinstance(body, WorkloadState)
-    assert (body.finished, body.podsets) == ("Completed", [])
 
 
 def test_a_recreated_owner_starts_unfinished(k8s: Any) -> None:

@@ -1,11 +1,11 @@
-"""Every label and annotation key the watcher understands, in one place.
+"""Every label and annotation key tidegate understands, in one place.
 
 tidegate reads its own keys and those of Kueue, KAI-Scheduler and Volcano, so workloads written
 for those systems run unchanged (docs/workloads.md lists them with examples). Where two families
 name the same setting, the tuples below give the order in which they are consulted: tidegate's
 own key first, then Kueue's current one, Kueue's older one, KAI's, Volcano's.
 
-This module holds names only; parsing is in :mod:`tidegate.watcher.annotations`.
+This module holds names only; parsing is in :mod:`tidegate.kube.read.annotations`.
 """
 
 from typing import Final

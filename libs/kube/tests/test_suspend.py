@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
+from tidegate.kube.read.index import ClusterIndex, StateKey
 from tidegate.model import WorkloadState
 from tidegate.model.names import PREEMPTED_BY_ANNOTATION, REQUEUE_ANNOTATION, RESUME_ANNOTATION
-from tidegate.watcher.index import ClusterIndex, StateKey
 
 KUEUE = {"kueue.x-k8s.io/queue-name": "research"}
 

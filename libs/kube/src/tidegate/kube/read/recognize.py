@@ -2,11 +2,11 @@
 
 A workload is a gang tidegate admits as a whole. Its identity is its top owner (Pod → Job →
 JobSet; Pod → ReplicaSet → Deployment; a bare Pod) or the PodGroup its pods name; which pods
-belong to which owner is worked out by :mod:`tidegate.watcher.index`. Here, given the owner (as
+belong to which owner is worked out by :mod:`tidegate.kube.read.index`. Here, given the owner (as
 an :class:`Owner`) and its member pods, we build the podsets (per pod template, JobSet
 replicated job, or PodGroup role), their expected pod counts from the owner's spec, and the
 workload's settings from the labels and annotations of four families
-(:mod:`tidegate.watcher.annotations`).
+(:mod:`tidegate.kube.read.annotations`).
 
 Nothing here raises on bad input: every problem becomes part of ``invalid_reason`` (a sentence
 naming the field or annotation, the object and the bad value), and the rest of the workload is
@@ -19,18 +19,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from tidegate.model.events import PodSetSpec, ServiceType, TopologyRequest, WorkloadState
-from tidegate.model.names import ADMISSION_GATE
-from tidegate.policy.cards import GPU_PRODUCT_LABEL
-from tidegate.policy.service_type import (
-    DEFAULT_OWNER_KIND_SERVICE_TYPES,
-    SERVICE_TYPES,
-    ServiceTypeError,
-    resolve_service_type,
-)
-from tidegate.telemetry import workload_trace_context
-from tidegate.watcher import keys
-from tidegate.watcher.annotations import (
+from tidegate.kube.read import keys
+from tidegate.kube.read.annotations import (
     Found,
     Layer,
     PodSetSettings,
@@ -38,9 +28,9 @@ from tidegate.watcher.annotations import (
     podset_settings,
     workload_settings,
 )
-from tidegate.watcher.convert import toleration
-from tidegate.watcher.finish import workload_finished
-from tidegate.watcher.objects import (
+from tidegate.kube.read.convert import toleration
+from tidegate.kube.read.finish import workload_finished
+from tidegate.kube.read.objects import (
     Job,
     JobSet,
     JobSpec,
@@ -52,8 +42,17 @@ from tidegate.watcher.objects import (
     ReplicaOwner,
     timestamp,
 )
-from tidegate.watcher.requests import pod_requests
-from tidegate.watcher.suspend import suspension
+from tidegate.kube.read.requests import pod_requests
+from tidegate.kube.read.suspend import suspension
+from tidegate.model.events import PodSetSpec, ServiceType, TopologyRequest, WorkloadState
+from tidegate.policy.cards import GPU_PRODUCT_LABEL
+from tidegate.policy.service_type import (
+    DEFAULT_OWNER_KIND_SERVICE_TYPES,
+    SERVICE_TYPES,
+    ServiceTypeError,
+    resolve_service_type,
+)
+from tidegate.telemetry import workload_trace_context
 
 MAIN_PODSET = "main"
 """Name of the only podset of a Job, Deployment, ReplicaSet or bare Pod (as in Kueue)."""
@@ -66,7 +65,7 @@ OwnerObject = Job | JobSet | ReplicaOwner | PodGroup | Pod
 class Owner:
     """A workload's top owner.
 
-    ``obj`` is the decoded object for kinds the watcher reads (Job, JobSet, Deployment,
+    ``obj`` is the decoded object for kinds the index reads (Job, JobSet, Deployment,
     ReplicaSet, PodGroup, Pod), or None for an owner of another kind (a StatefulSet, a custom
     resource) known only from a pod's ownerReference: its podsets then come from its pods.
     """
@@ -154,7 +153,7 @@ def own_node_selector(pod: Pod, placement_labels: Collection[str]) -> dict[str, 
     (``placement_labels``) are not the pod's own. A gated pod's selector is all its own.
     """
     selector = pod.spec.node_selector
-    if any(gate.name == ADMISSION_GATE for gate in pod.spec.scheduling_gates):
+    if pod.gated():
         return dict(selector)
     return {key: value for key, value in selector.items() if key not in placement_labels}
 
@@ -436,7 +435,7 @@ def recognize(
 
     Podset counts come from the owner's spec for Jobs, JobSets, Deployments and ReplicaSets,
     and from the pods seen for PodGroups, bare Pods and owners of other kinds; ``finished``
-    from the owner's status (:mod:`tidegate.watcher.finish`). A Deployment counts the larger
+    from the owner's status (:mod:`tidegate.kube.read.finish`). A Deployment counts the larger
     of its ``spec.replicas`` and ``rollout_replicas``, the sum of its ReplicaSets' replicas:
     while it rolls out, its surge pods are a temporary growth (docs/workloads.md, "Elastic
     workloads"). Never raises.

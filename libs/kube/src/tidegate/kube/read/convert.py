@@ -1,28 +1,17 @@
 """Nodes, pods, Topologies, Queues and PriorityClasses → tidegate state messages.
 
 These conversions need only the object itself (plus, for a pod, what workload it belongs to,
-which :mod:`tidegate.watcher.index` works out). Each returns the message and the problems found
+which :mod:`tidegate.kube.read.index` works out). Each returns the message and the problems found
 (bad quantities and the like, each naming its field); a problem drops the bad value, never the
-object, and never raises. Workloads are assembled in :mod:`tidegate.watcher.recognize`.
+object, and never raises. Workloads are assembled in :mod:`tidegate.kube.read.recognize`.
 """
 
 import json
 from collections.abc import Mapping
 from typing import get_args
 
-from tidegate.model import QuantityError, parse_quantity
-from tidegate.model.events import (
-    NodeState,
-    PodState,
-    QueueConfig,
-    QueueingStrategy,
-    Taint,
-    Toleration,
-    TopologyConfig,
-)
-from tidegate.model.resources import Resources
-from tidegate.watcher import keys
-from tidegate.watcher.objects import (
+from tidegate.kube.read import keys
+from tidegate.kube.read.objects import (
     K8sToleration,
     Meta,
     Node,
@@ -34,7 +23,18 @@ from tidegate.watcher.objects import (
     describe_error,
     timestamp,
 )
-from tidegate.watcher.requests import pod_requests
+from tidegate.kube.read.requests import pod_requests
+from tidegate.model import QuantityError, parse_quantity
+from tidegate.model.events import (
+    NodeState,
+    PodState,
+    QueueConfig,
+    QueueingStrategy,
+    Taint,
+    Toleration,
+    TopologyConfig,
+)
+from tidegate.model.resources import Resources
 
 STRATEGIES: tuple[QueueingStrategy, ...] = get_args(QueueingStrategy)
 
@@ -149,7 +149,7 @@ def topology_config(topology: Topology) -> tuple[TopologyConfig | None, list[str
 def queue_config(obj: object) -> QueueConfig:
     """A Queue; a malformed spec gives a QueueConfig with ``invalid_reason`` naming the field.
 
-    Raises :class:`~tidegate.watcher.objects.ObjectError` only when even metadata.name cannot
+    Raises :class:`~tidegate.kube.read.objects.ObjectError` only when even metadata.name cannot
     be read. A Queue without ``spec.cardQuota`` may carry Volcano's ``volcano.sh/card.quota``
     annotation (JSON) instead.
     """

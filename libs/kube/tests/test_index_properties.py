@@ -6,8 +6,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidegate.kube.read.index import ClusterIndex, ObjectKind, StateKey
 from tidegate.model import WorkloadState
-from tidegate.watcher.index import ClusterIndex, ObjectKind, StateKey
 
 from .conftest import Builders
 

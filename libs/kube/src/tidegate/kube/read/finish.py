@@ -23,14 +23,14 @@ containers exit 0 on SIGTERM, as ``Completed`` — while its controller is about
 the pods.
 
 Pure code: no I/O. Keeping the verdict once reached (pods of a finished group may be deleted
-afterwards) is the index's job (:mod:`tidegate.watcher.index`).
+afterwards) is the index's job (:mod:`tidegate.kube.read.index`).
 """
 
 from collections.abc import Sequence
 from typing import Literal
 
+from tidegate.kube.read.objects import Job, JobSet, Pod, PodGroup, ReplicaOwner
 from tidegate.model.pods import TERMINAL_PHASES
-from tidegate.watcher.objects import Job, JobSet, Pod, PodGroup, ReplicaOwner
 
 Finished = Literal["Completed", "Failed"]
 """How a workload ended (the values of ``WorkloadState.finished``)."""

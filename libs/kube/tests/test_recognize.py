@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
+from tidegate.kube.read.index import ClusterIndex, ObjectKind, StateKey
 from tidegate.model import PodState, WorkloadState
-from tidegate.watcher.index import ClusterIndex, ObjectKind, StateKey
 
 GI = 2**30
 

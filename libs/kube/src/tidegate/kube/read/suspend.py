@@ -28,14 +28,14 @@ Pure code.
 
 from typing import NamedTuple
 
+from tidegate.kube.read import keys
+from tidegate.kube.read.objects import Job, JobSet, ObjectMeta
 from tidegate.model.names import (
     PREEMPTED_BY_ANNOTATION,
     REQUEUE_ANNOTATION,
     RESUME_ANNOTATION,
     RESUME_MANUAL,
 )
-from tidegate.watcher import keys
-from tidegate.watcher.objects import Job, JobSet, ObjectMeta
 
 
 class Suspension(NamedTuple):

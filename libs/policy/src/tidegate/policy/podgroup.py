@@ -178,6 +178,27 @@ def same_status(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
     return _comparable(a) == _comparable(b)
 
 
+def with_shown_times(desired: dict[str, object], shown: object) -> dict[str, object]:
+    """``desired`` with the ``lastTransitionTime`` of each condition the object already shows
+    (``shown``: its ``status``) with the same type and status (the first write after a start
+    keeps the times it shows)."""
+    before = shown.get("conditions") if isinstance(shown, Mapping) else None
+    if not isinstance(before, list):
+        return desired
+    times = {
+        (c.get("type"), c.get("status")): c.get("lastTransitionTime")
+        for c in before
+        if isinstance(c, Mapping)
+    }
+    conditions = desired.get("conditions")
+    if isinstance(conditions, list):
+        for condition in conditions:
+            time = times.get((condition.get("type"), condition.get("status")))
+            if isinstance(time, str) and time:
+                condition["lastTransitionTime"] = time
+    return desired
+
+
 def placement_summary(admitted: Admitted) -> str:
     """A short sentence: queue, and per podset how many pods go to which domains."""
     parts = []

@@ -4,9 +4,9 @@ from typing import Any
 
 import msgspec
 
-from tidegate.watcher.convert import node_state, pod_state, queue_config, topology_config
-from tidegate.watcher.objects import Node, Pod, PodSpec, Topology, decode, slim_pod
-from tidegate.watcher.requests import pod_requests
+from tidegate.kube.read.convert import node_state, pod_state, queue_config, topology_config
+from tidegate.kube.read.objects import Node, Pod, PodSpec, Topology, decode, slim_pod
+from tidegate.kube.read.requests import pod_requests
 
 GI = 2**30
 

@@ -1,4 +1,4 @@
-"""The watcher's in-memory index: enough of the cluster to group pods into workloads.
+"""The in-memory index of the cluster: enough of it to group pods into workloads.
 
 Kubernetes events arrive one object at a time, on separate watch streams, in no guaranteed order
 across kinds. :class:`ClusterIndex` keeps the decoded objects (only the fields tidegate reads),
@@ -20,14 +20,14 @@ Rules kept here:
   ``bypassed_requests``) so that admission charges them to the queue. DaemonSet and mirror pods
   are never counted (the webhook never gates them).
 - A Job or JobSet created suspended that names a queue, Kueue's way, is managed from the
-  start, without pods (it has none until tidegate unsuspends it; :mod:`tidegate.watcher.suspend`).
+  start, without pods (it has none until tidegate unsuspends it; :mod:`tidegate.kube.read.suspend`).
 - A pod whose owner chain names an object not seen yet (a ReplicaSet whose event has not arrived)
   waits: it is published without a workload until the owner arrives, and its workload is not
   created from it, so no spurious workload keyed by the ReplicaSet ever appears.
 - A pod naming a PodGroup that does not exist yet waits the same way (as in the coscheduling
   KEP, the group's pods are not scheduled before the group exists), and a PodGroup is
   published only once it has ``minMember`` pods (fewer cannot be admitted anyway).
-- A workload seen finished (:mod:`tidegate.watcher.finish`) stays finished while its owner
+- A workload seen finished (:mod:`tidegate.kube.read.finish`) stays finished while its owner
   (same uid) exists, even if the evidence goes away (a finished group's pods are deleted), and
   across a restart (the state stream says so): admission must never see it unfinished again,
   or it would admit it a second time.
@@ -42,15 +42,10 @@ from typing import Literal, NamedTuple
 
 import msgspec
 
-from tidegate.model import resources as res
-from tidegate.model.events import DisruptionBudgetState, Message, ServiceType, WorkloadState
-from tidegate.model.names import ADMISSION_GATE, MANAGED_NAMESPACE_LABEL
-from tidegate.model.pods import bypassed_gate
-from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
-from tidegate.watcher import keys
-from tidegate.watcher.convert import node_state, pod_state, queue_config, topology_config
-from tidegate.watcher.finish import Finished, settled, workload_finished
-from tidegate.watcher.objects import (
+from tidegate.kube.read import keys
+from tidegate.kube.read.convert import node_state, pod_state, queue_config, topology_config
+from tidegate.kube.read.finish import Finished, settled, workload_finished
+from tidegate.kube.read.objects import (
     Job,
     JobSet,
     Meta,
@@ -67,8 +62,19 @@ from tidegate.watcher.objects import (
     describe_error,
     slim_pod,
 )
-from tidegate.watcher.recognize import Context, Owner, OwnerObject, pod_position, recognize
-from tidegate.watcher.suspend import suspension
+from tidegate.kube.read.recognize import Context, Owner, OwnerObject, pod_position, recognize
+from tidegate.kube.read.suspend import suspension
+from tidegate.model import resources as res
+from tidegate.model.events import (
+    DisruptionBudgetState,
+    Message,
+    ServiceType,
+    StateKind,
+    WorkloadState,
+)
+from tidegate.model.names import MANAGED_NAMESPACE_LABEL
+from tidegate.model.pods import bypassed_gate
+from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
 
 ObjectKind = Literal[
     "Node",
@@ -85,10 +91,9 @@ ObjectKind = Literal[
     "PodDisruptionBudget",
     "Namespace",
 ]
-"""The kinds the watcher follows; "KueueTopology" is kueue.x-k8s.io's Topology."""
+"""The kinds the index reads; "KueueTopology" is kueue.x-k8s.io's Topology."""
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-StateKind = Literal["node", "pod", "workload", "topology", "queue", "pdb"]
 
 OWNER_KINDS: Mapping[ObjectKind, type[Job | JobSet | ReplicaOwner]] = {
     "Job": Job,
@@ -504,7 +509,7 @@ class ClusterIndex:
             self._sources[workload] = resolution.owner
         self._check_quorum(workload)
         applied.affected.add(StateKey("workload", *workload))
-        gated = any(gate.name == ADMISSION_GATE for gate in pod.spec.scheduling_gates)
+        gated = pod.gated()
         if workload not in self.managed and (gated or self._started_ungated(pod)):
             self.managed.add(workload)
             applied.affected.update(StateKey("pod", *m) for m in self._members[workload])
