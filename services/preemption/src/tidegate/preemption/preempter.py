@@ -56,11 +56,8 @@ from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
 from tidegate.model.events import EventReason, PreemptionOutcome
 from tidegate.model.ledger import PodRef, PreemptionRecord, VictimRecord, preemption_event_id
 from tidegate.model.names import REQUEUE_KINDS
-<<<<<<< HEAD
-from tidegate.policy.cards import WHOLE_GPU_RESOURCE
-=======
 from tidegate.policy.candidates import evictable_pods, still_live, victim_record
->>>>>>> admission-record
+from tidegate.policy.cards import WHOLE_GPU_RESOURCE
 from tidegate.policy.elastic import growth_still_wanted
 from tidegate.policy.victims import preempted_decision
 from tidegate.preemption.evict import AbortFailed, EvictionFailed, EvictionRefused, Evictor
