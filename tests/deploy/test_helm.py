@@ -124,6 +124,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "podLabels": {"team": "sched"},
         },
     },
+    "console-and-dashboards": {
+        "metrics": {"grafanaDashboards": {"enabled": True, "annotations": {"grafana_folder": "x"}}},
+        "console": {
+            "enabled": True,
+            "auth": {"tokenSecret": {"name": "console-token"}},
+            "traceUrlTemplate": "https://jaeger.example/trace/{trace_id}",
+        },
+        "nats": {"creds": {"secretName": "tidegate-nats"}, "tls": {"secretName": "nats-ca"}},
+    },
     "minimal": {
         "webhook": {"enabled": False},
         "rbac": {"create": False},
@@ -152,6 +161,10 @@ def _of(documents: list[Manifest], kind: str) -> list[Manifest]:
 def _named(documents: list[Manifest], kind: str, name: str) -> Manifest:
     (found,) = [doc for doc in _of(documents, kind) if doc["metadata"]["name"] == name]
     return found
+
+
+def _is_console(document: Manifest) -> bool:
+    return bool(document["metadata"]["labels"].get("app.kubernetes.io/component") == "console")
 
 
 def _deployment(documents: list[Manifest], service: str) -> Manifest:
@@ -284,6 +297,14 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
         {"nats": {"creds": {"secretName": "a"}, "userPassword": {"secretName": "b"}}},
         "either creds.secretName or userPassword.secretName",
     ),
+    "console without authentication": (
+        {"console": {"enabled": True}},
+        "set console.auth.tokenSecret.name or console.auth.basicAuthSecret.name",
+    ),
+    "trace link without the trace id": (
+        {"console": {"traceUrlTemplate": "https://jaeger.example/trace/"}},
+        "/console/traceUrlTemplate",
+    ),
     "no service accounts and no names": (
         {"serviceAccount": {"create": False}},
         "serviceAccountName is required when serviceAccount.create is false",
@@ -340,7 +361,8 @@ def test_each_service_runs_as_the_services_expect(render: Render, scenario: str)
     values = SCENARIOS[scenario]
     documents = render(values)
     scripts = _console_scripts()
-    deployments = _of(documents, "Deployment")
+    # The console (tests/deploy/test_console_chart.py) is no service.
+    deployments = [d for d in _of(documents, "Deployment") if not _is_console(d)]
     enabled = [s for s in SERVICES if not (scenario == "minimal" and s == "preemption")]
     assert sorted(
         d["metadata"]["labels"]["app.kubernetes.io/component"] for d in deployments

@@ -22,7 +22,15 @@ from tidegate.bus import (
     connect,
     layout,
 )
-from tidegate.model import CohortConfig, Preempted, QueueConfig, Tombstone, WorkloadKey, subjects
+from tidegate.model import (
+    CohortConfig,
+    Message,
+    Preempted,
+    QueueConfig,
+    Tombstone,
+    WorkloadKey,
+    subjects,
+)
 from tidegate.model.replica import Replica, Seen
 
 
@@ -39,7 +47,22 @@ class BusView:
 
     async def on_state(self, received: Received) -> None:
         """Handle one replayed state message."""
-        body = received.envelope.body
+        self.apply_state(
+            received.envelope.body,
+            stream_sequence=received.stream_sequence,
+            time=received.envelope.time,
+        )
+
+    async def on_decision(self, received: Received) -> None:
+        """Handle one replayed decision (the last of its kind for its workload)."""
+        self.apply_decision(
+            received.envelope.body,
+            stream_sequence=received.stream_sequence,
+            time=received.envelope.time,
+        )
+
+    def apply_state(self, body: Message, *, stream_sequence: int, time: float) -> None:
+        """Apply one state message (its stream sequence and envelope time)."""
         if isinstance(body, QueueConfig):
             self.queues[body.name] = body
         elif isinstance(body, Tombstone) and body.object_kind == "queue":
@@ -49,17 +72,13 @@ class BusView:
         elif isinstance(body, Tombstone) and body.object_kind == "cohort":
             self.cohorts.pop(body.name, None)
         else:
-            self.replica.apply(
-                body, stream_sequence=received.stream_sequence, time=received.envelope.time
-            )
+            self.replica.apply(body, stream_sequence=stream_sequence, time=time)
 
-    async def on_decision(self, received: Received) -> None:
-        """Handle one replayed decision (the last of its kind for its workload)."""
-        body = received.envelope.body
-        seq, at = received.stream_sequence, received.envelope.time
+    def apply_decision(self, body: Message, *, stream_sequence: int, time: float) -> None:
+        """Apply one decision (its stream sequence and envelope time)."""
         if isinstance(body, Preempted):
-            self.preemptions[body.preemptor] = Seen(body, seq, at)
-        self.replica.apply(body, stream_sequence=seq, time=at)
+            self.preemptions[body.preemptor] = Seen(body, stream_sequence, time)
+        self.replica.apply(body, stream_sequence=stream_sequence, time=time)
 
     def known(self, key: str) -> bool:
         """Whether the bus holds the workload ``key`` or a decision about it."""
