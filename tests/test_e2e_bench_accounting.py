@@ -12,7 +12,20 @@ from types import ModuleType, SimpleNamespace
 from tidegate.bus import Received
 from tidegate.bus.server import NatsServerProcess
 from tidegate.model import Admitted, Envelope, Pending, Released, subjects
+from tidegate.model.names import ADMISSION_GATE
 from tidegate.testing import connected
+from tidegate.testing.messages import Messages
+
+msg = Messages(
+    namespace="bench",
+    queue="bench",
+    defaults={
+        "admitted": {"uid": "u1"},
+        "released": {"uid": "u1"},
+        "pending": {"uid": "u1", "message": "full"},
+    },
+)
+"""The decisions about bench/job-1 the benchmark's observer is fed."""
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "e2e.py"
 
@@ -39,35 +52,6 @@ def received(body: Admitted | Pending | Released, *, at: float) -> Received:
     return Received(subject="tg.c.decision.x", envelope=envelope, stream_sequence=next(_stream))
 
 
-def admitted(sequence: int, *, uid: str = "u1", replaces: int | None = None) -> Admitted:
-    return Admitted(
-        workload="bench/job-1",
-        uid=uid,
-        queue="bench",
-        sequence=sequence,
-        epoch=1,
-        assignments={},
-        replaces=replaces,
-    )
-
-
-def released(sequence: int, *, uid: str = "u1") -> Released:
-    return Released(
-        workload="bench/job-1", uid=uid, queue="bench", reason="Completed", sequence=sequence
-    )
-
-
-def pending(sequence: int) -> Pending:
-    return Pending(
-        workload="bench/job-1",
-        uid="u1",
-        queue="bench",
-        reason="WaitingForCapacity",
-        message="full",
-        sequence=sequence,
-    )
-
-
 def feed(observer: object, *bodies: Admitted | Pending | Released) -> None:
     for index, body in enumerate(bodies):
         asyncio.run(observer.on_decision(received(body, at=1000.0 + index)))  # type: ignore[attr-defined]
@@ -75,13 +59,18 @@ def feed(observer: object, *bodies: Admitted | Pending | Released) -> None:
 
 def test_a_second_admission_while_one_is_in_force_is_a_duplicate() -> None:
     observer = e2e.Observer()
-    feed(observer, admitted(1), admitted(2))
+    feed(observer, msg.admitted("job-1", sequence=1), msg.admitted("job-1", sequence=2))
     assert observer.duplicated("job-1") == 1
 
 
 def test_a_repeated_decision_sequence_is_a_duplicate() -> None:
     observer = e2e.Observer()
-    feed(observer, admitted(1), released(2), admitted(1))
+    feed(
+        observer,
+        msg.admitted("job-1", sequence=1),
+        msg.released("job-1", sequence=2),
+        msg.admitted("job-1", sequence=1),
+    )
     assert observer.duplicated("job-1") == 1
 
 
@@ -89,11 +78,11 @@ def test_a_replacement_a_readmission_after_a_release_or_a_new_uid_is_not() -> No
     observer = e2e.Observer()
     feed(
         observer,
-        admitted(1),
-        admitted(2, replaces=1),  # slots moved or resized
-        released(3),
-        admitted(4),  # admitted again after its release
-        admitted(5, uid="u2"),  # a new object under the same name
+        msg.admitted("job-1", sequence=1),
+        msg.admitted("job-1", sequence=2, replaces=1),  # slots moved or resized
+        msg.released("job-1", sequence=3),
+        msg.admitted("job-1", sequence=4),  # admitted again after its release
+        msg.admitted("job-1", sequence=5, uid="u2"),  # a new object under the same name
     )
     assert observer.duplicated("job-1") == 0
     assert observer.admission_in_force("job-1")
@@ -107,7 +96,7 @@ def job(observer: object, pods: int) -> object:
 
 
 def pod_event(name: str, *, gated: bool) -> SimpleNamespace:
-    gates = [{"name": e2e.GATE}] if gated else []
+    gates = [{"name": ADMISSION_GATE}] if gated else []
     return SimpleNamespace(
         obj={
             "metadata": {"namespace": e2e.NAMESPACE, "name": name, "labels": {"app": "job-1"}},
@@ -120,7 +109,7 @@ def pod_event(name: str, *, gated: bool) -> SimpleNamespace:
 def test_an_admission_left_gated_by_an_idle_pipeline_is_lost() -> None:
     observer = e2e.Observer()
     job(observer, 2)
-    feed(observer, admitted(1))
+    feed(observer, msg.admitted("job-1", sequence=1))
     observer.on_pod(pod_event("job-1-a", gated=False))
     observer.on_pod(pod_event("job-1-b", gated=True))
     assert e2e.unreleased_admitted(observer, ["job-1"]) == ["job-1"]
@@ -132,7 +121,7 @@ def test_an_admission_left_gated_by_an_idle_pipeline_is_lost() -> None:
 def test_an_admission_released_while_settling_was_in_flight() -> None:
     observer = e2e.Observer()
     job(observer, 1)
-    feed(observer, admitted(1))
+    feed(observer, msg.admitted("job-1", sequence=1))
     observer.on_pod(pod_event("job-1-a", gated=True))
 
     async def release_later() -> str:
@@ -149,15 +138,15 @@ def test_an_admission_released_while_settling_was_in_flight() -> None:
     # Still working when the settle time is up: in flight, not lost.
     second = e2e.Observer()
     job(second, 1)
-    feed(second, admitted(1))
+    feed(second, msg.admitted("job-1", sequence=1))
     assert asyncio.run(e2e.settle(second, ["job-1"], limit_seconds=0, quiet_seconds=15)) == "busy"
 
 
 def test_the_time_queued_runs_from_the_first_pending_to_the_admission() -> None:
     observer = e2e.Observer()
     times = job(observer, 1)
-    asyncio.run(observer.on_decision(received(pending(1), at=100.0)))
-    asyncio.run(observer.on_decision(received(admitted(2), at=104.0)))
+    asyncio.run(observer.on_decision(received(msg.pending("job-1", sequence=1), at=100.0)))
+    asyncio.run(observer.on_decision(received(msg.admitted("job-1", sequence=2), at=104.0)))
     times.ungated["job-1-a"] = times.created + 5.0  # type: ignore[attr-defined]
     split = e2e.latency_split(observer, times)
     assert split is not None
@@ -182,7 +171,8 @@ def test_the_stages_of_a_job_add_up_to_created_to_ungated() -> None:
     times = job(observer, 2)
     times.pods_seen = times.created + 0.010  # type: ignore[attr-defined]
     times.published = times.created_wall + 0.030  # type: ignore[attr-defined]
-    asyncio.run(observer.on_decision(received(admitted(1), at=times.created_wall + 0.100)))  # type: ignore[attr-defined]
+    at = times.created_wall + 0.100  # type: ignore[attr-defined]
+    asyncio.run(observer.on_decision(received(msg.admitted("job-1", sequence=1), at=at)))
     times.ungated["job-1-a"] = times.created + 0.150  # type: ignore[attr-defined]
     assert e2e.job_stages(observer, times) is None  # one pod of two: not wholly ungated
     times.ungated["job-1-b"] = times.created + 0.400  # type: ignore[attr-defined]
@@ -238,7 +228,7 @@ async def test_bus_counts_read_each_named_connection_from_the_server(cluster_id:
                     cluster=cluster_id,
                     source="test",
                     time=0.0,
-                    body=released(index, uid=f"u{index}"),
+                    body=msg.released("job-1", sequence=index, uid=f"u{index}"),
                 )
                 await bus.publish(
                     subjects.decision(cluster_id, "released", "ns", f"w{index}"), envelope

@@ -7,7 +7,7 @@ in order, from the decision stream. Admission runs either in this process
 which a test may kill outright to play a crash.
 """
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,59 +15,38 @@ import pytest
 
 from tidegate.admission.app import setup
 from tidegate.admission.config import Settings
-from tidegate.bus import Bus, Received, layout
-from tidegate.model import (
-    CapacityNode,
-    Message,
-    QueueConfig,
-    Tombstone,
-    TopologyConfig,
-    WorkloadState,
-    subjects,
-)
+from tidegate.bus import Received, layout
+from tidegate.model import Message, QueueConfig, WorkloadState, subjects
 from tidegate.runtime import Service
-from tidegate.testing import (
-    RunningServices,
-    ServiceProcess,
-    connected,
-    envelope,
-    following,
-    until,
-)
+from tidegate.testing import RunningServices, ServiceProcess, connected, following
+from tidegate.testing.harness import ServiceHarness
+from tidegate.testing.messages import GPU, Messages
 
 LEVELS = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
-GPU = "nvidia.com/gpu"
+__all__ = ["GPU", "LEVELS", "Harness", "msg"]
+
+
+msg = Messages(namespace="ns", levels=LEVELS, node_pods=110)
+"""The messages this suite publishes (nodes in block b1, the default topology)."""
 
 
 @dataclass
-class Harness:
+class Harness(ServiceHarness):
     """Publishes inputs like the other services would and records admission's decisions."""
 
-    bus: Bus
-    cluster: str
-    nats_url: str
-    logs: Path
+    logs: Path = field(kw_only=True)
     """Where admission processes write their standard error."""
     decisions: list[Message] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
-    services: RunningServices = field(
-        default_factory=lambda: RunningServices(ready_within=15, stop_within=10)
-    )
-    """Admission instances running in this process."""
     processes: list[ServiceProcess] = field(default_factory=list)
-
-    async def publish(self, subject: str, body: Message, *, event_id: str | None = None) -> None:
-        """Publish one message as the service that owns it would."""
-        await self.bus.publish(subject, envelope(self.cluster, body, event_id=event_id))
 
     async def queue(self, queue: QueueConfig) -> None:
         """Publish a Queue."""
-        await self.publish(subjects.queue(self.cluster, queue.name), queue)
+        await self.send(queue)
 
     async def topology(self, name: str = "default", levels: list[str] | None = None) -> None:
         """Publish a Topology."""
-        config = TopologyConfig(name=name, levels=levels or LEVELS)
-        await self.publish(subjects.topology(self.cluster, name), config)
+        await self.send(msg.topology(name, levels))
 
     async def node(
         self,
@@ -79,28 +58,17 @@ class Harness:
         applied: int = 0,
     ) -> None:
         """Publish a node's capacity on the default topology (as the topology-cache would)."""
-        allocatable = {"cpu": 64_000, GPU: gpus, "pods": 110}
-        free = {**allocatable, GPU: gpus if free_gpus is None else free_gpus}
-        report = CapacityNode(
-            topology="default",
-            node=name,
-            domain=["b1", rack, name],
-            allocatable=allocatable,
-            free=free,
-            applied_sequence=applied,
+        await self.send(
+            msg.capacity_node(name, "b1", rack, gpus=gpus, free_gpus=free_gpus, applied=applied)
         )
-        await self.publish(subjects.capacity_node(self.cluster, "default", name), report)
 
     async def workload(self, workload: WorkloadState) -> None:
         """Publish a workload (as the watcher would)."""
-        subject = subjects.workload(self.cluster, workload.namespace, workload.name)
-        await self.publish(subject, workload)
+        await self.send(workload)
 
     async def delete_workload(self, namespace: str, name: str) -> None:
         """Publish a workload's tombstone."""
-        subject = subjects.workload(self.cluster, namespace, name)
-        body = Tombstone(object_kind="workload", name=name, namespace=namespace)
-        await self.publish(subject, body)
+        await self.tombstone("workload", name, namespace)
 
     async def collect(self, received: Received) -> None:
         """Record one decision (the follower's handler)."""
@@ -116,17 +84,9 @@ class Harness:
             and (workload is None or getattr(d, "workload", None) == workload)
         ]
 
-    async def until(
-        self, check: Callable[[], object], *, within: float = 15.0, what: str = "condition"
-    ) -> None:
-        """Wait until ``check()`` is truthy; fail if an in-process admission crashed."""
-        await until(
-            check,
-            within=within,
-            what=what,
-            alive=self.services.check,
-            describe=lambda: f"; decisions: {self.decisions}",
-        )
+    def describe(self) -> str:
+        """Every decision seen, when a wait times out."""
+        return f"; decisions: {self.decisions}"
 
     def settings(self, **overrides: object) -> Settings:
         """Admission settings for this test's cluster."""
@@ -142,9 +102,7 @@ class Harness:
 
     async def start_admission(self, **overrides: object) -> Service[Settings]:
         """Run an admission instance in this process; returns once it is ready."""
-        service = Service("admission", self.settings(**overrides), setup)
-        await self.services.start(service)
-        return service
+        return await self.start("admission", self.settings(**overrides), setup)
 
     async def spawn_admission(self, holder: str) -> ServiceProcess:
         """Run an admission instance as its own process (``python -m tidegate.admission``)."""
@@ -162,7 +120,7 @@ class Harness:
         self.processes.append(process)
         return process
 
-    async def stop(self) -> None:
+    async def close(self) -> None:
         """Stop every admission instance the test started."""
         try:
             await self.services.stop_all()
@@ -175,7 +133,15 @@ class Harness:
 async def harness(nats_url: str, cluster_id: str, tmp_path: Path) -> AsyncIterator[Harness]:
     """A harness on a fresh cluster id, collecting decisions from the start."""
     async with connected(nats_url, cluster_id, wait_for_server_seconds=5) as bus:
-        h = Harness(bus=bus, cluster=cluster_id, nats_url=nats_url, logs=tmp_path)
+        h = Harness(
+            bus=bus,
+            cluster=cluster_id,
+            nats_url=nats_url,
+            namespace="ns",
+            within=15.0,
+            services=RunningServices(ready_within=15, stop_within=10),
+            logs=tmp_path,
+        )
         async with following(
             bus,
             stream=layout.decisions_stream(cluster_id),
@@ -187,4 +153,4 @@ async def harness(nats_url: str, cluster_id: str, tmp_path: Path) -> AsyncIterat
             try:
                 yield h
             finally:
-                await h.stop()
+                await h.close()

@@ -8,21 +8,19 @@ import asyncio
 
 import msgspec
 
-from tidegate.model import Admitted, Pending, QueueConfig, Released
+from tidegate.model import Admitted, Pending, Released
 
-from .conftest import GPU, Harness
+from .conftest import GPU, Harness, msg
 from .test_admission_service import small_cluster, workers, workload
 
-
-def one_gang_quota() -> QueueConfig:
-    """A queue whose quota holds one 8-GPU gang."""
-    return QueueConfig(name="q", quota={"cpu": 100_000, GPU: 8})
+ONE_GANG_QUOTA = msg.queue_config("q", quota={"cpu": 100_000, GPU: 8})
+"""A queue whose quota holds one 8-GPU gang."""
 
 
 async def test_a_finished_workload_gives_its_quota_to_the_next_one_in_its_queue(
     harness: Harness,
 ) -> None:
-    await small_cluster(harness, one_gang_quota())
+    await small_cluster(harness, ONE_GANG_QUOTA)
     await harness.start_admission()
     train = workload("train", workers(1, 8), created_at=1)
     await harness.workload(train)
@@ -50,7 +48,7 @@ async def test_a_finished_workload_gives_its_quota_to_the_next_one_in_its_queue(
 async def test_a_successor_releases_a_workload_that_failed_while_nobody_led_exactly_once(
     harness: Harness,
 ) -> None:
-    await small_cluster(harness, one_gang_quota())
+    await small_cluster(harness, ONE_GANG_QUOTA)
     first = await harness.start_admission(lease_holder="first")
     train = workload("train", workers(1, 8), created_at=1)
     await harness.workload(train)

@@ -165,3 +165,15 @@ def test_the_cluster_command_is_one_the_cli_accepts(compose: dict[str, Any]) -> 
     assert command[:2] == ["tidegate", "sim"]
     args = build_parser().parse_args(command[1:])
     assert (args.host, args.port, args.nodes) == ("0.0.0.0", 8001, "2x4x8x8gpu")
+
+
+def test_the_console_command_is_one_the_cli_accepts(compose: dict[str, Any]) -> None:
+    console = compose["services"]["console"]
+    command = console["command"]
+    assert command[:2] == ["tidegate", "console"]
+    args = build_parser().parse_args(command[1:])
+    assert args.listen == "0.0.0.0:8480"
+    assert args.no_auth  # so only published on the laptop's loopback
+    assert console["ports"] == ["127.0.0.1:8480:8480"]
+    assert "{trace_id}" in args.trace_url_template
+    assert console["environment"]["TIDEGATE_CLUSTER"] == "laptop"

@@ -71,6 +71,28 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 },
             },
             {"name": "offline"},
+            {
+                "name": "team-a",
+                "spec": {
+                    "cohort": "research",
+                    "nominalQuota": {"nvidia.com/gpu": "16"},
+                    "lendingLimit": {"nvidia.com/gpu": 12},
+                    "cardNominalQuota": {"NVIDIA-H200": 16},
+                    "fairSharing": {"weight": "1.5"},
+                    "preemption": {
+                        "reclaimWithinCohort": "LowerPriority",
+                        "borrowWithinCohort": {
+                            "policy": "LowerPriority",
+                            "maxPriorityThreshold": 10,
+                        },
+                        "withinClusterQueue": "Never",
+                    },
+                },
+            },
+        ],
+        "cohorts": [
+            {"name": "research", "spec": {"parent": "org", "capability": {"nvidia.com/gpu": 32}}},
+            {"name": "org"},
         ],
     },
     "existing-secret": {
@@ -102,6 +124,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "podLabels": {"team": "sched"},
         },
     },
+    "console-and-dashboards": {
+        "metrics": {"grafanaDashboards": {"enabled": True, "annotations": {"grafana_folder": "x"}}},
+        "console": {
+            "enabled": True,
+            "auth": {"tokenSecret": {"name": "console-token"}},
+            "traceUrlTemplate": "https://jaeger.example/trace/{trace_id}",
+        },
+        "nats": {"creds": {"secretName": "tidegate-nats"}, "tls": {"secretName": "nats-ca"}},
+    },
     "minimal": {
         "webhook": {"enabled": False},
         "rbac": {"create": False},
@@ -130,6 +161,10 @@ def _of(documents: list[Manifest], kind: str) -> list[Manifest]:
 def _named(documents: list[Manifest], kind: str, name: str) -> Manifest:
     (found,) = [doc for doc in _of(documents, kind) if doc["metadata"]["name"] == name]
     return found
+
+
+def _is_console(document: Manifest) -> bool:
+    return bool(document["metadata"]["labels"].get("app.kubernetes.io/component") == "console")
 
 
 def _deployment(documents: list[Manifest], service: str) -> Manifest:
@@ -230,6 +265,14 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
         {"queues": [{"name": "q", "spec": {"queueingStrategy": "LIFO"}}]},
         "/queues/0/spec/queueingStrategy",
     ),
+    "queue with a bad reclaim policy": (
+        {"queues": [{"name": "q", "spec": {"preemption": {"reclaimWithinCohort": "Always"}}}]},
+        "/queues/0/spec/preemption/reclaimWithinCohort",
+    ),
+    "cohort with a misspelt field": (
+        {"cohorts": [{"name": "c", "spec": {"nominalQuotas": {"cpu": 1}}}]},
+        "/cohorts/0/spec",
+    ),
     "existing secret without its CA": (
         {"webhook": {"certificate": {"existingSecret": "s"}}},
         "webhook.certificate.caBundle is required",
@@ -253,6 +296,14 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "two NATS authentications": (
         {"nats": {"creds": {"secretName": "a"}, "userPassword": {"secretName": "b"}}},
         "either creds.secretName or userPassword.secretName",
+    ),
+    "console without authentication": (
+        {"console": {"enabled": True}},
+        "set console.auth.tokenSecret.name or console.auth.basicAuthSecret.name",
+    ),
+    "trace link without the trace id": (
+        {"console": {"traceUrlTemplate": "https://jaeger.example/trace/"}},
+        "/console/traceUrlTemplate",
     ),
     "no service accounts and no names": (
         {"serviceAccount": {"create": False}},
@@ -310,7 +361,8 @@ def test_each_service_runs_as_the_services_expect(render: Render, scenario: str)
     values = SCENARIOS[scenario]
     documents = render(values)
     scripts = _console_scripts()
-    deployments = _of(documents, "Deployment")
+    # The console (tests/deploy/test_console_chart.py) is no service.
+    deployments = [d for d in _of(documents, "Deployment") if not _is_console(d)]
     enabled = [s for s in SERVICES if not (scenario == "minimal" and s == "preemption")]
     assert sorted(
         d["metadata"]["labels"]["app.kubernetes.io/component"] for d in deployments
@@ -779,6 +831,28 @@ def test_topologies_and_queues_from_values(render: Render) -> None:
     assert queues["online"]["spec"]["cardQuota"] == {"NVIDIA-H200/mig-1g.18gb-mixed": 7}
     assert queues["offline"]["spec"] == {}
     assert _of(render({}), "Queue") == []
+
+
+def test_cohorts_and_the_queue_tree_fields_from_values(render: Render) -> None:
+    documents = render(SCENARIOS["cert-manager"])
+    cohorts = {c["metadata"]["name"]: c for c in _of(documents, "Cohort")}
+    assert cohorts["research"]["spec"] == {"parent": "org", "capability": {"nvidia.com/gpu": 32}}
+    assert cohorts["org"]["spec"] == {}
+    (team,) = [q for q in _of(documents, "Queue") if q["metadata"]["name"] == "team-a"]
+    assert team["spec"]["cohort"] == "research"
+    assert team["spec"]["preemption"]["borrowWithinCohort"]["maxPriorityThreshold"] == 10
+    assert _of(render({}), "Cohort") == []
+
+
+@pytest.mark.parametrize(("values_key", "crd"), [("queues", "queues"), ("cohorts", "cohorts")])
+def test_the_values_schema_offers_every_field_of_the_crd_spec(values_key: str, crd: str) -> None:
+    """A Queue or Cohort field the CRD defines can be set from the values, and no other."""
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    offered = schema["properties"][values_key]["items"]["properties"]["spec"]["properties"]
+    definition = yaml.safe_load((CRD_DIR / f"tidegate.io_{crd}.yaml").read_text())
+    (version,) = definition["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert sorted(offered) == sorted(spec)
 
 
 def test_the_packaged_chart_carries_the_crds(tmp_path: Path) -> None:

@@ -42,12 +42,26 @@ from tidegate.kube import (
 from tidegate.kube.transport import JsonObject
 from tidegate.testing.controlplane import ControlPlane
 from tidegate.testing.faultproxy import KubeFaultProxy, Upstream, kube_fault_proxy
+from tidegate.testing.manifests import Builders
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "deploy" / "crds"
 ENV_KUBECONFIG = "TIDEGATE_TEST_KUBECONFIG"
 GATE = "tidegate.io/admission"
 CONTRACT_LABEL = "tidegate.io/contract"
+
+k8s = Builders(server_fields=False)
+"""What the tests create on the target API server."""
+
+PAUSE: JsonObject = {"name": "main", "image": "registry.k8s.io/pause:3.10"}
+"""A container that does nothing, asking for nothing."""
+
+INERT = k8s.template(
+    containers=[PAUSE],
+    restartPolicy="Never",
+    schedulingGates=[{"name": "tidegate.io/contract"}],
+)
+"""The pod template of a Job that stays inert everywhere: its pods would be gated."""
 
 SERVICEACCOUNTS = ResourceType(
     group="", version="v1", plural="serviceaccounts", kind="ServiceAccount"

@@ -19,7 +19,6 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -36,7 +35,7 @@ from tidegate.kube import (
     TooManyRequests,
 )
 
-from .conftest import ENV_KUBECONFIG
+from .conftest import ENV_KUBECONFIG, k8s
 from .controllers import ControllerCluster, JsonObject, controller_cluster
 
 pytestmark = [pytest.mark.kube_contract, pytest.mark.timeout(180)]
@@ -93,54 +92,6 @@ def condition(obj: JsonObject, kind: str) -> JsonObject | None:
     return None
 
 
-def job(
-    cluster: ControllerCluster,
-    name: str,
-    *,
-    parallelism: int,
-    completions: int | None = None,
-    suspend: bool = False,
-    **template: Any,
-) -> JsonObject:
-    """A Job of ``parallelism`` pods at a time (``completions`` to succeed, default as many)."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "parallelism": parallelism,
-            "completions": completions if completions is not None else parallelism,
-            "suspend": suspend,
-            "backoffLimit": 6,
-            "template": cluster.template(name, **template),
-        },
-    }
-
-
-def deployment(
-    cluster: ControllerCluster,
-    name: str,
-    *,
-    replicas: int,
-    strategy: JsonObject | None = None,
-    **template: Any,
-) -> JsonObject:
-    """A Deployment of ``replicas`` pods labelled ``app: name``."""
-    spec: JsonObject = {
-        "replicas": replicas,
-        "selector": {"matchLabels": {"app": name}},
-        "template": cluster.template(name, restart="Always", **template),
-    }
-    if strategy is not None:
-        spec["strategy"] = strategy
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
 async def job_pods(cluster: ControllerCluster, name: str) -> list[JsonObject]:
     """The pods of Job ``name`` (label ``app``), Terminating ones included."""
     return await cluster.pods(f"app={name}")
@@ -161,7 +112,16 @@ async def test_a_job_runs_parallelism_pods_at_a_time_until_completions(
 ) -> None:
     kube, ns = cluster.kube, cluster.namespace
     await kube.create(
-        JOBS, job(cluster, "par", parallelism=2, completions=4, seconds=1), namespace=ns
+        JOBS,
+        k8s.job(
+            "par",
+            parallelism=2,
+            completions=4,
+            template=cluster.template("par", seconds=1),
+            suspend=False,
+            backoffLimit=6,
+        ),
+        namespace=ns,
     )
     most = 0
 
@@ -185,7 +145,18 @@ async def test_a_suspended_job_deletes_its_pods_and_a_resumed_one_recreates_them
     cluster: ControllerCluster,
 ) -> None:
     kube, ns = cluster.kube, cluster.namespace
-    await kube.create(JOBS, job(cluster, "sus", parallelism=2), namespace=ns)
+    await kube.create(
+        JOBS,
+        k8s.job(
+            "sus",
+            parallelism=2,
+            completions=2,
+            template=cluster.template("sus"),
+            suspend=False,
+            backoffLimit=6,
+        ),
+        namespace=ns,
+    )
     first = await cluster.wait(lambda: n_running(cluster, "sus", 2), "2 pods running")
 
     await kube.patch(JOBS, "sus", {"spec": {"suspend": True}}, namespace=ns)
@@ -211,7 +182,18 @@ async def test_a_suspended_job_deletes_its_pods_and_a_resumed_one_recreates_them
 
 async def test_a_jobs_evicted_pod_is_marked_and_replaced(cluster: ControllerCluster) -> None:
     kube, ns = cluster.kube, cluster.namespace
-    await kube.create(JOBS, job(cluster, "ev", parallelism=2, grace=2), namespace=ns)
+    await kube.create(
+        JOBS,
+        k8s.job(
+            "ev",
+            parallelism=2,
+            completions=2,
+            template=cluster.template("ev", grace=2),
+            suspend=False,
+            backoffLimit=6,
+        ),
+        namespace=ns,
+    )
     pods = await cluster.wait(lambda: n_running(cluster, "ev", 2), "2 pods running")
     victim = pods[0]["metadata"]
     await kube.evict_pod(ns, victim["name"])
@@ -246,7 +228,16 @@ async def test_a_deployment_scales_through_its_scale_subresource(
     cluster: ControllerCluster,
 ) -> None:
     kube, ns = cluster.kube, cluster.namespace
-    await kube.create(DEPLOYMENTS, deployment(cluster, "web", replicas=2), namespace=ns)
+    await kube.create(
+        DEPLOYMENTS,
+        k8s.deployment(
+            "web",
+            replicas=2,
+            selector={"app": "web"},
+            template=cluster.template("web", restart="Always"),
+        ),
+        namespace=ns,
+    )
     await cluster.wait(lambda: n_running(cluster, "web", 2), "2 pods running")
     for replicas in (3, 1):
         scale = await kube.patch(
@@ -272,7 +263,15 @@ async def test_a_rolling_update_waits_for_new_pods_to_be_available(
     kube, ns = cluster.kube, cluster.namespace
     strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     await kube.create(
-        DEPLOYMENTS, deployment(cluster, "roll", replicas=2, strategy=strategy), namespace=ns
+        DEPLOYMENTS,
+        k8s.deployment(
+            "roll",
+            replicas=2,
+            selector={"app": "roll"},
+            template=cluster.template("roll", restart="Always"),
+            strategy=strategy,
+        ),
+        namespace=ns,
     )
     old = await cluster.wait(lambda: n_running(cluster, "roll", 2), "2 pods running")
 
@@ -325,7 +324,16 @@ async def test_an_eviction_a_budget_forbids_is_a_429_with_the_budgets_numbers(
     cluster: ControllerCluster,
 ) -> None:
     kube, ns = cluster.kube, cluster.namespace
-    await kube.create(DEPLOYMENTS, deployment(cluster, "guarded", replicas=2), namespace=ns)
+    await kube.create(
+        DEPLOYMENTS,
+        k8s.deployment(
+            "guarded",
+            replicas=2,
+            selector={"app": "guarded"},
+            template=cluster.template("guarded", restart="Always"),
+        ),
+        namespace=ns,
+    )
     pods = await cluster.wait(lambda: n_running(cluster, "guarded", 2), "2 pods running")
     budget = {
         "apiVersion": "policy/v1",
@@ -408,7 +416,14 @@ async def test_a_namespace_being_deleted_refuses_new_content_and_empties_itself(
         NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
     )
     try:
-        held = job(cluster, "held", parallelism=1, suspend=True)
+        held = k8s.job(
+            "held",
+            parallelism=1,
+            completions=1,
+            template=cluster.template("held"),
+            suspend=True,
+            backoffLimit=6,
+        )
         held["metadata"]["finalizers"] = [HOLD]
         await kube.create(JOBS, held, namespace=ns)
 
@@ -540,7 +555,18 @@ async def test_a_pod_that_fits_nowhere_is_unschedulable_until_room_is_freed(
     cluster: ControllerCluster,
 ) -> None:
     kube, ns = cluster.kube, cluster.namespace
-    await kube.create(JOBS, job(cluster, "full", parallelism=2, gpus=8), namespace=ns)
+    await kube.create(
+        JOBS,
+        k8s.job(
+            "full",
+            parallelism=2,
+            completions=2,
+            template=cluster.template("full", gpus=8),
+            suspend=False,
+            backoffLimit=6,
+        ),
+        namespace=ns,
+    )
     await cluster.wait(lambda: n_running(cluster, "full", 2), "both nodes full")
     await kube.create(PODS, cluster.pod("waiting", gpus=8), namespace=ns)
 

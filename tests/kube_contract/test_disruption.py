@@ -4,10 +4,9 @@ real API server: 429 TooManyRequests when evicting would break the budget."""
 import pytest
 
 from tidegate.kube import PDBS, PODS, NotFound, TooManyRequests
-from tidegate.kube.transport import JsonObject
 from tidegate.testing import until_async
 
-from .conftest import ContractEnv
+from .conftest import ContractEnv, k8s
 
 pytestmark = pytest.mark.kube_contract
 
@@ -34,18 +33,13 @@ async def running_pods(env: ContractEnv, app: str, count: int) -> list[str]:
     return names
 
 
-def budget(name: str, app: str, *, min_available: int) -> JsonObject:
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": name},
-        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}},
-    }
-
-
 async def test_an_eviction_the_budget_forbids_is_refused_with_429(env: ContractEnv) -> None:
     pods = await running_pods(env, "gang", 2)
-    await env.client.create(PDBS, budget("all", "gang", min_available=2), namespace=env.namespace)
+    await env.client.create(
+        PDBS,
+        k8s.disruption_budget("all", {"app": "gang"}, min_available=2),
+        namespace=env.namespace,
+    )
     with pytest.raises(TooManyRequests):
         await env.client.evict_pod(env.namespace, pods[0], grace_seconds=0)
     stored = await env.client.get(PODS, pods[0], namespace=env.namespace)
@@ -54,7 +48,9 @@ async def test_an_eviction_the_budget_forbids_is_refused_with_429(env: ContractE
 
 async def test_a_budget_allows_what_it_can_spare_and_no_more(env: ContractEnv) -> None:
     pods = await running_pods(env, "web", 2)
-    await env.client.create(PDBS, budget("one", "web", min_available=1), namespace=env.namespace)
+    await env.client.create(
+        PDBS, k8s.disruption_budget("one", {"app": "web"}, min_available=1), namespace=env.namespace
+    )
 
     async def first_evicted() -> bool:
         # A real server refuses until its disruption controller has computed the budget.
@@ -76,7 +72,9 @@ async def test_a_budget_allows_what_it_can_spare_and_no_more(env: ContractEnv) -
 
 async def test_a_dry_run_eviction_checks_the_budget_and_evicts_nothing(env: ContractEnv) -> None:
     pods = await running_pods(env, "dry", 2)
-    await env.client.create(PDBS, budget("dry", "dry", min_available=2), namespace=env.namespace)
+    await env.client.create(
+        PDBS, k8s.disruption_budget("dry", {"app": "dry"}, min_available=2), namespace=env.namespace
+    )
     with pytest.raises(TooManyRequests):
         await env.client.evict_pod(env.namespace, pods[0], dry_run=True)
     await env.client.delete(PDBS, "dry", namespace=env.namespace)

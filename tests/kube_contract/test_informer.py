@@ -19,7 +19,7 @@ from tidegate.kube import (
 )
 from tidegate.testing.faultproxy import KubeFaultProxy
 
-from .conftest import CONTRACT_LABEL, ContractEnv
+from .conftest import CONTRACT_LABEL, INERT, PAUSE, ContractEnv, k8s
 from .helpers import eventually, names, recording
 
 pytestmark = pytest.mark.kube_contract
@@ -282,7 +282,11 @@ async def test_custom_resources_and_batch_kinds(env: ContractEnv) -> None:
                 "spec": {"priority": 10},
             },
         )
-        await env.client.create(JOBS, suspended_job("train"), namespace=env.namespace)
+        await env.client.create(
+            JOBS,
+            k8s.job("train", parallelism=None, template=INERT, suspend=True),
+            namespace=env.namespace,
+        )
         event = await pg.next_event()
         assert (event.type, event.key, event.obj["kind"]) == (
             "ADDED",
@@ -293,7 +297,17 @@ async def test_custom_resources_and_batch_kinds(env: ContractEnv) -> None:
         assert (event.type, event.key) == ("ADDED", ("", queue_name))
         event = await j.next_event()
         assert (event.type, event.key[1], event.obj["apiVersion"]) == ("ADDED", "train", "batch/v1")
-        await env.client.create(DEPLOYMENTS, idle_deployment("serve"), namespace=env.namespace)
+        await env.client.create(
+            DEPLOYMENTS,
+            k8s.deployment(
+                "serve",
+                replicas=0,
+                paused=True,
+                selector={"app": "serve"},
+                template=k8s.template(labels={"app": "serve"}, containers=[PAUSE]),
+            ),
+            namespace=env.namespace,
+        )
         event = await d.next_event()
         assert (event.type, event.key[1], event.obj["kind"]) == ("ADDED", "serve", "Deployment")
 
@@ -303,43 +317,3 @@ async def test_custom_resources_and_batch_kinds(env: ContractEnv) -> None:
         event = await q.next_event()
         assert event.type == "MODIFIED"
         assert event.obj["status"]["admitted"] == 1  # type: ignore[index]
-
-
-def idle_deployment(name: str) -> dict[str, object]:
-    """A Deployment that runs nothing anywhere: no replicas, paused."""
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 0,
-            "paused": True,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
-                },
-            },
-        },
-    }
-
-
-def suspended_job(name: str) -> dict[str, object]:
-    """A Job that stays inert everywhere: suspended, and its pods would be gated anyway."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "schedulingGates": [{"name": "tidegate.io/contract"}],
-                    "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
-                }
-            },
-        },
-    }

@@ -16,23 +16,13 @@ from tidegate.kube import (
     Unsupported,
 )
 
-from .conftest import CONTRACT_LABEL, ContractEnv
-from .test_informer import suspended_job
+from .conftest import CONTRACT_LABEL, INERT, ContractEnv, k8s
 
 pytestmark = pytest.mark.kube_contract
 
 
-def podgroup(name: str, min_member: int = 2) -> dict[str, object]:
-    return {
-        "apiVersion": "tidegate.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"minMember": min_member, "queue": "default"},
-    }
-
-
 async def test_custom_status_merge_patch(env: ContractEnv) -> None:
-    await env.client.create(PODGROUPS, podgroup("g"), namespace=env.namespace)
+    await env.client.create(PODGROUPS, k8s.podgroup("g", queue="default"), namespace=env.namespace)
     first = await env.client.patch_custom_status(
         "tidegate.io",
         "v1alpha1",
@@ -68,7 +58,7 @@ async def test_custom_status_merge_patch(env: ContractEnv) -> None:
 async def test_status_subresource_ignores_spec_and_main_resource_ignores_status(
     env: ContractEnv,
 ) -> None:
-    await env.client.create(PODGROUPS, podgroup("g"), namespace=env.namespace)
+    await env.client.create(PODGROUPS, k8s.podgroup("g", queue="default"), namespace=env.namespace)
     await env.client.patch_custom(
         "tidegate.io",
         "v1alpha1",
@@ -83,7 +73,7 @@ async def test_status_subresource_ignores_spec_and_main_resource_ignores_status(
 
 
 async def test_strategic_merge_on_a_custom_resource_is_unsupported(env: ContractEnv) -> None:
-    await env.client.create(PODGROUPS, podgroup("g"), namespace=env.namespace)
+    await env.client.create(PODGROUPS, k8s.podgroup("g", queue="default"), namespace=env.namespace)
     with pytest.raises(Unsupported) as info:
         await env.client.patch(
             PODGROUPS,
@@ -105,7 +95,9 @@ async def test_strategic_merge_on_a_custom_resource_is_unsupported(env: Contract
 
 
 async def test_stale_resource_version_is_a_conflict(env: ContractEnv) -> None:
-    created = await env.client.create(PODGROUPS, podgroup("g"), namespace=env.namespace)
+    created = await env.client.create(
+        PODGROUPS, k8s.podgroup("g", queue="default"), namespace=env.namespace
+    )
     stale = created["metadata"]["resourceVersion"]  # type: ignore[index]
     await env.client.patch_custom(
         "tidegate.io",
@@ -128,9 +120,11 @@ async def test_stale_resource_version_is_a_conflict(env: ContractEnv) -> None:
 
 
 async def test_create_twice_is_already_exists_and_missing_is_not_found(env: ContractEnv) -> None:
-    await env.client.create(PODGROUPS, podgroup("g"), namespace=env.namespace)
+    await env.client.create(PODGROUPS, k8s.podgroup("g", queue="default"), namespace=env.namespace)
     with pytest.raises(AlreadyExists):
-        await env.client.create(PODGROUPS, podgroup("g"), namespace=env.namespace)
+        await env.client.create(
+            PODGROUPS, k8s.podgroup("g", queue="default"), namespace=env.namespace
+        )
     with pytest.raises(NotFound):
         await env.client.get(PODGROUPS, "nope", namespace=env.namespace)
     with pytest.raises(NotFound):
@@ -150,7 +144,9 @@ async def test_annotate_sets_and_removes(env: ContractEnv) -> None:
 
 
 async def test_a_patch_by_uid_reaches_only_that_object(env: ContractEnv) -> None:
-    first = await env.client.create(JOBS, suspended_job("j"), namespace=env.namespace)
+    first = await env.client.create(
+        JOBS, k8s.job("j", parallelism=None, template=INERT, suspend=True), namespace=env.namespace
+    )
     uid = str(first["metadata"]["uid"])  # type: ignore[index]
     marked = await env.client.annotate(JOBS, env.namespace, "j", {"a.example.com/x": "1"}, uid=uid)
     assert marked["metadata"]["annotations"] == {"a.example.com/x": "1"}  # type: ignore[index]
@@ -162,7 +158,9 @@ async def test_a_patch_by_uid_reaches_only_that_object(env: ContractEnv) -> None
             except NotFound:
                 break
             await asyncio.sleep(0.1)
-    await env.client.create(JOBS, suspended_job("j"), namespace=env.namespace)
+    await env.client.create(
+        JOBS, k8s.job("j", parallelism=None, template=INERT, suspend=True), namespace=env.namespace
+    )
     with pytest.raises(Conflict):
         await env.client.annotate(JOBS, env.namespace, "j", {"a.example.com/x": "2"}, uid=uid)
     with pytest.raises(Conflict):
@@ -174,7 +172,7 @@ async def test_a_patch_by_uid_reaches_only_that_object(env: ContractEnv) -> None
 
 
 async def test_suspend_job_and_jobset(env: ContractEnv) -> None:
-    body = suspended_job("j")
+    body = k8s.job("j", parallelism=None, template=INERT, suspend=True)
     body["spec"]["suspend"] = False  # type: ignore[index]
     await env.client.create(JOBS, body, namespace=env.namespace)
     job = await env.client.suspend_job(env.namespace, "j")
@@ -187,7 +185,11 @@ async def test_suspend_job_and_jobset(env: ContractEnv) -> None:
         "spec": {
             "suspend": False,
             "replicatedJobs": [
-                {"name": "workers", "replicas": 1, "template": {"spec": suspended_job("w")["spec"]}}
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {"spec": {"suspend": True, "template": INERT}},
+                }
             ],
         },
     }

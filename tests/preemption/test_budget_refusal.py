@@ -25,21 +25,10 @@ from typing import Any
 from tidegate.kube import DEPLOYMENTS, EVENTS, PDBS
 from tidegate.model import PodState, Preempted
 from tidegate.runtime import Service
+from tidegate.testing.manifests import Builders
 
 from .conftest import NAMESPACE, Harness, inference_deployment, training_deployment
 from .test_preemption_service import evicted_record, gated, gone, live
-
-
-def budget(min_available: int, job: str = "train") -> dict[str, Any]:
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": f"{job}-budget"},
-        "spec": {
-            "minAvailable": min_available,
-            "selector": {"matchLabels": {"app": job}},
-        },
-    }
 
 
 async def running_training_gang(h: Harness, name: str, nodes: list[str]) -> set[str]:
@@ -71,6 +60,9 @@ def sample(service: Service[Any], name: str, labels: dict[str, str] | None = Non
     return service.metrics.registry.get_sample_value(name, labels or {}) or 0.0
 
 
+k8s = Builders(server_fields=False)
+"""The budgets the tests create."""
+
 BLOCKED = "tidegate_preemption_budget_blocked_total"
 EVICTIONS = "tidegate_preemption_pod_evictions_total"
 
@@ -93,7 +85,9 @@ async def behind_the_watchers_back(h: Harness, min_available: int) -> set[str]:
     await h.until(lambda: h.workload("serve") is not None, what="serve on the bus", within=60)
     assert h.watcher is not None
     await h.stop(h.watcher)
-    await h.create(PDBS, budget(min_available))
+    await h.create(
+        PDBS, k8s.disruption_budget("train-budget", {"app": "train"}, min_available=min_available)
+    )
     return original
 
 
@@ -186,7 +180,7 @@ async def test_one_victim_held_by_its_budget_does_not_hold_back_another(
     assert h.watcher is not None
     await h.stop(h.watcher)
     for job in original:
-        await h.create(PDBS, budget(1, job))
+        await h.create(PDBS, k8s.disruption_budget(f"{job}-budget", {"app": job}, min_available=1))
     service = await h.start_preemption(eviction_concurrency=1, kube_max_attempts=1)
     await h.request_preemption("serve")
 

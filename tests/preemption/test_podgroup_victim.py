@@ -4,19 +4,23 @@ one-pod podsets pinned to hosts (issue 12, finding 10)."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 
 from tidegate.kube import DEPLOYMENTS, PODGROUPS, PODS
 from tidegate.model import PodState, Preempted, WorkloadState
+from tidegate.testing.manifests import Builders
 
-from .conftest import GATE, NAMESPACE, Harness, environment, inference_deployment, pod_template
+from .conftest import NAMESPACE, Harness, environment, inference_deployment, pod_template
 from .test_announce_first import nodes_on_the_bus, one_pod_per_node
 from .test_end_to_end import every_service
 from .test_preemption_service import inference_arrives, live
 
 T = TypeVar("T")
+
+k8s = Builders(server_fields=False)
+"""The PodGroup and its members, as a user creates them."""
 
 
 def _async(check: Callable[[], T | None]) -> Callable[[], Awaitable[T | None]]:
@@ -26,38 +30,24 @@ def _async(check: Callable[[], T | None]) -> Callable[[], Awaitable[T | None]]:
     return run
 
 
-def member(index: int) -> dict[str, Any]:
-    template = pod_template(queue="offline", priority_class="low", gpus=8)
-    spec = {**template["spec"], "schedulingGates": [{"name": GATE}]}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"pair-{index}",
-            "labels": {
-                **template["metadata"]["labels"],
-                "scheduling.k8s.io/group-name": "pair",
-                "tidegate.io/pod-index": str(index),
-            },
-        },
-        "spec": spec,
-    }
-
-
 async def create_pair(h: Harness) -> None:
     """The PodGroup ``pair`` and its four gated members."""
+    # A PodGroup has no default service type: training makes it a candidate victim.
+    training = {"volcano.sh/service.type": "training"}
     await h.create(
-        PODGROUPS,
-        {
-            "apiVersion": "tidegate.io/v1alpha1",
-            "kind": "PodGroup",
-            # A PodGroup has no default service type: training makes it a candidate victim.
-            "metadata": {"name": "pair", "annotations": {"volcano.sh/service.type": "training"}},
-            "spec": {"minMember": 4, "queue": "offline"},
-        },
+        PODGROUPS, k8s.podgroup("pair", min_member=4, queue="offline", annotations=training)
     )
+    template = pod_template(queue="offline", priority_class="low", gpus=8)
+    spec = dict(template["spec"])
+    containers = spec.pop("containers")
     for index in range(4):
-        await h.create(PODS, member(index))
+        labels = {
+            **template["metadata"]["labels"],
+            "scheduling.k8s.io/group-name": "pair",
+            "tidegate.io/pod-index": str(index),
+        }
+        member = k8s.pod(f"pair-{index}", labels=labels, containers=containers, **spec)
+        await h.create(PODS, member)
 
 
 def pair_pods(h: Harness) -> list[PodState]:

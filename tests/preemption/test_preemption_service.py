@@ -3,6 +3,7 @@ with its whole control plane: whole-gang eviction, restart and abort modes, a cr
 the publication of the decision and the evictions, and no ping-pong."""
 
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,9 @@ import yaml
 
 from tidegate.kube import DEPLOYMENTS, JOBS, PODS
 from tidegate.kube.ungate import has_gate
-from tidegate.model import PodState, Preempted, PreemptRequested, subjects
+from tidegate.model import Admitted, PodState, Preempted, PreemptRequested, subjects
+from tidegate.model.ledger import PreemptionRecord
 from tidegate.preemption.config import Settings
-from tidegate.preemption.record import PreemptionRecord
 from tidegate.runtime import Service
 
 from .conftest import (
@@ -251,6 +252,7 @@ async def test_a_preemption_published_but_not_evicted_is_finished_once_after_a_r
 
 async def test_no_ping_pong(harness: Harness) -> None:
     h = harness
+    started = time.time()
     await running_training_job(h)
     service = await h.start_preemption()
     await inference_arrives(h)
@@ -276,6 +278,21 @@ async def test_no_ping_pong(harness: Harness) -> None:
 
     await h.until(serve_running, what="the inference pods running")
     serving = {p.uid for p in serve_running()}
+
+    # The victim's GPUs times the time it held them are counted as lost, by its queue.
+    train = h.workload("train")
+    assert train is not None
+    (admitted,) = [d for d in h.of(Admitted) if d.workload == f"{NAMESPACE}/train"]
+    gpus = admitted.charged["nvidia.com/gpu"]
+
+    def lost() -> float:
+        value = service.metrics.registry.get_sample_value(
+            "tidegate_preemption_gpu_hours_lost_total", {"queue": train.queue or ""}
+        )
+        return value or 0.0
+
+    await h.until(lambda: lost() > 0, what="the GPU-hours lost counted")
+    assert lost() <= gpus * (time.time() - started) / 3600
 
     def handled(outcome: str) -> float:
         value = service.metrics.registry.get_sample_value(

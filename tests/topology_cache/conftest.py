@@ -6,24 +6,19 @@ and follows the capacity stream the way admission does. :meth:`Harness.recompute
 accounting fed that final state from scratch: what the cache's published view must equal.
 """
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
 
-from tidegate.bus import Bus, Received, layout
+from tidegate.bus import Received, layout
 from tidegate.model import (
     Admitted,
     CapacityDomain,
     CapacityNode,
     Message,
-    NodeState,
-    PodState,
     Preempted,
     Released,
-    Tombstone,
-    TopologyConfig,
-    WorkloadState,
     subjects,
 )
 from tidegate.placement.accounting import (
@@ -34,21 +29,26 @@ from tidegate.placement.accounting import (
     same_content,
 )
 from tidegate.runtime import Service
-from tidegate.testing import RunningServices, connected, envelope, following, until
+from tidegate.testing import RunningServices, connected, following
+from tidegate.testing.harness import ServiceHarness, subject_of
+from tidegate.testing.messages import GPU, Messages
 from tidegate.topology_cache.app import setup
 from tidegate.topology_cache.config import Settings
 
+__all__ = ["GPU", "LEVELS", "Harness", "msg"]
+
 LEVELS = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
-GPU = "nvidia.com/gpu"
+
+msg = Messages(
+    namespace="team", levels=LEVELS, node_labels={"nvidia.com/gpu.product": "H200"}, node_pods=110
+)
+"""The messages this suite publishes."""
 
 
 @dataclass
-class Harness:
+class Harness(ServiceHarness):
     """Publishes inputs like the other services would and follows the capacity stream."""
 
-    bus: Bus
-    cluster: str
-    nats_url: str
     state: dict[str, Message] = field(default_factory=dict)
     """Last body published per state subject (tombstones included)."""
     decisions: list[Message] = field(default_factory=list)
@@ -57,57 +57,19 @@ class Harness:
     """Last message per capacity subject, as a follower of the capacity stream sees it."""
     capacity_log: list[str] = field(default_factory=list)
     """Subjects of the capacity messages seen since the harness started, in order."""
-    services: RunningServices = field(
-        default_factory=lambda: RunningServices(ready_within=10, stop_within=20)
-    )
-    """Topology-cache instances running in this process."""
 
     # ------------------------------------------------------------------ inputs
 
-    async def publish(self, subject: str, body: Message) -> None:
-        """Publish one message as the service that owns it would."""
-        await self.bus.publish(subject, envelope(self.cluster, body))
-
-    async def put(self, body: NodeState | PodState | WorkloadState | TopologyConfig) -> None:
-        """Publish a state snapshot on its subject."""
-        match body:
-            case NodeState():
-                subject = subjects.node(self.cluster, body.name)
-            case PodState():
-                subject = subjects.pod(self.cluster, body.namespace, body.name)
-            case WorkloadState():
-                subject = subjects.workload(self.cluster, body.namespace, body.name)
-            case TopologyConfig():
-                subject = subjects.topology(self.cluster, body.name)
-        self.state[subject] = body
-        await self.publish(subject, body)
-
-    async def delete(self, kind: str, name: str, namespace: str | None = None) -> None:
-        """Publish a tombstone for a node, pod, workload or topology."""
-        match kind:
-            case "node":
-                subject = subjects.node(self.cluster, name)
-            case "pod":
-                subject = subjects.pod(self.cluster, str(namespace), name)
-            case "workload":
-                subject = subjects.workload(self.cluster, str(namespace), name)
-            case _:
-                subject = subjects.topology(self.cluster, name)
-        body = Tombstone(object_kind=kind, name=name, namespace=namespace)  # type: ignore[arg-type]
-        self.state[subject] = body
-        await self.publish(subject, body)
-
-    async def decide(self, body: Admitted | Released | Preempted) -> None:
-        """Publish a decision on its subject."""
-        if isinstance(body, Preempted):
-            namespace, _, name = body.preemptor.partition("/")
-            subject = subjects.decision(self.cluster, "preempted", namespace, name)
+    async def send(self, body: Message, *, event_id: str | None = None) -> str:
+        """Publish ``body`` on its subject and remember it: a decision in :attr:`decisions`,
+        anything else (tombstones too) as its subject's state."""
+        subject = subject_of(self.cluster, body)
+        if isinstance(body, Admitted | Released | Preempted):
+            self.decisions.append(body)
         else:
-            namespace, _, name = body.workload.partition("/")
-            kind = "admitted" if isinstance(body, Admitted) else "released"
-            subject = subjects.decision(self.cluster, kind, namespace, name)
-        self.decisions.append(body)
-        await self.publish(subject, body)
+            self.state[subject] = body
+        await self.publish(subject, body, event_id=event_id)
+        return subject
 
     # ------------------------------------------------------------------ the cache
 
@@ -125,13 +87,11 @@ class Harness:
 
     async def start_cache(self, **overrides: object) -> Service[Settings]:
         """Run a topology-cache in this process; returns once it reports ready."""
-        service = Service("topology-cache", self.settings(**overrides), setup)
-        await self.services.start(service)
-        return service
+        return await self.start("topology-cache", self.settings(**overrides), setup)
 
     async def stop_cache(self, service: Service[Settings]) -> int:
         """Stop one instance gracefully (as SIGTERM would); returns its exit code."""
-        return await self.services.stop(service)
+        return await self.stop(service)
 
     # ------------------------------------------------------------------ what to compare
 
@@ -181,25 +141,22 @@ class Harness:
         assert isinstance(body, CapacityNode), f"{name}: {body!r}"
         return body
 
-    async def until(
-        self, check: Callable[[], object], *, within: float = 10.0, what: str = "condition"
-    ) -> None:
-        """Wait until ``check()`` is truthy (it may raise AssertionError while not yet); fail
-        if an instance stopped on its own."""
-
-        def describe() -> str:
-            if what == "view = recomputed":
-                return ": " + "; ".join(self.differences()[:5])
-            return ""
-
-        await until(check, within=within, what=what, alive=self.services.check, describe=describe)
+    def describe(self) -> str:
+        """The first differences, when waiting for the view to equal a recomputation."""
+        problems = self.differences()
+        return ": " + "; ".join(problems[:5]) if problems else ""
 
 
 @pytest.fixture
 async def harness(nats_url: str, cluster_id: str) -> AsyncIterator[Harness]:
     """A bus connection with the layout created and a follower of the capacity stream."""
     async with connected(nats_url, cluster_id, name="topology-cache-test") as bus:
-        harness = Harness(bus=bus, cluster=cluster_id, nats_url=nats_url)
+        harness = Harness(
+            bus=bus,
+            cluster=cluster_id,
+            nats_url=nats_url,
+            services=RunningServices(ready_within=10, stop_within=20),
+        )
 
         async def remember(received: Received) -> None:
             harness.capacity[received.subject] = received.envelope.body

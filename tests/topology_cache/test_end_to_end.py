@@ -33,6 +33,7 @@ from tidegate.testing import (
     start_until,
     until,
 )
+from tidegate.testing.manifests import Builders
 from tidegate.watcher.app import Watcher
 from tidegate.watcher.config import WatcherSettings
 
@@ -42,6 +43,8 @@ LINGJUN = Path(__file__).resolve().parents[2] / "libs/sim/tests/data/lingjun-top
 MERGE = "application/merge-patch+json"
 NAMESPACE = "churn"
 TOPOLOGY = "default"
+
+k8s = Builders(server_fields=False)
 
 pytestmark = pytest.mark.slow
 
@@ -121,29 +124,18 @@ async def watcher(
         await runner.stop()
 
 
-def pod_body(name: str, rng: random.Random) -> dict[str, Any]:
-    requests: dict[str, Any] = {"cpu": f"{rng.choice([100, 500, 2000])}m", "memory": "1Gi"}
+def random_pod(name: str, rng: random.Random) -> dict[str, Any]:
+    """A pod of random size (cpu, GPUs), finishing on its own in three cases out of ten."""
+    cpu = f"{rng.choice([100, 500, 2000])}m"
     gpus = rng.choice([0, 0, 1, 2, 4, 8])
-    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
-    requests.update(limits)
+    gpu = {"gpu": str(gpus)} if gpus else {}
     annotations = {}
     if rng.random() < 0.3:  # finishes after 0.5-2 s of wall time
         annotations["tidegate.io/sim-duration-seconds"] = str(rng.choice([50, 100, 200]))
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox",
-                    "resources": {"requests": requests, "limits": limits},
-                }
-            ],
-        },
-    }
+    container = k8s.container(cpu, limits=True, **gpu)
+    return k8s.pod(
+        name, gated=False, annotations=annotations, containers=[container], restartPolicy="Never"
+    )
 
 
 def differences(sim: SimCluster, harness: Harness) -> list[str]:
@@ -200,7 +192,7 @@ async def test_capacity_view_equals_the_simulators_own_state_after_churn(
     assert len(nodes) == 847
 
     for i in range(300):
-        sim.api.create(PODS, NAMESPACE, pod_body(f"p{i}", rng))
+        sim.api.create(PODS, NAMESPACE, random_pod(f"p{i}", rng))
     await until_scheduled(sim)
     await until_equal(sim, harness)
     bound = [p for p in sim.store.objects(PODS.key) if p.get("spec", {}).get("nodeName")]
@@ -210,7 +202,7 @@ async def test_capacity_view_equals_the_simulators_own_state_after_churn(
     for i in rng.sample(range(300), 60):
         delete_pod(sim, f"p{i}", now=rng.random() < 0.5)
     for i in range(300, 340):
-        sim.api.create(PODS, NAMESPACE, pod_body(f"p{i}", rng))
+        sim.api.create(PODS, NAMESPACE, random_pod(f"p{i}", rng))
     busy = sorted({p["spec"]["nodeName"] for p in bound})
     failed, cordoned, removed = busy[:4], busy[4:6], busy[6:9]
     for name in failed:
@@ -229,7 +221,7 @@ async def test_capacity_view_equals_the_simulators_own_state_after_churn(
             assert response.status == 201
         sim.api.store.close_watchers()
         for i in range(340, 360):
-            sim.api.create(PODS, NAMESPACE, pod_body(f"p{i}", rng))
+            sim.api.create(PODS, NAMESPACE, random_pod(f"p{i}", rng))
         for i in rng.sample(range(340), 30):
             delete_pod(sim, f"p{i}", now=True)
         async with http.post(f"{sim.url}/sim/v1/compact") as response:
@@ -247,7 +239,7 @@ async def test_capacity_view_equals_the_simulators_own_state_after_churn(
     for i in rng.sample(range(360), 30):
         delete_pod(sim, f"p{i}", now=True)
     for i in range(360, 380):
-        sim.api.create(PODS, NAMESPACE, pod_body(f"p{i}", rng))
+        sim.api.create(PODS, NAMESPACE, random_pod(f"p{i}", rng))
     await asyncio.sleep(0.3)
     await watcher.start()
     await until_equal(sim, harness)

@@ -5,23 +5,16 @@ from pathlib import Path
 
 import aiohttp
 
-from tidegate.model import NodeState, TopologyConfig
 from tidegate.testing import run_to_exit, service_process
 
-from .conftest import LEVELS, Harness
+from .conftest import Harness, msg
 
 
 async def test_the_process_publishes_becomes_ready_and_stops_on_sigterm(
     harness: Harness, nats_url: str, tmp_path: Path
 ) -> None:
-    await harness.put(TopologyConfig(name="default", levels=LEVELS))
-    await harness.put(
-        NodeState(
-            name="n1",
-            labels={LEVELS[0]: "b1", LEVELS[1]: "r1", LEVELS[2]: "n1"},
-            allocatable={"cpu": 4000},
-        )
-    )
+    await harness.send(msg.topology())
+    await harness.send(msg.node("n1", "b1", "r1", labels={}, allocatable={"cpu": 4000}))
     settings = {
         "TIDEGATE_CLUSTER": harness.cluster,
         "TIDEGATE_NATS_URL": nats_url,

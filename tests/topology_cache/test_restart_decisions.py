@@ -9,10 +9,8 @@ reservation back, before or after a restart: the record of ended admissions is r
 the replayed releases, whatever order they come in.
 """
 
-from tidegate.model import Released
-
-from .conftest import GPU, Harness
-from .test_topology_cache import admitted, cluster
+from .conftest import GPU, Harness, msg
+from .test_topology_cache import cluster, host
 
 JOB = "team/job-38-0"
 
@@ -20,23 +18,19 @@ JOB = "team/job-38-0"
 async def _admitted_job_then_stopped(harness: Harness) -> None:
     await cluster(harness)
     cache = await harness.start_cache()
-    await harness.decide(admitted(JOB, {"n0": 1, "n1": 1}, sequence=4, gpus=8))
+    await harness.send(
+        msg.admitted(JOB, {host("n0"): 1, host("n1"): 1}, sequence=4, per_pod=msg.requests(gpus=8))
+    )
     await harness.until_consistent()
     assert harness.node_record("n0").free[GPU] == 0
     assert await harness.stop_cache(cache) == 0
-
-
-def _completed(sequence: int) -> Released:
-    return Released(
-        workload=JOB, uid=f"uid-{JOB}", queue="q", reason="Completed", sequence=sequence
-    )
 
 
 async def test_a_release_while_the_cache_is_down_ends_the_reservation_after_restart(
     harness: Harness,
 ) -> None:
     await _admitted_job_then_stopped(harness)
-    await harness.decide(_completed(9))
+    await harness.send(msg.released(JOB, sequence=9))
 
     cache = await harness.start_cache()
     await harness.until_consistent()
@@ -49,10 +43,12 @@ async def test_an_admitted_stored_again_after_its_release_stays_ended_across_a_r
     harness: Harness,
 ) -> None:
     await _admitted_job_then_stopped(harness)
-    await harness.decide(_completed(9))
+    await harness.send(msg.released(JOB, sequence=9))
     # The same admission again (a duplicate delivery, an outbox re-publish): stored after the
     # release, so a replay of the last message per subject meets it after the release.
-    await harness.decide(admitted(JOB, {"n0": 1, "n1": 1}, sequence=4, gpus=8))
+    await harness.send(
+        msg.admitted(JOB, {host("n0"): 1, host("n1"): 1}, sequence=4, per_pod=msg.requests(gpus=8))
+    )
 
     cache = await harness.start_cache()
     await harness.until_consistent()
@@ -62,7 +58,9 @@ async def test_an_admitted_stored_again_after_its_release_stays_ended_across_a_r
 
     # And once more, while it runs, then across another restart.
     cache = await harness.start_cache()
-    await harness.decide(admitted(JOB, {"n0": 1, "n1": 1}, sequence=4, gpus=8))
+    await harness.send(
+        msg.admitted(JOB, {host("n0"): 1, host("n1"): 1}, sequence=4, per_pod=msg.requests(gpus=8))
+    )
     await harness.until_consistent()
     assert await harness.stop_cache(cache) == 0
     cache = await harness.start_cache()

@@ -8,86 +8,29 @@ import aiohttp
 
 from tidegate.bus import layout
 from tidegate.model import (
-    Admitted,
     CapacityDomain,
-    DomainCount,
-    NodeState,
-    PodState,
-    Preempted,
-    Released,
     Taint,
     Tombstone,
-    TopologyAssignment,
-    TopologyConfig,
     subjects,
 )
 
-from .conftest import GPU, LEVELS, Harness
+from .conftest import GPU, LEVELS, Harness, msg
 
 NAMESPACE = "team"
-
-
-def node(name: str, rack: str = "r1", *, gpus: int = 8, **kwargs: object) -> NodeState:
-    return NodeState(
-        name=name,
-        labels={
-            LEVELS[0]: "b1",
-            LEVELS[1]: rack,
-            LEVELS[2]: name,
-            "nvidia.com/gpu.product": "H200",
-        },
-        allocatable={"cpu": 64_000, GPU: gpus, "pods": 110},
-        **kwargs,  # type: ignore[arg-type]
-    )
-
-
-def pod(
-    name: str,
-    node_name: str | None,
-    *,
-    gpus: int = 1,
-    workload: str | None = None,
-    phase: str = "Running",
-) -> PodState:
-    return PodState(
-        namespace=NAMESPACE,
-        name=name,
-        uid=f"uid-{name}",
-        node_name=node_name,
-        phase=phase,
-        requests={"cpu": 1000, GPU: gpus},
-        workload=workload,
-        podset="workers" if workload else None,
-    )
-
-
-def admitted(workload: str, domains: dict[str, int], *, sequence: int, gpus: int) -> Admitted:
-    return Admitted(
-        workload=workload,
-        uid=f"uid-{workload}",
-        queue="q",
-        sequence=sequence,
-        epoch=1,
-        assignments={
-            "workers": TopologyAssignment(
-                levels=LEVELS,
-                domains=[
-                    DomainCount(values=["b1", rack_of(n), n], count=c) for n, c in domains.items()
-                ],
-            )
-        },
-        requests={"workers": {"cpu": 1000, GPU: gpus}},
-    )
 
 
 def rack_of(name: str) -> str:
     return "r1" if int(name.removeprefix("n")) < 4 else "r2"
 
 
+def host(name: str) -> tuple[str, str, str]:
+    return ("b1", rack_of(name), name)
+
+
 async def cluster(harness: Harness, nodes: int = 8) -> None:
-    await harness.put(TopologyConfig(name="default", levels=LEVELS))
+    await harness.send(msg.topology())
     for i in range(nodes):
-        await harness.put(node(f"n{i}", rack_of(f"n{i}")))
+        await harness.send(msg.node(f"n{i}", "b1", rack_of(f"n{i}")))
 
 
 async def test_node_and_pod_churn_keeps_the_view_equal_to_a_recomputation(
@@ -99,19 +42,24 @@ async def test_node_and_pod_churn_keeps_the_view_equal_to_a_recomputation(
     assert harness.node_record("n0").free[GPU] == 8
 
     for i in range(12):  # DaemonSet-like pods tidegate does not manage, and plain pods
-        await harness.put(pod(f"p{i}", f"n{i % 8}", gpus=i % 3))
-    await harness.put(pod("gated", None, gpus=8))
+        await harness.send(msg.pod(f"p{i}", f"n{i % 8}", gpus=i % 3))
+    await harness.send(msg.pod("gated", None, gpus=8))
     await harness.until_consistent()
     assert harness.node_record("n0").free[GPU] == 6  # p0 asks for no GPU, p8 for two
-    await harness.delete("pod", "p3", NAMESPACE)
-    await harness.put(pod("p4", "n4", gpus=1, phase="Succeeded"))
-    await harness.put(node("n5", "r2", ready=False))  # node failure
-    await harness.put(node("n6", "r2", unschedulable=True))  # cordon
-    await harness.put(
-        node("n7", "r2", taints=[Taint(key="node.kubernetes.io/unreachable", effect="NoExecute")])
+    await harness.tombstone("pod", "p3", NAMESPACE)
+    await harness.send(msg.pod("p4", "n4", gpus=1, phase="Succeeded"))
+    await harness.send(msg.node("n5", "b1", "r2", ready=False))  # node failure
+    await harness.send(msg.node("n6", "b1", "r2", unschedulable=True))  # cordon
+    await harness.send(
+        msg.node(
+            "n7",
+            "b1",
+            "r2",
+            taints=[Taint(key="node.kubernetes.io/unreachable", effect="NoExecute")],
+        )
     )
-    await harness.delete("node", "n1")
-    await harness.put(node("n9", "r2"))
+    await harness.tombstone("node", "n1")
+    await harness.send(msg.node("n9", "b1", "r2"))
     await harness.until_consistent()
 
     assert not harness.node_record("n5").schedulable
@@ -128,10 +76,14 @@ async def test_admitted_pods_move_from_reserved_to_used_without_double_counting(
     harness: Harness,
 ) -> None:
     await cluster(harness)
-    await harness.start_cache()
+    service = await harness.start_cache()
     await harness.until_consistent()
 
-    await harness.decide(admitted("team/train", {"n0": 2, "n1": 2}, sequence=7, gpus=4))
+    await harness.send(
+        msg.admitted(
+            "team/train", {host("n0"): 2, host("n1"): 2}, sequence=7, per_pod=msg.requests(gpus=4)
+        )
+    )
     await harness.until(lambda: harness.node_record("n0").applied_sequence == 7, what="seq 7")
     await harness.until_consistent()
     assert harness.node_record("n1").applied_sequence == 7
@@ -140,22 +92,31 @@ async def test_admitted_pods_move_from_reserved_to_used_without_double_counting(
     assert harness.node_record("n2").free[GPU] == 8
 
     for i, where in enumerate(["n0", "n0", "n1"]):
-        await harness.put(pod(f"w-{i}", where, gpus=4, workload="team/train"))
+        await harness.send(
+            msg.pod(f"w-{i}", where, gpus=4, workload="team/train", podset="workers")
+        )
     await harness.until_consistent()
     assert harness.node_record("n0").free[GPU] == 0  # two bound, none reserved
     assert harness.node_record("n1").free[GPU] == 0  # one bound, one reserved
 
-    await harness.decide(
-        Released(
-            workload="team/train", uid="uid-team/train", queue="q", reason="Completed", sequence=9
-        )
-    )
+    def gpus(state: str, domain: str = "b1/r1", level: str = LEVELS[1]) -> float | None:
+        labels = {"topology": "default", "level": level, "domain": domain, "state": state}
+        return service.metrics.registry.get_sample_value("tidegate_topology_gpus", labels)
+
+    # GPU use by topology level: rack r1 is n0-n3, block b1 all eight nodes.
+    assert [gpus(s) for s in ("allocatable", "used", "reserved", "free")] == [32, 12, 4, 16]
+    assert gpus("allocatable", "b1", LEVELS[0]) == 64
+    assert gpus("free", "b1/r2") == 32
+
+    await harness.send(msg.released("team/train", sequence=9))
     await harness.until_consistent()
     assert harness.node_record("n1").free[GPU] == 4  # only the bound pod remains
     assert harness.node_record("n1").applied_sequence == 9
 
-    await harness.decide(admitted("team/online", {"n2": 1}, sequence=11, gpus=8))
-    await harness.decide(Preempted(preemptor="team/x", preemptor_uid="u", victims=["team/online"]))
+    await harness.send(
+        msg.admitted("team/online", {host("n2"): 1}, sequence=11, per_pod=msg.requests(gpus=8))
+    )
+    await harness.send(msg.preempted("team/x", ["team/online"], uid="u"))
     await harness.until_consistent()
     assert harness.node_record("n2").free[GPU] == 8
 
@@ -164,12 +125,14 @@ async def test_an_applied_decision_is_reported_even_where_nothing_changed(
     harness: Harness,
 ) -> None:
     await cluster(harness, nodes=2)
-    await harness.put(pod("w-0", "n0", gpus=2, workload="team/fast"))
+    await harness.send(msg.pod("w-0", "n0", gpus=2, workload="team/fast", podset="workers"))
     await harness.start_cache()
     await harness.until_consistent()
     before = harness.node_record("n0")
     # The ungater was quicker than this decision: the pod is bound already.
-    await harness.decide(admitted("team/fast", {"n0": 1}, sequence=4, gpus=2))
+    await harness.send(
+        msg.admitted("team/fast", {host("n0"): 1}, sequence=4, per_pod=msg.requests(gpus=2))
+    )
     await harness.until(lambda: harness.node_record("n0").applied_sequence == 4, what="seq 4")
     assert harness.node_record("n0").free == before.free
     assert harness.node_record("n1").applied_sequence == 0  # not concerned, not republished
@@ -180,10 +143,14 @@ async def test_a_restart_rebuilds_the_same_view_and_publishes_only_what_changed(
 ) -> None:
     await cluster(harness)
     cache = await harness.start_cache()
-    await harness.decide(admitted("team/a", {"n0": 2, "n4": 1}, sequence=3, gpus=2))
+    await harness.send(
+        msg.admitted(
+            "team/a", {host("n0"): 2, host("n4"): 1}, sequence=3, per_pod=msg.requests(gpus=2)
+        )
+    )
     for i in range(6):
-        await harness.put(pod(f"p{i}", f"n{i}", gpus=1))
-    await harness.put(pod("a-0", "n0", gpus=2, workload="team/a"))
+        await harness.send(msg.pod(f"p{i}", f"n{i}", gpus=1))
+    await harness.send(msg.pod("a-0", "n0", gpus=2, workload="team/a", podset="workers"))
     await harness.until_consistent()
     assert await harness.stop_cache(cache) == 0
 
@@ -195,10 +162,12 @@ async def test_a_restart_rebuilds_the_same_view_and_publishes_only_what_changed(
     assert await harness.stop_cache(cache) == 0
 
     # Changes while it is down are published once it is back, and only those.
-    await harness.delete("node", "n7")
-    await harness.delete("pod", "p2", NAMESPACE)
-    await harness.put(pod("a-1", "n4", gpus=2, workload="team/a"))
-    await harness.decide(admitted("team/b", {"n3": 1}, sequence=5, gpus=1))
+    await harness.tombstone("node", "n7")
+    await harness.tombstone("pod", "p2", NAMESPACE)
+    await harness.send(msg.pod("a-1", "n4", gpus=2, workload="team/a", podset="workers"))
+    await harness.send(
+        msg.admitted("team/b", {host("n3"): 1}, sequence=5, per_pod=msg.requests(gpus=1))
+    )
     seen = len(harness.capacity_log)
     service = await harness.start_cache()
     stored_when_ready = await harness.bus.last_sequence(layout.capacity_stream(harness.cluster))
@@ -235,29 +204,15 @@ async def test_a_restart_rebuilds_the_same_view_and_publishes_only_what_changed(
 
 async def test_bad_input_is_reported_and_the_rest_applied(harness: Harness) -> None:
     await cluster(harness, nodes=2)
-    await harness.put(TopologyConfig(name="broken", levels=[LEVELS[0], LEVELS[0]]))
+    await harness.send(msg.topology("broken", [LEVELS[0], LEVELS[0]]))
     cache = await harness.start_cache()
-    bad = Admitted(
-        workload="team/odd",
-        uid="u",
-        queue="q",
-        sequence=2,
-        epoch=1,
-        assignments={
-            "workers": TopologyAssignment(
-                levels=LEVELS,
-                domains=[
-                    DomainCount(values=["b1", "r1", "n0"], count=-3),
-                    DomainCount(values=["b1", "r1", "n1"], count=1),
-                ],
-            )
-        },
-        requests={"workers": {GPU: 2}},
+    bad = msg.admitted(
+        "team/odd", {host("n0"): -3, host("n1"): 1}, sequence=2, uid="u", per_pod={GPU: 2}
     )
-    await harness.decide(bad)
+    await harness.send(bad)
     await harness.until(lambda: harness.node_record("n1").free[GPU] == 6, what="good part")
     assert harness.node_record("n0").free[GPU] == 8
     assert not any("broken" in subject for subject in harness.capacity)
-    await harness.put(node("n2"))  # still following
+    await harness.send(msg.node("n2", "b1", "r1"))  # still following
     await harness.until_consistent()
     assert cache.readiness.ready

@@ -18,30 +18,24 @@ import pytest
 
 from tidegate.admission.app import setup as admission_setup
 from tidegate.admission.config import Settings as AdmissionSettings
-from tidegate.bus import Bus, Received, layout
-from tidegate.kube import EVENTS, JOBS, NAMESPACES, PODS, QUEUES, KubeClient, ResourceType
+from tidegate.bus import Received, layout
+from tidegate.kube import EVENTS, JOBS, NAMESPACES, PODS, QUEUES
 from tidegate.kube.ungate import has_gate
 from tidegate.model import (
     Admitted,
-    DomainCount,
     Message,
-    TopologyAssignment,
     WorkloadState,
     subjects,
 )
 from tidegate.model.names import ADMISSION_GATE
-from tidegate.runtime import Service, ServiceSettings
+from tidegate.runtime import Service
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.kinds import PODS as SIM_PODS
 from tidegate.sim.store import DELETED, WatchEvent
-from tidegate.testing import (
-    RunningServices,
-    envelope,
-    following,
-    simulated,
-    until,
-    until_async,
-)
+from tidegate.testing import RunningServices, following, simulated
+from tidegate.testing.harness import ServiceHarness
+from tidegate.testing.manifests import Builders
+from tidegate.testing.messages import Messages
 from tidegate.topology_cache.app import setup as cache_setup
 from tidegate.topology_cache.config import Settings as CacheSettings
 from tidegate.ungater.app import setup as ungater_setup
@@ -52,6 +46,12 @@ from tidegate.watcher.config import WatcherSettings
 NAMESPACE = "team"
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE_LABEL = "tidegate.io/queue"
+
+k8s = Builders(server_fields=False)
+"""What the tests create on the simulated API server."""
+
+msg = Messages(namespace=NAMESPACE)
+"""The decisions the tests publish as admission would."""
 
 Domain = tuple[str, ...]
 T = TypeVar("T")
@@ -97,35 +97,16 @@ class SlotMonitor:
 
 
 @dataclass
-class Env:
+class Env(ServiceHarness):
     """Everything an ungater test touches."""
 
-    sim: SimCluster
-    kube: KubeClient
-    bus: Bus
-    cluster: str
-    nats_url: str
-    kubeconfig: Path
-    monitor: SlotMonitor
+    sim: SimCluster = field(kw_only=True)
+    kubeconfig: Path = field(kw_only=True)
+    monitor: SlotMonitor = field(kw_only=True)
     decisions: list[Message] = field(default_factory=list)
-    services: RunningServices = field(
-        default_factory=lambda: RunningServices(ready_within=30, stop_within=30)
-    )
-    """The services running in this process."""
-    by_name: dict[str, Service[Any]] = field(default_factory=dict)
-    """Each running service under the name it was started with."""
     sequence: int = 100
 
     # ------------------------------------------------------------------ services
-
-    async def start(
-        self, name: str, settings: ServiceSettings, setup: Callable[[Any], Awaitable[None]]
-    ) -> Service[Any]:
-        """Run a service in this process; returns once it is ready."""
-        service: Service[Any] = Service(name, settings, setup)
-        self.by_name[name] = service
-        await self.services.start(service)
-        return service
 
     async def start_watcher(self) -> Service[Any]:
         """The real watcher on the simulated cluster."""
@@ -158,38 +139,31 @@ class Env:
         """The ungater service."""
         return await self.start("ungater", self.ungater_settings(**overrides), ungater_setup)
 
-    async def stop(self, name: str) -> None:
-        """Stop one service gracefully (as SIGTERM would)."""
-        code = await self.services.stop(self.by_name.pop(name))
-        assert code == 0, f"{name} exited with {code}"
+    async def stop(self, service: Service[Any] | str) -> int:
+        """Stop one service (or the one started under that name) gracefully, as SIGTERM
+        would; it must exit 0."""
+        code = await super().stop(service)
+        assert code == 0, (
+            f"{service if isinstance(service, str) else service.name} exited with {code}"
+        )
+        return code
 
     # ------------------------------------------------------------------ waiting
-
-    async def until(
-        self, check: Callable[[], object], *, within: float = 20.0, what: str = "condition"
-    ) -> None:
-        """Wait until ``check()`` is truthy; fail at once if a service stopped."""
-        await until(check, within=within, what=what, interval=0.05, alive=self.services.check)
 
     async def until_async(
         self,
         check: Callable[[], Awaitable[T | None]],
         *,
-        within: float = 20.0,
+        within: float | None = None,
         what: str = "condition",
+        interval: float | None = 0.1,
     ) -> T:
         """Like :meth:`until` with an async check; returns its first truthy result."""
-        found = await until_async(
-            check, within=within, what=what, interval=0.1, alive=self.services.check
-        )
+        found = await super().until_async(check, within=within, what=what, interval=interval)
         assert found is not None  # until_async returns only a truthy result
         return found
 
     # ------------------------------------------------------------------ bus
-
-    async def publish(self, subject: str, body: Message, *, event_id: str | None = None) -> None:
-        """Publish a message as the service that owns it would."""
-        await self.bus.publish(subject, envelope(self.cluster, body, event_id=event_id))
 
     async def admit(
         self,
@@ -205,26 +179,18 @@ class Env:
         if sequence is None:
             self.sequence += 1
             sequence = self.sequence
-        body = Admitted(
-            workload=workload,
-            uid=uid,
-            queue="q",
+        body = msg.admitted(
+            workload,
             sequence=sequence,
-            epoch=1,
+            uid=uid,
             assignments={
-                name: TopologyAssignment(
-                    levels=self.sim.levels,
-                    domains=[
-                        DomainCount(values=list(domain), count=count) for domain, count in domains
-                    ],
-                )
+                name: msg.assignment(domains, self.sim.levels)
                 for name, domains in assignments.items()
             },
             card_model=card_model,
             replaces=replaces,
         )
-        namespace, _, name = workload.partition("/")
-        await self.publish(subjects.decision(self.cluster, "admitted", namespace, name), body)
+        await self.send(body)
         return body
 
     def of(self, kind: type, workload: str | None = None) -> list[Any]:
@@ -241,11 +207,6 @@ class Env:
     def host(self, rack: int, node: int, block: int = 0) -> Domain:
         """A host domain of the simulated topology."""
         return (f"block{block}", f"block{block}-rack{rack}", f"block{block}-rack{rack}-node{node}")
-
-    async def create(self, resource: ResourceType, body: dict[str, Any]) -> dict[str, Any]:
-        """Create an object in the test namespace (or cluster-wide for cluster-scoped types)."""
-        namespace = NAMESPACE if resource.namespaced else None
-        return dict(await self.kube.create(resource, body, namespace=namespace))
 
     async def job(
         self,
@@ -268,40 +229,27 @@ class Env:
         template_annotations = dict(annotations or {})
         if duration is not None:
             template_annotations["tidegate.io/sim-duration-seconds"] = str(duration)
-        body = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": name,
-                "labels": job_labels if job_labels is not None else {QUEUE_LABEL: "q"},
-                "annotations": job_annotations or {},
-            },
-            "spec": {
-                "suspend": suspend,
-                "parallelism": pods,
-                "completions": completions or pods,
-                "completionMode": "Indexed",
-                "backoffLimit": 20,
-                "template": {
-                    "metadata": {"labels": {QUEUE_LABEL: "q"}, "annotations": template_annotations},
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [
-                            {
-                                "name": "main",
-                                "image": "busybox",
-                                "resources": {
-                                    "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)},
-                                    "limits": {"nvidia.com/gpu": str(gpus)},
-                                },
-                            }
-                        ],
-                    },
-                },
-            },
-        }
+        template = k8s.template(
+            labels={QUEUE_LABEL: "q"},
+            annotations=template_annotations,
+            containers=[k8s.container("1", None, limits=True, gpu=str(gpus))],
+            restartPolicy="Never",
+        )
+        extra: dict[str, Any] = {}
         if backoff_limit_per_index is not None:
-            body["spec"]["backoffLimitPerIndex"] = backoff_limit_per_index  # type: ignore[index]
+            extra["backoffLimitPerIndex"] = backoff_limit_per_index
+        body = k8s.job(
+            name,
+            parallelism=pods,
+            completions=completions or pods,
+            labels=job_labels if job_labels is not None else {QUEUE_LABEL: "q"},
+            annotations=job_annotations or {},
+            template=template,
+            suspend=suspend,
+            completionMode="Indexed",
+            backoffLimit=20,
+            **extra,
+        )
         return await self.create(JOBS, body)
 
     async def pods(self, label_selector: str | None = None) -> list[dict[str, Any]]:
@@ -365,6 +313,10 @@ async def environment(
             nats_url=nats_url,
             kubeconfig=cluster.kubeconfig,
             monitor=SlotMonitor(cluster.sim),
+            namespace=NAMESPACE,
+            within=20.0,
+            interval=0.05,
+            services=RunningServices(ready_within=30, stop_within=30),
         )
         await env.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
 
@@ -396,15 +348,7 @@ async def start_topology_cache(env: Env) -> None:
 async def start_pipeline(env: Env, **ungater: Any) -> None:
     """The queue ``q``, then the topology-cache, admission and the ungater (with the settings
     ``ungater`` overrides) on ``env``: every service but preemption."""
-    await env.create(
-        QUEUES,
-        {
-            "apiVersion": "tidegate.io/v1alpha1",
-            "kind": "Queue",
-            "metadata": {"name": "q"},
-            "spec": {},
-        },
-    )
+    await env.create(QUEUES, k8s.queue("q"))
     await start_topology_cache(env)
     admission = AdmissionSettings(
         cluster=env.cluster,

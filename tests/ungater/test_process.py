@@ -36,6 +36,9 @@ async def test_the_ungater_process_releases_pods_and_stops_on_sigterm(
         await env.until_async(released, what="the process to release both pods")
         metrics = await process.metrics(http)
         assert "tidegate_ungater_pods_released_total 2.0" in metrics
+        # Each released pod's time since its admission, and how far behind the bus it is.
+        assert "tidegate_ungater_release_latency_seconds_count 2.0" in metrics
+        assert "tidegate_state_follower_lag_seconds{follower=" in metrics
         assert "tidegate_ungater_releases_in_flight" in metrics
         process.signal()
         assert await process.wait(within=30) == 0

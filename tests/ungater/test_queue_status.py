@@ -11,21 +11,10 @@ import shutil
 from typing import Any
 
 from tidegate.kube import JOBS, QUEUES
-from tidegate.model import Admitted, DomainCount, Pending, Released, TopologyAssignment, subjects
 
-from .conftest import NAMESPACE, Env
+from .conftest import NAMESPACE, Env, k8s, msg
 
 H200 = "NVIDIA-H200"
-
-
-def queue(name: str, **spec: Any) -> dict[str, Any]:
-    """A Queue object."""
-    return {
-        "apiVersion": "tidegate.io/v1alpha1",
-        "kind": "Queue",
-        "metadata": {"name": name, "annotations": spec.pop("annotations", {})},
-        "spec": spec,
-    }
 
 
 async def queue_status(env: Env, name: str) -> dict[str, Any]:
@@ -47,37 +36,22 @@ async def test_queue_status_follows_admissions_pendings_and_releases(crd_env: En
     await env.start_ungater(queue_status_interval_seconds=0.2)
     await env.create(
         QUEUES,
-        queue(
+        k8s.queue(
             "q",
-            priority=10,
-            reclaimable=False,
-            queueingStrategy="StrictFIFO",
-            topology="default",
-            capability={"cpu": "16", "nvidia.com/gpu": "8"},
-            cardQuota={H200: 8, f"{H200}/mig-1g.18gb-mixed": 4},
+            {
+                "priority": 10,
+                "reclaimable": False,
+                "queueingStrategy": "StrictFIFO",
+                "topology": "default",
+                "capability": {"cpu": "16", "nvidia.com/gpu": "8"},
+                "cardQuota": {H200: 8, f"{H200}/mig-1g.18gb-mixed": 4},
+            },
         ),
     )
     uids = {}
     for name in ("a", "b", "c"):
         await env.job(name, 2)
         uids[name] = (await env.workload_state(name)).uid
-
-    async def decide(kind: str, name: str, body: Any) -> None:
-        await env.publish(subjects.decision(env.cluster, kind, NAMESPACE, name), body)
-
-    def admitted(name: str, sequence: int, charged: dict[str, int], cards: dict[str, int]) -> Any:
-        domain = DomainCount(values=list(env.host(0, 0)), count=2)
-        return Admitted(
-            workload=f"{NAMESPACE}/{name}",
-            uid=uids[name],
-            queue="q",
-            sequence=sequence,
-            epoch=1,
-            assignments={"main": TopologyAssignment(levels=env.sim.levels, domains=[domain])},
-            charged=charged,
-            charged_cards=cards,
-            card_model=H200 if cards else None,
-        )
 
     # Before any decision: nothing admitted or waiting, quota resources listed at zero.
     status = await env.until_async(
@@ -89,18 +63,34 @@ async def test_queue_status_follows_admissions_pendings_and_releases(crd_env: En
     assert status["cardUsage"] == {H200: 0, f"{H200}/mig-1g.18gb-mixed": 0}
 
     for name in ("a", "b", "c"):
-        pending = Pending(
-            workload=f"{NAMESPACE}/{name}",
-            uid=uids[name],
-            queue="q",
-            reason="WaitingForCapacity",
-            message="no room",
-            sequence={"a": 1, "b": 2, "c": 3}[name],
-        )
-        await decide("pending", name, pending)
+        sequence = {"a": 1, "b": 2, "c": 3}[name]
+        await env.send(msg.pending(name, uid=uids[name], message="no room", sequence=sequence))
     gib = 2**30
-    await decide("admitted", "a", admitted("a", 4, {"cpu": 2000, "nvidia.com/gpu": 2}, {H200: 2}))
-    await decide("admitted", "b", admitted("b", 5, {"cpu": 1500, "memory": 3 * gib}, {}))
+    on_one_host = {env.host(0, 0): 2}
+    await env.send(
+        msg.admitted(
+            "a",
+            on_one_host,
+            podset="main",
+            levels=env.sim.levels,
+            sequence=4,
+            uid=uids["a"],
+            charged={"cpu": 2000, "nvidia.com/gpu": 2},
+            charged_cards={H200: 2},
+            card_model=H200,
+        )
+    )
+    await env.send(
+        msg.admitted(
+            "b",
+            on_one_host,
+            podset="main",
+            levels=env.sim.levels,
+            sequence=5,
+            uid=uids["b"],
+            charged={"cpu": 1500, "memory": 3 * gib},
+        )
+    )
 
     status = await env.until_async(
         lambda: _status_when(env, "q", lambda s: s.get("admitted") == 2),
@@ -125,13 +115,7 @@ async def test_queue_status_follows_admissions_pendings_and_releases(crd_env: En
     assert "Reason:                Ready" in described
 
     # b completes: its memory (a resource the quota does not name) leaves usage altogether.
-    await decide(
-        "released",
-        "b",
-        Released(
-            workload=f"{NAMESPACE}/b", uid=uids["b"], queue="q", reason="Completed", sequence=6
-        ),
-    )
+    await env.send(msg.released("b", uid=uids["b"], reason="Completed", sequence=6))
     status = await env.until_async(
         lambda: _status_when(env, "q", lambda s: s.get("admitted") == 1),
         what="b released",
@@ -141,22 +125,15 @@ async def test_queue_status_follows_admissions_pendings_and_releases(crd_env: En
     assert status["cardUsage"] == {H200: 2, f"{H200}/mig-1g.18gb-mixed": 0}
 
     # a is evicted by preemption and waits again; c, still waiting, is deleted.
-    await decide(
-        "released",
-        "a",
-        Released(workload=f"{NAMESPACE}/a", uid=uids["a"], queue="q", reason="Evicted", sequence=7),
-    )
-    await decide(
-        "pending",
-        "a",
-        Pending(
-            workload=f"{NAMESPACE}/a",
+    await env.send(msg.released("a", uid=uids["a"], reason="Evicted", sequence=7))
+    await env.send(
+        msg.pending(
+            "a",
             uid=uids["a"],
-            queue="q",
             reason="WaitingForPreemption",
             message="preemption requested",
             sequence=8,
-        ),
+        )
     )
     await env.kube.delete(JOBS, "c", namespace=NAMESPACE, propagation="Background")
     status = await env.until_async(
@@ -176,7 +153,9 @@ async def test_queue_status_follows_admissions_pendings_and_releases(crd_env: En
 async def test_an_invalid_queue_is_not_active(crd_env: Env) -> None:
     env = crd_env
     await env.start_ungater(queue_status_interval_seconds=0.2)
-    await env.create(QUEUES, queue("broken", annotations={"volcano.sh/card.quota": "{not json"}))
+    await env.create(
+        QUEUES, k8s.queue("broken", annotations={"volcano.sh/card.quota": "{not json"})
+    )
     status = await env.until_async(
         lambda: _status_when(env, "broken", lambda s: active(s) is not None),
         what="the broken Queue's status",

@@ -23,7 +23,7 @@ from tidegate.kube import JOBS, NODES
 from tidegate.model import Admitted, Released
 from tidegate.sim import SimSettings
 
-from .conftest import QUEUE_LABEL, Env, environment, start_pipeline
+from .conftest import QUEUE_LABEL, Env, environment, k8s, start_pipeline
 
 RACK = "tidegate.io/rack"
 
@@ -36,40 +36,6 @@ async def pipeline(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncItera
     async with environment(tmp_path, nats_url, cluster_id, settings) as env:
         await start_pipeline(env, replace_retry_seconds=5.0, batch_window_seconds=0.2)
         yield env
-
-
-def plain_job(name: str) -> dict[str, Any]:
-    """8 pods of 4 GPUs that must share a rack: no podFailurePolicy, default backoffLimit (6),
-    not Indexed — the Job a new user writes."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "labels": {QUEUE_LABEL: "q"},
-            "annotations": {"tidegate.io/topology-required": RACK},
-        },
-        "spec": {
-            "parallelism": 8,
-            "completions": 8,
-            "template": {
-                "metadata": {"labels": {QUEUE_LABEL: "q"}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "trainer",
-                            "resources": {
-                                "requests": {"cpu": "1", "nvidia.com/gpu": "4"},
-                                "limits": {"nvidia.com/gpu": "4"},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
 
 
 async def running(env: Env, job: str, *, besides: set[str]) -> list[dict[str, Any]] | None:
@@ -98,7 +64,22 @@ def failed_condition(status: dict[str, Any]) -> bool:
 async def fail_a_node_and_come_back(env: Env, *, delete: bool) -> tuple[float, dict[str, Any]]:
     """Run the Job, fail one node of its rack (no room left there), wait until it runs again
     in the other rack; (seconds from its re-admission to running, its status)."""
-    await env.create(JOBS, plain_job("plain"))
+    # 8 pods of 4 GPUs that must share a rack: no podFailurePolicy, default backoffLimit
+    # (6), not Indexed: the Job a new user writes.
+    template = k8s.template(
+        labels={QUEUE_LABEL: "q"},
+        containers=[k8s.container("1", None, limits=True, image="trainer", gpu="4")],
+        restartPolicy="Never",
+    )
+    plain = k8s.job(
+        "plain",
+        parallelism=8,
+        completions=8,
+        labels={QUEUE_LABEL: "q"},
+        annotations={"tidegate.io/topology-required": RACK},
+        template=template,
+    )
+    await env.create(JOBS, plain)
     first = await env.until_async(
         lambda: running(env, "plain", besides=set()), within=30, what="8 running"
     )

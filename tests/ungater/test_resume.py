@@ -7,7 +7,7 @@ from tidegate.kube import JOBS, JOBSETS
 from tidegate.model import Released, subjects
 from tidegate.model.names import REQUEUE_ANNOTATION, RESUME_ANNOTATION
 
-from .conftest import NAMESPACE, Env, gated
+from .conftest import NAMESPACE, Env, gated, k8s
 
 KUEUE = {"kueue.x-k8s.io/queue-name": "q"}
 
@@ -37,32 +37,6 @@ async def test_a_kueue_style_suspended_job_is_unsuspended_on_admission_and_runs(
     await env.until_async(lambda: _resumed_state(env, "kq"), what="the workload published resumed")
 
 
-def _jobset(name: str, template: dict[str, object]) -> dict[str, object]:
-    """A JobSet created suspended, Kueue's way: one replicated Job of two indexed pods."""
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": name, "labels": dict(KUEUE)},
-        "spec": {
-            "suspend": True,
-            "replicatedJobs": [
-                {
-                    "name": "workers",
-                    "replicas": 1,
-                    "template": {
-                        "spec": {
-                            "parallelism": 2,
-                            "completions": 2,
-                            "completionMode": "Indexed",
-                            "template": template,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
 async def _resumed_state(env: Env, name: str) -> bool:
     state = await env.workload_state(name)
     return not state.suspended and not state.resume_on_admission
@@ -88,7 +62,10 @@ async def test_a_kueue_style_suspended_jobset_is_unsuspended_on_admission_and_ru
             ],
         },
     }
-    body = _jobset("js", template)
+    workers = k8s.replicated_job(
+        "workers", replicas=1, parallelism=2, template=template, completionMode="Indexed"
+    )
+    body = k8s.jobset("js", [workers], labels=dict(KUEUE), suspend=True)
     created = await env.create(JOBSETS, body)
     workload = await env.workload_state("js")
     assert (workload.suspended, workload.resume_on_admission) == (True, True)
@@ -128,7 +105,10 @@ async def test_a_jobset_requeued_by_tidegate_is_unsuspended_on_its_next_admissio
             ],
         },
     }
-    body = _jobset("rq", template)
+    workers = k8s.replicated_job(
+        "workers", replicas=1, parallelism=2, template=template, completionMode="Indexed"
+    )
+    body = k8s.jobset("rq", [workers], labels=dict(KUEUE), suspend=True)
     created = await env.create(JOBSETS, body)
     uid = created["metadata"]["uid"]
     await env.workload_state("rq")

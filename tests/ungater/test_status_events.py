@@ -9,9 +9,13 @@ from typing import Any
 from tidegate.kube import PODGROUPS, PODS
 from tidegate.model import Pending, Preempted, Released, subjects
 
-from .conftest import NAMESPACE, Env, gated
+from .conftest import NAMESPACE, Env, gated, k8s
 
 GROUP_LABEL = "scheduling.k8s.io/group-name"
+PAIR = {GROUP_LABEL: "pair", "tidegate.io/queue": "q"}
+"""The labels of a bare pod of PodGroup ``pair`` in queue q (the simulated webhook gates it)."""
+CPU = [k8s.container(memory=None)]
+"""One container asking for one cpu."""
 
 
 async def kubectl(env: Env, *args: str) -> dict[str, Any] | None:
@@ -34,23 +38,6 @@ async def kubectl(env: Env, *args: str) -> dict[str, Any] | None:
     return json.loads(out)  # type: ignore[no-any-return]
 
 
-def member(name: str, *gates: str) -> dict[str, Any]:
-    """A bare pod of PodGroup ``pair`` in queue q (the simulated webhook gates it)."""
-    spec: dict[str, Any] = {
-        "containers": [
-            {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
-        ]
-    }
-    if gates:
-        spec["schedulingGates"] = [{"name": g} for g in gates]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {GROUP_LABEL: "pair", "tidegate.io/queue": "q"}},
-        "spec": spec,
-    }
-
-
 async def test_events_and_podgroup_status_as_a_user_sees_them(crd_env: Env) -> None:
     env = crd_env
     await env.start_ungater()
@@ -65,8 +52,17 @@ async def test_events_and_podgroup_status_as_a_user_sees_them(crd_env: Env) -> N
     )
     uid = group["metadata"]["uid"]
     for name in ("pair-a", "pair-b"):
-        await env.create(PODS, member(name))
-    await env.create(PODS, member("pair-c", "example.com/hold"))  # someone else's gate too
+        await env.create(PODS, k8s.pod(name, gated=False, labels=PAIR, containers=CPU))
+    await env.create(  # someone else's gate too
+        PODS,
+        k8s.pod(
+            "pair-c",
+            gated=False,
+            labels=PAIR,
+            containers=CPU,
+            schedulingGates=[{"name": "example.com/hold"}],
+        ),
+    )
 
     async def three_members() -> Any:
         workload = await env.workload_state("pair")

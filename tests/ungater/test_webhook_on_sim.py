@@ -19,8 +19,11 @@ from tidegate.sim import SimSettings
 from tidegate.sim.kinds import MUTATING_WEBHOOK_CONFIGURATIONS
 
 from ..e2e.chart import render_chart
-from .conftest import NAMESPACE, Env, environment, gated, start_pipeline
+from .conftest import NAMESPACE, Env, environment, gated, k8s, start_pipeline
 from .test_webhook import write_pair
+
+BARE = [{"name": "main", "image": "busybox"}]
+"""A container as a user writes it, asking for nothing."""
 
 RELEASE_NAMESPACE = "tidegate"
 
@@ -59,15 +62,6 @@ async def serve_webhook(
     env.sim.api.create(MUTATING_WEBHOOK_CONFIGURATIONS, None, configuration)
 
 
-def bare(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
-    }
-
-
 async def test_fail_refuses_pods_while_the_ungater_is_down_and_they_are_gated_once_it_is_back(
     hooked: Env, tmp_path: Path
 ) -> None:
@@ -84,12 +78,20 @@ async def test_fail_refuses_pods_while_the_ungater_is_down_and_they_are_gated_on
     # No ungater: a pod naming a queue is refused with the API server's words; others are not
     # sent to the webhook at all.
     with pytest.raises(KubeError) as refused:
-        await env.kube.create(PODS, bare("direct", {"tidegate.io/queue": "q"}), namespace=NAMESPACE)
+        await env.kube.create(
+            PODS,
+            k8s.pod("direct", gated=False, labels={"tidegate.io/queue": "q"}, containers=BARE),
+            namespace=NAMESPACE,
+        )
     assert refused.value.status == 500
     assert refused.value.message.startswith(
         'Internal error occurred: failed calling webhook "tidegate-io-queue.queue.pods.tidegate.io"'
     )
-    plain = await env.kube.create(PODS, bare("plain", {"app": "web"}), namespace=NAMESPACE)
+    plain = await env.kube.create(
+        PODS,
+        k8s.pod("plain", gated=False, labels={"app": "web"}, containers=BARE),
+        namespace=NAMESPACE,
+    )
     assert not gated(dict(plain))
 
     # The Job controller's creates are refused too, and retried.

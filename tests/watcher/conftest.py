@@ -9,35 +9,39 @@ would and waits for conditions on it.
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tidegate.bus import Bus, Received, layout
-from tidegate.kube import NAMESPACES, KubeClient, KubeSettings, ResourceType
+from tidegate.bus import Received, layout
+from tidegate.kube import NAMESPACES, KubeSettings
 from tidegate.kube import connect as connect_kube
 from tidegate.model import Message, subjects
 from tidegate.placement import PROFILES
 from tidegate.sim import SimCluster, SimSettings
-from tidegate.testing import connected, following, start_until, until
+from tidegate.testing import connected, following, start_until
+from tidegate.testing.harness import ServiceHarness
+from tidegate.testing.manifests import Builders
 from tidegate.watcher.app import Watcher
 from tidegate.watcher.config import WatcherSettings
 
-GATE = "tidegate.io/admission"
 NAMESPACE = "team"
 
 
+k8s = Builders(server_fields=False)
+"""What the tests create on the simulated API server."""
+
+TEMPLATE = k8s.template(containers=[k8s.container(memory=None)], restartPolicy="Never")
+"""The pod template of the tests' controllers: one container asking for one cpu."""
+
+
 @dataclass
-class Harness:
+class Harness(ServiceHarness):
     """Everything an end-to-end watcher test touches."""
 
-    sim: SimCluster
-    kube: KubeClient
-    bus: Bus
-    cluster: str
+    sim: SimCluster = field(kw_only=True)
     last: dict[str, Message] = field(default_factory=dict)
     """Last message per state subject, as a consumer following the stream sees it."""
     published: dict[str, int] = field(default_factory=dict)
@@ -47,6 +51,7 @@ class Harness:
 
     async def start_watcher(self) -> Watcher:
         """Start a watcher and wait until it reports ready."""
+        assert self.kube is not None
         watcher = Watcher(
             bus=self.bus,
             kube=self.kube,
@@ -67,13 +72,8 @@ class Harness:
                 await self._task
             self._task = None
 
-    async def until(
-        self, check: Callable[[], object], *, within: float = 10.0, what: str = "condition"
-    ) -> None:
-        """Wait until ``check()`` is truthy (it may also raise AssertionError while not yet)."""
-        await until(check, within=within, what=what, interval=0.05, alive=self._watcher_alive)
-
-    def _watcher_alive(self) -> None:
+    def alive(self) -> None:
+        """Fail at once if the watcher stopped by itself."""
         if self._task is not None and self._task.done():
             self._task.result()
 
@@ -84,80 +84,6 @@ class Harness:
     def pod(self, name: str, namespace: str = NAMESPACE) -> Message | None:
         """Last message on a pod's subject."""
         return self.last.get(subjects.pod(self.cluster, namespace, name))
-
-    # ------------------------------------------------------------------ writing objects
-
-    async def create(
-        self, resource: ResourceType, body: dict[str, Any], namespace: str | None = NAMESPACE
-    ) -> dict[str, Any]:
-        """Create an object (namespace None for cluster-scoped ones)."""
-        return dict(
-            await self.kube.create(
-                resource, body, namespace=namespace if resource.namespaced else None
-            )
-        )
-
-    async def delete(
-        self, resource: ResourceType, name: str, namespace: str | None = NAMESPACE
-    ) -> None:
-        """Delete an object at once."""
-        await self.kube.delete(
-            resource, name, namespace=namespace if resource.namespaced else None, grace_seconds=0
-        )
-
-
-def owner_ref(obj: dict[str, Any]) -> dict[str, Any]:
-    """A controller ownerReference to ``obj`` (as returned by create)."""
-    return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
-        "controller": True,
-    }
-
-
-def pod_body(
-    name: str,
-    *,
-    owner: dict[str, Any] | None = None,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    cpu: str = "1",
-    gpu: int = 0,
-    gated: bool = True,
-) -> dict[str, Any]:
-    """A pod as a controller (or a user) would create it, gated as tidegate's webhook would."""
-    requests: dict[str, Any] = {"cpu": cpu, "memory": "1Gi"}
-    limits = {"nvidia.com/gpu": str(gpu)} if gpu else {}
-    requests.update(limits)
-    resources = {"requests": requests, "limits": limits}
-    spec: dict[str, Any] = {
-        "containers": [{"name": "main", "image": "busybox", "resources": resources}]
-    }
-    if gated:
-        spec["schedulingGates"] = [{"name": GATE}]
-    metadata: dict[str, Any] = {
-        "name": name,
-        "labels": labels or {},
-        "annotations": annotations or {},
-    }
-    if owner is not None:
-        metadata["ownerReferences"] = [owner]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
-def template(annotations: dict[str, str] | None = None, cpu: str = "1") -> dict[str, Any]:
-    """A pod template."""
-    return {
-        "metadata": {"annotations": annotations or {}},
-        "spec": {
-            "containers": [
-                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
-            ],
-            "restartPolicy": "Never",
-        },
-    }
 
 
 @contextlib.asynccontextmanager
@@ -173,8 +99,16 @@ async def harness_on(
     )
     try:
         async with connected(nats_url, cluster_id, name="watcher-test") as bus:
-            harness = Harness(sim=sim, kube=kube, bus=bus, cluster=cluster_id)
-            await harness.create(NAMESPACES, {"metadata": {"name": NAMESPACE}}, namespace=None)
+            harness = Harness(
+                bus=bus,
+                cluster=cluster_id,
+                nats_url=nats_url,
+                kube=kube,
+                namespace=NAMESPACE,
+                interval=0.05,
+                sim=sim,
+            )
+            await harness.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
 
             async def remember(received: Received) -> None:
                 harness.last[received.subject] = received.envelope.body

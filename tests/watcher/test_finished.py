@@ -6,43 +6,14 @@ pods; the test plays the ungater (removes the gate) so the pods run for their
 ``Failed`` as the real one does. The watcher reads that from the Job's status.
 """
 
-from typing import Any
-
 from tidegate.kube import JOBS, PODS
 from tidegate.model import WorkloadState
+from tidegate.model.names import ADMISSION_GATE as GATE
 
-from .conftest import GATE, NAMESPACE, Harness, pod_body
+from .conftest import NAMESPACE, Harness, k8s
 
 RUN = {"tidegate.io/queue": "q", "tidegate.io/sim-duration-seconds": "0.2"}
 """Annotations of a managed pod (the webhook gates it) that runs for 0.2 s."""
-
-
-def job(name: str, *, completions: int, exit_code: int = 0) -> dict[str, Any]:
-    annotations = {**RUN, "tidegate.io/sim-exit-code": str(exit_code)}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "parallelism": completions,
-            "completions": completions,
-            "completionMode": "Indexed",
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"annotations": annotations},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {"requests": {"cpu": "1"}},
-                        }
-                    ],
-                    "restartPolicy": "Never",
-                },
-            },
-        },
-    }
 
 
 def published(harness: Harness, name: str) -> WorkloadState:
@@ -69,10 +40,24 @@ async def test_jobs_and_a_bare_pod_that_run_to_the_end_are_published_finished(
 ) -> None:
     harness = live_harness
     await harness.start_watcher()
-    await harness.create(JOBS, job("train", completions=2))
-    await harness.create(JOBS, job("crash", completions=1, exit_code=1))
-    solo = pod_body("solo", annotations=RUN, gated=False)
-    solo["spec"]["restartPolicy"] = "Never"  # "Always" (the default) would never finish
+    for name, completions, exit_code in (("train", 2, 0), ("crash", 1, 1)):
+        annotations = {**RUN, "tidegate.io/sim-exit-code": str(exit_code)}
+        template = k8s.template(
+            annotations=annotations,
+            containers=[k8s.container(memory=None)],
+            restartPolicy="Never",
+        )
+        job = k8s.job(
+            name,
+            parallelism=completions,
+            completions=completions,
+            template=template,
+            completionMode="Indexed",
+            backoffLimit=0,
+        )
+        await harness.create(JOBS, job)
+    # "Always" (a pod's default restartPolicy) would never finish
+    solo = k8s.pod("solo", annotations=RUN, gated=False, restartPolicy="Never")
     await harness.create(PODS, solo)
     names = ("train", "crash", "solo")
     await harness.until(

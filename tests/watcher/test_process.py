@@ -8,7 +8,7 @@ from tidegate.kube import PODS
 from tidegate.model import WorkloadState
 from tidegate.testing import run_to_exit, service_process
 
-from .conftest import Harness, pod_body
+from .conftest import Harness, k8s
 
 
 async def test_the_watcher_process_serves_health_and_stops_on_sigterm(
@@ -25,7 +25,7 @@ async def test_the_watcher_process_serves_health_and_stops_on_sigterm(
         aiohttp.ClientSession() as http,
     ):
         await process.ready(http)
-        await harness.create(PODS, pod_body("solo", labels={"tidegate.io/queue": "q"}))
+        await harness.create(PODS, k8s.pod("solo", labels={"tidegate.io/queue": "q"}))
         await harness.until(
             lambda: isinstance(harness.workload("solo"), WorkloadState), what="workload"
         )

@@ -8,7 +8,6 @@ tombstones for what was deleted while it was down and nothing for what did not c
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -41,29 +40,7 @@ from tidegate.sim import SimCluster, SimSettings
 from tidegate.watcher.app import Watcher
 from tidegate.watcher.config import WatcherSettings
 
-from .conftest import (
-    NAMESPACE,
-    Harness,
-    owner_ref,
-    pod_body,
-    template,
-)
-
-
-def job_body(
-    name: str, *, parallelism: int, annotations: dict[str, str], tmpl: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {
-            "parallelism": parallelism,
-            "completions": parallelism,
-            "completionMode": "Indexed",
-            "template": tmpl or template(),
-        },
-    }
+from .conftest import NAMESPACE, TEMPLATE, Harness, k8s
 
 
 def workload(harness: Harness, name: str) -> WorkloadState:
@@ -101,19 +78,25 @@ async def test_kueue_job_end_to_end(harness: Harness) -> None:
     rack = harness.sim.levels[1]
     job = await harness.create(
         JOBS,
-        job_body(
+        k8s.job(
             "train",
             parallelism=2,
+            completions=2,
+            completionMode="Indexed",
             annotations={"kueue.x-k8s.io/queue-name": "research"},
-            tmpl=template({"kueue.x-k8s.io/podset-required-topology": rack}),
+            template=k8s.template(
+                annotations={"kueue.x-k8s.io/podset-required-topology": rack},
+                containers=[k8s.container(memory=None)],
+                restartPolicy="Never",
+            ),
         ),
     )
     for i in range(2):
         await harness.create(
             PODS,
-            pod_body(
+            k8s.pod(
                 f"train-{i}",
-                owner=owner_ref(job),
+                owner=k8s.owner_of(job),
                 annotations={"batch.kubernetes.io/job-completion-index": str(i)},
             ),
         )
@@ -157,21 +140,28 @@ async def test_jobset_and_kai_end_to_end(harness: Harness) -> None:
                         "name": "workers",
                         "replicas": 2,
                         "template": {
-                            "spec": {"parallelism": 2, "completions": 2, "template": template()}
+                            "spec": {"parallelism": 2, "completions": 2, "template": TEMPLATE}
                         },
                     }
                 ]
             },
         },
     )
-    child = job_body("llm-workers-1", parallelism=2, annotations={})
-    child["metadata"]["ownerReferences"] = [owner_ref(jobset)]
+    child = k8s.job(
+        "llm-workers-1",
+        parallelism=2,
+        completions=2,
+        completionMode="Indexed",
+        annotations={},
+        template=TEMPLATE,
+    )
+    child["metadata"]["ownerReferences"] = [k8s.owner_of(jobset)]
     child = await harness.create(JOBS, child)
     await harness.create(
         PODS,
-        pod_body(
+        k8s.pod(
             "llm-workers-1-1",
-            owner=owner_ref(child),
+            owner=k8s.owner_of(child),
             labels={
                 "jobset.sigs.k8s.io/replicatedjob-name": "workers",
                 "jobset.sigs.k8s.io/job-index": "1",
@@ -240,7 +230,7 @@ async def test_volcano_deployment_end_to_end(harness: Harness) -> None:
     rs_body = {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
-        "metadata": {"name": "ai-service-7d9", "ownerReferences": [owner_ref(deployment)]},
+        "metadata": {"name": "ai-service-7d9", "ownerReferences": [k8s.owner_of(deployment)]},
         "spec": {
             "replicas": 2,
             "selector": {"matchLabels": {"app": "ai"}},
@@ -248,7 +238,14 @@ async def test_volcano_deployment_end_to_end(harness: Harness) -> None:
         },
     }
     replicaset = await harness.create(REPLICASETS, rs_body)
-    await harness.create(PODS, pod_body("ai-service-7d9-a", owner=owner_ref(replicaset), gpu=1))
+    await harness.create(
+        PODS,
+        k8s.pod(
+            "ai-service-7d9-a",
+            owner=k8s.owner_of(replicaset),
+            containers=[k8s.container(gpu="1", limits=True)],
+        ),
+    )
     await harness.until(lambda: workload(harness, "ai-service"), what="workload ai-service")
     w = workload(harness, "ai-service")
     assert w.invalid_reason is None
@@ -282,7 +279,7 @@ async def test_podgroup_with_tidegate_annotations_end_to_end(harness: Harness) -
     for i in range(3):
         await harness.create(
             PODS,
-            pod_body(
+            k8s.pod(
                 f"gang-{i}",
                 labels={
                     "scheduling.k8s.io/group-name": "gang",
@@ -308,11 +305,29 @@ async def test_podgroup_with_tidegate_annotations_end_to_end(harness: Harness) -
 async def test_malformed_annotations_mark_that_workload_and_nothing_else(harness: Harness) -> None:
     await harness.start_watcher()
     bad = await harness.create(
-        JOBS, job_body("bad", parallelism=1, annotations={"volcano.sh/card.request": "{not json"})
+        JOBS,
+        k8s.job(
+            "bad",
+            parallelism=1,
+            completions=1,
+            completionMode="Indexed",
+            annotations={"volcano.sh/card.request": "{not json"},
+            template=TEMPLATE,
+        ),
     )
-    good = await harness.create(JOBS, job_body("good", parallelism=1, annotations={}))
-    await harness.create(PODS, pod_body("bad-0", owner=owner_ref(bad)))
-    await harness.create(PODS, pod_body("good-0", owner=owner_ref(good)))
+    good = await harness.create(
+        JOBS,
+        k8s.job(
+            "good",
+            parallelism=1,
+            completions=1,
+            completionMode="Indexed",
+            annotations={},
+            template=TEMPLATE,
+        ),
+    )
+    await harness.create(PODS, k8s.pod("bad-0", owner=k8s.owner_of(bad)))
+    await harness.create(PODS, k8s.pod("good-0", owner=k8s.owner_of(good)))
     await harness.until(
         lambda: workload(harness, "bad") and workload(harness, "good"), what="both workloads"
     )
@@ -324,14 +339,24 @@ async def test_malformed_annotations_mark_that_workload_and_nothing_else(harness
     )
     assert workload(harness, "good").invalid_reason is None
     # The watcher keeps going: a later object is still mirrored.
-    await harness.create(PODS, pod_body("solo", labels={"tidegate.io/queue": "q"}))
+    await harness.create(PODS, k8s.pod("solo", labels={"tidegate.io/queue": "q"}))
     await harness.until(lambda: workload(harness, "solo"), what="workload solo")
 
 
 async def test_deletions_publish_tombstones(harness: Harness) -> None:
     await harness.start_watcher()
-    job = await harness.create(JOBS, job_body("short", parallelism=1, annotations={}))
-    await harness.create(PODS, pod_body("short-0", owner=owner_ref(job)))
+    job = await harness.create(
+        JOBS,
+        k8s.job(
+            "short",
+            parallelism=1,
+            completions=1,
+            completionMode="Indexed",
+            annotations={},
+            template=TEMPLATE,
+        ),
+    )
+    await harness.create(PODS, k8s.pod("short-0", owner=k8s.owner_of(job)))
     await harness.until(lambda: workload(harness, "short"), what="workload")
     await harness.delete(PODS, "short-0")
     await harness.delete(JOBS, "short")
@@ -356,10 +381,30 @@ async def test_restart_publishes_tombstones_for_deletions_made_while_down(harnes
         namespace=None,
     )
     first = await harness.start_watcher()
-    job = await harness.create(JOBS, job_body("gone", parallelism=1, annotations={}))
-    await harness.create(PODS, pod_body("gone-0", owner=owner_ref(job)))
-    kept = await harness.create(JOBS, job_body("kept", parallelism=1, annotations={}))
-    await harness.create(PODS, pod_body("kept-0", owner=owner_ref(kept)))
+    job = await harness.create(
+        JOBS,
+        k8s.job(
+            "gone",
+            parallelism=1,
+            completions=1,
+            completionMode="Indexed",
+            annotations={},
+            template=TEMPLATE,
+        ),
+    )
+    await harness.create(PODS, k8s.pod("gone-0", owner=k8s.owner_of(job)))
+    kept = await harness.create(
+        JOBS,
+        k8s.job(
+            "kept",
+            parallelism=1,
+            completions=1,
+            completionMode="Indexed",
+            annotations={},
+            template=TEMPLATE,
+        ),
+    )
+    await harness.create(PODS, k8s.pod("kept-0", owner=k8s.owner_of(kept)))
     await harness.until(
         lambda: workload(harness, "gone") and workload(harness, "kept"), what="workloads"
     )
@@ -425,6 +470,12 @@ async def test_missing_crds_do_not_stop_the_watcher(
                 "Topology",
                 "KueueTopology",
                 "Queue",
+                "Cohort",
+                "KueueClusterQueue",
+                "KueueLocalQueue",
+                "KueueCohort",
+                "VolcanoQueue",
+                "KaiQueue",
             }
             assert "is not served" in watcher.unavailable["Queue"]
             assert watcher.stats.snapshots == 2  # the two nodes
@@ -438,9 +489,19 @@ async def test_missing_crds_do_not_stop_the_watcher(
 
 async def test_a_relist_after_410_publishes_tombstones_for_what_vanished(harness: Harness) -> None:
     watcher = await harness.start_watcher()
-    job = await harness.create(JOBS, job_body("j", parallelism=2, annotations={}))
+    job = await harness.create(
+        JOBS,
+        k8s.job(
+            "j",
+            parallelism=2,
+            completions=2,
+            completionMode="Indexed",
+            annotations={},
+            template=TEMPLATE,
+        ),
+    )
     for i in range(2):
-        await harness.create(PODS, pod_body(f"j-{i}", owner=owner_ref(job)))
+        await harness.create(PODS, k8s.pod(f"j-{i}", owner=k8s.owner_of(job)))
     await harness.until(lambda: isinstance(harness.pod("j-1"), PodState), what="pods")
 
     # Cut the pods watch and keep it from reconnecting while a pod is deleted and the API
@@ -468,9 +529,17 @@ async def test_a_namespace_being_deleted_marks_its_workloads(harness: Harness) -
     # Job, as a namespace held by a finalizer does: admission must not admit what it holds.
     await harness.start_watcher()
     job = await harness.create(
-        JOBS, job_body("doomed", parallelism=1, annotations={"tidegate.io/queue": "q"})
+        JOBS,
+        k8s.job(
+            "doomed",
+            parallelism=1,
+            completions=1,
+            completionMode="Indexed",
+            annotations={"tidegate.io/queue": "q"},
+            template=TEMPLATE,
+        ),
     )
-    await harness.create(PODS, pod_body("doomed-0", owner=owner_ref(job)))
+    await harness.create(PODS, k8s.pod("doomed-0", owner=k8s.owner_of(job)))
     await harness.until(lambda: workload(harness, "doomed"), what="workload doomed")
     assert not workload(harness, "doomed").namespace_deleting
     await harness.kube.delete(NAMESPACES, NAMESPACE)

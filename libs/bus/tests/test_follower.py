@@ -3,6 +3,8 @@
 import asyncio
 import contextlib
 
+import msgspec
+
 from tidegate.bus import Bus, Received, StateFollower, layout
 from tidegate.model import NodeState, Tombstone, subjects
 
@@ -136,3 +138,35 @@ async def test_a_cancellation_swallowed_by_the_handler_still_stops_the_follower(
     async with asyncio.timeout(30):
         results = await asyncio.gather(running, return_exceptions=True)
     assert running.cancelled(), results
+
+
+async def test_the_lag_is_the_age_of_the_last_message_followed(
+    bus: Bus, cluster_id: str, make_node: MakeNode
+) -> None:
+    await bus.publish(subjects.node(cluster_id, "old"), make_node("old"))
+    handled = asyncio.Event()
+
+    async def handle(message: Received) -> None:
+        if message.subject.endswith(".late"):
+            handled.set()
+
+    follower = StateFollower(
+        bus,
+        stream=layout.state_stream(cluster_id),
+        subjects=[f"tg.{cluster_id}.node.>"],
+        handler=handle,
+    )
+    task = asyncio.create_task(follower.run())
+    try:
+        async with asyncio.timeout(10):
+            await follower.replayed.wait()
+        assert follower.lag_seconds == 0.0  # replayed history is no lag
+        late = make_node("late")
+        late = msgspec.structs.replace(late, time=late.time - 30)
+        await bus.publish(subjects.node(cluster_id, "late"), late)
+        async with asyncio.timeout(10):
+            await handled.wait()
+        assert 30 <= follower.lag_seconds < 40
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

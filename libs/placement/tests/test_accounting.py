@@ -29,70 +29,23 @@ from tidegate.placement.accounting import (
     per_pod,
     same_content,
 )
+from tidegate.testing.messages import Messages
 
 BLOCK, RACK, HOST = "block", "rack", "host"
 LEVELS = [BLOCK, RACK, HOST]
 GPU = "nvidia.com/gpu"
 TOPOLOGY = "default"
 
-
-def node(
-    name: str, rack: str = "r1", *, block: str = "b1", gpus: int = 8, **kwargs: object
-) -> NodeState:
-    return NodeState(
-        name=name,
-        labels={BLOCK: block, RACK: rack, HOST: name},
-        allocatable={"cpu": 32_000, GPU: gpus},
-        **kwargs,  # type: ignore[arg-type]
-    )
-
-
-def pod(
-    name: str,
-    node_name: str | None,
-    *,
-    gpus: int = 1,
-    workload: str | None = "team/train",
-    podset: str | None = "workers",
-    phase: str = "Running",
-) -> PodState:
-    return PodState(
-        namespace="team",
-        name=name,
-        uid=f"uid-{name}",
-        node_name=node_name,
-        phase=phase,
-        requests={"cpu": 1000, GPU: gpus},
-        workload=workload,
-        podset=podset,
-    )
-
-
-def admitted(
-    domains: dict[tuple[str, ...], int],
-    *,
-    workload: str = "team/train",
-    sequence: int = 1,
-    uid: str = "w-uid",
-    gpus: int | None = 1,
-    levels: list[str] | None = None,
-    podset: str = "workers",
-) -> Admitted:
-    chosen = levels or LEVELS
-    return Admitted(
-        workload=workload,
-        uid=uid,
-        queue="q",
-        sequence=sequence,
-        epoch=1,
-        assignments={
-            podset: TopologyAssignment(
-                levels=chosen,
-                domains=[DomainCount(values=list(v), count=c) for v, c in domains.items()],
-            )
-        },
-        requests={} if gpus is None else {podset: {"cpu": 1000, GPU: gpus}},
-    )
+msg = Messages(
+    levels=LEVELS,
+    node_cpu=32_000,
+    node_domain=("b1", "r1"),
+    defaults={
+        "pod": {"workload": "team/train", "podset": "workers"},
+        "admitted": {"uid": "w-uid", "sequence": 1, "per_pod": {"cpu": 1000, GPU: 1}},
+    },
+)
+"""Nodes in rack r1 of block b1 by default; pods and admissions of team/train's workers."""
 
 
 def cluster(*nodes: NodeState) -> CapacityAccounting:
@@ -111,25 +64,25 @@ def host(name: str, rack: str = "r1") -> tuple[str, ...]:
 
 
 def test_free_is_allocatable_minus_bound_non_terminal_pods() -> None:
-    accounting = cluster(node("n1"))
-    accounting.apply(pod("ds", "n1", gpus=0, workload=None, podset=None))  # a DaemonSet pod
-    accounting.apply(pod("a", "n1", gpus=2))
-    accounting.apply(pod("done", "n1", gpus=4, phase="Succeeded"))
-    accounting.apply(pod("failed", "n1", gpus=4, phase="Failed"))
-    accounting.apply(pod("gated", None, gpus=4))
-    accounting.apply(pod("pending-bound", "n1", gpus=1, phase="Pending"))
+    accounting = cluster(msg.node("n1"))
+    accounting.apply(msg.pod("ds", "n1", gpus=0, workload=None, podset=None))  # a DaemonSet pod
+    accounting.apply(msg.pod("a", "n1", gpus=2))
+    accounting.apply(msg.pod("done", "n1", gpus=4, phase="Succeeded"))
+    accounting.apply(msg.pod("failed", "n1", gpus=4, phase="Failed"))
+    accounting.apply(msg.pod("gated", None, gpus=4))
+    accounting.apply(msg.pod("pending-bound", "n1", gpus=1, phase="Pending"))
     assert accounting.used("n1") == {"cpu": 3000, GPU: 3, "pods": 3}
     assert accounting.free("n1") == {"cpu": 29_000, GPU: 5, "pods": DEFAULT_MAX_PODS - 3}
 
 
 def test_pod_changes_replace_its_usage_and_deletion_returns_it() -> None:
-    accounting = cluster(node("n1"), node("n2"))
-    accounting.apply(pod("a", "n1", gpus=2))
-    accounting.apply(pod("a", "n1", gpus=2))  # the same state again: nothing changes
+    accounting = cluster(msg.node("n1"), msg.node("n2"))
+    accounting.apply(msg.pod("a", "n1", gpus=2))
+    accounting.apply(msg.pod("a", "n1", gpus=2))  # the same state again: nothing changes
     assert accounting.used("n1")[GPU] == 2
-    accounting.apply(pod("a", "n1", gpus=2, phase="Succeeded"))
+    accounting.apply(msg.pod("a", "n1", gpus=2, phase="Succeeded"))
     assert accounting.used("n1") == {}
-    accounting.apply(pod("b", "n2", gpus=3))
+    accounting.apply(msg.pod("b", "n2", gpus=3))
     accounting.apply(Tombstone(object_kind="pod", name="b", namespace="team"))
     assert accounting.used("n2") == {}
     assert accounting.free("n2") == {"cpu": 32_000, GPU: 8, "pods": DEFAULT_MAX_PODS}
@@ -137,13 +90,13 @@ def test_pod_changes_replace_its_usage_and_deletion_returns_it() -> None:
 
 def test_usage_on_an_unknown_node_counts_once_it_appears() -> None:
     accounting = cluster()
-    accounting.apply(pod("early", "n9", gpus=2))
-    accounting.apply(node("n9"))
+    accounting.apply(msg.pod("early", "n9", gpus=2))
+    accounting.apply(msg.node("n9"))
     assert accounting.free("n9")[GPU] == 6
 
 
 def test_resources_in_use_but_not_allocatable_show_negative() -> None:
-    accounting = cluster(node("n1"))
+    accounting = cluster(msg.node("n1"))
     accounting.apply(
         PodState(
             namespace="x",
@@ -161,27 +114,29 @@ def test_resources_in_use_but_not_allocatable_show_negative() -> None:
 
 
 def test_reservation_moves_to_usage_as_pods_bind_never_counted_twice() -> None:
-    accounting = cluster(node("n1"), node("n2"))
-    accounting.apply(admitted({host("n1"): 2, host("n2"): 1}, gpus=2))
+    accounting = cluster(msg.node("n1"), msg.node("n2"))
+    accounting.apply(
+        msg.admitted("team/train", {host("n1"): 2, host("n2"): 1}, per_pod=msg.requests(gpus=2))
+    )
     assert accounting.reservation("team/train") == {"n1": 2, "n2": 1}
     assert accounting.free("n1")[GPU] == 4
-    accounting.apply(pod("w-0", "n1", gpus=2))
+    accounting.apply(msg.pod("w-0", "n1", gpus=2))
     assert accounting.reservation("team/train") == {"n1": 1, "n2": 1}
     assert accounting.free("n1")[GPU] == 4  # one pod reserved + one pod used
-    accounting.apply(pod("w-1", "n1", gpus=2))
-    accounting.apply(pod("w-2", "n2", gpus=2))
+    accounting.apply(msg.pod("w-1", "n1", gpus=2))
+    accounting.apply(msg.pod("w-2", "n2", gpus=2))
     assert accounting.reservation("team/train") == {}
     assert accounting.free("n1") == {"cpu": 30_000, GPU: 4, "pods": DEFAULT_MAX_PODS - 2}
     assert accounting.free("n2")[GPU] == 6
 
 
 def test_bound_before_admitted_is_the_same_as_admitted_before_bound() -> None:
-    first = cluster(node("n1"))
-    first.apply(admitted({host("n1"): 2}, gpus=2))
-    first.apply(pod("w-0", "n1", gpus=2))
-    second = cluster(node("n1"))
-    second.apply(pod("w-0", "n1", gpus=2))
-    second.apply(admitted({host("n1"): 2}, gpus=2))
+    first = cluster(msg.node("n1"))
+    first.apply(msg.admitted("team/train", {host("n1"): 2}, per_pod=msg.requests(gpus=2)))
+    first.apply(msg.pod("w-0", "n1", gpus=2))
+    second = cluster(msg.node("n1"))
+    second.apply(msg.pod("w-0", "n1", gpus=2))
+    second.apply(msg.admitted("team/train", {host("n1"): 2}, per_pod=msg.requests(gpus=2)))
     assert (
         first.free("n1")
         == second.free("n1")
@@ -195,29 +150,29 @@ def test_bound_before_admitted_is_the_same_as_admitted_before_bound() -> None:
 
 
 def test_more_pods_bound_than_assigned_is_plain_usage() -> None:
-    accounting = cluster(node("n1"))
-    accounting.apply(admitted({host("n1"): 1}, gpus=1))
+    accounting = cluster(msg.node("n1"))
+    accounting.apply(msg.admitted("team/train", {host("n1"): 1}))
     for i in range(3):
-        accounting.apply(pod(f"w-{i}", "n1", gpus=1))
+        accounting.apply(msg.pod(f"w-{i}", "n1", gpus=1))
     assert accounting.reserved("n1") == {}
     assert accounting.free("n1")[GPU] == 5
 
 
 def test_a_finished_pod_gives_its_place_back_to_the_reservation() -> None:
-    accounting = cluster(node("n1"))
-    accounting.apply(admitted({host("n1"): 2}, gpus=2))
-    accounting.apply(pod("w-0", "n1", gpus=2))
-    accounting.apply(pod("w-1", "n1", gpus=2))
+    accounting = cluster(msg.node("n1"))
+    accounting.apply(msg.admitted("team/train", {host("n1"): 2}, per_pod=msg.requests(gpus=2)))
+    accounting.apply(msg.pod("w-0", "n1", gpus=2))
+    accounting.apply(msg.pod("w-1", "n1", gpus=2))
     assert accounting.reserved("n1") == {}
-    accounting.apply(pod("w-1", "n1", gpus=2, phase="Failed"))
+    accounting.apply(msg.pod("w-1", "n1", gpus=2, phase="Failed"))
     assert accounting.reservation("team/train") == {"n1": 1}
     assert accounting.free("n1")[GPU] == 4
 
 
 def test_release_and_preemption_end_reservations() -> None:
-    accounting = cluster(node("n1"), node("n2"))
-    accounting.apply(admitted({host("n1"): 2}, workload="team/a", uid="ua", sequence=1))
-    accounting.apply(admitted({host("n2"): 2}, workload="team/b", uid="ub", sequence=2))
+    accounting = cluster(msg.node("n1"), msg.node("n2"))
+    accounting.apply(msg.admitted("team/a", {host("n1"): 2}, sequence=1, uid="ua"))
+    accounting.apply(msg.admitted("team/b", {host("n2"): 2}, sequence=2, uid="ub"))
     accounting.apply(
         Released(workload="team/a", uid="ua", queue="q", reason="Completed", sequence=3)
     )
@@ -231,8 +186,8 @@ def test_release_and_preemption_end_reservations() -> None:
 
 
 def test_a_release_must_name_the_admission_it_ends() -> None:
-    accounting = cluster(node("n1"))
-    accounting.apply(admitted({host("n1"): 1}, sequence=5, uid="new"))
+    accounting = cluster(msg.node("n1"))
+    accounting.apply(msg.admitted("team/train", {host("n1"): 1}, sequence=5, uid="new"))
     stale_uid = Released(workload="team/train", uid="old", queue="q", reason="Deleted", sequence=6)
     assert not accounting.release(stale_uid)
     older = Released(workload="team/train", uid="new", queue="q", reason="Deleted", sequence=4)
@@ -244,19 +199,19 @@ def test_a_release_must_name_the_admission_it_ends() -> None:
 
 
 def test_redelivered_or_older_admissions_are_ignored_newer_ones_replace() -> None:
-    accounting = cluster(node("n1"), node("n2"))
-    accounting.apply(admitted({host("n1"): 2}, sequence=4))
-    accounting.apply(admitted({host("n2"): 3}, sequence=3))
-    accounting.apply(admitted({host("n1"): 2}, sequence=4))
+    accounting = cluster(msg.node("n1"), msg.node("n2"))
+    accounting.apply(msg.admitted("team/train", {host("n1"): 2}, sequence=4))
+    accounting.apply(msg.admitted("team/train", {host("n2"): 3}, sequence=3))
+    accounting.apply(msg.admitted("team/train", {host("n1"): 2}, sequence=4))
     assert accounting.reservation("team/train") == {"n1": 2}
-    accounting.apply(admitted({host("n2"): 3}, sequence=7))
+    accounting.apply(msg.admitted("team/train", {host("n2"): 3}, sequence=7))
     assert accounting.reservation("team/train") == {"n2": 3}
     assert accounting.reserved("n1") == {}
     assert accounting.applied_sequence == 7
 
 
 def test_bad_assignment_parts_are_reported_and_the_rest_reserved() -> None:
-    accounting = cluster(node("n1"))
+    accounting = cluster(msg.node("n1"))
     decision = Admitted(
         workload="team/train",
         uid="u",
@@ -284,8 +239,8 @@ def test_bad_assignment_parts_are_reported_and_the_rest_reserved() -> None:
 
 
 def test_requests_come_from_the_workload_when_the_decision_has_none() -> None:
-    accounting = cluster(node("n1"))
-    accounting.apply(admitted({host("n1"): 2}, gpus=None))
+    accounting = cluster(msg.node("n1"))
+    accounting.apply(msg.admitted("team/train", {host("n1"): 2}, per_pod=None))
     assert accounting.reserved("n1") == {"pods": 2}
     workload = WorkloadState(
         namespace="team",
@@ -303,26 +258,26 @@ def test_requests_come_from_the_workload_when_the_decision_has_none() -> None:
 
 
 def test_pods_without_a_podset_count_for_a_single_podset_admission() -> None:
-    accounting = cluster(node("n1"))
-    accounting.apply(admitted({host("n1"): 2}, gpus=1))
-    accounting.apply(pod("w-0", "n1", podset=None))
+    accounting = cluster(msg.node("n1"))
+    accounting.apply(msg.admitted("team/train", {host("n1"): 2}))
+    accounting.apply(msg.pod("w-0", "n1", podset=None))
     assert accounting.reservation("team/train") == {"n1": 1}
 
 
 def test_pods_of_other_podsets_or_workloads_do_not_release_a_reservation() -> None:
-    accounting = cluster(node("n1"))
-    accounting.apply(admitted({host("n1"): 1}, gpus=1))
-    accounting.apply(pod("x", "n1", podset="launcher"))
-    accounting.apply(pod("y", "n1", workload="team/other"))
+    accounting = cluster(msg.node("n1"))
+    accounting.apply(msg.admitted("team/train", {host("n1"): 1}))
+    accounting.apply(msg.pod("x", "n1", podset="launcher"))
+    accounting.apply(msg.pod("y", "n1", workload="team/other"))
     assert accounting.reservation("team/train") == {"n1": 1}
 
 
 def test_a_reservation_on_a_vanished_node_holds_nothing() -> None:
-    accounting = cluster(node("n1"))
-    accounting.apply(admitted({host("n1"): 1}))
+    accounting = cluster(msg.node("n1"))
+    accounting.apply(msg.admitted("team/train", {host("n1"): 1}))
     accounting.apply(Tombstone(object_kind="node", name="n1"))
     assert accounting.reservation("team/train") == {}
-    accounting.apply(node("n1"))
+    accounting.apply(msg.node("n1"))
     assert accounting.reservation("team/train") == {"n1": 1}
 
 
@@ -330,39 +285,39 @@ def test_a_reservation_on_a_vanished_node_holds_nothing() -> None:
 
 
 def rack_admission(count: int, *, gpus: int, workload: str = "team/train", sequence: int = 1):
-    return admitted(
+    return msg.admitted(
+        workload,
         {("b1", "r1"): count},
-        gpus=gpus,
-        workload=workload,
-        uid=workload,
         sequence=sequence,
+        uid=workload,
         levels=[BLOCK, RACK],
+        per_pod=msg.requests(gpus=gpus),
     )
 
 
 def test_a_rack_reservation_fills_nodes_in_natural_order_by_fit() -> None:
-    accounting = cluster(node("n10"), node("n2"), node("n9", rack="r2"))
-    accounting.apply(pod("ds", "n2", gpus=5, workload=None))
+    accounting = cluster(msg.node("n10"), msg.node("n2"), msg.node("n9", "b1", "r2"))
+    accounting.apply(msg.pod("ds", "n2", gpus=5, workload=None))
     accounting.apply(rack_admission(4, gpus=2))
     # n2 has 3 GPUs left: one pod; n10 takes the other three.
     assert accounting.reservation("team/train") == {"n10": 3, "n2": 1}
 
 
 def test_an_overcommitted_rack_deals_the_rest_round_robin() -> None:
-    accounting = cluster(node("n1"), node("n2"))
+    accounting = cluster(msg.node("n1"), msg.node("n2"))
     accounting.apply(rack_admission(11, gpus=2))
     assert accounting.reservation("team/train") == {"n1": 6, "n2": 5}
     assert accounting.free("n1")[GPU] == -4
 
 
 def test_spreads_follow_decision_order_and_binding() -> None:
-    accounting = cluster(node("n1"), node("n2"))
+    accounting = cluster(msg.node("n1"), msg.node("n2"))
     accounting.apply(rack_admission(2, gpus=4, workload="team/late", sequence=9))
     accounting.apply(rack_admission(2, gpus=4, workload="team/early", sequence=3))
     assert accounting.reservation("team/early") == {"n1": 2}
     assert accounting.reservation("team/late") == {"n2": 2}
     # One of early's pods binds on n2: early holds one on n1, late moves over.
-    accounting.apply(pod("e-0", "n2", gpus=4, workload="team/early", podset="workers"))
+    accounting.apply(msg.pod("e-0", "n2", gpus=4, workload="team/early", podset="workers"))
     assert accounting.reservation("team/early") == {"n1": 1}
     assert accounting.reservation("team/late") == {"n1": 1, "n2": 1}
     assert accounting.free("n1")[GPU] == 0
@@ -370,24 +325,36 @@ def test_spreads_follow_decision_order_and_binding() -> None:
 
 
 def test_a_spread_avoids_unschedulable_nodes_and_follows_relabelling() -> None:
-    accounting = cluster(node("n1"), node("n2"))
+    accounting = cluster(msg.node("n1"), msg.node("n2"))
     accounting.apply(rack_admission(2, gpus=4))
     assert accounting.reservation("team/train") == {"n1": 2}
-    accounting.apply(node("n1", unschedulable=True))
+    accounting.apply(msg.node("n1", unschedulable=True))
     assert accounting.reservation("team/train") == {"n2": 2}
-    accounting.apply(node("n2", rack="r2"))  # n2 leaves the rack; only cordoned n1 is left
+    accounting.apply(msg.node("n2", "b1", "r2"))  # n2 leaves the rack; only cordoned n1 is left
     assert accounting.reservation("team/train") == {"n1": 2}
 
 
 def test_spreads_that_overlap_through_a_wider_domain_are_recomputed_together() -> None:
-    accounting = cluster(node("n1"), node("n2"), node("n3", rack="r2"), node("n4", rack="r2"))
+    accounting = cluster(
+        msg.node("n1"), msg.node("n2"), msg.node("n3", "b1", "r2"), msg.node("n4", "b1", "r2")
+    )
     accounting.apply(rack_admission(2, gpus=8, workload="team/a", sequence=1))  # n1, n2
-    block = admitted(
-        {("b1",): 1}, workload="team/b", uid="team/b", sequence=2, gpus=8, levels=[BLOCK]
+    block = msg.admitted(
+        "team/b",
+        {("b1",): 1},
+        sequence=2,
+        uid="team/b",
+        levels=[BLOCK],
+        per_pod=msg.requests(gpus=8),
     )
     accounting.apply(block)
-    later = admitted(
-        {("b1", "r2"): 1}, workload="team/c", uid="team/c", sequence=3, gpus=8, levels=[BLOCK, RACK]
+    later = msg.admitted(
+        "team/c",
+        {("b1", "r2"): 1},
+        sequence=3,
+        uid="team/c",
+        levels=[BLOCK, RACK],
+        per_pod=msg.requests(gpus=8),
     )
     accounting.apply(later)
     assert accounting.reservation("team/b") == {"n3": 1}
@@ -399,8 +366,12 @@ def test_spreads_that_overlap_through_a_wider_domain_are_recomputed_together() -
 
 
 def test_a_spread_beside_a_host_reservation_of_another_topology() -> None:
-    accounting = cluster(node("n1"), node("n2"))
-    accounting.apply(admitted({host("n1"): 2}, workload="team/host", uid="h", sequence=5, gpus=4))
+    accounting = cluster(msg.node("n1"), msg.node("n2"))
+    accounting.apply(
+        msg.admitted(
+            "team/host", {host("n1"): 2}, sequence=5, uid="h", per_pod=msg.requests(gpus=4)
+        )
+    )
     accounting.apply(rack_admission(2, gpus=4, sequence=2))
     assert accounting.reservation("team/train") == {"n2": 2}
     accounting.apply(Released(workload="team/host", uid="h", queue="q", reason="Deleted"))
@@ -425,9 +396,9 @@ def test_a_spread_beside_a_host_reservation_of_another_topology() -> None:
     ],
 )
 def test_node_conditions_take_effect_at_once(change: dict[str, object], schedulable: bool) -> None:
-    accounting = cluster(node("n1"), node("n2"))
+    accounting = cluster(msg.node("n1"), msg.node("n2"))
     accounting.take_changes()
-    accounting.apply(node("n1", **change))
+    accounting.apply(msg.node("n1", **change))
     changes = accounting.take_changes()
     assert NodeKey(TOPOLOGY, "n1") in changes.keys
     record = accounting.record(NodeKey(TOPOLOGY, "n1"))
@@ -453,9 +424,9 @@ def test_a_node_missing_a_level_label_is_unschedulable_with_a_short_path() -> No
 
 
 def test_one_node_change_touches_its_record_and_its_domains_only() -> None:
-    accounting = cluster(node("n1"), node("n2"), node("n3", rack="r2"))
+    accounting = cluster(msg.node("n1"), msg.node("n2"), msg.node("n3", "b1", "r2"))
     accounting.take_changes()
-    accounting.apply(pod("a", "n1"))
+    accounting.apply(msg.pod("a", "n1"))
     assert accounting.take_changes().keys == {
         NodeKey(TOPOLOGY, "n1"),
         DomainKey(TOPOLOGY, 0, ("b1",)),
@@ -466,11 +437,11 @@ def test_one_node_change_touches_its_record_and_its_domains_only() -> None:
 
 
 def test_decisions_touch_their_nodes_and_carry_the_applied_sequence() -> None:
-    accounting = cluster(node("n1"), node("n2"))
+    accounting = cluster(msg.node("n1"), msg.node("n2"))
     accounting.take_changes()
-    accounting.apply(pod("w-0", "n1"))
+    accounting.apply(msg.pod("w-0", "n1"))
     accounting.take_changes()
-    accounting.apply(admitted({host("n1"): 1}, sequence=12))
+    accounting.apply(msg.admitted("team/train", {host("n1"): 1}, sequence=12))
     changes = accounting.take_changes()
     assert changes.touched == {NodeKey(TOPOLOGY, "n1")}  # touched though its free is unchanged
     record = accounting.record(NodeKey(TOPOLOGY, "n1"))
@@ -479,7 +450,7 @@ def test_decisions_touch_their_nodes_and_carry_the_applied_sequence() -> None:
 
 
 def test_removed_nodes_and_emptied_domains_have_no_record() -> None:
-    accounting = cluster(node("n1"), node("n2", rack="r2"))
+    accounting = cluster(msg.node("n1"), msg.node("n2", "b1", "r2"))
     accounting.take_changes()
     accounting.apply(Tombstone(object_kind="node", name="n2"))
     keys = accounting.take_changes().keys
@@ -490,7 +461,7 @@ def test_removed_nodes_and_emptied_domains_have_no_record() -> None:
 
 
 def test_topology_changes_and_removal() -> None:
-    accounting = cluster(node("n1"))
+    accounting = cluster(msg.node("n1"))
     old_keys = set(accounting.keys())
     accounting.take_changes()
     accounting.apply(TopologyConfig(name=TOPOLOGY, levels=[RACK, HOST]))
@@ -514,7 +485,7 @@ def test_topology_changes_and_removal() -> None:
     ],
 )
 def test_invalid_topologies_are_reported_and_absent(levels: list[str], problem: str) -> None:
-    accounting = cluster(node("n1"))
+    accounting = cluster(msg.node("n1"))
     assert accounting.apply(TopologyConfig(name="bad", levels=levels)) == [problem]
     assert accounting.topologies() == [TOPOLOGY]
 
@@ -549,8 +520,8 @@ def _fields(record: CapacityNode) -> dict[str, object]:
 def test_a_repeated_preemption_leaves_the_victims_later_admission_alone() -> None:
     """Issue 12 finding 1: a redelivered ``preempted`` named the victim only by key and dropped
     the reservation of its re-admission while its pods were coming."""
-    accounting = cluster(node("n1"))
-    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=2))
+    accounting = cluster(msg.node("n1"))
+    accounting.apply(msg.admitted("team/b", {host("n1"): 2}, sequence=2, uid="ub"))
     event = Preempted(
         preemptor="team/online",
         preemptor_uid="u",
@@ -558,14 +529,14 @@ def test_a_repeated_preemption_leaves_the_victims_later_admission_alone() -> Non
         lost={"team/b": LostAdmission(uid="ub", sequence=2)},
     )
     assert accounting.preempt(event)
-    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=7))
+    accounting.apply(msg.admitted("team/b", {host("n1"): 2}, sequence=7, uid="ub"))
     assert not accounting.preempt(event)
     assert accounting.reservation("team/b") == {"n1": 2}
     # A replacement of the admission named (moved slots) ends with it.
-    accounting.apply(admitted({host("n1"): 1}, workload="team/c", uid="uc", sequence=8))
+    accounting.apply(msg.admitted("team/c", {host("n1"): 1}, sequence=8, uid="uc"))
     accounting.apply(
         msgspec.structs.replace(
-            admitted({host("n1"): 1}, workload="team/c", uid="uc", sequence=9), replaces=8
+            msg.admitted("team/c", {host("n1"): 1}, sequence=9, uid="uc"), replaces=8
         )
     )
     named = Preempted(
@@ -579,23 +550,23 @@ def test_a_repeated_preemption_leaves_the_victims_later_admission_alone() -> Non
 
 
 def test_an_admission_redelivered_after_it_ended_is_ignored() -> None:
-    accounting = cluster(node("n1"))
-    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=2))
+    accounting = cluster(msg.node("n1"))
+    accounting.apply(msg.admitted("team/b", {host("n1"): 2}, sequence=2, uid="ub"))
     accounting.apply(Released(workload="team/b", uid="ub", queue="q", reason="Evicted", sequence=3))
-    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=2))
+    accounting.apply(msg.admitted("team/b", {host("n1"): 2}, sequence=2, uid="ub"))
     assert accounting.reservation("team/b") == {}
-    accounting.apply(admitted({host("n1"): 1}, workload="team/b", uid="ub", sequence=4))
+    accounting.apply(msg.admitted("team/b", {host("n1"): 1}, sequence=4, uid="ub"))
     assert accounting.reservation("team/b") == {"n1": 1}
 
 
 def test_an_admission_replayed_after_the_decision_that_ended_it_is_ignored() -> None:
     # A restart replays the last decision per subject in stream order: the release (or the
     # preemption) can come before a re-published copy of the admission it ended.
-    accounting = cluster(node("n1"))
+    accounting = cluster(msg.node("n1"))
     accounting.apply(
         Released(workload="team/b", uid="ub", queue="q", reason="Completed", sequence=5)
     )
-    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=4))
+    accounting.apply(msg.admitted("team/b", {host("n1"): 2}, sequence=4, uid="ub"))
     assert accounting.reservation("team/b") == {}
     accounting.apply(
         Preempted(
@@ -605,15 +576,15 @@ def test_an_admission_replayed_after_the_decision_that_ended_it_is_ignored() -> 
             lost={"team/c": LostAdmission(uid="uc", sequence=6)},
         )
     )
-    accounting.apply(admitted({host("n1"): 1}, workload="team/c", uid="uc", sequence=6))
+    accounting.apply(msg.admitted("team/c", {host("n1"): 1}, sequence=6, uid="uc"))
     replacing = msgspec.structs.replace(
-        admitted({host("n1"): 1}, workload="team/c", uid="uc", sequence=9), replaces=6
+        msg.admitted("team/c", {host("n1"): 1}, sequence=9, uid="uc"), replaces=6
     )
     accounting.apply(replacing)
     assert accounting.reservation("team/c") == {}
     assert accounting.reserved("n1") == {}
     # A later admission (re-admitted after the release) is reserved as usual.
-    accounting.apply(admitted({host("n1"): 1}, workload="team/b", uid="ub", sequence=10))
+    accounting.apply(msg.admitted("team/b", {host("n1"): 1}, sequence=10, uid="ub"))
     assert accounting.reservation("team/b") == {"n1": 1}
 
 
@@ -634,10 +605,10 @@ def test_a_finished_or_deleted_object_reserves_nothing_whatever_the_decisions_sa
     )
     stale = Released(workload="team/b", uid="ub", queue="q", reason="Evicted", sequence=3)
     for state_first in (True, False):
-        accounting = cluster(node("n1"))
+        accounting = cluster(msg.node("n1"))
         if state_first:
             accounting.apply(finished)
-        accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=5))
+        accounting.apply(msg.admitted("team/b", {host("n1"): 2}, sequence=5, uid="ub"))
         accounting.apply(stale)
         if not state_first:
             assert accounting.reservation("team/b") == {"n1": 2}  # as the decisions say
@@ -645,12 +616,12 @@ def test_a_finished_or_deleted_object_reserves_nothing_whatever_the_decisions_sa
         assert accounting.reservation("team/b") == {}
         assert accounting.reserved("n1") == {}
     # Deleted (its tombstone names the object): the same; a new object under the name is not.
-    accounting = cluster(node("n1"))
-    accounting.apply(admitted({host("n1"): 2}, workload="team/b", uid="ub", sequence=5))
+    accounting = cluster(msg.node("n1"))
+    accounting.apply(msg.admitted("team/b", {host("n1"): 2}, sequence=5, uid="ub"))
     accounting.apply(Tombstone(object_kind="workload", namespace="team", name="b", uid="ub"))
     assert accounting.reservation("team/b") == {}
     accounting.apply(msgspec.structs.replace(finished, uid="ub2", finished=None))
-    accounting.apply(admitted({host("n1"): 1}, workload="team/b", uid="ub2", sequence=9))
+    accounting.apply(msg.admitted("team/b", {host("n1"): 1}, sequence=9, uid="ub2"))
     assert accounting.reservation("team/b") == {"n1": 1}
 
 
@@ -658,13 +629,11 @@ def test_a_deleted_workload_leaves_no_record_and_its_late_admission_reserves_not
     """Issue 29 seam 8: the accounting's record of ended admissions grew with every workload
     name ever seen. A deleted workload that holds nothing is forgotten; a copy of its
     admission that comes later still reserves nothing."""
-    accounting = cluster(node("n1"))
+    accounting = cluster(msg.node("n1"))
     for n in range(50):
         name = f"w{n}"
-        accounting.apply(
-            admitted({host("n1"): 1}, workload=f"team/{name}", uid=name, sequence=n + 1)
-        )
+        accounting.apply(msg.admitted(f"team/{name}", {host("n1"): 1}, sequence=n + 1, uid=name))
         accounting.apply(Tombstone(object_kind="workload", namespace="team", name=name, uid=name))
     assert accounting.decisions.recorded() == []
-    accounting.apply(admitted({host("n1"): 1}, workload="team/w3", uid="w3", sequence=4))
+    accounting.apply(msg.admitted("team/w3", {host("n1"): 1}, sequence=4, uid="w3"))
     assert accounting.reserved("n1") == {}

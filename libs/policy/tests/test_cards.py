@@ -2,7 +2,7 @@
 
 import pytest
 
-from tidegate.model import PodSetSpec, WorkloadState
+from tidegate.model import PodSetSpec
 from tidegate.policy.cards import (
     GPU_PRODUCT_LABEL,
     CardError,
@@ -10,17 +10,9 @@ from tidegate.policy.cards import (
     card_demand,
     parse_card_name,
 )
+from tidegate.testing.messages import Messages
 
-
-def workload(*podsets: PodSetSpec, card_request: dict[str, int] | None = None) -> WorkloadState:
-    return WorkloadState(
-        namespace="ns",
-        name="w",
-        uid="u",
-        owner_kind="Job",
-        podsets=list(podsets),
-        card_request=card_request,
-    )
+msg = Messages(namespace="ns", queue=None, defaults={"workload": {"uid": "u"}})
 
 
 @pytest.mark.parametrize(
@@ -55,7 +47,8 @@ def test_malformed_card_names_are_errors_naming_the_card(name: str) -> None:
 
 
 def test_card_request_counts_declared_cards_and_restricts_gpu_podsets() -> None:
-    w = workload(
+    w = msg.workload(
+        "w",
         PodSetSpec(name="launcher", count=1, requests={"cpu": 1000}),
         PodSetSpec(name="workers", count=2, requests={"cpu": 1000, "nvidia.com/gpu": 4}),
         card_request={"NVIDIA-H200": 8},
@@ -71,13 +64,14 @@ def test_card_request_counts_declared_cards_and_restricts_gpu_podsets() -> None:
 
 
 def test_card_name_counts_cards_from_gpu_requests() -> None:
-    w = workload(
+    w = msg.workload(
+        "w",
         PodSetSpec(
             name="serve",
             count=3,
             requests={"nvidia.com/mig-1g.18gb": 2},
             card_name="NVIDIA-H200/mig-1g.18gb-mixed",
-        )
+        ),
     )
     demand = card_demand(w)
     assert demand.cards == {"NVIDIA-H200/mig-1g.18gb-mixed": 6}
@@ -93,16 +87,17 @@ def test_card_counts_follow_the_podsets_being_placed() -> None:
     reduced = PodSetSpec(
         name="w", count=1, requests={"nvidia.com/gpu": 2}, card_name="NVIDIA-GeForce-RTX-4090"
     )
-    assert card_demand(workload(full), [reduced]).cards == {"NVIDIA-GeForce-RTX-4090": 2}
+    assert card_demand(msg.workload("w", full), [reduced]).cards == {"NVIDIA-GeForce-RTX-4090": 2}
 
 
 def test_single_requested_model_restricts_every_podset_when_none_requests_its_resource() -> None:
-    w = workload(PodSetSpec(name="a", count=1), card_request={"NVIDIA-H200": 1})
+    w = msg.workload("w", PodSetSpec(name="a", count=1), card_request={"NVIDIA-H200": 1})
     assert card_demand(w).podset_models == {"a": parse_card_name("NVIDIA-H200")}
 
 
 def test_two_whole_card_models_without_card_names_are_ambiguous() -> None:
-    w = workload(
+    w = msg.workload(
+        "w",
         PodSetSpec(name="workers", count=1, requests={"nvidia.com/gpu": 1}),
         card_request={"NVIDIA-H200": 1, "NVIDIA-A100": 1},
     )
@@ -111,7 +106,8 @@ def test_two_whole_card_models_without_card_names_are_ambiguous() -> None:
 
 
 def test_whole_card_and_mig_models_are_told_apart_by_resource() -> None:
-    w = workload(
+    w = msg.workload(
+        "w",
         PodSetSpec(name="big", count=1, requests={"nvidia.com/gpu": 8}),
         PodSetSpec(name="small", count=2, requests={"nvidia.com/mig-1g.18gb": 1}),
         card_request={"NVIDIA-H200": 8, "NVIDIA-H200/mig-1g.18gb-mixed": 2},
@@ -124,11 +120,11 @@ def test_whole_card_and_mig_models_are_told_apart_by_resource() -> None:
 
 def test_negative_and_malformed_card_requests_name_the_field() -> None:
     with pytest.raises(CardError, match=r"card_request\['NVIDIA-H200'\]: -1 is negative"):
-        card_demand(workload(card_request={"NVIDIA-H200": -1}))
+        card_demand(msg.workload("w", card_request={"NVIDIA-H200": -1}))
     with pytest.raises(CardError, match=r"card_request: card model"):
-        card_demand(workload(card_request={"bad name": 1}))
+        card_demand(msg.workload("w", card_request={"bad name": 1}))
     with pytest.raises(CardError, match=r"podsets\[p\]\.card_name"):
-        card_demand(workload(PodSetSpec(name="p", count=1, card_name="a/b")))
+        card_demand(msg.workload("w", PodSetSpec(name="p", count=1, card_name="a/b")))
 
 
 def test_conflicting_node_selector_is_an_error() -> None:
@@ -138,6 +134,6 @@ def test_conflicting_node_selector_is_an_error() -> None:
         node_selector={GPU_PRODUCT_LABEL: "NVIDIA-A100"},
         card_name="NVIDIA-H200",
     )
-    demand = card_demand(workload(podset))
+    demand = card_demand(msg.workload("w", podset))
     with pytest.raises(CardError, match="conflicts with card model NVIDIA-H200"):
         demand.restrict([podset])

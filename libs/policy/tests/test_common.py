@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidegate.model import PodState, QueueConfig, WorkloadState
+from tidegate.model import PodState, QueueConfig
 from tidegate.model.names import ADMISSION_GATE
 from tidegate.policy.common import (
     TopologyProblem,
@@ -14,46 +14,47 @@ from tidegate.policy.common import (
     queue_of,
     runs,
 )
+from tidegate.testing.messages import Messages
+
+msg = Messages(namespace="ns", queue=None, defaults={"workload": {"uid": "u"}})
 
 GPU = "nvidia.com/gpu"
 
 
-def workload(queue: str | None = None, topology: str | None = None) -> WorkloadState:
-    return WorkloadState(
-        namespace="ns", name="w", uid="u", owner_kind="Job", queue=queue, topology=topology
-    )
-
-
 def test_a_workload_is_in_its_own_queue_else_the_default() -> None:
-    assert queue_of(workload("a"), "default") == "a"
-    assert queue_of(workload(), "default") == "default"
-    assert queue_of(workload(), None) is None
+    assert queue_of(msg.workload("w", queue="a"), "default") == "a"
+    assert queue_of(msg.workload("w"), "default") == "default"
+    assert queue_of(msg.workload("w"), None) is None
 
 
 def test_topology_is_the_queues_then_the_workloads_then_the_only_or_default() -> None:
     known = ["default", "gpu"]
     assert (
-        choose_topology(workload(), QueueConfig(name="q", topology="gpu"), known=known, default="x")
+        choose_topology(
+            msg.workload("w"), QueueConfig(name="q", topology="gpu"), known=known, default="x"
+        )
         == "gpu"
     )
     assert (
-        choose_topology(workload(topology="gpu"), QueueConfig(name="q"), known=known, default="x")
+        choose_topology(
+            msg.workload("w", topology="gpu"), QueueConfig(name="q"), known=known, default="x"
+        )
         == "gpu"
     )
-    assert choose_topology(workload(), None, known=["only"], default="x") == "only"
-    assert choose_topology(workload(), None, known=known, default="default") == "default"
-    none = choose_topology(workload(), QueueConfig(name="q"), known=known, default="x")
+    assert choose_topology(msg.workload("w"), None, known=["only"], default="x") == "only"
+    assert choose_topology(msg.workload("w"), None, known=known, default="default") == "default"
+    none = choose_topology(msg.workload("w"), QueueConfig(name="q"), known=known, default="x")
     assert isinstance(none, TopologyProblem)
     assert none.reason == "TopologyPlacementFailed"
     clash = choose_topology(
-        workload(topology="default"),
+        msg.workload("w", topology="default"),
         QueueConfig(name="q", topology="gpu"),
         known=known,
         default="x",
     )
     assert isinstance(clash, TopologyProblem)
     assert clash.reason == "Invalid"
-    missing = choose_topology(workload(topology="nope"), None, known=known, default="x")
+    missing = choose_topology(msg.workload("w", topology="nope"), None, known=known, default="x")
     assert isinstance(missing, TopologyProblem)
     assert "nope does not exist" in missing.message
 
@@ -67,7 +68,7 @@ def test_a_chosen_topology_exists_and_honours_what_was_asked(
     queue_topology: str | None, own: str | None, known: list[str]
 ) -> None:
     queue = QueueConfig(name="q", topology=queue_topology)
-    chosen = choose_topology(workload(topology=own), queue, known=known, default="default")
+    chosen = choose_topology(msg.workload("w", topology=own), queue, known=known, default="default")
     if isinstance(chosen, TopologyProblem):
         return
     assert chosen in known

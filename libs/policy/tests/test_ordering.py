@@ -2,19 +2,11 @@
 
 import pytest
 
-from tidegate.model import PendingReason, QueueConfig, WorkloadState
+from tidegate.model import PendingReason, QueueConfig
 from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
+from tidegate.testing.messages import Messages
 
-
-def wl(name: str, *, priority: int = 0, created_at: float = 0.0, ns: str = "ns") -> WorkloadState:
-    return WorkloadState(
-        namespace=ns,
-        name=name,
-        uid=name,
-        owner_kind="Job",
-        priority=priority,
-        created_at=created_at,
-    )
+msg = Messages(namespace="ns", queue=None)
 
 
 def test_queues_by_priority_then_name() -> None:
@@ -28,11 +20,11 @@ def test_queues_by_priority_then_name() -> None:
 
 def test_workloads_by_priority_then_creation_then_key() -> None:
     workloads = [
-        wl("late-low", priority=1, created_at=5),
-        wl("b", priority=2, created_at=3),
-        wl("a", priority=2, created_at=3),
-        wl("early", priority=2, created_at=1),
-        wl("a", priority=2, created_at=3, ns="aa"),
+        msg.workload("late-low", uid="late-low", priority=1, created_at=5),
+        msg.workload("b", uid="b", priority=2, created_at=3),
+        msg.workload("a", uid="a", priority=2, created_at=3),
+        msg.workload("early", uid="early", priority=2, created_at=1),
+        msg.workload("a", uid="a", namespace="aa", priority=2, created_at=3),
     ]
     ordered = [key_of(w) for w in order_workloads(workloads)]
     assert ordered == ["ns/early", "aa/a", "ns/a", "ns/b", "ns/late-low"]

@@ -5,7 +5,6 @@ controllers, so nothing changes but what the test writes.
 """
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -22,11 +21,15 @@ from tidegate.testing import (
     published_capacity,
     recompute_capacity,
 )
+from tidegate.testing.manifests import Builders
 
 NODE = "block0-rack0-node0"
 OTHER = "block0-rack0-node1"
 RACK = ("block0", "block0-rack0")
 GPU = "nvidia.com/gpu"
+
+k8s = Builders(server_fields=False)
+"""Pods bound to a node, asking for one cpu and some GPUs."""
 MERGE = "application/merge-patch+json"
 
 
@@ -37,23 +40,6 @@ async def bare() -> AsyncIterator[SimCluster]:
     async with SimCluster.running(settings) as sim:
         sim.api.create(NAMESPACES, None, {"metadata": {"name": "t"}})
         yield sim
-
-
-def pod(name: str, node: str, gpus: int) -> dict[str, Any]:
-    """A pod bound to ``node`` asking for ``gpus`` GPUs and 1 CPU."""
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {
-                    "name": "m",
-                    "image": "m",
-                    "resources": {"requests": {"cpu": "1", GPU: gpus}, "limits": {GPU: gpus}},
-                }
-            ],
-        },
-    }
 
 
 def test_requests_count_containers_the_largest_init_container_and_overhead() -> None:
@@ -85,11 +71,38 @@ def test_a_node_is_schedulable_only_ready_uncordoned_and_untainted() -> None:
 async def test_bound_unfinished_pods_use_capacity_and_cordoned_nodes_leave_their_domains(
     bare: SimCluster,
 ) -> None:
-    bare.api.create(PODS, "t", pod("a", NODE, 3))
-    bare.api.create(PODS, "t", pod("done", NODE, 4))
+    bare.api.create(
+        PODS,
+        "t",
+        k8s.pod(
+            "a",
+            gated=False,
+            nodeName=NODE,
+            containers=[k8s.container("1", None, limits=True, gpu=3)],
+        ),
+    )
+    bare.api.create(
+        PODS,
+        "t",
+        k8s.pod(
+            "done",
+            gated=False,
+            nodeName=NODE,
+            containers=[k8s.container("1", None, limits=True, gpu=4)],
+        ),
+    )
     finished = {"status": {"phase": "Succeeded"}}
     bare.api.patch(PODS, "t", "done", finished, MERGE, subresource="status")
-    bare.api.create(PODS, "t", pod("b", OTHER, 8))
+    bare.api.create(
+        PODS,
+        "t",
+        k8s.pod(
+            "b",
+            gated=False,
+            nodeName=OTHER,
+            containers=[k8s.container("1", None, limits=True, gpu=8)],
+        ),
+    )
     bare.api.patch(NODES, None, OTHER, {"spec": {"unschedulable": True}}, MERGE)
 
     view = recompute_capacity(bare.store, bare.levels)

@@ -4,30 +4,19 @@ from prometheus_client import CollectorRegistry
 
 from tidegate.admission.metrics import QueueMetrics, in_unit, pending_counts, usage_samples
 from tidegate.model import (
-    Admitted,
     CapacityNode,
-    PodSetSpec,
     QueueConfig,
     Released,
     TopologyConfig,
     WorkloadKey,
-    WorkloadState,
 )
 from tidegate.policy.admission import Admission, AdmissionSettings, Decision
+from tidegate.testing.messages import Messages
+
+msg = Messages(namespace="ns")
+
 
 GPU = "nvidia.com/gpu"
-
-
-def workload(name: str, queue: str | None, gpus: int, **extra: object) -> WorkloadState:
-    return WorkloadState(
-        namespace="ns",
-        name=name,
-        uid=f"uid-{name}",
-        owner_kind="Job",
-        queue=queue,
-        podsets=[PodSetSpec(name="w", count=1, requests={"cpu": 500, GPU: gpus})],
-        **extra,  # type: ignore[arg-type]
-    )
 
 
 def one_node(admission: Admission) -> None:
@@ -44,10 +33,10 @@ def test_pending_counts_every_reason_of_every_queue_and_unknown_queues() -> None
     admission = Admission(AdmissionSettings())
     one_node(admission)
     admission.set_queue(QueueConfig(name="q", quota={GPU: 4}))
-    admission.set_workload(workload("fits", "q", 2))
-    admission.set_workload(workload("over", "q", 4))
-    admission.set_workload(workload("lost", "nope", 1))
-    admission.set_workload(workload("none", None, 1))
+    admission.set_workload(msg.workload("fits", msg.podset("w", gpus=2, cpu=500), queue="q"))
+    admission.set_workload(msg.workload("over", msg.podset("w", gpus=4, cpu=500), queue="q"))
+    admission.set_workload(msg.workload("lost", msg.podset("w", gpus=1, cpu=500), queue="nope"))
+    admission.set_workload(msg.workload("none", msg.podset("w", gpus=1, cpu=500), queue=None))
     admission.cycle(now=1.0)
     counts = pending_counts(admission)
     assert counts[("q", "ExceedsQuota")] == 1
@@ -78,7 +67,7 @@ def test_pending_counts_every_reason_of_every_queue_and_unknown_queues() -> None
 def test_a_default_queue_labels_workloads_that_name_none() -> None:
     admission = Admission(AdmissionSettings(default_queue="fallback"))
     one_node(admission)
-    admission.set_workload(workload("none", None, 1))
+    admission.set_workload(msg.workload("none", msg.podset("w", gpus=1, cpu=500), queue=None))
     admission.cycle(now=1.0)
     assert pending_counts(admission) == {("fallback", "QueueNotFound"): 1}
 
@@ -98,35 +87,40 @@ def test_amounts_are_in_the_resources_own_unit() -> None:
     assert in_unit(GPU, 8) == 8
 
 
-def admitted(uid: str, sequence: int, replaces: int | None = None) -> Admitted:
-    return Admitted(
-        workload="ns/w",
-        uid=uid,
-        queue="q",
-        sequence=sequence,
-        epoch=1,
-        assignments={},
-        replaces=replaces,
-    )
-
-
 def test_wait_time_is_observed_at_a_workloads_first_admission_only() -> None:
     registry = CollectorRegistry()
     metrics = QueueMetrics(registry, Admission())
-    state = workload("w", "q", 1, created_at=100.0)
-    metrics.restored([admitted("uid-restored", 1)])
+    state = msg.workload("w", msg.podset("w", gpus=1, cpu=500), queue="q", created_at=100.0)
+    metrics.restored([msg.admitted("ns/w", sequence=1, uid="uid-restored")])
     metrics.committed(
         [
-            Decision(key=WorkloadKey("ns/w"), body=admitted("uid-w", 2), workload=state),
             Decision(
-                key=WorkloadKey("ns/w"), body=admitted("uid-w", 3, replaces=2), workload=state
+                key=WorkloadKey("ns/w"),
+                body=msg.admitted("ns/w", sequence=2, uid="uid-w"),
+                workload=state,
             ),
-            Decision(key=WorkloadKey("ns/w"), body=admitted("uid-restored", 4), workload=state),
+            Decision(
+                key=WorkloadKey("ns/w"),
+                body=msg.admitted("ns/w", sequence=3, uid="uid-w", replaces=2),
+                workload=state,
+            ),
+            Decision(
+                key=WorkloadKey("ns/w"),
+                body=msg.admitted("ns/w", sequence=4, uid="uid-restored"),
+                workload=state,
+            ),
         ],
         now=103.0,
     )
     metrics.committed(
-        [Decision(key=WorkloadKey("ns/w"), body=admitted("uid-w", 5), workload=state)], now=500.0
+        [
+            Decision(
+                key=WorkloadKey("ns/w"),
+                body=msg.admitted("ns/w", sequence=5, uid="uid-w"),
+                workload=state,
+            )
+        ],
+        now=500.0,
     )
     count = registry.get_sample_value("tidegate_admission_wait_time_seconds_count", {"queue": "q"})
     total = registry.get_sample_value("tidegate_admission_wait_time_seconds_sum", {"queue": "q"})

@@ -13,18 +13,26 @@ import time
 from tidegate.bus import Received
 from tidegate.model import (
     Admitted,
-    DomainCount,
     Envelope,
     LostAdmission,
     Message,
     Preempted,
     Released,
-    TopologyAssignment,
     WorkloadKey,
     WorkloadState,
 )
 from tidegate.policy.clusterview import ClusterView
+from tidegate.testing.messages import Messages
 from tidegate.ungater.handlers import Feed
+
+msg = Messages(
+    levels=["kubernetes.io/hostname"],
+    queue="offline",
+    defaults={"admitted": {"uid": "u1", "podset": "main"}},
+)
+ON_N1 = {("n1",): 2}
+"""The victim's admission: two pods on n1."""
+
 
 VICTIM = WorkloadKey("team/train")
 
@@ -57,28 +65,14 @@ class Stream:
         await self.view.on_decision(self.received(body))
 
 
-def admitted(sequence: int) -> Admitted:
-    assignment = TopologyAssignment(
-        levels=["kubernetes.io/hostname"], domains=[DomainCount(values=["n1"], count=2)]
-    )
-    return Admitted(
-        workload=VICTIM,
-        uid="u1",
-        queue="offline",
-        sequence=sequence,
-        epoch=1,
-        assignments={"main": assignment},
-    )
-
-
 async def test_a_preempted_victim_has_no_admission_in_force_until_admitted_again() -> None:
     view = View()
     stream = Stream(view)
     await view.on_state(
         stream.received(WorkloadState(namespace="team", name="train", uid="u1", owner_kind="Job"))
     )
-    await stream.decide(admitted(1))
-    assert view.admission(VICTIM) == admitted(1)
+    await stream.decide(msg.admitted(VICTIM, ON_N1, sequence=1))
+    assert view.admission(VICTIM) == msg.admitted(VICTIM, ON_N1, sequence=1)
 
     await stream.decide(Preempted(preemptor="team/serve", preemptor_uid="u2", victims=[VICTIM]))
     assert view.admission(VICTIM) is None
@@ -87,8 +81,8 @@ async def test_a_preempted_victim_has_no_admission_in_force_until_admitted_again
         Released(workload=VICTIM, uid="u1", queue="offline", reason="Evicted", sequence=2)
     )
     assert view.admission(VICTIM) is None
-    await stream.decide(admitted(3))
-    assert view.admission(VICTIM) == admitted(3)
+    await stream.decide(msg.admitted(VICTIM, ON_N1, sequence=3))
+    assert view.admission(VICTIM) == msg.admitted(VICTIM, ON_N1, sequence=3)
 
 
 async def test_a_preemption_older_than_the_admission_does_not_end_it() -> None:
@@ -98,13 +92,13 @@ async def test_a_preemption_older_than_the_admission_does_not_end_it() -> None:
         stream.received(WorkloadState(namespace="team", name="train", uid="u1", owner_kind="Job"))
     )
     await stream.decide(Preempted(preemptor="team/serve", preemptor_uid="u2", victims=[VICTIM]))
-    await stream.decide(admitted(4))
-    assert view.admission(VICTIM) == admitted(4)
+    await stream.decide(msg.admitted(VICTIM, ON_N1, sequence=4))
+    assert view.admission(VICTIM) == msg.admitted(VICTIM, ON_N1, sequence=4)
     # A preemption of someone else leaves it alone.
     await stream.decide(
         Preempted(preemptor="team/serve", preemptor_uid="u2", victims=["team/other"])
     )
-    assert view.admission(VICTIM) == admitted(4)
+    assert view.admission(VICTIM) == msg.admitted(VICTIM, ON_N1, sequence=4)
 
 
 async def test_a_repeated_preemption_does_not_end_the_victims_later_admission() -> None:
@@ -116,7 +110,7 @@ async def test_a_repeated_preemption_does_not_end_the_victims_later_admission() 
     await view.on_state(
         stream.received(WorkloadState(namespace="team", name="train", uid="u1", owner_kind="Job"))
     )
-    await stream.decide(admitted(1))
+    await stream.decide(msg.admitted(VICTIM, ON_N1, sequence=1))
     event = Preempted(
         preemptor="team/serve",
         preemptor_uid="u2",
@@ -125,9 +119,9 @@ async def test_a_repeated_preemption_does_not_end_the_victims_later_admission() 
     )
     await stream.decide(event)
     assert view.admission(VICTIM) is None
-    await stream.decide(admitted(3))
+    await stream.decide(msg.admitted(VICTIM, ON_N1, sequence=3))
     await stream.decide(event)
-    assert view.admission(VICTIM) == admitted(3)
+    assert view.admission(VICTIM) == msg.admitted(VICTIM, ON_N1, sequence=3)
     # A preemption naming that admission ends it.
     await stream.decide(
         Preempted(

@@ -140,3 +140,75 @@ to change.
 {{- fail "nats: set either creds.secretName or userPassword.secretName, not both" }}
 {{- end }}
 {{- end }}
+
+{{/* The environment that points a process at NATS (URL, replicas, credentials, TLS); the
+argument is the root context. Used by every service and the console. */}}
+{{- define "tidegate.natsEnv" -}}
+- name: TIDEGATE_NATS_URL
+  value: {{ $.Values.nats.url | quote }}
+- name: TIDEGATE_NATS_STREAM_REPLICAS
+  value: {{ $.Values.nats.streamReplicas | quote }}
+{{- if $.Values.nats.creds.secretName }}
+- name: TIDEGATE_NATS_CREDS
+  value: /etc/tidegate/nats-creds/{{ $.Values.nats.creds.key }}
+{{- end }}
+{{- with $.Values.nats.userPassword }}
+{{- if .secretName }}
+- name: TIDEGATE_NATS_USER
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secretName }}
+      key: {{ .usernameKey }}
+- name: TIDEGATE_NATS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secretName }}
+      key: {{ .passwordKey }}
+{{- end }}
+{{- end }}
+{{- with $.Values.nats.tls }}
+{{- if .secretName }}
+{{- if .caKey }}
+- name: TIDEGATE_NATS_TLS_CA
+  value: /etc/tidegate/nats-tls/{{ .caKey }}
+{{- end }}
+{{- if and .certKey .keyKey }}
+- name: TIDEGATE_NATS_TLS_CERT
+  value: /etc/tidegate/nats-tls/{{ .certKey }}
+- name: TIDEGATE_NATS_TLS_KEY
+  value: /etc/tidegate/nats-tls/{{ .keyKey }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The mounts of the NATS credentials and TLS files (root context). */}}
+{{- define "tidegate.natsMounts" -}}
+{{- if $.Values.nats.creds.secretName }}
+- name: nats-creds
+  mountPath: /etc/tidegate/nats-creds
+  readOnly: true
+{{- end }}
+{{- if $.Values.nats.tls.secretName }}
+- name: nats-tls
+  mountPath: /etc/tidegate/nats-tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The volumes of the NATS credentials and TLS Secrets (root context). */}}
+{{- define "tidegate.natsVolumes" -}}
+{{- if $.Values.nats.creds.secretName }}
+- name: nats-creds
+  secret:
+    secretName: {{ $.Values.nats.creds.secretName }}
+    items:
+      - key: {{ $.Values.nats.creds.key }}
+        path: {{ $.Values.nats.creds.key }}
+{{- end }}
+{{- if $.Values.nats.tls.secretName }}
+- name: nats-tls
+  secret:
+    secretName: {{ $.Values.nats.tls.secretName }}
+{{- end }}
+{{- end }}

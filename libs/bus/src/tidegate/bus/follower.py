@@ -21,6 +21,7 @@ followed messages get a CONSUMER span each.
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
@@ -80,6 +81,9 @@ class StateFollower:
         """Handler calls that raised, since start (each one is retried)."""
         self.failing: int | None = None
         """Stream sequence of the message whose handler keeps failing, None when none does."""
+        self.lag_seconds = 0.0
+        """How far behind the follower is: the time from the last message handled after the
+        replay being published (its envelope's time) to its handling (0 until then)."""
 
     async def run(self) -> None:
         """Replay, then follow until cancelled."""
@@ -178,3 +182,5 @@ class StateFollower:
         self.failing = None
         self.handled += 1
         self.last_sequence = sequence
+        if self.replayed.is_set() and envelope.time > 0:
+            self.lag_seconds = max(0.0, time.time() - envelope.time)

@@ -9,6 +9,7 @@ the bus, and ends with a report of placements, waits, preemptions and GPU use by
 (also written to ``<workdir>/report.json``, and as ``report.md`` with PNG charts).
 The trace format and what to look for are in docs/demo.md.
 
+With ``--console`` the live page of ``tidegate console`` is served beside it, for its length.
 With ``--kubeconfig`` the same runs against an existing cluster (``--fake-nodes`` gives it fake
 GPU nodes for the run, see docs/nodes.md); the embedded simulator stays the default.
 """
@@ -63,12 +64,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --kubeconfig: directory of the tidegate CRDs to install where missing "
         "(default: deploy/crds)",
     )
+    parser.add_argument(
+        "--console",
+        nargs="?",
+        const="127.0.0.1:8480",
+        metavar="HOST:PORT",
+        help="serve tidegate console beside the demo, for its length (default address: "
+        "%(const)s; loopback only, see docs/operations.md)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the final report")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; exit 0 when it ran to the end, 1 when a part of the system failed."""
+    from tidegate.cli.console_server import ConsoleError, loopback, parse_listen
     from tidegate.cli.demo_charts import write_charts
     from tidegate.cli.demo_report import render_markdown, render_text, to_json
     from tidegate.cli.demo_run import run_demo
@@ -84,6 +94,20 @@ def run(args: argparse.Namespace) -> int:
     if args.kubeconfig is None and (args.fake_nodes or args.crds):
         print("tidegate demo: --fake-nodes and --crds need --kubeconfig", file=sys.stderr)
         return 2
+    console: tuple[str, int] | None = None
+    if args.console is not None:
+        try:
+            console = parse_listen(args.console)
+        except ConsoleError as exc:
+            print(f"tidegate demo: {exc}", file=sys.stderr)
+            return 2
+        if not loopback(console[0]):
+            print(
+                "tidegate demo: --console serves without authentication, so only on a loopback "
+                "address; run tidegate console with --token beside the demo instead",
+                file=sys.stderr,
+            )
+            return 2
     try:
         trace = load_trace(args.trace)
     except TraceError as exc:
@@ -108,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
                 kubeconfig=args.kubeconfig,
                 fake_nodes=args.fake_nodes,
                 crds=args.crds,
+                console=console,
             )
         )
     except (StackError, AgentError, KubeError) as exc:

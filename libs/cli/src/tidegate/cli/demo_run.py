@@ -17,6 +17,8 @@ import yaml
 
 from tidegate.bus import BusSettings, ConsumerSettings, DurableConsumer, Received, layout
 from tidegate.bus import connect as bus_connect
+from tidegate.cli.console_server import serving
+from tidegate.cli.console_view import ConsoleView
 from tidegate.cli.demo_report import DemoRecord, Scaling, UsageSample, WorkloadRecord
 from tidegate.cli.demo_trace import (
     Trace,
@@ -61,6 +63,7 @@ async def run_demo(
     kubeconfig: Path | None = None,
     fake_nodes: str | None = None,
     crds: Path | None = None,
+    console: tuple[str, int] | None = None,
 ) -> tuple[DemoRecord, bool]:
     """Run the whole demo in ``workdir`` (an empty directory); returns what it saw, and whether
     a service died on the way.
@@ -68,7 +71,8 @@ async def run_demo(
     With ``kubeconfig`` it runs against that cluster instead of a simulated one: the tidegate
     CRDs from ``crds`` are created where missing, ``fake_nodes`` (a topology description) are
     registered for the length of the run by the node agent, and the pod templates carry the
-    scheduling gate themselves (see docs/demo.md, "On a real cluster")."""
+    scheduling gate themselves (see docs/demo.md, "On a real cluster"). With ``console`` (host,
+    port) the page of ``tidegate console`` is served there while the demo runs."""
     settings = StackSettings(
         workdir=workdir,
         cluster=cluster,
@@ -96,6 +100,14 @@ async def run_demo(
         for name, process in stack.processes.items():
             pid = process.process.pid if process.process else "?"
             say(f"  {name:<15} ready (pid {pid}, health http://127.0.0.1:{process.http_port})")
+        if console is not None:
+            host, port = console
+            bus = BusSettings(
+                servers=(stack.nats_url,), name="tidegate-console", wait_for_server_seconds=10
+            )
+            view = ConsoleView(cluster=cluster)
+            _, url = await context.enter_async_context(serving(bus, view, host=host, port=port))
+            say(f"  console         {url}")
         runner = DemoRunner(
             stack, trace, record, say, time_scale=time_scale, gate=kubeconfig is not None
         )

@@ -58,6 +58,13 @@ class Metrics:
             ["follower"],
             registry=self.registry,
         )
+        self.state_lag = Gauge(
+            "tidegate_state_follower_lag_seconds",
+            "Time from the last message a state follower handled being published to its "
+            "handling (0 until it has replayed its stream): how far behind the bus it is.",
+            ["follower"],
+            registry=self.registry,
+        )
         self.state_failures = Gauge(
             "tidegate_state_handler_failures",
             "Handler calls of a state follower that raised since start (each is retried).",
@@ -83,11 +90,13 @@ class Metrics:
         replayed: Callable[[], bool],
         handled: Callable[[], int],
         failures: Callable[[], int] = lambda: 0,
+        lag: Callable[[], float] = lambda: 0.0,
     ) -> None:
         """Report a follower's progress, read at scrape time."""
         self.replayed.labels(follower=name).set_function(lambda: float(replayed()))
         self.state_messages.labels(follower=name).set_function(lambda: float(handled()))
         self.state_failures.labels(follower=name).set_function(lambda: float(failures()))
+        self.state_lag.labels(follower=name).set_function(lag)
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""

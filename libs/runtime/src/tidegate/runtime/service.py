@@ -136,7 +136,11 @@ class ServiceContext(Generic[S]):
         )
         self.require(f"replay:{name}", follower.replayed.is_set)
         self.metrics.watch_follower(
-            name, follower.replayed.is_set, lambda: follower.handled, lambda: follower.failures
+            name,
+            follower.replayed.is_set,
+            lambda: follower.handled,
+            lambda: follower.failures,
+            lambda: follower.lag_seconds,
         )
         self.spawn(f"follow:{name}", follower.run())
         return follower

@@ -15,6 +15,13 @@ import each other; this package is the one home of what they share:
   objects call for, :func:`published_capacity` and :func:`capacity_differences` to compare the
   bus with it.
 - :mod:`.cluster`: :func:`simulated`, a simulated cluster with a kube client and a bus.
+- :mod:`.harness`: :class:`~tidegate.testing.harness.ServiceHarness`, the base of every
+  area's harness (publish, run services in this process, wait, create objects on the
+  simulator) and :func:`~tidegate.testing.harness.subject_of`, the subject a message goes on.
+- :mod:`.messages`: :class:`~tidegate.testing.messages.Messages`, builders of bus messages
+  (nodes, pods, workloads, decisions) with a suite's defaults.
+- :mod:`.manifests`: :class:`~tidegate.testing.manifests.Builders`, builders of Kubernetes
+  objects (as the API server sends them, or as a client creates them).
 - :mod:`.objects`: :func:`bound_pod`, another tenant's pod bound straight to a node.
 - :mod:`.processes`: :class:`ServiceProcess` / :func:`service_process`, a service as a child
   process; :func:`run_to_exit` for one that must stop by itself.

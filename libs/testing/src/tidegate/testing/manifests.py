@@ -2,7 +2,9 @@
 
 Test suites expose :class:`Builders` as the ``k8s`` fixture, so tests read like manifests:
 ``k8s.job("train", ...)``. Every object gets a uid, a resourceVersion from a counter and a
-creationTimestamp.
+creationTimestamp, as the API server would have set them; ``Builders(server_fields=False)``
+leaves those out and builds what a client sends to create the object on a (simulated) API
+server.
 """
 
 import itertools
@@ -16,28 +18,51 @@ Obj = dict[str, Any]
 class Builders:
     """Manifest builders; resourceVersions increase across every object built."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, server_fields: bool = True) -> None:
+        """``server_fields``: whether objects carry what the API server sets (uid,
+        resourceVersion, creationTimestamp, a pod's status) and their namespace, or only
+        what a client sends to create them (the namespace goes in the request)."""
         self._rv = itertools.count(100)
+        self.server_fields = server_fields
 
     def _meta(self, name: str, namespace: str | None = "default", **extra: Any) -> Obj:
-        meta: Obj = {
-            "name": name,
-            "uid": f"uid-{name}",
-            "resourceVersion": str(next(self._rv)),
-            "creationTimestamp": "2026-01-01T00:00:00Z",
-        }
-        if namespace is not None:
+        meta: Obj = {"name": name}
+        if self.server_fields:
+            meta["uid"] = f"uid-{name}"
+            meta["resourceVersion"] = str(next(self._rv))
+            meta["creationTimestamp"] = "2026-01-01T00:00:00Z"
+        if namespace is not None and self.server_fields:  # a client names it in the request
             meta["namespace"] = namespace
         meta.update({k: v for k, v in extra.items() if v is not None})
         return meta
 
     @staticmethod
-    def container(cpu: str = "1", memory: str = "1Gi", **extra: Any) -> Obj:
-        """A container requesting cpu and memory (plus extra resources, e.g. gpu=2)."""
-        requests: Obj = {"cpu": cpu, "memory": memory}
+    def container(
+        cpu: str | None = "1",
+        memory: str | None = "1Gi",
+        *,
+        limits: bool | Obj = False,
+        image: str = "busybox",
+        **extra: Any,
+    ) -> Obj:
+        """A container requesting cpu and memory (each left out when None) plus extra
+        resources (``gpu=2`` names ``nvidia.com/gpu``). ``limits``: a dict of limits, or True
+        for limits equal to the extra resources' requests (as Kubernetes requires of GPUs)."""
+        requests: Obj = {}
+        if cpu is not None:
+            requests["cpu"] = cpu
+        if memory is not None:
+            requests["memory"] = memory
+        extended: Obj = {}
         for name, value in extra.items():
-            requests["nvidia.com/gpu" if name == "gpu" else name] = value
-        return {"name": "main", "image": "busybox", "resources": {"requests": requests}}
+            extended["nvidia.com/gpu" if name == "gpu" else name] = value
+        requests.update(extended)
+        resources: Obj = {"requests": requests}
+        if limits is True:
+            resources["limits"] = dict(extended)
+        elif isinstance(limits, dict):
+            resources["limits"] = dict(limits)
+        return {"name": "main", "image": image, "resources": resources}
 
     def template(
         self,
@@ -51,6 +76,17 @@ class Builders:
         return {
             "metadata": {"labels": labels or {}, "annotations": annotations or {}},
             "spec": {"containers": containers or [self.container()], **spec},
+        }
+
+    @staticmethod
+    def owner_of(obj: Obj) -> Obj:
+        """A controller ownerReference to ``obj`` as the API server returned it."""
+        return {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"],
+            "controller": True,
         }
 
     def owner_ref(self, kind: str, name: str, api_version: str = "batch/v1") -> Obj:
@@ -87,13 +123,10 @@ class Builders:
         body: Obj = {"containers": containers or [self.container()], **spec}
         if gated:
             body["schedulingGates"] = [{"name": ADMISSION_GATE}]
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": meta,
-            "spec": body,
-            "status": {"phase": phase},
-        }
+        pod: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+        if self.server_fields:
+            pod["status"] = {"phase": phase}
+        return pod
 
     def job(
         self,
@@ -105,9 +138,10 @@ class Builders:
         annotations: Obj | None = None,
         template: Obj | None = None,
         owner: Obj | None = None,
+        **extra: Any,
     ) -> Obj:
-        """A batch/v1 Job."""
-        spec: Obj = {"template": template or self.template()}
+        """A batch/v1 Job; ``extra`` fields go in its spec (e.g. ``completionMode``)."""
+        spec: Obj = {"template": template or self.template(), **extra}
         if parallelism is not None:
             spec["parallelism"] = parallelism
         if completions is not None:
@@ -124,13 +158,21 @@ class Builders:
             "spec": spec,
         }
 
-    def jobset(self, name: str, replicated: list[Obj], *, annotations: Obj | None = None) -> Obj:
-        """A JobSet with the given replicatedJobs."""
+    def jobset(
+        self,
+        name: str,
+        replicated: list[Obj],
+        *,
+        annotations: Obj | None = None,
+        labels: Obj | None = None,
+        **extra: Any,
+    ) -> Obj:
+        """A JobSet with the given replicatedJobs; ``extra`` fields go in its spec."""
         return {
             "apiVersion": "jobset.x-k8s.io/v1alpha2",
             "kind": "JobSet",
-            "metadata": self._meta(name, annotations=annotations),
-            "spec": {"replicatedJobs": replicated},
+            "metadata": self._meta(name, annotations=annotations, labels=labels),
+            "spec": {"replicatedJobs": replicated, **extra},
         }
 
     def replicated_job(
@@ -141,8 +183,9 @@ class Builders:
         parallelism: int,
         template: Obj | None = None,
         annotations: Obj | None = None,
+        **extra: Any,
     ) -> Obj:
-        """A JobSet replicatedJob."""
+        """A JobSet replicatedJob; ``extra`` fields go in its Job's spec."""
         return {
             "name": name,
             "replicas": replicas,
@@ -152,6 +195,7 @@ class Builders:
                     "parallelism": parallelism,
                     "completions": parallelism,
                     "template": template or self.template(),
+                    **extra,
                 },
             },
         }
@@ -163,15 +207,43 @@ class Builders:
         replicas: int | None = 1,
         annotations: Obj | None = None,
         template: Obj | None = None,
+        selector: Obj | None = None,
+        **extra: Any,
     ) -> Obj:
-        """An apps/v1 Deployment."""
+        """An apps/v1 Deployment (its pods chosen by the label ``selector``, if given);
+        ``extra`` fields go in its spec (e.g. ``strategy``, ``paused``)."""
         spec: Obj = {"template": template or self.template()}
         if replicas is not None:
             spec["replicas"] = replicas
+        if selector is not None:
+            spec["selector"] = {"matchLabels": dict(selector)}
+        spec.update(extra)
         return {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "metadata": self._meta(name, annotations=annotations),
+            "spec": spec,
+        }
+
+    def disruption_budget(
+        self,
+        name: str,
+        selector: Obj,
+        *,
+        min_available: int | str | None = None,
+        max_unavailable: int | str | None = None,
+    ) -> Obj:
+        """A policy/v1 PodDisruptionBudget over the pods with the labels ``selector``."""
+        spec: Obj = {}
+        if min_available is not None:
+            spec["minAvailable"] = min_available
+        if max_unavailable is not None:
+            spec["maxUnavailable"] = max_unavailable
+        spec["selector"] = {"matchLabels": dict(selector)}
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": self._meta(name),
             "spec": spec,
         }
 
@@ -249,6 +321,24 @@ class Builders:
             "apiVersion": "tidegate.io/v1alpha1",
             "kind": "Queue",
             "metadata": self._meta(name, None, annotations=annotations),
+            "spec": spec or {},
+        }
+
+    def custom(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        spec: Obj | None = None,
+        *,
+        namespace: str | None = None,
+        annotations: Obj | None = None,
+    ) -> Obj:
+        """Any custom object (a Kueue ClusterQueue, a Volcano or KAI Queue, a Cohort, …)."""
+        return {
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": self._meta(name, namespace, annotations=annotations),
             "spec": spec or {},
         }
 

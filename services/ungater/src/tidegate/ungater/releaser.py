@@ -174,6 +174,13 @@ class ReleaserMetrics:
             "Releases sent and not yet seen on the bus (expectations).",
             registry=registry,
         )
+        self.release_latency = Histogram(
+            "tidegate_ungater_release_latency_seconds",
+            "Time from the admission decision (its envelope time) to a pod of it released "
+            "into its slot, per pod released.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            registry=registry,
+        )
         self.round_seconds = Histogram(
             "tidegate_ungater_round_duration_seconds",
             "Time one release round takes (plan and writes).",
@@ -571,6 +578,10 @@ class Releaser:
         else:
             note_pod_released(pod, selector)
             self.metrics.released.inc()
+            in_force = self.view.verdict(key).in_force
+            if in_force is not None and in_force.time > 0:
+                latency = max(0.0, self.wall_clock() - in_force.time)
+                self.metrics.release_latency.observe(latency)
             log.info(
                 "ungater: released pod %s/%s into %s",
                 pod.namespace,

@@ -4,9 +4,9 @@ A Job or JobSet with ``spec.suspend: true`` runs no pods. Two very different thi
 same on the object:
 
 - **queued for tidegate** (Kueue's convention): the object was created suspended and names a
-  queue on itself (label or annotation ``tidegate.io/queue``, ``kueue.x-k8s.io/queue-name`` or
-  ``scheduling.volcano.sh/queue-name``): the queueing system owns ``suspend`` and unsuspends it
-  on admission;
+  queue on itself (label or annotation ``tidegate.io/queue``, ``kueue.x-k8s.io/queue-name``,
+  ``kai.scheduler/queue`` or ``scheduling.volcano.sh/queue-name``): the queueing system owns
+  ``suspend`` and unsuspends it on admission;
 - **stopped**: someone suspended it — a person, another controller, or tidegate's preemption
   aborting a victim. That suspension is respected: the workload reserves nothing until it is
   resumed by whoever suspended it.

@@ -1,0 +1,323 @@
+"""``tidegate console`` on a real bus: what the page is sent, who may read it.
+
+A small cluster is put on the streams as the services would have published it (two racks of
+two 8-GPU nodes, one NotReady; a Job admitted to rack r1 with one pod running and one bound
+but not running; a Job waiting for capacity), then the console serves it. Its answers must be
+the same as ``tidegate queues`` and ``tidegate explain`` reading the same bus, its node cells
+the topology-cache's arithmetic, and a decision published afterwards must reach an open event
+stream. Access: a token is required off loopback, taken from a header or the cookie a
+``/?token=`` visit sets, and never written into the page.
+"""
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+
+from tidegate.bus import Bus, BusSettings, servers_from_url
+from tidegate.cli.busview import fill_view
+from tidegate.cli.console_server import Access, ConsoleError, access_for, serving
+from tidegate.cli.console_view import ConsoleView
+from tidegate.cli.explain import explain
+from tidegate.cli.explain import render as render_explain
+from tidegate.cli.queues import queue_table
+from tidegate.model import (
+    Admitted,
+    CohortConfig,
+    DomainCount,
+    Message,
+    NodeState,
+    Pending,
+    PodSetSpec,
+    PodState,
+    QueueConfig,
+    TopologyAssignment,
+    TopologyConfig,
+    WorkloadState,
+    subjects,
+)
+from tidegate.telemetry import workload_trace_context
+from tidegate.testing.bus import connected, envelope
+
+GPU = "nvidia.com/gpu"
+RACK = "tidegate.io/rack"
+HOST = "kubernetes.io/hostname"
+TOKEN = "s3cret-token"
+TRACES = "https://traces.example/trace/{trace_id}"
+
+
+def node(name: str, rack: str, *, ready: bool = True) -> NodeState:
+    labels = {RACK: rack, HOST: name, "nvidia.com/gpu.product": "NVIDIA-H200"}
+    return NodeState(name=name, labels=labels, allocatable={GPU: 8, "cpu": 64000}, ready=ready)
+
+
+def job(name: str) -> WorkloadState:
+    return WorkloadState(
+        namespace="ns",
+        name=name,
+        uid=f"uid-{name}",
+        owner_kind="Job",
+        queue="research",
+        podsets=[PodSetSpec(name="main", count=2, requests={GPU: 8, "cpu": 1000})],
+        created_at=10.0,
+        trace_context=workload_trace_context(f"uid-{name}"),
+    )
+
+
+def admitted(name: str, sequence: int, nodes: tuple[str, str]) -> Admitted:
+    return Admitted(
+        workload=f"ns/{name}",
+        uid=f"uid-{name}",
+        queue="research",
+        sequence=sequence,
+        epoch=1,
+        assignments={
+            "main": TopologyAssignment(
+                levels=[RACK, HOST],
+                domains=[
+                    DomainCount(values=["r1" if n < "n3" else "r2", n], count=1) for n in nodes
+                ],
+            )
+        },
+        charged={GPU: 16, "cpu": 2000},
+        requests={"main": {GPU: 8, "cpu": 1000}},
+    )
+
+
+def pod(index: int, node_name: str, phase: str) -> PodState:
+    return PodState(
+        namespace="ns",
+        name=f"train-{index}",
+        uid=f"pod-{index}",
+        node_name=node_name,
+        phase=phase,
+        requests={GPU: 8, "cpu": 1000},
+        workload="ns/train",
+        podset="main",
+    )
+
+
+async def put(bus: Bus, cluster: str, subject: str, body: Message) -> None:
+    await bus.publish(subject, envelope(cluster, body))
+
+
+async def cluster_on_the_bus(bus: Bus, cluster: str) -> None:
+    await put(
+        bus,
+        cluster,
+        subjects.topology(cluster, "default"),
+        TopologyConfig(name="default", levels=[RACK, HOST]),
+    )
+    await put(
+        bus,
+        cluster,
+        subjects.queue(cluster, "research"),
+        QueueConfig(name="research", quota={GPU: 24}),
+    )
+    for name, rack, ready in (
+        ("n1", "r1", True),
+        ("n2", "r1", True),
+        ("n3", "r2", True),
+        ("n4", "r2", False),
+    ):
+        await put(bus, cluster, subjects.node(cluster, name), node(name, rack, ready=ready))
+    for name in ("train", "wait"):
+        await put(bus, cluster, subjects.workload(cluster, "ns", name), job(name))
+    await put(
+        bus,
+        cluster,
+        subjects.decision(cluster, "admitted", "ns", "train"),
+        admitted("train", 1, ("n1", "n2")),
+    )
+    pending = Pending(
+        workload="ns/wait",
+        uid="uid-wait",
+        queue="research",
+        reason="WaitingForCapacity",
+        message="main: needs 2 pods; the cluster fits 1 (limited by nvidia.com/gpu)",
+        sequence=2,
+    )
+    await put(bus, cluster, subjects.decision(cluster, "pending", "ns", "wait"), pending)
+    for index, (where, phase) in enumerate((("n1", "Running"), ("n2", "Pending"))):
+        await put(
+            bus, cluster, subjects.pod(cluster, "ns", f"train-{index}"), pod(index, where, phase)
+        )
+
+
+def test_a_token_or_basic_auth_is_required_off_loopback() -> None:
+    for host in ("127.0.0.1", "::1", "localhost"):
+        assert access_for(host, token=None, basic=None, no_auth=False) == Access()
+    with pytest.raises(ConsoleError, match="needs --token or --basic-auth"):
+        access_for("0.0.0.0", token=None, basic=None, no_auth=False)
+    assert access_for("0.0.0.0", token="t", basic=None, no_auth=False).token == "t"
+    assert access_for("0.0.0.0", token=None, basic=None, no_auth=True) == Access()
+    with pytest.raises(ConsoleError, match="USER:PASSWORD"):
+        access_for("0.0.0.0", token=None, basic="nobody", no_auth=False)
+
+
+async def read_events(response: aiohttp.ClientResponse, wanted: int) -> list[tuple[str, Any]]:
+    """The first ``wanted`` events of a Server-Sent Events stream, as (event, data)."""
+    events: list[tuple[str, Any]] = []
+    name = ""
+    async with asyncio.timeout(20):
+        async for raw in response.content:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                events.append((name, json.loads(line.removeprefix("data: "))))
+                if len(events) == wanted:
+                    return events
+    return events
+
+
+async def test_the_console_shows_what_queues_and_explain_show(
+    nats_url: str, cluster_id: str
+) -> None:
+    async with connected(nats_url, cluster_id) as bus:
+        await cluster_on_the_bus(bus, cluster_id)
+        reference = await fill_view(bus, cluster_id, pods_of="ns")
+        settings = BusSettings(servers=tuple(servers_from_url(nats_url)), name="console-test")
+        view = ConsoleView(cluster=cluster_id, trace_url_template=TRACES)
+        async with serving(settings, view, access=Access(token=TOKEN)) as (console, url):
+            async with asyncio.timeout(20):
+                await console.replayed.wait()
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            async with aiohttp.ClientSession(base_url=url) as http:
+                async with http.get("/api/snapshot") as response:
+                    assert response.status == 401
+                async with http.get("/readyz") as response:
+                    assert response.status == 200
+                async with http.get("/api/snapshot", headers=bearer) as response:
+                    assert response.status == 200
+                    snapshot = (await response.json())["snapshot"]
+                assert snapshot["queues"] == queue_table(reference)
+                racks = snapshot["map"]["root"]["children"]
+                assert [r["name"] for r in racks] == ["r1", "r2"]
+                cells = {n["name"]: n for r in racks for n in r["nodes"]}
+                assert {k: cells["n1"][k] for k in ("running", "released", "reserved", "free")} == {
+                    "running": 8,
+                    "released": 0,
+                    "reserved": 0,
+                    "free": 0,
+                }
+                assert cells["n2"]["released"] == 8
+                assert cells["n3"]["free"] == 8
+                assert cells["n4"]["ready"] is False
+                assert cells["n1"]["card"] == "NVIDIA-H200"
+                (waiting,) = snapshot["pending"]
+                assert waiting["workload"] == "ns/wait"
+                assert waiting["reason"] == "WaitingForCapacity"
+                assert waiting["trace_url"] == TRACES.replace("{trace_id}", waiting["trace_id"])
+
+                async with http.get(
+                    "/api/explain", params={"workload": "ns/wait"}, headers=bearer
+                ) as response:
+                    answer = await response.json()
+                expected = explain(reference, "ns/wait")
+                assert expected is not None
+                text = render_explain(expected)
+                assert answer == {**expected, "text": text, "trace_url": waiting["trace_url"]}
+                async with http.get(
+                    "/api/explain", params={"workload": "ns/none"}, headers=bearer
+                ) as response:
+                    assert response.status == 404
+                async with http.get(
+                    "/api/explain", params={"workload": "none"}, headers=bearer
+                ) as response:
+                    assert response.status == 400
+                async with http.get(
+                    "/api/domain", params={"path": "r1"}, headers=bearer
+                ) as response:
+                    (gang,) = (await response.json())["gangs"]
+                assert gang["workload"] == "ns/train"
+                assert gang["nodes"] == {"n1": 1, "n2": 1}
+
+                async with http.get("/events", headers=bearer) as stream:
+                    first = await read_events(stream, 2)
+                    assert [name for name, _ in first] == ["decisions", "snapshot"]
+                    assert [d["workload"] for d in first[0][1]] == ["ns/train", "ns/wait"]
+                    await put(
+                        bus,
+                        cluster_id,
+                        subjects.decision(cluster_id, "admitted", "ns", "wait"),
+                        admitted("wait", 3, ("n3", "n3")),
+                    )
+                    later = await read_events(stream, 1)
+                    while later and later[0][0] != "decision":
+                        later = await read_events(stream, 1)
+                assert later[0][1]["workload"] == "ns/wait"
+                assert later[0][1]["kind"] == "admitted"
+
+
+async def test_the_token_is_kept_in_a_cookie_never_in_the_page(
+    nats_url: str, cluster_id: str
+) -> None:
+    async with connected(nats_url, cluster_id):
+        settings = BusSettings(servers=tuple(servers_from_url(nats_url)), name="console-test")
+        view = ConsoleView(cluster=cluster_id)
+        # unsafe: keep cookies of an IP address, as a browser does
+        jar = aiohttp.CookieJar(unsafe=True)
+        async with (
+            serving(settings, view, access=Access(token=TOKEN)) as (_, url),
+            aiohttp.ClientSession(base_url=url, cookie_jar=jar) as http,
+        ):
+            if True:
+                async with http.get("/") as response:
+                    assert response.status == 401
+                async with http.get("/", params={"token": "wrong"}) as response:
+                    assert response.status == 401
+                async with http.get("/", params={"token": TOKEN}) as response:
+                    assert response.status == 200  # redirected to / with the cookie
+                    page = await response.text()
+                assert TOKEN not in page
+                assert "tidegate console" in page
+                async with http.get("/static/console.js") as response:
+                    assert response.status == 200
+                    assert TOKEN not in await response.text()
+        basic = Access(basic="sre:pw")
+        async with (
+            serving(settings, ConsoleView(cluster=cluster_id), access=basic) as (_, url),
+            aiohttp.ClientSession(base_url=url) as http,
+        ):
+            if True:
+                async with http.get("/") as response:
+                    assert response.status == 401
+                    assert "Basic" in response.headers["WWW-Authenticate"]
+                pair = base64.b64encode(b"sre:pw").decode()
+                async with http.get("/", headers={"Authorization": f"Basic {pair}"}) as response:
+                    assert response.status == 200
+
+
+def test_the_queue_tree_shows_what_a_queue_borrows_from_its_cohort() -> None:
+    """Queue a (nominal 8 GPUs) holds 16 in cohort pool beside b (nominal 16, unused): a
+    borrows 8, and could take at most the pool's 24; the numbers are admission's tree rule."""
+    view = ConsoleView(cluster="c")
+    assert view.queue_tree() == []
+    for body in (
+        CohortConfig(name="pool"),
+        QueueConfig(name="a", parent="pool", nominal={GPU: 8}),
+        QueueConfig(name="b", parent="pool", nominal={GPU: 16}),
+        job("train"),
+    ):
+        view.apply_state(body, stream_sequence=1, time=1.0)
+    admission = msgspec.structs.replace(admitted("train", 1, ("n1", "n2")), queue="a")
+    view.apply_decision(admission, stream_sequence=2, time=2.0)
+    (pool,) = view.queue_tree()
+    assert (pool["kind"], pool["name"]) == ("cohort", "pool")
+    rows = {child["name"]: child["dims"] for child in pool["children"]}
+    gpu_a = next(d for d in rows["a"] if d["dim"] == GPU)
+    assert gpu_a == {
+        "dim": GPU,
+        "nominal": "8",
+        "used": "16",
+        "borrowed": "8",
+        "borrowing": True,
+        "ceiling": "24",
+    }
+    gpu_b = next(d for d in rows["b"] if d["dim"] == GPU)
+    assert (gpu_b["used"], gpu_b["borrowed"]) == ("0", "0")

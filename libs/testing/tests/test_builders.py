@@ -1,0 +1,63 @@
+"""The shared builders: message subjects, suite defaults, manifests a client creates."""
+
+import pytest
+
+from tidegate.model import (
+    CapacityDomain,
+    Tombstone,
+    subjects,
+)
+from tidegate.testing.harness import subject_of
+from tidegate.testing.manifests import Builders
+from tidegate.testing.messages import Messages
+
+msg = Messages(namespace="team", levels=["block", "rack", "host"], node_domain=("b1", "r1"))
+
+
+def test_every_message_goes_on_the_subject_its_owner_uses() -> None:
+    c = "c1"
+    cases = [
+        (msg.node("n1"), subjects.node(c, "n1")),
+        (msg.pod("p", "n1"), subjects.pod(c, "team", "p")),
+        (msg.workload("w"), subjects.workload(c, "team", "w")),
+        (msg.topology(), subjects.topology(c, "default")),
+        (msg.queue_config(), subjects.queue(c, "q")),
+        (msg.capacity_node("n1", "b1", "r1"), subjects.capacity_node(c, "default", "n1")),
+        (msg.tombstone("pod", "p", "team"), subjects.pod(c, "team", "p")),
+        (msg.tombstone("queue", "q"), subjects.queue(c, "q")),
+        (msg.admitted("w", sequence=1), subjects.decision(c, "admitted", "team", "w")),
+        (msg.released("w"), subjects.decision(c, "released", "team", "w")),
+        (msg.pending("w"), subjects.decision(c, "pending", "team", "w")),
+        (msg.preempted("serve", ["w"]), subjects.decision(c, "preempted", "team", "serve")),
+    ]
+    for body, subject in cases:
+        assert subject_of(c, body) == subject, body
+    with pytest.raises(ValueError, match="CapacityDomain"):
+        subject_of(c, CapacityDomain(topology="t", level="rack", domain=["b1"], free={}, nodes=1))
+
+
+def test_suite_defaults_apply_unless_a_call_gives_the_keyword() -> None:
+    suite = Messages(defaults={"pod": {"workload": "team/train", "podset": "workers"}})
+    assert (suite.pod("a").workload, suite.pod("a").podset) == ("team/train", "workers")
+    assert suite.pod("a", workload=None).workload is None
+    node = msg.node("n2", "b2", "r9")
+    assert node.labels == {"block": "b2", "rack": "r9", "host": "n2"}
+    assert msg.node("n1").labels == {"block": "b1", "rack": "r1", "host": "n1"}
+    admitted = msg.admitted("team/w", {("b1", "r1", "n1"): 2}, sequence=3, per_pod={"cpu": 1})
+    assert admitted.uid == "uid-w"
+    assert admitted.requests == {"workers": {"cpu": 1}}
+    assert [d.values for d in admitted.assignments["workers"].domains] == [["b1", "r1", "n1"]]
+    assert msg.tombstone("node", "n1") == Tombstone(object_kind="node", name="n1")
+
+
+def test_a_manifest_to_create_carries_nothing_the_api_server_sets() -> None:
+    sent = Builders(server_fields=False).pod("p", namespace="team")
+    assert sent["metadata"] == {"name": "p"}
+    assert "status" not in sent
+    stored = Builders().pod("p", namespace="team")
+    assert stored["metadata"]["uid"] == "uid-p"
+    assert stored["metadata"]["namespace"] == "team"
+    assert Builders.container(cpu="1", memory=None, limits=True, gpu="2")["resources"] == {
+        "requests": {"cpu": "1", "nvidia.com/gpu": "2"},
+        "limits": {"nvidia.com/gpu": "2"},
+    }
