@@ -379,11 +379,6 @@ async def serving(
         shown = f"[{host}]" if ":" in host else host
         yield console, f"http://{shown}:{bound}/"
     finally:
-        # Cancelled while it subscribes, a follower may lose the cancellation inside nats-py
-        # and wait for a message that never comes (an empty stream): cancel until it ends.
-        while not follower.done():
-            for task in [follower, *console.followers()]:
-                task.cancel()
-            await asyncio.wait({follower}, timeout=0.5)
+        follower.cancel()
         await asyncio.gather(follower, return_exceptions=True)
         await runner.cleanup()
