@@ -65,6 +65,9 @@ CONTRACT: dict[str, tuple[str, str, set[str], set[str]]] = {
             "cardLendingLimit",
             "fairSharing",
             "preemption",
+            "defaultMaxRuntime",
+            "maxReservations",
+            "aging",
         },
         {"admitted", "pending", "usage", "cardUsage", "conditions"},
     ),
@@ -332,6 +335,10 @@ def test_queue_defaults_and_enums_match_the_model(crds: dict[str, Manifest]) -> 
     assert set(preemption["reclaimWithinCohort"]["enum"]) == set(typing.get_args(ReclaimPolicy))
     assert set(preemption["withinClusterQueue"]["enum"]) == set(typing.get_args(WithinQueuePolicy))
     assert set(borrow["policy"]["enum"]) == set(typing.get_args(BorrowWithinCohortPolicy))
+    assert spec["maxReservations"]["default"] == defaults.max_reservations
+    assert "default" not in spec["defaultMaxRuntime"]
+    assert defaults.default_max_runtime_seconds is None
+    assert defaults.aging is None
     weight = spec["fairSharing"]["properties"]["weight"]["default"]
     assert weight == defaults.fair_weight == CohortConfig(name="c").fair_weight
 

@@ -97,6 +97,11 @@ ReleaseReason = Literal["Completed", "Deleted", "Evicted", "Failed", "Suspended"
 """Why a workload gave its admitted capacity back."""
 
 ReplaceCause = Literal["NodeFailed", "Unschedulable"]
+
+ReservationDropReason = Literal["Started", "Deleted", "QueueDisallows", "NoEstimate"]
+"""Why a reservation ended (docs/reservations.md): its gang was admitted, it is gone (deleted,
+finished, invalid), its queue no longer allows it (limit lowered, queue changed or invalid, the
+gang is no longer the head), or no declared end lets its start be estimated any more."""
 """Why a :class:`ReplaceRequested` asks for new slots."""
 
 CardRequest = dict[str, int]
@@ -261,6 +266,11 @@ class WorkloadState(_Body, frozen=True, kw_only=True, tag="workload"):
     requests to the queue while the workload holds no admission."""
     bypassed_requests: Resources = msgspec.field(default_factory=dict)
     """The requests of those pods, summed."""
+    max_runtime_seconds: float | None = None
+    """How long it declares it runs once started (``tidegate.io/max-runtime``, else a Job's
+    ``activeDeadlineSeconds``; the shorter when both are set): its expected end, for
+    reservations and backfill (docs/reservations.md). None: not declared (its queue's
+    ``default_max_runtime_seconds`` may apply). tidegate never stops a workload for it."""
 
 
 class TopologyConfig(_Body, frozen=True, kw_only=True, tag="topology"):
@@ -292,6 +302,16 @@ class QueuePreemption(_Base, frozen=True, kw_only=True):
     within_cluster_queue: WithinQueuePolicy = "Never"
     """Whether a workload may preempt gangs of its own queue: never, those of lower priority,
     or those of lower priority and those of equal priority created after it."""
+
+
+class QueueAging(_Base, frozen=True, kw_only=True):
+    """Aging within one queue (docs/reservations.md, "Aging"): a waiting workload's effective
+    priority rises by 1 for every ``step_seconds`` it has waited, by at most ``max_boost``."""
+
+    step_seconds: float
+    """Seconds of waiting per +1 of effective priority (positive)."""
+    max_boost: int
+    """Most the effective priority may rise (at least 0)."""
 
 
 class QueueConfig(_Body, frozen=True, kw_only=True, tag="queue"):
@@ -330,6 +350,16 @@ class QueueConfig(_Body, frozen=True, kw_only=True, tag="queue"):
     when competing queues are ordered and in fair-share preemption; 0 means it only gets what
     no other queue wants."""
     preemption: QueuePreemption = msgspec.field(default_factory=QueuePreemption)
+    default_max_runtime_seconds: float | None = None
+    """Expected runtime of its workloads that declare none (``spec.defaultMaxRuntime``); None:
+    such workloads have no expected end (they never backfill, and a reservation cannot count
+    on their end)."""
+    max_reservations: int = 1
+    """Most reservations its waiting gangs may hold at once (``spec.maxReservations``); 0: its
+    gangs never reserve a domain (docs/reservations.md)."""
+    aging: QueueAging | None = None
+    """Aging of its waiting workloads (``spec.aging``); None (the default): none, FIFO by
+    priority and creation time."""
 
 
 class CohortConfig(_Body, frozen=True, kw_only=True, tag="cohort"):
@@ -611,6 +641,55 @@ class ReplaceRequested(_Body, frozen=True, kw_only=True, tag="replace-requested"
     :class:`Admitted` (``replaces`` and ``resized`` set) without them."""
 
 
+class WaitedGang(_Base, frozen=True, kw_only=True):
+    """A running gang whose end a reservation waits for."""
+
+    workload: str
+    expected_end: float
+    """When it is expected to end (Unix seconds): its admission time plus its declared
+    runtime, or, once it outlived that, the moved estimate (``overdue``)."""
+    overdue: bool = False
+    """It outlived its declared runtime: ``expected_end`` is an estimate that moves."""
+
+
+class Reserved(_Body, frozen=True, kw_only=True, tag="reserved"):
+    """A waiting gang, the head of its queue, that fits nowhere now, is reserved the topology
+    domain that will have room for it soonest. Subject
+    ``tg.<cluster>.decision.reserved.<ns>.<name>``; republished when the domain or the
+    estimate changes (docs/reservations.md)."""
+
+    workload: str
+    uid: str
+    queue: str
+    sequence: int
+    topology: str
+    level: str | None
+    """The level of the reserved domain; None when no single domain holds the gang (then
+    ``nodes`` alone say what is reserved)."""
+    domain: list[str]
+    """The reserved domain's values, widest first (empty with ``level`` None)."""
+    nodes: list[str]
+    """The nodes reserved: new admissions onto them stop, except backfill."""
+    expected_start: float
+    """When the gang is expected to fit there (Unix seconds)."""
+    waits_for: list[WaitedGang] = msgspec.field(default_factory=list)
+    """The running gangs in the domain whose ends make the room, soonest first."""
+    message: str = ""
+
+
+class ReservationDropped(_Body, frozen=True, kw_only=True, tag="reservation-dropped"):
+    """A reservation ended. Subject ``tg.<cluster>.decision.reservation-dropped.<ns>.<name>``."""
+
+    workload: str
+    uid: str
+    queue: str | None
+    reason: ReservationDropReason
+    sequence: int = 0
+    reserved_sequence: int = 0
+    """The ``sequence`` of the :class:`Reserved` decision it ends."""
+    message: str = ""
+
+
 Message = (
     NodeState
     | PodState
@@ -628,6 +707,8 @@ Message = (
     | Preempted
     | Released
     | ReplaceRequested
+    | Reserved
+    | ReservationDropped
 )
 """Every message body; the ``kind`` field says which."""
 

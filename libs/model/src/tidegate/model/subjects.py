@@ -13,7 +13,14 @@ _ESCAPED: Final = re.compile(r"%([0-9A-F]{2})")
 _CLUSTER: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 DecisionKind = Literal[
-    "admitted", "pending", "preempt-requested", "preempted", "released", "replace-requested"
+    "admitted",
+    "pending",
+    "preempt-requested",
+    "preempted",
+    "released",
+    "replace-requested",
+    "reserved",
+    "reservation-dropped",
 ]
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from tidegate.kube.read import keys
+from tidegate.model.duration import DurationError, parse_duration
 from tidegate.model.events import CardRequest, OnPreemption, TopologyRequest
 
 AUTO: Final = "auto"
@@ -125,6 +126,15 @@ def parse_card_request(found: Found, problems: list[str]) -> CardRequest | None:
     return cards
 
 
+def parse_runtime(found: Found, problems: list[str]) -> float | None:
+    """A declared runtime: ``"2h30m"``, ``"90m"``, ``"45s"`` or a number of seconds."""
+    try:
+        return parse_duration(found.value)
+    except DurationError as exc:
+        problems.append(f"{found.describe()}: {exc}")
+        return None
+
+
 @dataclass(frozen=True)
 class WorkloadSettings:
     """Settings that hold for a whole workload."""
@@ -142,6 +152,8 @@ class WorkloadSettings:
     profile_found: Found | None = None
     on_preemption: OnPreemption = "restart"
     trace_context: dict[str, str] = field(default_factory=dict)
+    max_runtime_seconds: float | None = None
+    """``tidegate.io/max-runtime`` (else Kueue's ``max-exec-time-seconds``), in seconds."""
 
 
 def workload_settings(layers: Sequence[Layer], problems: list[str]) -> WorkloadSettings:
@@ -153,6 +165,7 @@ def workload_settings(layers: Sequence[Layer], problems: list[str]) -> WorkloadS
     card_found = lookup(layers, (keys.VOLCANO_CARD_REQUEST,), labels=False)
     profile = lookup(layers, (keys.TG_PLACEMENT_PROFILE,))
     on_preemption_found = lookup(layers, (keys.TG_ON_PREEMPTION,))
+    runtime_found = lookup(layers, keys.MAX_RUNTIME_KEYS)
 
     problems.extend(
         f"{found.describe()} is empty"
@@ -191,6 +204,7 @@ def workload_settings(layers: Sequence[Layer], problems: list[str]) -> WorkloadS
         profile_found=profile,
         on_preemption=on_preemption,
         trace_context=trace_context,
+        max_runtime_seconds=parse_runtime(runtime_found, problems) if runtime_found else None,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Protocol, TypeVar, get_args
 
 from tidegate.kube.read import keys
 from tidegate.kube.read.objects import (
+    AgingSpec,
     Cohort,
     FairSharing,
     K8sToleration,
@@ -30,11 +31,13 @@ from tidegate.kube.read.objects import (
 )
 from tidegate.kube.read.requests import pod_requests
 from tidegate.model import QuantityError, parse_quantity
+from tidegate.model.duration import DurationError, parse_duration
 from tidegate.model.events import (
     BorrowWithinCohortPolicy,
     CohortConfig,
     NodeState,
     PodState,
+    QueueAging,
     QueueConfig,
     QueueingStrategy,
     QueuePreemption,
@@ -195,6 +198,16 @@ def queue_config(obj: object) -> QueueConfig:
             )
     tree = tree_fields(spec, problems)
     policies = preemption(spec.preemption, problems)
+    default_runtime = None
+    if spec.default_max_runtime is not None:
+        default_runtime = duration(spec.default_max_runtime, "spec.defaultMaxRuntime", problems)
+    max_reservations = 1
+    if spec.max_reservations is not None:
+        if spec.max_reservations < 0:
+            problems.append(f"spec.maxReservations: {spec.max_reservations} is negative")
+        else:
+            max_reservations = spec.max_reservations
+    queue_aging = aging(spec.aging, problems)
     return QueueConfig(
         name=meta.name,
         priority=spec.priority,
@@ -214,7 +227,33 @@ def queue_config(obj: object) -> QueueConfig:
         card_lending_limit=tree.card_lending_limit,
         fair_weight=tree.fair_weight,
         preemption=policies,
+        default_max_runtime_seconds=default_runtime,
+        max_reservations=max_reservations,
+        aging=queue_aging,
     )
+
+
+def duration(value: object, path: str, problems: list[str]) -> float | None:
+    """A duration setting in seconds (:func:`tidegate.model.duration.parse_duration`)."""
+    try:
+        return parse_duration(value)
+    except DurationError as exc:
+        problems.append(f"{path}: {exc}")
+        return None
+
+
+def aging(spec: AgingSpec | None, problems: list[str]) -> QueueAging | None:
+    """A Queue's ``spec.aging``: both ``step`` (a duration) and ``maxBoost`` (≥ 0) needed."""
+    if spec is None:
+        return None
+    if spec.step is None or spec.max_boost is None:
+        problems.append("spec.aging: both step and maxBoost are needed")
+        return None
+    step = duration(spec.step, "spec.aging.step", problems)
+    if spec.max_boost < 0:
+        problems.append(f"spec.aging.maxBoost: {spec.max_boost} is negative")
+        return None
+    return None if step is None else QueueAging(step_seconds=step, max_boost=spec.max_boost)
 
 
 def cohort_config(obj: object) -> CohortConfig:

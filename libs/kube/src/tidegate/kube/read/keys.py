@@ -23,6 +23,9 @@ TG_POD_INDEX: Final = "tidegate.io/pod-index"
 """Label (or annotation) giving a PodGroup member's rank."""
 TG_ROLE: Final = "tidegate.io/role"
 """Label naming the podset (role) of a PodGroup member, e.g. "leader" or "worker"."""
+TG_MAX_RUNTIME: Final = "tidegate.io/max-runtime"
+"""How long the workload runs once started ("2h30m" or seconds): its expected end, for
+reservations and backfill (docs/reservations.md)."""
 TG_TRACEPARENT: Final = "tidegate.io/traceparent"
 TG_TRACESTATE: Final = "tidegate.io/tracestate"
 
@@ -38,6 +41,8 @@ KUEUE_REQUIRE_TOPOLOGY: Final = "kueue.x-k8s.io/require-topology"
 """The KEP's first revision (seed 000); still accepted."""
 KUEUE_PREFER_TOPOLOGY: Final = "kueue.x-k8s.io/prefer-topology"
 """The KEP's first revision (seed 000); still accepted, including "auto"."""
+KUEUE_MAX_EXEC_TIME: Final = "kueue.x-k8s.io/max-exec-time-seconds"
+"""Kueue's maximum execution time label (seconds): read as the declared runtime."""
 
 # --------------------------------------------------------------------------- KAI-Scheduler
 KAI_QUEUE: Final = "kai.scheduler/queue"
@@ -80,6 +85,7 @@ PREFERRED_KEYS: Final = (
     KUEUE_PREFER_TOPOLOGY,
     KAI_PREFERRED,
 )
+MAX_RUNTIME_KEYS: Final = (TG_MAX_RUNTIME, KUEUE_MAX_EXEC_TIME)
 SLICE_SIZE_KEYS: Final = (TG_SLICE_SIZE, KUEUE_PODSET_SLICE_SIZE)
 SLICE_TOPOLOGY_KEYS: Final = (TG_SLICE_TOPOLOGY, KUEUE_PODSET_SLICE_REQUIRED)
 

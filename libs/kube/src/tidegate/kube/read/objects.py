@@ -243,6 +243,7 @@ class JobSpec(_K8s, frozen=True, kw_only=True):
     parallelism: int | None = None
     completions: int | None = None
     suspend: bool | None = None
+    active_deadline_seconds: int | None = None
     template: PodTemplateSpec = msgspec.field(default_factory=PodTemplateSpec)
 
 
@@ -357,6 +358,13 @@ class PreemptionSpec(_K8s, frozen=True, kw_only=True):
     within_cluster_queue: str | None = None
 
 
+class AgingSpec(_K8s, frozen=True, kw_only=True):
+    """spec.aging of a Queue: +1 effective priority per ``step`` waited, at most ``maxBoost``."""
+
+    step: str | int | float | None = None
+    max_boost: int | None = None
+
+
 class QueueSpec(_K8s, frozen=True, kw_only=True):
     """spec of a tidegate.io/v1alpha1 Queue."""
 
@@ -376,6 +384,9 @@ class QueueSpec(_K8s, frozen=True, kw_only=True):
     card_lending_limit: dict[str, int] | None = None
     fair_sharing: FairSharing | None = None
     preemption: PreemptionSpec | None = None
+    default_max_runtime: str | int | float | None = None
+    max_reservations: int | None = None
+    aging: AgingSpec | None = None
 
 
 class Queue(_K8s, frozen=True, kw_only=True):

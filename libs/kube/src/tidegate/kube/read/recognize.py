@@ -427,6 +427,23 @@ def _service_type(
         return "unknown"
 
 
+def max_runtime(owner: Owner, declared: float | None, problems: list[str]) -> float | None:
+    """The runtime ``owner`` declares, in seconds: ``declared`` (``tidegate.io/max-runtime``
+    or Kueue's ``max-exec-time-seconds``) and, for a Job, ``spec.activeDeadlineSeconds``; the
+    shorter when both are set, since Kubernetes stops the Job at its deadline anyway."""
+    deadline = None
+    if isinstance(owner.obj, Job) and owner.obj.spec.active_deadline_seconds is not None:
+        value = owner.obj.spec.active_deadline_seconds
+        if value > 0:
+            deadline = float(value)
+        else:
+            problems.append(
+                f"{owner.describe()}: spec.activeDeadlineSeconds {value} is not positive"
+            )
+    found = [value for value in (declared, deadline) if value is not None]
+    return min(found) if found else None
+
+
 def recognize(
     owner: Owner,
     members: Sequence[Pod],
@@ -497,6 +514,7 @@ def recognize(
     service_type = _service_type(
         owner, members, settings.service_type, settings.service_type_found, context, problems
     )
+    runtime = max_runtime(owner, settings.max_runtime_seconds, problems)
     meta = owner.meta
     suspended, resume_on_admission = suspension(meta, owner.obj)
     return WorkloadState(
@@ -522,4 +540,5 @@ def recognize(
         finished=workload_finished(owner.obj, members),
         suspended=suspended,
         resume_on_admission=resume_on_admission,
+        max_runtime_seconds=runtime,
     )
