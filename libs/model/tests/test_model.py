@@ -9,8 +9,14 @@ from tidegate.model import (
     Envelope,
     NodeState,
     QuantityError,
+    QueueAging,
+    QueueConfig,
+    ReservationDropped,
+    Reserved,
     Tombstone,
     TopologyAssignment,
+    WaitedGang,
+    WorkloadState,
     codec,
     format_quantity,
     parse_quantity,
@@ -39,6 +45,31 @@ def envelope(body: msgspec.Struct) -> Envelope:
                     levels=["block", "rack"], domains=[DomainCount(values=["b1", "r1"], count=2)]
                 )
             },
+        ),
+        Reserved(
+            workload="research/pretrain",
+            uid="u",
+            queue="train",
+            sequence=9,
+            topology="default",
+            level="example.com/rack",
+            domain=["b1", "r2"],
+            nodes=["r2-h1", "r2-h2"],
+            expected_start=1_800_009_000.0,
+            waits_for=[WaitedGang(workload="team/c", expected_end=1_800_009_000.0, overdue=True)],
+            message="rack r2 reserved",
+        ),
+        ReservationDropped(
+            workload="research/pretrain", uid="u", queue="train", reason="Started", sequence=10
+        ),
+        QueueConfig(
+            name="train",
+            default_max_runtime_seconds=7200.0,
+            max_reservations=2,
+            aging=QueueAging(step_seconds=600.0, max_boost=3),
+        ),
+        WorkloadState(
+            namespace="ns", name="w", uid="u", owner_kind="Job", max_runtime_seconds=90.0
         ),
     ],
 )

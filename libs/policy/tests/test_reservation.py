@@ -136,9 +136,9 @@ def test_the_32_pod_gang_gets_the_rack_whose_gangs_end_soonest() -> None:
     assert p.expected_start == NOW + 2.5 * HOUR
     assert [w.key for w in p.waits_for] == ["research/sft-12", "team/c"]
     assert p.nodes == {host("r2", i) for i in range(1, 5)}
-    message = reserved(p).message
-    assert message.startswith("rack r2 reserved; expected start ")
-    assert "(in 2h30m) when research/sft-12, team/c end" in message
+    assert reserved(p).message == (  # NOW is 08:00 UTC
+        "rack r2 reserved; expected start 10:30 UTC (in 2h30m) when research/sft-12, team/c end"
+    )
 
 
 def test_without_a_required_level_the_gang_starts_sooner_over_two_racks() -> None:
