@@ -23,7 +23,6 @@ from tidegate.policy.replacement import (
 from .test_admission import GPU, cluster, msg, only
 
 BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
-LEVELS = [BLOCK, RACK, HOST]
 
 
 def admitted_on(admission: Admission) -> Admitted:

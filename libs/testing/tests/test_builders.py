@@ -29,6 +29,10 @@ def test_every_message_goes_on_the_subject_its_owner_uses() -> None:
         (msg.released("w"), subjects.decision(c, "released", "team", "w")),
         (msg.pending("w"), subjects.decision(c, "pending", "team", "w")),
         (msg.preempted("serve", ["w"]), subjects.decision(c, "preempted", "team", "serve")),
+        (
+            msg.preempt_requested("w", sequence=2),
+            subjects.decision(c, "preempt-requested", "team", "w"),
+        ),
     ]
     for body, subject in cases:
         assert subject_of(c, body) == subject, body
@@ -48,6 +52,9 @@ def test_suite_defaults_apply_unless_a_call_gives_the_keyword() -> None:
     assert admitted.requests == {"workers": {"cpu": 1}}
     assert [d.values for d in admitted.assignments["workers"].domains] == [["b1", "r1", "n1"]]
     assert msg.tombstone("node", "n1") == Tombstone(object_kind="node", name="n1")
+    growth = msg.preempt_requested("w", sequence=4, admitted_sequence=3)
+    assert (growth.workload, growth.uid, growth.queue) == ("team/w", "uid-w", "q")
+    assert (growth.sequence, growth.admitted_sequence) == (4, 3)
 
 
 def test_a_manifest_to_create_carries_nothing_the_api_server_sets() -> None:

@@ -23,6 +23,7 @@ from tidegate.model import (
     PodSetSpec,
     PodState,
     Preempted,
+    PreemptRequested,
     QueueConfig,
     Released,
     Resources,
@@ -368,5 +369,28 @@ class Messages:
             preemptor=self.key(preemptor),
             preemptor_uid=uid or f"uid-{_name_of(preemptor)}",
             victims=[self.key(v) for v in victims],
+            **fields,
+        )
+
+    @_suite_defaults
+    def preempt_requested(
+        self,
+        /,
+        workload: str,
+        *,
+        sequence: int,
+        admitted_sequence: int | None = None,
+        uid: str | None = None,
+        queue: str | None = _DEFAULT,
+        **fields: Any,
+    ) -> PreemptRequested:
+        """Admission's request to free room for ``workload`` (a name or a key); for the
+        growth of its admission ``admitted_sequence`` if given."""
+        return PreemptRequested(
+            workload=self.key(workload),
+            uid=uid or f"uid-{_name_of(workload)}",
+            queue=str(self.queue if queue is _DEFAULT else queue),
+            sequence=sequence,
+            admitted_sequence=admitted_sequence,
             **fields,
         )
