@@ -68,3 +68,16 @@ def test_a_manifest_to_create_carries_nothing_the_api_server_sets() -> None:
         "requests": {"cpu": "1", "nvidia.com/gpu": "2"},
         "limits": {"nvidia.com/gpu": "2"},
     }
+
+
+def test_a_pod_with_other_gates_and_a_budget_with_expressions_and_status() -> None:
+    k8s = Builders()
+    pod = k8s.pod("p", gates=["a", "b"])
+    assert pod["spec"]["schedulingGates"] == [{"name": "a"}, {"name": "b"}]
+    assert k8s.pod("q", gates=[])["spec"]["schedulingGates"] == []
+    assert "schedulingGates" not in k8s.pod("r", gated=False)["spec"]
+    expression = {"key": "team", "operator": "In", "values": ["a"]}
+    budget = k8s.disruption_budget("keep", {}, expressions=[expression], status={"x": 1})
+    assert budget["spec"]["selector"] == {"matchExpressions": [expression]}
+    assert budget["status"] == {"x": 1}
+    assert k8s.disruption_budget("all", {})["spec"]["selector"] == {"matchLabels": {}}

@@ -110,9 +110,11 @@ class Builders:
         containers: list[Obj] | None = None,
         namespace: str = "default",
         phase: str = "Pending",
+        gates: list[str] | None = None,
         **spec: Any,
     ) -> Obj:
-        """A pod, gated by tidegate unless ``gated=False``."""
+        """A pod, gated by tidegate unless ``gated=False``; ``gates``: exactly these
+        scheduling gates instead (none if empty)."""
         meta = self._meta(
             name,
             namespace,
@@ -121,7 +123,9 @@ class Builders:
             ownerReferences=[owner] if owner else None,
         )
         body: Obj = {"containers": containers or [self.container()], **spec}
-        if gated:
+        if gates is not None:
+            body["schedulingGates"] = [{"name": gate} for gate in gates]
+        elif gated:
             body["schedulingGates"] = [{"name": ADMISSION_GATE}]
         pod: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
         if self.server_fields:
@@ -232,20 +236,29 @@ class Builders:
         *,
         min_available: int | str | None = None,
         max_unavailable: int | str | None = None,
+        expressions: list[Obj] | None = None,
+        status: Obj | None = None,
     ) -> Obj:
-        """A policy/v1 PodDisruptionBudget over the pods with the labels ``selector``."""
+        """A policy/v1 PodDisruptionBudget over the pods with the labels ``selector`` (and
+        matching ``expressions``, a selector's ``matchExpressions``, if given); ``status``
+        as the disruption controller would have written it, if given."""
         spec: Obj = {}
         if min_available is not None:
             spec["minAvailable"] = min_available
         if max_unavailable is not None:
             spec["maxUnavailable"] = max_unavailable
-        spec["selector"] = {"matchLabels": dict(selector)}
-        return {
+        spec["selector"] = {"matchLabels": dict(selector)} if selector or not expressions else {}
+        if expressions:
+            spec["selector"]["matchExpressions"] = list(expressions)
+        budget: Obj = {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
             "metadata": self._meta(name),
             "spec": spec,
         }
+        if status is not None:
+            budget["status"] = dict(status)
+        return budget
 
     def replicaset(
         self, name: str, *, deployment: str | None, replicas: int = 1, template: Obj | None = None
