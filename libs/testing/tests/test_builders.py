@@ -7,7 +7,7 @@ from tidegate.model import (
     Tombstone,
     subjects,
 )
-from tidegate.testing.harness import subject_of
+from tidegate.testing.harness import received, subject_of
 from tidegate.testing.manifests import Builders
 from tidegate.testing.messages import Messages
 
@@ -81,3 +81,11 @@ def test_a_pod_with_other_gates_and_a_budget_with_expressions_and_status() -> No
     assert budget["spec"]["selector"] == {"matchExpressions": [expression]}
     assert budget["status"] == {"x": 1}
     assert k8s.disruption_budget("all", {})["spec"]["selector"] == {"matchLabels": {}}
+
+
+def test_a_received_message_is_on_its_owners_subject_unless_told() -> None:
+    got = received("c1", msg.node("n1"), stream_sequence=7)
+    assert (got.subject, got.stream_sequence) == (subjects.node("c1", "n1"), 7)
+    assert got.envelope.cluster == "c1"
+    assert got.envelope.body == msg.node("n1")
+    assert received("c1", msg.node("n1"), subject="tg.c1.x").subject == "tg.c1.x"
