@@ -89,3 +89,12 @@ def test_a_received_message_is_on_its_owners_subject_unless_told() -> None:
     assert got.envelope.cluster == "c1"
     assert got.envelope.body == msg.node("n1")
     assert received("c1", msg.node("n1"), subject="tg.c1.x").subject == "tg.c1.x"
+
+
+def test_an_admission_review_carries_the_object_operation_and_uid() -> None:
+    pod = Builders(server_fields=False).pod("p", gated=False)
+    review = Builders.admission_review(pod, operation="UPDATE", uid="r-2")
+    assert review["kind"] == "AdmissionReview"
+    assert review["request"]["object"] is pod
+    assert (review["request"]["operation"], review["request"]["uid"]) == ("UPDATE", "r-2")
+    assert review["request"]["namespace"] == "team"

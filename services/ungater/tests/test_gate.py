@@ -13,24 +13,6 @@ k8s = Builders(server_fields=False)
 """Pods as a client sends them to be created (what the API server asks the webhook about)."""
 
 
-def request(obj: object, *, operation: str = "CREATE", uid: str = "rev-1") -> bytes:
-    """An AdmissionReview v1 about ``obj``."""
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": "team",
-                "operation": operation,
-                "object": obj,
-            },
-        }
-    ).encode()
-
-
 def answer(body: bytes, rules: GateRules | None = None) -> tuple[int, dict[str, object], str]:
     """Status, decoded response and verdict."""
     result = review(body, rules or GateRules())
@@ -46,7 +28,9 @@ def patch_of(response: dict[str, object]) -> list[dict[str, object]]:
 
 
 def test_a_pod_without_gates_gets_the_gate_list() -> None:
-    status, response, verdict = answer(request(k8s.pod("train-0", gated=False)))
+    status, response, verdict = answer(
+        json.dumps(k8s.admission_review(k8s.pod("train-0", gated=False), uid="rev-1")).encode()
+    )
     assert (status, verdict) == (200, "gated")
     assert response["apiVersion"] == "admission.k8s.io/v1"
     assert response["response"]["uid"] == "rev-1"  # type: ignore[index]
@@ -57,7 +41,11 @@ def test_a_pod_without_gates_gets_the_gate_list() -> None:
 
 
 def test_other_gates_are_kept_and_ours_appended() -> None:
-    _, response, _ = answer(request(k8s.pod("train-0", gates=["example.com/other"])))
+    _, response, _ = answer(
+        json.dumps(
+            k8s.admission_review(k8s.pod("train-0", gates=["example.com/other"]), uid="rev-1")
+        ).encode()
+    )
     assert patch_of(response) == [
         {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": ADMISSION_GATE}}
     ]
@@ -70,11 +58,19 @@ def test_queue_families_are_gated_when_only_queued_pods_are_wanted(key: str) -> 
     rules = GateRules(gate_all=False)
     for where in ("labels", "annotations"):
         _, _, verdict = answer(
-            request(k8s.pod("train-0", gated=False, **{where: {key: "q"}})), rules
+            json.dumps(
+                k8s.admission_review(
+                    k8s.pod("train-0", gated=False, **{where: {key: "q"}}), uid="rev-1"
+                )
+            ).encode(),
+            rules,
         )  # type: ignore[arg-type]
         assert verdict == "gated"
     _, response, verdict = answer(
-        request(k8s.pod("train-0", gated=False, labels={"app": "x"})), rules
+        json.dumps(
+            k8s.admission_review(k8s.pod("train-0", gated=False, labels={"app": "x"}), uid="rev-1")
+        ).encode(),
+        rules,
     )
     assert verdict == "passed"
     assert "patch" not in response["response"]  # type: ignore[operator]
@@ -100,14 +96,25 @@ def test_queue_families_are_gated_when_only_queued_pods_are_wanted(key: str) -> 
     ],
 )
 def test_pods_that_cannot_wait_pass_unchanged(obj: dict[str, object], why: str) -> None:
-    result = review(request(obj), GateRules())
+    result = review(json.dumps(k8s.admission_review(obj, uid="rev-1")).encode(), GateRules())
     assert (result.verdict, result.reason) == ("passed", why)
     assert json.loads(result.body)["response"] == {"uid": "rev-1", "allowed": True}
 
 
 def test_updates_and_other_kinds_pass() -> None:
-    assert answer(request(k8s.pod("train-0", gated=False), operation="UPDATE"))[2] == "passed"
-    body = json.loads(request(k8s.pod("train-0", gated=False)))
+    assert (
+        answer(
+            json.dumps(
+                k8s.admission_review(
+                    k8s.pod("train-0", gated=False), operation="UPDATE", uid="rev-1"
+                )
+            ).encode()
+        )[2]
+        == "passed"
+    )
+    body = json.loads(
+        json.dumps(k8s.admission_review(k8s.pod("train-0", gated=False), uid="rev-1")).encode()
+    )
     body["request"]["kind"]["kind"] = "Service"
     body["request"]["resource"]["resource"] = "services"
     assert answer(json.dumps(body).encode())[2] == "passed"
@@ -143,11 +150,17 @@ def test_unreadable_reviews_get_400_never_an_exception(body: bytes) -> None:
     ],
 )
 def test_a_bad_pod_follows_the_failure_policy(obj: object, field: str) -> None:
-    ignored = review(request(obj), GateRules(failure_policy="Ignore"))
+    ignored = review(
+        json.dumps(k8s.admission_review(obj, uid="rev-1")).encode(),
+        GateRules(failure_policy="Ignore"),
+    )
     response = json.loads(ignored.body)["response"]
     assert (ignored.verdict, response["allowed"]) == ("ignored-error", True)
     assert field in response["warnings"][0]
-    refused = review(request(obj), GateRules(failure_policy="Fail"))
+    refused = review(
+        json.dumps(k8s.admission_review(obj, uid="rev-1")).encode(),
+        GateRules(failure_policy="Fail"),
+    )
     response = json.loads(refused.body)["response"]
     assert (refused.verdict, response["allowed"]) == ("refused", False)
     assert response["status"]["code"] == 400

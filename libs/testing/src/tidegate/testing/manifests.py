@@ -346,3 +346,22 @@ class Builders:
             "value": value,
             "globalDefault": global_default,
         }
+
+    @staticmethod
+    def admission_review(
+        obj: Any, *, operation: str = "CREATE", uid: str = "review-1", namespace: str = "team"
+    ) -> Obj:
+        """An admission.k8s.io/v1 AdmissionReview about the pod ``obj`` in ``namespace``, as
+        the API server sends it to a mutating webhook."""
+        return {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": namespace,
+                "operation": operation,
+                "object": obj,
+            },
+        }
