@@ -98,3 +98,12 @@ def test_an_admission_review_carries_the_object_operation_and_uid() -> None:
     assert review["request"]["object"] is pod
     assert (review["request"]["operation"], review["request"]["uid"]) == ("UPDATE", "r-2")
     assert review["request"]["namespace"] == "team"
+
+
+def test_a_run_is_said_in_the_annotations_the_simulator_reads() -> None:
+    assert Builders.runs(None) == {}
+    assert Builders.runs(0.5) == {"tidegate.io/sim-duration-seconds": "0.5"}
+    assert Builders.runs(3, exit_code=2) == {
+        "tidegate.io/sim-duration-seconds": "3",
+        "tidegate.io/sim-exit-code": "2",
+    }

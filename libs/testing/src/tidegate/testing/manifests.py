@@ -11,6 +11,7 @@ import itertools
 from typing import Any
 
 from tidegate.model.names import ADMISSION_GATE
+from tidegate.sim.podlife import DURATION_ANNOTATION, EXIT_CODE_ANNOTATION
 
 Obj = dict[str, Any]
 
@@ -77,6 +78,17 @@ class Builders:
             "metadata": {"labels": labels or {}, "annotations": annotations or {}},
             "spec": {"containers": containers or [self.container()], **spec},
         }
+
+    @staticmethod
+    def runs(seconds: float | None, *, exit_code: int = 0) -> Obj:
+        """The annotations of a pod (template) that runs for ``seconds`` (forever when None)
+        on the simulator's kubelets or the fake-node agent, then exits with ``exit_code``."""
+        annotations: Obj = {}
+        if seconds is not None:
+            annotations[DURATION_ANNOTATION] = f"{seconds:g}"
+        if exit_code:
+            annotations[EXIT_CODE_ANNOTATION] = str(exit_code)
+        return annotations
 
     @staticmethod
     def owner_of(obj: Obj) -> Obj:
