@@ -6,7 +6,7 @@ import dataclasses
 from tidegate.model import DisruptionBudgetState, WorkloadKey
 from tidegate.policy.victims import budget_blocks, preempted_decision, select_victims
 
-from .test_victims import FOUR_NODES, QUEUES, cluster, gang, incoming
+from .test_victims import FOUR_NODES, QUEUES, cluster, gang, msg
 
 A = WorkloadKey("default/a")
 
@@ -35,7 +35,10 @@ def test_a_protected_gang_is_skipped_and_another_victim_serves() -> None:
     a = gang("a", [("n1", 8), ("n2", 8)], priority=20_000)
     b = gang("b", [("n3", 8), ("n4", 8)], priority=30_000)
     free = select_victims(
-        incoming(2, 8), view=cluster(FOUR_NODES, [a, b]), running=[a, b], queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 2, gpus=8)),
+        view=cluster(FOUR_NODES, [a, b]),
+        running=[a, b],
+        queues=QUEUES,
     )
     assert free.victims == (A,)
 
@@ -43,12 +46,15 @@ def test_a_protected_gang_is_skipped_and_another_victim_serves() -> None:
     guarded = dataclasses.replace(a, budget_blocked=why)
     running = [guarded, b]
     choice = select_victims(
-        incoming(2, 8), view=cluster(FOUR_NODES, running), running=running, queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 2, gpus=8)),
+        view=cluster(FOUR_NODES, running),
+        running=running,
+        queues=QUEUES,
     )
     assert choice.outcome == "preempts"
     assert choice.victims == ("default/b",)
     assert choice.budget_skipped == {A: why}
-    decision = preempted_decision(incoming(2, 8), choice)
+    decision = preempted_decision(msg.workload("serve", msg.podset("serve", 2, gpus=8)), choice)
     assert "skipped for their PodDisruptionBudget: default/a (PodDisruptionBudget" in (
         decision.message
     )
@@ -60,7 +66,10 @@ def test_the_preemptor_waits_with_a_reason_when_only_protected_gangs_would_do() 
     b = dataclasses.replace(gang("b", [("n3", 8), ("n4", 8)]), budget_blocked=why)
     running = [a, b]
     choice = select_victims(
-        incoming(2, 8), view=cluster(FOUR_NODES, running), running=running, queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 2, gpus=8)),
+        view=cluster(FOUR_NODES, running),
+        running=running,
+        queues=QUEUES,
     )
     assert choice.outcome == "no-victims"
     assert choice.victims == ()
