@@ -107,3 +107,9 @@ def test_a_run_is_said_in_the_annotations_the_simulator_reads() -> None:
         "tidegate.io/sim-duration-seconds": "3",
         "tidegate.io/sim-exit-code": "2",
     }
+
+
+def test_a_capacity_record_has_one_domain_value_per_level() -> None:
+    assert msg.capacity_node("n1", "b1", "r1").domain == ["b1", "r1", "n1"]
+    racks = Messages(levels=["rack"])
+    assert racks.capacity_node("n1", "r2").domain == ["r2"]

@@ -240,7 +240,8 @@ class Messages:
         **fields: Any,
     ) -> CapacityNode:
         """A node's capacity record (as the topology-cache publishes it), in ``domain``
-        (widest first, the node itself last); all of it free but ``free_gpus`` if given."""
+        (widest first, the node itself last, unless the suite's levels stop above the host:
+        one value per level); all of it free but ``free_gpus`` if given."""
         allocatable: Resources = {"cpu": cpu, self.gpu: gpus}
         if pods is not None:
             allocatable["pods"] = pods
@@ -250,7 +251,7 @@ class Messages:
         return CapacityNode(
             topology=topology,
             node=name,
-            domain=[*domain, name],
+            domain=[*domain, name][: max(len(self.levels), len(domain))],
             allocatable=allocatable,
             free=free,
             applied_sequence=applied,
