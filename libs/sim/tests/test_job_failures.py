@@ -21,7 +21,7 @@ from tidegate.sim.jobfailure import BackoffRecord, backoff_seconds, failure_acti
 from tidegate.sim.store import WatchEvent
 from tidegate.testing import until
 
-from .test_control_plane import JOBS, MERGE, PODS, pods_of, template
+from .test_control_plane import EIGHT_GPUS, JOBS, MERGE, ONE_GPU, PODS, k8s, pods_of
 
 
 def test_backoff_doubles_per_failure_up_to_ten_minutes() -> None:
@@ -99,7 +99,12 @@ def job_body(name: str, pods: int, **spec: object) -> dict[str, Any]:
         "spec": {
             "parallelism": pods,
             "completions": pods,
-            "template": template(gpus=8, duration=1e6, labels={"app": name}),
+            "template": k8s.template(
+                labels={"app": name},
+                annotations=k8s.runs(1e6),
+                containers=EIGHT_GPUS,
+                restartPolicy="Never",
+            ),
             **spec,
         },
     }
@@ -209,7 +214,12 @@ async def test_fail_job_rule_and_per_index_limits(
         "rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]
     }
     body = job_body("fatal", 1, podFailurePolicy=fail_on_42)
-    body["spec"]["template"] = template(gpus=1, duration=1, exit_code=42, labels={"app": "fatal"})
+    body["spec"]["template"] = k8s.template(
+        labels={"app": "fatal"},
+        annotations=k8s.runs(1, exit_code=42),
+        containers=ONE_GPU,
+        restartPolicy="Never",
+    )
     await http.post(JOBS, json=body)
     assert await until(lambda: failed_condition(cluster, "fatal"), within=10) == "PodFailurePolicy"
 
@@ -220,7 +230,12 @@ async def test_fail_job_rule_and_per_index_limits(
         backoffLimitPerIndex=0,
         maxFailedIndexes=0,
     )
-    body["spec"]["template"] = template(gpus=1, duration=1, exit_code=3, labels={"app": "perindex"})
+    body["spec"]["template"] = k8s.template(
+        labels={"app": "perindex"},
+        annotations=k8s.runs(1, exit_code=3),
+        containers=ONE_GPU,
+        restartPolicy="Never",
+    )
     await http.post(JOBS, json=body)
     reason = await until(lambda: failed_condition(cluster, "perindex"), within=10)
     assert reason == "MaxFailedIndexesExceeded"
