@@ -91,23 +91,8 @@ async def http(cluster: SimCluster) -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-def job_body(name: str, pods: int, **spec: object) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "template": k8s.template(
-                labels={"app": name},
-                annotations=k8s.runs(1e6),
-                containers=EIGHT_GPUS,
-                restartPolicy="Never",
-            ),
-            **spec,
-        },
-    }
+RUNS_LONG = k8s.runs(1e6)
+"""A pod that runs for a long while."""
 
 
 def job_status(cluster: SimCluster, name: str) -> dict[str, Any]:
@@ -150,7 +135,20 @@ def failed_condition(cluster: SimCluster, name: str) -> str | None:
 async def test_evicted_pods_are_failures_that_back_off_and_spend_the_backoff_limit(
     cluster: SimCluster, http: aiohttp.ClientSession
 ) -> None:
-    await http.post(JOBS, json=job_body("plain", 4))
+    await http.post(
+        JOBS,
+        json=k8s.job(
+            "plain",
+            parallelism=4,
+            completions=4,
+            template=k8s.template(
+                labels={"app": "plain"},
+                annotations=RUNS_LONG,
+                containers=EIGHT_GPUS,
+                restartPolicy="Never",
+            ),
+        ),
+    )
     first = await until(lambda: running(cluster, "plain", 4), within=10)
     marked: set[str] = set()
 
@@ -176,7 +174,22 @@ async def test_a_pod_failure_policy_ignoring_disruptions_spends_no_limit_but_sti
     cluster: SimCluster, http: aiohttp.ClientSession
 ) -> None:
     ignore = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
-    await http.post(JOBS, json=job_body("tolerant", 2, backoffLimit=0, podFailurePolicy=ignore))
+    await http.post(
+        JOBS,
+        json=k8s.job(
+            "tolerant",
+            parallelism=2,
+            completions=2,
+            template=k8s.template(
+                labels={"app": "tolerant"},
+                annotations=RUNS_LONG,
+                containers=EIGHT_GPUS,
+                restartPolicy="Never",
+            ),
+            backoffLimit=0,
+            podFailurePolicy=ignore,
+        ),
+    )
     first = await until(lambda: running(cluster, "tolerant", 2), within=10)
     evicted_at = time.monotonic()
     await evict_all(http, first)
@@ -192,7 +205,21 @@ async def test_a_pod_failure_policy_ignoring_disruptions_spends_no_limit_but_sti
 async def test_pods_deleted_by_suspending_the_job_are_not_failures(
     cluster: SimCluster, http: aiohttp.ClientSession
 ) -> None:
-    await http.post(JOBS, json=job_body("queued", 4, backoffLimit=0))
+    await http.post(
+        JOBS,
+        json=k8s.job(
+            "queued",
+            parallelism=4,
+            completions=4,
+            template=k8s.template(
+                labels={"app": "queued"},
+                annotations=RUNS_LONG,
+                containers=EIGHT_GPUS,
+                restartPolicy="Never",
+            ),
+            backoffLimit=0,
+        ),
+    )
     await until(lambda: running(cluster, "queued", 4), within=10)
     for suspend in (True, False):
         async with http.patch(
@@ -213,7 +240,18 @@ async def test_fail_job_rule_and_per_index_limits(
     fail_on_42 = {
         "rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]
     }
-    body = job_body("fatal", 1, podFailurePolicy=fail_on_42)
+    body = k8s.job(
+        "fatal",
+        parallelism=1,
+        completions=1,
+        template=k8s.template(
+            labels={"app": "fatal"},
+            annotations=RUNS_LONG,
+            containers=EIGHT_GPUS,
+            restartPolicy="Never",
+        ),
+        podFailurePolicy=fail_on_42,
+    )
     body["spec"]["template"] = k8s.template(
         labels={"app": "fatal"},
         annotations=k8s.runs(1, exit_code=42),
@@ -223,9 +261,16 @@ async def test_fail_job_rule_and_per_index_limits(
     await http.post(JOBS, json=body)
     assert await until(lambda: failed_condition(cluster, "fatal"), within=10) == "PodFailurePolicy"
 
-    body = job_body(
+    body = k8s.job(
         "perindex",
-        2,
+        parallelism=2,
+        completions=2,
+        template=k8s.template(
+            labels={"app": "perindex"},
+            annotations=RUNS_LONG,
+            containers=EIGHT_GPUS,
+            restartPolicy="Never",
+        ),
         completionMode="Indexed",
         backoffLimitPerIndex=0,
         maxFailedIndexes=0,
