@@ -17,7 +17,7 @@ from tidegate.model import (
     Released,
     subjects,
 )
-from tidegate.preemption.record import PreemptionRecord, VictimRecord, encode_record, ledger_key
+from tidegate.model.ledger import PreemptionRecord, VictimRecord, encode_record, preemption_key
 
 from .conftest import Harness
 from .test_admission_service import (
@@ -52,7 +52,7 @@ async def test_a_new_leader_keeps_the_room_nominated_for_the_preemptor(harness: 
         evicted_at=now,
     )
     ledger = await Ledger.open(harness.bus, harness.cluster)
-    await ledger.put(ledger_key("ns/serve"), encode_record(record), revision=0)
+    await ledger.put(preemption_key("ns/serve"), encode_record(record), revision=0)
     await harness.publish(subjects.decision(harness.cluster, "preempted", "ns", "serve"), decision)
     await harness.until(lambda: harness.of(Released, "ns/victim"), what="the victim released")
     (released,) = harness.of(Released, "ns/victim")

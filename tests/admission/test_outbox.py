@@ -14,6 +14,7 @@ import typing
 
 import msgspec
 
+from tidegate.admission.handlers import STUCK_AFTER
 from tidegate.admission.ledger import OutboxChunk, OutboxEntry
 from tidegate.bus import Ledger, Received, layout
 from tidegate.model import (
@@ -37,7 +38,7 @@ from .test_admission_service import (
     workers,
     workload,
 )
-from .test_metrics import scrape_until
+from .test_metrics import at, scrape, scrape_until
 
 DECISION_KINDS: tuple[str, ...] = typing.get_args(DecisionKind)
 
@@ -385,5 +386,55 @@ async def test_a_preempted_whose_commits_keep_failing_is_never_dead_lettered(
         lambda: harness.of(Released, "ns/victim"), within=20, what="the victim's release"
     )
     await committed_release(harness, "ns/victim")
+    released = released_once(harness, "ns/victim")
+    assert (released.uid, released.reason) == (victim.uid, "Evicted")
+
+
+async def test_a_decision_whose_commits_keep_failing_is_reported_stuck_and_still_retried(
+    harness: Harness,
+) -> None:
+    """Issue 29 seam 5 remainder: a ``preempted`` that fails on every delivery is retried for
+    ever (never dead-lettered), but not silently: after STUCK_AFTER failures the leader counts
+    it in ``tidegate_admission_stuck_decisions`` (and logs an error naming the victim) until
+    it succeeds; then the release is committed and the gauge drops back."""
+    await harness.topology()
+    await harness.node("n1", "r1")
+    await harness.queue(QueueConfig(name="q"))
+    service = await harness.start_admission()
+    victim = await inference_needs_the_victims_room(harness)
+    _, samples = await scrape(service)
+    assert at(samples, "tidegate_admission_stuck_decisions") == 0
+    stream = layout.decisions_stream(harness.cluster)
+    before = await harness.bus.jetstream.consumer_info(stream, "admission")
+    await refuse_workload_keys(harness, True)
+    try:
+        preempted = Preempted(
+            preemptor="ns/serve",
+            preemptor_uid="uid-serve",
+            victims=["ns/victim"],
+            mode={"ns/victim": "restart"},
+            lost={"ns/victim": LostAdmission(uid=victim.uid, sequence=victim.sequence)},
+        )
+        subject = subjects.decision(harness.cluster, "preempted", "ns", "serve")
+        await harness.publish(subject, preempted, event_id="preemption-stuck")
+        since = before.delivered.consumer_seq
+        dead = await deliveries_or_dead_letter(harness, since=since, at_least=STUCK_AFTER + 1)
+        assert not dead, "the preempted decision was dead-lettered"
+        await scrape_until(
+            service,
+            lambda s: at(s, "tidegate_admission_stuck_decisions") == 1,
+            what="the stuck decision counted",
+        )
+        assert harness.of(Released, "ns/victim") == []
+    finally:
+        await refuse_workload_keys(harness, False)
+    await harness.until(
+        lambda: harness.of(Released, "ns/victim"), within=20, what="the victim's release"
+    )
+    await scrape_until(
+        service,
+        lambda s: at(s, "tidegate_admission_stuck_decisions") == 0,
+        what="the stuck decision handled",
+    )
     released = released_once(harness, "ns/victim")
     assert (released.uid, released.reason) == (victim.uid, "Evicted")

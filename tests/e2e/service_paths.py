@@ -6,8 +6,8 @@ simulator enforcing the chart's RBAC (test_sim_rbac.py).
 from pathlib import Path
 
 from tidegate.kube import PODGROUPS, PODS, KubeClient, KubeSettings, connect
+from tidegate.model.ledger import PodRef, VictimRecord
 from tidegate.preemption.evict import EvictionSettings, Evictor
-from tidegate.preemption.record import PodRef, VictimRecord
 
 
 async def abort_a_podgroup_victim(admin: KubeClient, namespace: str, preemption: Path) -> None:

@@ -53,9 +53,9 @@ from tidegate.model import (
 )
 from tidegate.model import resources as res
 from tidegate.model.events import ReleaseReason
+from tidegate.model.ledger import PreemptionRecord, decode_preemption, preemption_key
 from tidegate.preemption.app import setup as preemption_setup
 from tidegate.preemption.config import Settings
-from tidegate.preemption.record import PreemptionRecord, decode_record, ledger_key
 from tidegate.runtime import Service
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.telemetry import extract
@@ -206,9 +206,9 @@ class Harness:
     async def record(self, preemptor: str) -> PreemptionRecord | None:
         """The preemption record of ``team/<preemptor>`` in the ledger."""
         entry = await (await Ledger.open(self.bus, self.cluster)).get(
-            ledger_key(f"{NAMESPACE}/{preemptor}")
+            preemption_key(f"{NAMESPACE}/{preemptor}")
         )
-        return None if entry is None else decode_record(entry.value)
+        return None if entry is None else decode_preemption(entry.value)
 
     # ------------------------------------------------------------------ playing other services
 

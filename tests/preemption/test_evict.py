@@ -12,6 +12,7 @@ from tidegate.bus import BusSettings, Lease, LeaseLost, LeaseSettings
 from tidegate.bus import connect as connect_bus
 from tidegate.kube import JOBS, NAMESPACES, PDBS, PODS, KubeClient, KubeSettings, NotFound
 from tidegate.kube import connect as connect_kube
+from tidegate.model.ledger import PodRef, VictimRecord
 from tidegate.model.names import PREEMPTED_BY_ANNOTATION, REQUEUE_ANNOTATION, RESUME_ANNOTATION
 from tidegate.preemption.evict import (
     AbortFailed,
@@ -20,7 +21,6 @@ from tidegate.preemption.evict import (
     EvictionSettings,
     Evictor,
 )
-from tidegate.preemption.record import PodRef, VictimRecord
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.testing.faultproxy import Refuse, kube_fault_proxy
 

@@ -12,8 +12,8 @@ import yaml
 from tidegate.kube import DEPLOYMENTS, JOBS, PODS
 from tidegate.kube.ungate import has_gate
 from tidegate.model import Admitted, PodState, Preempted, PreemptRequested, subjects
+from tidegate.model.ledger import PreemptionRecord
 from tidegate.preemption.config import Settings
-from tidegate.preemption.record import PreemptionRecord
 from tidegate.runtime import Service
 
 from .conftest import (

@@ -5,8 +5,8 @@ import pytest
 from tidegate.admission.ledger import AdmissionLedger, LedgerRecord
 from tidegate.bus import BusSettings, LeaseLost, Ledger, connect
 from tidegate.model import Admitted, Preempted, WorkloadKey
+from tidegate.model.ledger import PreemptionRecord
 from tidegate.preemption.ledger import PreemptionLedger
-from tidegate.preemption.record import PreemptionRecord
 
 
 def record(sequence: int) -> PreemptionRecord:

@@ -175,3 +175,32 @@ async def test_the_lag_is_the_age_of_the_last_message_followed(bus: Bus, cluster
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_follower_cancelled_at_any_point_of_its_start_ends(
+    bus: Bus, cluster_id: str
+) -> None:
+    """Cancelled while it subscribes or asks for its consumer's info, a follower must end, not
+    wait on an empty stream for a message that never comes (nats-py's ``asyncio.wait_for`` can
+    swallow the cancellation: seen stopping the console). Cancels at 100 points of the start."""
+
+    async def handle(message: Received) -> None:
+        raise AssertionError("nothing to deliver")
+
+    stream = layout.capacity_stream(cluster_id)
+    hung: list[int] = []
+    for step in range(100):
+        follower = StateFollower(
+            bus, stream=stream, subjects=[subjects.capacity_wildcard(cluster_id)], handler=handle
+        )
+        task = asyncio.create_task(follower.run())
+        for _ in range(step):  # let the start run this many turns of the loop, then cancel
+            await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=5)
+        if not done:
+            hung.append(step)
+            while not task.done():
+                task.cancel()
+                await asyncio.sleep(0.01)
+    assert not hung, f"still running after cancellation at steps {hung}"

@@ -8,9 +8,9 @@ from tidegate.admission.ledger import (
     OutboxEntry,
     chunks,
     deliverable,
-    stored_or_superseded,
 )
 from tidegate.model import Admitted, Envelope, Pending, Released
+from tidegate.model.ledger import stored_or_superseded
 
 ADMITTED = Admitted(workload="ns/a", uid="u", queue="q", sequence=5, epoch=1, assignments={})
 
@@ -62,9 +62,9 @@ def test_a_commit_is_cut_into_chunks_that_keep_the_order_and_the_size_limit() ->
 def test_an_entry_is_not_published_behind_itself_or_a_later_decision_on_its_subject() -> None:
     """Issue 29 seam 3 (the service test: test_a_stored_outbox_entry_is_not_stored_again_after_a_newer_decision
     in tests/admission/test_outbox.py)."""
-    staged = entry(ADMITTED)
+    staged = entry(ADMITTED).envelope
     assert not stored_or_superseded(staged, None)  # nothing stored: publish it
-    assert stored_or_superseded(staged, staged.envelope)  # stored already
+    assert stored_or_superseded(staged, staged)  # stored already
     resized = entry(msgspec.structs.replace(ADMITTED, sequence=9, replaces=5)).envelope
     assert stored_or_superseded(staged, resized)  # a later decision: a copy would follow it
     older = entry(msgspec.structs.replace(ADMITTED, sequence=3)).envelope

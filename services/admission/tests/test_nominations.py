@@ -2,12 +2,7 @@
 
 import msgspec
 
-from tidegate.admission.nominations import (
-    PreemptionRecord,
-    VictimRef,
-    decode_preemption,
-    restore_nominations,
-)
+from tidegate.admission.nominations import restore_nominations
 from tidegate.model import (
     Admitted,
     CapacityNode,
@@ -18,6 +13,7 @@ from tidegate.model import (
     WorkloadKey,
     WorkloadState,
 )
+from tidegate.model.ledger import PreemptionRecord, VictimRecord
 from tidegate.policy.admission import Admission, AdmissionSettings
 
 GPU = "nvidia.com/gpu"
@@ -71,8 +67,13 @@ def record(
         nominated={"n1": {GPU: 8, "cpu": 1000, "pods": 1}},
     )
     return PreemptionRecord(
+        preemptor="ns/serve",
+        preemptor_uid=preemptor_uid,
+        request_sequence=3,
         decision=decision,
-        victims=[VictimRef(key="ns/victim", uid="uid-victim")],
+        victims=[VictimRecord(key="ns/victim", uid="uid-victim", mode="abort", owner_kind="Job")],
+        recorded_at=5.0,
+        event_id=f"preemption-{preemptor_uid}-3",
         published_at=published_at,
         evicted_at=evicted_at,
     )
@@ -115,22 +116,6 @@ def test_an_aborted_victim_already_released_is_not_admitted_again() -> None:
     assert restore_nominations(admission, [record()], now=50.0) == [SERVE]
     decisions = admission.cycle(now=51.0)
     assert WorkloadKey("ns/victim") not in {d.key for d in decisions}
-
-
-def test_the_record_decodes_ignoring_the_fields_admission_does_not_read() -> None:
-    stored = msgspec.json.encode(
-        {
-            "preemptor": "ns/serve",
-            "decision": msgspec.to_builtins(record().decision),
-            "victims": [{"key": "ns/victim", "uid": "uid-victim", "mode": "abort", "pods": []}],
-            "published_at": 10.0,
-            "trace_context": {},
-        }
-    )
-    decoded = decode_preemption(stored)
-    assert decoded.decision.preemptor == "ns/serve"
-    assert decoded.victims == [VictimRef(key="ns/victim", uid="uid-victim")]
-    assert decoded.evicted_at is None
 
 
 def growth_scene(*, grown: bool) -> Admission:

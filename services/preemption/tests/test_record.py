@@ -3,7 +3,7 @@
 import msgspec
 
 from tidegate.model import Preempted
-from tidegate.preemption.record import PreemptionRecord, decode_record, encode_record
+from tidegate.model.ledger import PreemptionRecord, decode_preemption, encode_record
 
 
 def recorded() -> PreemptionRecord:
@@ -27,7 +27,7 @@ def test_a_record_is_published_before_it_is_evicted() -> None:
     assert not published.evicted
     evicted = msgspec.structs.replace(published, evicted_at=14.0)
     assert evicted.evicted
-    assert decode_record(encode_record(evicted)) == evicted
+    assert decode_preemption(encode_record(evicted)) == evicted
 
 
 def test_a_record_written_before_evicted_at_existed_still_decodes() -> None:
@@ -48,7 +48,7 @@ def test_a_record_written_before_evicted_at_existed_still_decodes() -> None:
             "published_at": 12.0,
         }
     )
-    record = decode_record(stored)
+    record = decode_preemption(stored)
     assert record.published_at == 12.0
     # Not known to be evicted: its evictions are finished once more (a no-op) at takeover.
     assert record.evicted_at is None

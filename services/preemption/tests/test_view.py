@@ -14,24 +14,26 @@ from tidegate.model import (
     Preempted,
     QueueConfig,
     Released,
+    Tombstone,
     TopologyAssignment,
     TopologyConfig,
     WorkloadKey,
     WorkloadState,
     workload_key,
 )
-from tidegate.model.names import ADMISSION_GATE
-from tidegate.policy.victims import preempted_decision
-from tidegate.preemption.record import (
-    LEDGER_PREFIX,
+from tidegate.model.ledger import (
+    PREEMPTION_PREFIX,
     PodRef,
     PreemptionRecord,
     VictimRecord,
-    decode_record,
+    decode_preemption,
     encode_record,
-    ledger_key,
+    preemption_key,
     preemptor_of,
 )
+from tidegate.model.names import ADMISSION_GATE
+from tidegate.policy.candidates import evictable_pods, in_flight_view, victim_record
+from tidegate.policy.victims import preempted_decision
 from tidegate.preemption.view import PreemptionView, Unanswerable
 
 LEVELS = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
@@ -113,7 +115,7 @@ def run(
     queue: str | None = None,
 ) -> None:
     """Admit ``gang`` (into ``queue``, default its own) and bind one pod per entry of ``nodes``."""
-    view.set_workload(gang)
+    view.replica.apply(gang)
     gpus = gang.podsets[0].requests[GPU]
     view.admitted(
         Admitted(
@@ -128,7 +130,7 @@ def run(
         at=NOW - 600,
     )
     for i, node in enumerate(nodes):
-        view.set_pod(pod(gang, i, node=node, gpus=gpus))
+        view.replica.apply(pod(gang, i, node=node, gpus=gpus))
 
 
 def pod(
@@ -170,11 +172,11 @@ def test_only_admitted_gangs_with_bound_pods_are_running() -> None:
     train = workload("train", service_type="training", priority=10, pods=2)
     run(view, train, ["n0", "n1"], seq=1)
     waiting = workload("waiting", service_type="training", priority=10, pods=2)
-    view.set_workload(waiting)
-    view.set_pod(pod(waiting, 0, node="n2"))  # bound, but never admitted
+    view.replica.apply(waiting)
+    view.replica.apply(pod(waiting, 0, node="n2"))  # bound, but never admitted
     admitted_unbound = workload("unbound", service_type="training", priority=10, pods=1)
     run(view, admitted_unbound, [], seq=2)
-    view.set_pod(pod(admitted_unbound, 0, node=None, gated=True))
+    view.replica.apply(pod(admitted_unbound, 0, node=None, gated=True))
 
     running = view.running(now=NOW)
     assert [gang.key for gang in running] == ["team/train"]
@@ -186,9 +188,9 @@ def test_terminating_and_finished_pods_hold_nothing() -> None:
     view = cluster()
     train = workload("train", service_type="training", priority=10, pods=3)
     run(view, train, [], seq=1)
-    view.set_pod(pod(train, 0, node="n0"))
-    view.set_pod(pod(train, 1, node="n1", terminating=True))
-    view.set_pod(pod(train, 2, node="n2", phase="Succeeded"))
+    view.replica.apply(pod(train, 0, node="n0"))
+    view.replica.apply(pod(train, 1, node="n1", terminating=True))
+    view.replica.apply(pod(train, 2, node="n2", phase="Succeeded"))
     (gang,) = view.running(now=NOW)
     assert [p.node for p in gang.pods] == ["n0"]
 
@@ -197,7 +199,7 @@ def test_a_release_ends_the_admission_and_an_older_admission_does_not_revive_it(
     view = cluster()
     train = workload("train", service_type="training", priority=10, pods=1)
     run(view, train, ["n0"], seq=5)
-    view.released(
+    view.replica.apply(
         Released(
             workload="team/train", uid=train.uid, queue="offline", reason="Evicted", sequence=7
         )
@@ -217,14 +219,14 @@ def test_a_release_of_another_uid_or_an_older_sequence_changes_nothing() -> None
     view = cluster()
     train = workload("train", service_type="training", priority=10, pods=1)
     run(view, train, ["n0"], seq=5)
-    view.released(
+    view.replica.apply(
         Released(workload="team/train", uid="other", queue=None, reason="Deleted", sequence=9)
     )
-    view.released(
+    view.replica.apply(
         Released(workload="team/train", uid=train.uid, queue=None, reason="Deleted", sequence=4)
     )
     assert [g.key for g in view.running(now=NOW)] == ["team/train"]
-    view.released(Released(workload="team/train", uid=train.uid, queue=None, reason="Deleted"))
+    view.replica.apply(Released(workload="team/train", uid=train.uid, queue=None, reason="Deleted"))
     assert view.running(now=NOW) == []
 
 
@@ -232,7 +234,7 @@ def test_a_recreated_workload_is_not_admitted_under_its_predecessors_admission()
     view = cluster()
     train = workload("train", service_type="training", priority=10, pods=1)
     run(view, train, ["n0"], seq=5)
-    view.set_workload(msgspec.structs.replace(train, uid="uid-new"))
+    view.replica.apply(msgspec.structs.replace(train, uid="uid-new"))
     assert view.running(now=NOW) == []
 
 
@@ -245,8 +247,8 @@ def test_queue_usage_is_what_admission_charged() -> None:
         seq=1,
     )
     run(view, workload("b", service_type="training", priority=10, pods=1, gpus=3), ["n2"], seq=2)
-    assert view.queue_usage("offline").resources == {GPU: 7}
-    assert view.queue_usage("online").resources == {}
+    assert view.replica.usage("offline")[0] == {GPU: 7}
+    assert view.replica.usage("online")[0] == {}
 
 
 # --------------------------------------------------------------------------- evictable pods
@@ -255,16 +257,16 @@ def test_queue_usage_is_what_admission_charged() -> None:
 def test_evictable_pods_skip_gated_terminating_finished_and_later_pods() -> None:
     view = cluster()
     train = workload("train", service_type="training", priority=10, pods=6)
-    view.set_workload(train)
-    view.set_pod(pod(train, 0, node="n0"))
-    view.set_pod(pod(train, 1, node=None))  # released by the gate, not bound yet
-    view.set_pod(pod(train, 2, node=None, gated=True))
-    view.set_pod(pod(train, 3, node="n1", terminating=True))
-    view.set_pod(pod(train, 4, node="n1", phase="Failed"))
-    view.set_pod(pod(train, 5, node="n2", created_at=NOW + 5))
-    names = [p.name for p in view.evictable_pods(train_key("train"))]
+    view.replica.apply(train)
+    view.replica.apply(pod(train, 0, node="n0"))
+    view.replica.apply(pod(train, 1, node=None))  # released by the gate, not bound yet
+    view.replica.apply(pod(train, 2, node=None, gated=True))
+    view.replica.apply(pod(train, 3, node="n1", terminating=True))
+    view.replica.apply(pod(train, 4, node="n1", phase="Failed"))
+    view.replica.apply(pod(train, 5, node="n2", created_at=NOW + 5))
+    names = [p.name for p in evictable_pods(view.replica, train_key("train"))]
     assert names == ["train-0", "train-1", "train-5"]
-    earlier = [p.name for p in view.evictable_pods(train_key("train"), created_before=NOW)]
+    earlier = [p.name for p in evictable_pods(view.replica, train_key("train"), created_before=NOW)]
     assert earlier == ["train-0", "train-1"]
 
 
@@ -276,13 +278,13 @@ def train_key(name: str) -> WorkloadKey:
 def test_pods_follow_their_workload_and_leave_on_deletion() -> None:
     view = cluster()
     train = workload("train", service_type="training", priority=10, pods=1)
-    view.set_workload(train)
-    view.set_pod(pod(train, 0, node="n0"))
-    view.remove_pod("team", "train-0")
-    assert view.pods(train_key("train")) == []
-    view.set_pod(pod(train, 0, node="n0"))
-    view.set_pod(msgspec.structs.replace(pod(train, 0, node="n0"), workload=None))
-    assert view.pods(train_key("train")) == []
+    view.replica.apply(train)
+    view.replica.apply(pod(train, 0, node="n0"))
+    view.replica.apply(Tombstone(object_kind="pod", namespace="team", name="train-0"))
+    assert view.replica.members(train_key("train")) == []
+    view.replica.apply(pod(train, 0, node="n0"))
+    view.replica.apply(msgspec.structs.replace(pod(train, 0, node="n0"), workload=None))
+    assert view.replica.members(train_key("train")) == []
 
 
 # --------------------------------------------------------------------------- the search
@@ -307,7 +309,7 @@ def full_cluster() -> tuple[PreemptionView, WorkloadState]:
         seq=2,
     )
     serve = workload("serve", service_type="inference", priority=50, pods=2, gpus=8, queue="online")
-    view.set_workload(serve)
+    view.replica.apply(serve)
     return view, serve
 
 
@@ -327,7 +329,7 @@ def test_the_search_takes_the_lowest_priority_gang_whole() -> None:
 def test_victims_in_flight_are_not_candidates_and_count_as_gone() -> None:
     view, serve = full_cluster()
     other = workload("other", service_type="inference", priority=50, pods=2, gpus=8, queue="online")
-    view.set_workload(other)
+    view.replica.apply(other)
     first = view.choose(other, in_flight=[], now=NOW)
     assert not isinstance(first, Unanswerable)
     assert first.victims == ("team/low",)
@@ -349,13 +351,13 @@ def test_victims_in_flight_are_not_candidates_and_count_as_gone() -> None:
 def test_a_nomination_stops_counting_once_its_preemptor_is_admitted() -> None:
     view, _serve = full_cluster()
     other = workload("other", service_type="inference", priority=50, pods=2, gpus=8, queue="online")
-    view.set_workload(other)
+    view.replica.apply(other)
     record = make_record(
         view, other, ("team/low",), nominated={"n0": {GPU: 8, "pods": 1}, "n1": {GPU: 8, "pods": 1}}
     )
     base = view.capacity.view("default")
     assert base is not None
-    held = view.adjusted(base, [record], preemptor="team/serve")
+    held = in_flight_view(base, [record], view.replica, preemptor="team/serve")
     assert held.free("n0")[GPU] == 0  # low's pod gone, other's nomination taken
     view.admitted(
         Admitted(
@@ -368,7 +370,7 @@ def test_a_nomination_stops_counting_once_its_preemptor_is_admitted() -> None:
         ),
         at=NOW,
     )
-    released = view.adjusted(base, [record], preemptor="team/serve")
+    released = in_flight_view(base, [record], view.replica, preemptor="team/serve")
     assert released.free("n0")[GPU] == 8  # admitted: its pods are reserved by the cache
 
 
@@ -383,7 +385,7 @@ def test_training_never_preempts_and_inference_is_never_a_victim() -> None:
         seq=1,
     )
     train = workload("train", service_type="training", priority=90, pods=1, gpus=8)
-    view.set_workload(train)
+    view.replica.apply(train)
     answer = view.choose(train, in_flight=[], now=NOW)
     assert not isinstance(answer, Unanswerable)
     assert answer.outcome == "not-a-reclaimer"
@@ -392,7 +394,7 @@ def test_training_never_preempts_and_inference_is_never_a_victim() -> None:
     urgent = workload(
         "urgent", service_type="inference", priority=90, pods=1, gpus=8, queue="online"
     )
-    view.set_workload(urgent)
+    view.replica.apply(urgent)
     answer = view.choose(urgent, in_flight=[], now=NOW)
     assert not isinstance(answer, Unanswerable)
     assert answer.outcome == "no-victims"
@@ -402,7 +404,7 @@ def test_training_never_preempts_and_inference_is_never_a_victim() -> None:
 def test_an_admission_the_cache_has_not_applied_is_counted_on_its_node() -> None:
     view = cluster()
     gang = workload("new", service_type="training", priority=10, pods=2, gpus=4)
-    view.set_workload(gang)
+    view.replica.apply(gang)
     view.admitted(
         Admitted(
             workload="team/new",
@@ -459,7 +461,7 @@ def test_a_required_rack_needs_room_inside_one_rack() -> None:
     anywhere = workload(
         "serve", service_type="inference", priority=50, pods=2, gpus=8, queue="online"
     )
-    view.set_workload(anywhere)
+    view.replica.apply(anywhere)
     choice = view.choose(anywhere, in_flight=[], now=NOW)
     assert not isinstance(choice, Unanswerable)
     assert choice.victims == ("team/low",)
@@ -473,7 +475,7 @@ def test_a_required_rack_needs_room_inside_one_rack() -> None:
         queue="online",
         required="example.com/rack",
     )
-    view.set_workload(one_rack)
+    view.replica.apply(one_rack)
     choice = view.choose(one_rack, in_flight=[], now=NOW)
     assert not isinstance(choice, Unanswerable)
     assert choice.victims == ("team/low", "team/mid-a")
@@ -492,7 +494,7 @@ def make_record(
 ) -> PreemptionRecord:
     records = []
     for victim in victims:
-        made = view.victim_record(train_key(victim.split("/")[1]), mode="restart")
+        made = victim_record(view.replica, train_key(victim.split("/")[1]), mode="restart")
         assert made is not None
         records.append(made)
     return PreemptionRecord(
@@ -529,13 +531,13 @@ def test_records_round_trip_and_keys_never_collide_with_workload_keys() -> None:
         recorded_at=NOW,
         event_id="preemption-u-4",
     )
-    assert decode_record(encode_record(record)) == record
+    assert decode_preemption(encode_record(record)) == record
     assert not record.published
-    assert ledger_key("team/serve") == LEDGER_PREFIX + "team/serve"
-    assert preemptor_of(ledger_key("team/serve")) == "team/serve"
+    assert preemption_key("team/serve") == PREEMPTION_PREFIX + "team/serve"
+    assert preemptor_of(preemption_key("team/serve")) == "team/serve"
     assert preemptor_of("team/serve") is None
     # admission's keys are "<namespace>/<name>"; a namespace is a DNS label, without dots
-    assert "." in ledger_key("team/serve").partition("/")[0]
+    assert "." in preemption_key("team/serve").partition("/")[0]
 
 
 def test_queue_less_inference_reclaims_from_queue_less_training_in_the_default_queue() -> None:
@@ -552,7 +554,7 @@ def test_queue_less_inference_reclaims_from_queue_less_training_in_the_default_q
     serve = msgspec.structs.replace(
         workload("serve", service_type="inference", priority=50, pods=2, gpus=8), queue=None
     )
-    view.set_workload(serve)
+    view.replica.apply(serve)
     choice = view.choose(serve, in_flight=[], now=NOW, queue="offline", topology="default")
     assert not isinstance(choice, Unanswerable)
     assert choice.outcome == "preempts", choice.reason

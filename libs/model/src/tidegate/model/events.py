@@ -48,6 +48,51 @@ PendingReason = Literal[
 ]
 """Stable reason tokens of a pending decision; users alert on them, never change one."""
 
+EventReason = Literal[
+    "Admitted",
+    "Resized",
+    "Replaced",
+    "Pending",
+    "Invalid",
+    "Preempted",
+    "Evicted",
+    "Suspended",
+    "PreemptionBlocked",
+    "PreemptionAbortFailed",
+]
+"""Reasons of the Kubernetes Events tidegate records on a workload's owner (the ungater's,
+about its decisions; the preemption service's warnings): users filter on them, never change
+one."""
+
+VictimSearchOutcome = Literal[
+    "fits",
+    "preempts",
+    "queue-not-found",
+    "invalid",
+    "exceeds-quota",
+    "card-quota-exceeded",
+    "not-a-reclaimer",
+    "no-victims",
+]
+"""How a victim search ended: the first two admit the gang, the others do not."""
+
+PreemptionOutcome = Literal[
+    VictimSearchOutcome,
+    "resumed",
+    "duplicate",
+    "unknown",
+    "stale",
+    "nominated",
+    "unanswerable",
+    "budget-blocked",
+]
+"""How the preemption service answered one preempt request (its search's outcome, or why it
+ran none): the ``outcome`` label of ``tidegate_preemption_requests_total``."""
+
+EvictionOutcome = Literal["evicted", "gone", "refused", "failed", "requeued"]
+"""What became of one victim pod's eviction: the ``result`` label of
+``tidegate_preemption_pod_evictions_total``."""
+
 ReleaseReason = Literal["Completed", "Deleted", "Evicted", "Failed", "Suspended"]
 """Why a workload gave its admitted capacity back."""
 
@@ -482,6 +527,9 @@ class Preempted(_Body, frozen=True, kw_only=True, tag="preempted"):
     """Victim key → the admission it loses. A consumer ends only that admission (see
     :meth:`ends`): a victim admitted again since, or re-created, keeps its new admission. A
     victim missing here (a writer older than this field) loses whatever admission it holds."""
+    request_sequence: int | None = None
+    """The ``sequence`` of the ``preempt-requested`` this answers: orders the decisions on the
+    preemptor's subject (None from writers older than this field)."""
 
     def ends(
         self,

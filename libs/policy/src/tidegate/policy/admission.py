@@ -1,9 +1,11 @@
 """The admission cycle: which pending gangs are admitted, where, and why the others wait.
 
-:class:`Admission` is admission's whole decision state as a pure object: queues, workloads,
-quota usage (:class:`~tidegate.policy.quota.QuotaLedger`), free capacity per Topology with the
-overlay of decisions not yet reflected (:class:`~tidegate.policy.capacity.ClusterCapacity`),
-nominations of capacity freed by preemption, and the decision sequence. The admission service
+:class:`Admission` is admission's whole decision state as a pure object: queues, one
+:class:`WorkloadRecord` per workload (its state, the admission it holds, why it waits, the
+room nominated for it), quota usage (:class:`~tidegate.policy.quota.QuotaLedger`), free
+capacity per Topology with the overlay of decisions not yet reflected
+(:class:`~tidegate.policy.capacity.ClusterCapacity`), and the decision sequence. How an
+admitted workload grows or shrinks is :mod:`tidegate.policy.elastic`. The admission service
 feeds it bus messages and calls :meth:`Admission.cycle`; every decision comes back as a
 :class:`Decision` whose ``body`` is the message to publish. Nothing here does I/O, so the
 whole policy is tested without NATS.
@@ -68,14 +70,15 @@ from tidegate.model.replica import Replica
 from tidegate.placement import PlacementRequest, PlacementResult
 from tidegate.policy.capacity import ClusterCapacity, place_or_message
 from tidegate.policy.cards import CardDemand, CardError, card_demand
-from tidegate.policy.common import TopologyProblem, choose_topology, queue_of
+from tidegate.policy.common import Failure, TopologyProblem, choose_topology, queue_of, stopped
 from tidegate.policy.elastic import (
-    assigned_counts,
-    delta_shapes,
-    grown,
-    shrunk,
-    sized_podsets,
-    surplus,
+    PodsetGrowth,
+    given_back,
+    grow_podset,
+    growth_preempts,
+    holds_room_for,
+    may_grow,
+    resized,
 )
 from tidegate.policy.elastic import growth as growth_of
 from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
@@ -86,6 +89,17 @@ from tidegate.policy.replacement import (
     merged_assignments,
     replacement_podsets,
 )
+
+__all__ = [
+    "Admission",
+    "AdmissionSettings",
+    "Decision",
+    "Nomination",
+    "WorkloadRecord",
+    "minimum_podsets",
+    "queue_problem",
+    "stopped",
+]
 
 DEFAULT_PROFILE: Final = "best-fit"
 """Placement profile when neither the workload nor its queue names one."""
@@ -133,12 +147,46 @@ class Nomination:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    reason: PendingReason
-    message: str
-    request: PlacementRequest | None = None
-    """For a placement failure: the request, to try on an empty cluster."""
+@dataclass(slots=True)
+class WorkloadRecord:
+    """What admission knows of one workload: one row of :class:`Admission`'s table, kept
+    while anything in it is set (a record whose fields are all at their defaults is dropped)."""
+
+    workload: WorkloadState | None = None
+    """The workload as last seen (None: deleted, or not seen yet)."""
+    admitted: Admitted | None = None
+    """The admission held: admission's own word, what the ledger keeps."""
+    done: bool = False
+    """Not to be admitted again until re-created: an aborted victim, or finished."""
+    stopped: str | None = None
+    """The uid kept out only on a decision's word (an aborted victim, finished as another
+    service said; part of ``done``): the service persists it, so that a successor keeps it
+    out too (:meth:`Admission.stopped`, :meth:`Admission.restore_stopped`)."""
+    nomination: Nomination | None = None
+    """Capacity freed by preemption and held for it."""
+    awaiting: float | None = None
+    """When it asked for preemption (until answered or timed out)."""
+    reason: PendingReason | None = None
+    """The reason last published for its waiting (or its growth's)."""
+    tries: int = 0
+    """Placement attempts since the previous decision about it."""
+    tried_at: int | None = None
+    """The growth counter when it was last tried in vain (not tried again before it moves)."""
+    grow_tried_at: int | None = None
+    """The same for the growth of an admitted workload that could not be (fully) admitted."""
+    no_growth: tuple[WorkloadState, Admitted] | None = None
+    """The very (frozen) workload and admission found not to grow: while both are the same
+    objects the answer is the same, so the cycle does not compare them again."""
+    moves: tuple[str, int] | None = None
+    """After an eviction for want of room for its moved slots: the uid and the
+    :attr:`Admitted.unschedulable_moves` its next admission continues from."""
+
+    def empty(self) -> bool:
+        """Whether nothing is known any more (the record may be dropped)."""
+        return self == _EMPTY
+
+
+_EMPTY: Final = WorkloadRecord()
 
 
 class Admission:
@@ -158,34 +206,30 @@ class Admission:
         self.capacity = ClusterCapacity()
         self.quota = QuotaLedger()
         self._queues: dict[str, QueueConfig] = {}
-        self._workloads: dict[WorkloadKey, WorkloadState] = {}
-        self._admitted: dict[WorkloadKey, Admitted] = {}
-        """The admission held per workload: admission's own word, what the ledger keeps."""
+        self.records: dict[WorkloadKey, WorkloadRecord] = {}
+        """What admission knows, one record per workload."""
         self.decisions = Replica()
         """The decisions in force as the bus says them, admission's own and the other
         services' (``released``, ``preempted``): whether another service's decision ends an
         admission held is this replica's answer, the rule every service reads."""
-        self._done: set[WorkloadKey] = set()
-        """Workloads not to be admitted again until re-created: aborted victims, finished."""
-        self._stopped: dict[WorkloadKey, str] = {}
-        """The part of ``_done`` only a decision on the bus says (aborted victims, workloads
-        another service released as finished), by uid: the service persists it, so that a
-        successor keeps them out too (:meth:`stopped`, :meth:`restore_stopped`)."""
-        self._nominations: dict[WorkloadKey, Nomination] = {}
-        self._awaiting: dict[WorkloadKey, float] = {}
-        self._reasons: dict[WorkloadKey, PendingReason] = {}
-        self._tries: dict[WorkloadKey, int] = {}
-        self._tried_at: dict[WorkloadKey, int] = {}
-        self._grow_tried_at: dict[WorkloadKey, int] = {}
-        """Admitted workloads whose growth could not be (fully) admitted, at which growth."""
-        self._no_growth: dict[WorkloadKey, tuple[WorkloadState, Admitted]] = {}
-        """Admitted workloads found not to grow, with the very (frozen) workload and admission
-        objects that were compared: while both are the same objects the answer is the same, so
-        :meth:`_grow_all` does not compare them again every cycle."""
-        self._moves: dict[WorkloadKey, tuple[str, int]] = {}
-        """Workloads evicted for want of room for their moved slots: the uid and the
-        :attr:`Admitted.unschedulable_moves` their next admission continues from."""
         self._growth = 0
+
+    def _record(self, key: WorkloadKey) -> WorkloadRecord:
+        """The record of ``key``, made if there is none."""
+        record = self.records.get(key)
+        if record is None:
+            record = self.records[key] = WorkloadRecord()
+        return record
+
+    def _prune(self, key: WorkloadKey) -> None:
+        """Drop the record of ``key`` if nothing in it is set any more."""
+        record = self.records.get(key)
+        if record is not None and record.empty():
+            del self.records[key]
+
+    def _held(self, key: WorkloadKey) -> Admitted | None:
+        record = self.records.get(key)
+        return record.admitted if record is not None else None
 
     # ------------------------------------------------------------------ inputs
 
@@ -206,21 +250,22 @@ class Admission:
         key = key_of(workload)
         out: list[Decision] = []
         self.decisions.apply(workload)
-        before = self._workloads.get(key)
-        admitted = self._admitted.get(key)
-        if admitted is not None and admitted.uid != workload.uid:
+        record = self._record(key)
+        before = record.workload
+        if record.admitted is not None and record.admitted.uid != workload.uid:
             released = self.release(key, "Deleted", "replaced by a new object of the same name")
             out.extend([released] if released is not None else [])
+            record = self._record(key)
         if before is not None and before.uid != workload.uid:
-            self._done.discard(key)
-            self._stopped.pop(key, None)
-            self._reasons.pop(key, None)
+            record.done = False
+            record.stopped = None
+            record.reason = None
             self._drop_nomination(key)
-            self._awaiting.pop(key, None)
+            record.awaiting = None
         if before != workload:
-            self._tried_at.pop(key, None)
-            self._grow_tried_at.pop(key, None)
-        self._workloads[key] = workload
+            record.tried_at = None
+            record.grow_tried_at = None
+        record.workload = workload
         bypass = self._bypass_charge(workload)
         if self.quota.outside(key) != bypass:
             self.quota.charge_outside(key, bypass)
@@ -248,29 +293,26 @@ class Admission:
         namespace, _, name = key.partition("/")
         self.decisions.apply(Tombstone(object_kind="workload", namespace=namespace, name=name))
         self.decisions.forget(key)
-        self._workloads.pop(key, None)
-        self._done.discard(key)
-        self._stopped.pop(key, None)
-        self._reasons.pop(key, None)
-        self._tries.pop(key, None)
-        self._tried_at.pop(key, None)
-        self._awaiting.pop(key, None)
-        self._moves.pop(key, None)
         self._drop_nomination(key)
+        self.records.pop(key, None)
         return [released] if released is not None else []
 
     def release(
         self, key: WorkloadKey, reason: ReleaseReason, message: str = ""
     ) -> Decision | None:
         """Give an admitted workload's quota back; None if it was not admitted."""
-        admitted = self._admitted.pop(key, None)
-        self._no_growth.pop(key, None)
+        record = self.records.get(key)
+        if record is None:
+            return None
+        admitted, record.admitted = record.admitted, None
+        record.no_growth = None
         if admitted is None:
+            self._prune(key)
             return None
         self.quota.release(key)
         self._growth += 1
-        self._grow_tried_at.pop(key, None)
-        self._reasons.pop(key, None)  # a reason its growth waited for; it waits anew
+        record.grow_tried_at = None
+        record.reason = None  # a reason its growth waited for; it waits anew
         body = Released(
             workload=key,
             uid=admitted.uid,
@@ -280,7 +322,9 @@ class Admission:
             message=message,
         )
         self.decisions.apply(body)
-        return Decision(key=key, body=body, workload=self._workloads.get(key))
+        decision = Decision(key=key, body=body, workload=record.workload)
+        self._prune(key)
+        return decision
 
     def release_if(
         self, key: WorkloadKey, *, uid: str, before: int, reason: ReleaseReason, message: str = ""
@@ -291,12 +335,13 @@ class Admission:
         self.decisions.apply(
             Released(workload=key, uid=uid, queue=None, reason=reason, sequence=before)
         )
-        admitted = self._admitted.get(key)
+        admitted = self._held(key)
         if admitted is None or admitted.uid != uid or self._in_force(key, admitted):
             return None
         if reason in ("Completed", "Failed"):
-            self._done.add(key)  # finished: not admitted again unless re-created
-            self._stopped[key] = uid
+            record = self._record(key)
+            record.done = True  # finished: not admitted again unless re-created
+            record.stopped = uid
         return self.release(key, reason, message or "released by another service")
 
     def preempted(self, event: Preempted, *, now: float) -> list[Decision]:
@@ -309,30 +354,36 @@ class Admission:
         self.decisions.apply(event)
         for victim in event.victims:
             key = WorkloadKey(victim)
-            admitted = self._admitted.get(key)
+            admitted = self._held(key)
             if admitted is not None and not self._in_force(key, admitted):
                 released = self.release(key, "Evicted", f"preempted for {event.preemptor}")
                 out.extend([released] if released is not None else [])
-            current = self._workloads.get(key)
+            record = self.records.get(key)
+            current = record.workload if record is not None else None
             uid = admitted.uid if admitted is not None else current.uid if current else None
             if uid is not None and event.aborts(victim, uid=uid) and not self.is_admitted(key):
-                self._done.add(key)
-                self._stopped[key] = uid
-            self._tried_at.pop(key, None)
+                record = self._record(key)
+                record.done = True
+                record.stopped = uid
+            if record is not None:
+                record.tried_at = None
         preemptor = WorkloadKey(event.preemptor)
-        self._awaiting.pop(preemptor, None)
-        workload = self._workloads.get(preemptor)
-        held = self._admitted.get(preemptor)
+        record = self.records.get(preemptor)
+        if record is not None:
+            record.awaiting = None
+        workload = record.workload if record is not None else None
         if (
-            workload is not None
+            record is not None
+            and workload is not None
             and workload.uid == event.preemptor_uid
-            and (held is None or (held.uid == workload.uid and growth_of(workload, held)))
+            and holds_room_for(workload, record.admitted)
         ):
             self._drop_nomination(preemptor)
             nodes = {NodeName(n): dict(r) for n, r in event.nominated.items()}
-            self._nominations[preemptor] = Nomination(nodes=nodes, at=now)
+            record.nomination = Nomination(nodes=nodes, at=now)
             for node, amount in nodes.items():
                 self.capacity.hold(node, amount)
+        self._prune(preemptor)
         self._growth += 1
         return out
 
@@ -344,14 +395,14 @@ class Admission:
         queue. A request about an admission that is no longer the current one is ignored
         (:mod:`tidegate.policy.replacement`)."""
         key = WorkloadKey(request.workload)
-        admitted = self._admitted.get(key)
+        admitted = self._held(key)
         if (
             admitted is None
             or admitted.uid != request.uid
             or admitted.sequence != request.admitted_sequence
         ):
             return []
-        workload = self._workloads.get(key)
+        workload = self.records[key].workload
         if request.give_back:
             return self._give_back(request, admitted, workload, now=now)
         queue = self._queues.get(admitted.queue)
@@ -404,10 +455,12 @@ class Admission:
         if released is None:
             return []
         assert isinstance(released.body, Released)
+        record = self._record(key)
         if moves:
-            self._moves[key] = (released.body.uid, moves)
+            record.moves = (released.body.uid, moves)
         body = msgspec.structs.replace(released.body, evict_pods=True)
-        self._tried_at.pop(key, None)
+        record.tried_at = None
+        self._prune(key)
         return [Decision(key=key, body=body, workload=released.workload)]
 
     def restore(
@@ -422,22 +475,22 @@ class Admission:
         )
         self.sequence = max(self.sequence, admitted.sequence)
         self.capacity.take(admitted.sequence, node_usage, at=now)
-        self._reasons.pop(key, None)
+        self.records[key].reason = None
 
     def stopped(self) -> dict[WorkloadKey, str]:
         """Workloads kept out only on a decision's word (aborted victims, finished by another
         service's release), with the uid kept out: what the service persists."""
-        return dict(self._stopped)
+        return {k: r.stopped for k, r in self.records.items() if r.stopped is not None}
 
     def restore_stopped(self, key: WorkloadKey, uid: str) -> bool:
         """Keep ``key`` out again as a previous leader recorded (takeover). False, and nothing
         kept out, when the workload is gone or was re-created (another uid)."""
-        workload = self._workloads.get(key)
-        if workload is None or workload.uid != uid:
+        record = self.records.get(key)
+        if record is None or record.workload is None or record.workload.uid != uid:
             return False
-        self._done.add(key)
-        self._stopped[key] = uid
-        self._reasons.pop(key, None)
+        record.done = True
+        record.stopped = uid
+        record.reason = None
         return True
 
     def release_orphans(self) -> list[Decision]:
@@ -445,8 +498,8 @@ class Admission:
         finished: what a successor restored from the ledger for workloads deleted or finished
         while nobody led (or whose release the previous leader did not commit)."""
         out: list[Decision] = []
-        for key, admitted in sorted(self._admitted.items()):
-            workload = self._workloads.get(key)
+        for key, admitted in sorted(self.admitted().items()):
+            workload = self.records[key].workload
             if workload is None or workload.uid != admitted.uid:
                 released = self.release(key, "Deleted", "the workload was deleted")
                 out.extend([released] if released is not None else [])
@@ -460,34 +513,44 @@ class Admission:
 
     def admitted(self) -> dict[WorkloadKey, Admitted]:
         """The admitted workloads and their admissions."""
-        return dict(self._admitted)
+        return {k: r.admitted for k, r in self.records.items() if r.admitted is not None}
 
     def workload(self, key: WorkloadKey) -> WorkloadState | None:
         """The workload known under ``key``, if any."""
-        return self._workloads.get(key)
+        record = self.records.get(key)
+        return record.workload if record is not None else None
 
     def known(self) -> set[WorkloadKey]:
         """Every workload that exists, is admitted or is kept out: those whose decisions
         still matter to someone."""
-        return {*self._workloads, *self._admitted, *self._stopped}
+        return {
+            key
+            for key, r in self.records.items()
+            if r.workload is not None or r.admitted is not None or r.stopped is not None
+        }
 
     def is_admitted(self, key: WorkloadKey) -> bool:
         """Whether ``key`` is admitted."""
-        return key in self._admitted
+        return self._held(key) is not None
 
     def nominations(self) -> dict[WorkloadKey, Nomination]:
         """Capacity currently held for preemptors."""
-        return dict(self._nominations)
+        return {k: r.nomination for k, r in self.records.items() if r.nomination is not None}
 
     def last_reason(self, key: WorkloadKey) -> PendingReason | None:
         """The reason last published for a waiting workload."""
-        return self._reasons.get(key)
+        record = self.records.get(key)
+        return record.reason if record is not None else None
 
     def waiting(self) -> dict[WorkloadKey, PendingReason]:
         """Every waiting workload and the reason last published for it (what admission
         reports as pending: admitted, finished and forgotten workloads are not in it; an
         admitted workload whose growth waits is admitted, not pending)."""
-        return {k: r for k, r in self._reasons.items() if k not in self._admitted}
+        return {
+            k: r.reason
+            for k, r in self.records.items()
+            if r.reason is not None and r.admitted is None
+        }
 
     def queues(self) -> dict[str, QueueConfig]:
         """The queues known, by name."""
@@ -502,10 +565,11 @@ class Admission:
         out: list[Decision] = []
         self._grow_all(out, now)
         by_queue: dict[str, list[WorkloadState]] = {}
-        for key in sorted(self._workloads):
-            if key in self._admitted or key in self._done:
+        for key in sorted(self.records):
+            record = self.records[key]
+            workload = record.workload
+            if workload is None or record.admitted is not None or record.done:
                 continue
-            workload = self._workloads[key]
             if stopped(workload):
                 continue
             name = queue_of(workload, self.settings.default_queue)
@@ -526,18 +590,19 @@ class Admission:
             blocked_by: WorkloadKey | None = None
             for workload in order_workloads(by_queue[queue.name]):
                 key = key_of(workload)
+                record = self.records[key]
                 if blocked_by is not None:
                     message = f"queue {queue.name} is StrictFIFO and waits for {blocked_by}"
                     self._wait(out, workload, queue.name, "WaitingForCapacity", message)
-                    self._tried_at.pop(key, None)
+                    record.tried_at = None
                     continue
-                remembered = self._reasons.get(key)
-                if self._tried_at.get(key) == growth and remembered is not None:
+                remembered = record.reason
+                if record.tried_at == growth and remembered is not None:
                     reason: PendingReason | None = remembered
                 else:
                     reason = self._try(out, workload, queue, now)
                     if reason is not None:
-                        self._tried_at[key] = growth
+                        record.tried_at = growth
                 if reason is not None and blocks_queue(queue, reason):
                     blocked_by = key
         return out
@@ -553,34 +618,31 @@ class Admission:
         # against the same objects, unless a reason must be cleared (issue 14: this loop was
         # half of the cycle's time with a few hundred workloads admitted).
         candidates: list[WorkloadKey] = []
-        for key, admitted in self._admitted.items():
-            checked = self._no_growth.get(key)
+        for key, record in self.records.items():
+            if record.admitted is None:
+                continue
+            checked = record.no_growth
             if (
                 checked is None
-                or checked[1] is not admitted
-                or checked[0] is not self._workloads.get(key)
-                or key in self._reasons
+                or checked[1] is not record.admitted
+                or checked[0] is not record.workload
+                or record.reason is not None
             ):
                 candidates.append(key)
         for key in sorted(candidates):
-            admitted = self._admitted[key]
-            workload = self._workloads.get(key)
-            if (
-                workload is None
-                or workload.uid != admitted.uid
-                or workload.finished is not None
-                or workload.invalid_reason is not None
-                or stopped(workload)
-                or key in self._done
-            ):
+            record = self.records[key]
+            admitted, workload = record.admitted, record.workload
+            assert admitted is not None
+            if workload is None or not may_grow(workload, admitted) or record.done:
                 continue
             if not growth_of(workload, admitted):
-                if self._reasons.pop(key, None) is not None:
-                    self._grow_tried_at.pop(key, None)
-                self._no_growth[key] = (workload, admitted)
+                if record.reason is not None:
+                    record.reason = None
+                    record.grow_tried_at = None
+                record.no_growth = (workload, admitted)
                 continue
-            self._no_growth.pop(key, None)
-            if self._grow_tried_at.get(key) == growth:
+            record.no_growth = None
+            if record.grow_tried_at == growth:
                 continue
             queue = self._queues.get(admitted.queue)
             if queue is None or queue_problem(queue) is not None:
@@ -589,52 +651,65 @@ class Admission:
         for queue in order_queues(self._queues[name] for name in by_queue):
             for workload in order_workloads(by_queue[queue.name]):
                 if not self._grow(out, workload, queue, now):
-                    self._grow_tried_at[key_of(workload)] = growth
+                    self.records[key_of(workload)].grow_tried_at = growth
 
     def _grow(
         self, out: list[Decision], workload: WorkloadState, queue: QueueConfig, now: float
     ) -> bool:
-        """Admit as many of ``workload``'s extra pods as fit, podset by podset, each admitted
-        part a resize that replaces the admission in force. When none could be admitted it
-        waits with a reason (published when the reason changes). True when something was
-        admitted or nothing waits (try again next cycle)."""
+        """Admit as many of ``workload``'s extra pods as fit, podset by podset
+        (:func:`~tidegate.policy.elastic.grow_podset`), each admitted part a resize that
+        replaces the admission in force. When none could be admitted it waits with a reason
+        (published when the reason changes). True when something was admitted or nothing
+        waits (try again next cycle)."""
         key = key_of(workload)
+        record = self.records[key]
         topology = self._topology_for(workload, queue)
-        if isinstance(topology, _Failure):
+        if isinstance(topology, Failure):
             self._wait(out, workload, queue.name, topology.reason, topology.message)
             return False
-        failure: _Failure | None = None
+        failure: Failure | None = None
         admitted_any = False
-        nomination = self._nominations.get(key)
+        nomination = record.nomination
         if nomination is not None:  # room freed by preemption for this growth
             for node, amount in nomination.nodes.items():
                 self.capacity.unhold(node, amount)
+        profile = workload.profile or queue.profile or DEFAULT_PROFILE
         wanted: list[PodSetSpec] = []
-        for name, extra in sorted(growth_of(workload, self._admitted[key]).items()):
-            outcome = self._grow_podset(workload, queue, topology, name, extra, now)
-            if isinstance(outcome, tuple):
-                out.append(outcome[0])
-                admitted_any = True
-            else:
+        assert record.admitted is not None
+        for name, extra in sorted(growth_of(workload, record.admitted).items()):
+            admitted = record.admitted
+            assert admitted is not None
+            outcome = grow_podset(
+                workload,
+                admitted,
+                name,
+                extra,
+                queue=queue,
+                usage=self.quota,
+                capacity=self.capacity,
+                topology=topology,
+                profile=profile,
+            )
+            if isinstance(outcome, Failure):
                 failure = failure or outcome
                 if outcome.request is not None:
                     wanted.extend(outcome.request.podsets)
+                continue
+            out.append(self._resize(workload, admitted, name, outcome, now))
+            admitted_any = True
         if admitted_any:
-            if self._nominations.pop(key, None) is not None:
+            if record.nomination is not None:
+                record.nomination = None
                 self._growth += 1
-            self._awaiting.pop(key, None)
+            record.awaiting = None
             return True
         if nomination is not None:
             for node, amount in nomination.nodes.items():
                 self.capacity.hold(node, amount)
         if failure is None:
             return True
-        if (
-            workload.service_type == "inference"
-            and failure.reason in ("WaitingForCapacity", "RequiredDomainFull")
-            and wanted
-        ):
-            if key in self._nominations or key in self._awaiting:
+        if growth_preempts(workload, failure, wanted):
+            if record.nomination is not None or record.awaiting is not None:
                 message = f"waiting for preemption to free room: {failure.message}"
                 self._wait(out, workload, queue.name, "WaitingForPreemption", message)
                 return False
@@ -646,149 +721,32 @@ class Admission:
                 failure,
                 now,
                 podsets=wanted,
-                admitted_sequence=self._admitted[key].sequence,
+                admitted_sequence=record.admitted.sequence,
             )
             return False
         self._wait(out, workload, queue.name, failure.reason, failure.message)
         return False
-
-    def _grow_podset(
-        self,
-        workload: WorkloadState,
-        queue: QueueConfig,
-        topology: str,
-        name: str,
-        extra: int,
-        now: float,
-    ) -> tuple[Decision, _Failure | None] | _Failure:
-        """Grow podset ``name`` by up to ``extra`` pods: the largest count that passes quota
-        and placement in the first shape that takes any (next to its slots, then inside its
-        required domain). Returns the resize and why the rest waits (None: nothing waits), or
-        why none could be admitted."""
-        key = key_of(workload)
-        admitted = self._admitted[key]
-        spec = next(p for p in workload.podsets if p.name == name)
-        assignment = admitted.assignments.get(name)
-        try:
-            shapes = delta_shapes(spec, assignment)
-            shapes = card_demand(workload).restrict(shapes)
-        except (ReplacementError, CardError) as exc:
-            return _Failure("Invalid", f"podset {name} cannot grow: {exc}")
-        profile = workload.profile or queue.profile or DEFAULT_PROFILE
-        counts = assigned_counts(admitted)
-
-        def attempt(
-            shape: PodSetSpec, count: int
-        ) -> tuple[PlacementResult, QuotaRequest] | _Failure:
-            new_counts = {**counts, name: counts.get(name, 0) + count}
-            charge = _charge_for(workload, new_counts)
-            if isinstance(charge, _Failure):
-                return charge
-            added = QuotaRequest(
-                resources=_more(charge.resources, admitted.charged),
-                cards=_more(charge.cards, admitted.charged_cards),
-                card_resources=charge.card_resources,
-            )
-            verdict = self.quota.check(queue, added)
-            if verdict is not None:
-                return _Failure(verdict.reason, f"{count} more pods of {name}: {verdict.message}")
-            delta = msgspec.structs.replace(shape, count=count)
-            result = self.capacity.place(
-                topology, PlacementRequest(podsets=[delta], profile=profile)
-            )
-            assert result is not None  # the topology is known (chosen among the known ones)
-            if isinstance(result, str):
-                return _Failure("Invalid", result)
-            if not result.fits:
-                return _Failure("WaitingForCapacity", result.reason or "no room", None)
-            return result, charge
-
-        def largest(
-            shape: PodSetSpec,
-        ) -> tuple[int, tuple[PlacementResult, QuotaRequest] | None, _Failure | None]:
-            """The most extra pods (up to ``extra``) of ``shape`` that fit, the attempt that
-            admits them, and why not all of them fit."""
-            whole = attempt(shape, extra)
-            if not isinstance(whole, _Failure):
-                return extra, whole, None
-            low, high = 0, extra - 1
-            found: tuple[PlacementResult, QuotaRequest] | None = None
-            while low < high:
-                middle = (low + high + 1) // 2
-                tried = attempt(shape, middle)
-                if isinstance(tried, _Failure):
-                    high = middle - 1
-                else:
-                    low, found = middle, tried
-            return low, found, whole
-
-        failure: _Failure | None = None
-        for shape in shapes:
-            count, found, why = largest(shape)
-            if found is not None:
-                result, charge = found
-                rest = None
-                if why is not None:
-                    rest = _Failure(
-                        why.reason,
-                        f"{count} of {extra} more pods of {name} admitted, "
-                        f"{extra - count} wait: {why.message}",
-                    )
-                return self._resize(workload, admitted, name, result, charge, now), rest
-            failure = why  # the last shape's: the required domain's
-        assert failure is not None
-        # What preemption would have to make room for: the whole delta, in its required domain.
-        room = PlacementRequest(
-            podsets=[msgspec.structs.replace(shapes[-1], count=extra)], profile=profile
-        )
-        if failure.reason == "WaitingForCapacity" and spec.topology.required is not None:
-            return _Failure(
-                "RequiredDomainFull",
-                f"{extra} more pods of {name} must stay inside the domain at "
-                f"{spec.topology.required} its pods hold: {failure.message}",
-                room,
-            )
-        if failure.reason == "WaitingForCapacity":
-            return _Failure(
-                "WaitingForCapacity", f"{extra} more pods of {name}: {failure.message}", room
-            )
-        return failure
 
     def _resize(
         self,
         workload: WorkloadState,
         admitted: Admitted,
         name: str,
-        result: PlacementResult,
-        charge: QuotaRequest,
+        grown_by: PodsetGrowth,
         now: float,
     ) -> Decision:
-        """Commit a growth of podset ``name`` by ``result``: a resize replacing ``admitted``."""
+        """Commit a growth of podset ``name``: a resize replacing ``admitted``."""
         key = key_of(workload)
         sequence = self._next_sequence()
-        usage = {NodeName(node): taken for node, taken in result.usage().items()}
-        assignments = dict(admitted.assignments)
-        assignments[name] = grown(admitted.assignments.get(name), result.assignments[name])
-        requests = {**admitted.requests, name: dict(result.requests.get(name, {}))}
-        body = msgspec.structs.replace(
-            admitted,
-            sequence=sequence,
-            epoch=self.epoch,
-            assignments=assignments,
-            charged=charge.resources,
-            charged_cards=charge.cards,
-            requests=requests,
-            nominated_by=None,
-            replaces=admitted.sequence,
-            origin=admitted.chain_start(),
-            resized=True,
-        )
+        usage = {NodeName(node): taken for node, taken in grown_by.result.usage().items()}
+        body = resized(admitted, name, grown_by, sequence=sequence, epoch=self.epoch)
+        charge = grown_by.charge
         self.capacity.take(sequence, usage, at=now)
         self.quota.charge(
             key, Charge(queue=admitted.queue, resources=charge.resources, cards=charge.cards)
         )
         self._hold(key, body)
-        self._reasons.pop(key, None)
+        self.records[key].reason = None
         return Decision(key=key, body=body, workload=workload, node_usage=usage)
 
     def _give_back(
@@ -799,28 +757,12 @@ class Admission:
         *,
         now: float,
     ) -> list[Decision]:
-        """The workload shrank and the ungater names free slots: drop at most the surplus of
-        each podset, charge what is left (a resize that replaces ``admitted``)."""
-        if workload is None or workload.uid != admitted.uid:
+        """The workload shrank and the ungater names free slots: a resize that replaces
+        ``admitted`` with what :func:`~tidegate.policy.elastic.given_back` leaves."""
+        kept = given_back(request, admitted, workload)
+        if kept is None:
             return []
-        extra = surplus(workload, admitted)
-        assignments = dict(admitted.assignments)
-        removed = 0
-        for name, freed in sorted(request.lost.items()):
-            assignment = assignments.get(name)
-            if assignment is None or extra.get(name, 0) <= 0:
-                continue
-            assignments[name], taken = shrunk(assignment, freed, extra[name])
-            removed += taken
-        if removed == 0:
-            return []
-        counts = {
-            name: sum(d.count for d in assignment.domains)
-            for name, assignment in assignments.items()
-        }
-        charge = _charge_for(workload, counts)
-        if isinstance(charge, _Failure):
-            charge = QuotaRequest(resources={}, cards={})
+        assignments, charge = kept
         key = WorkloadKey(admitted.workload)
         sequence = self._next_sequence()
         body = msgspec.structs.replace(
@@ -849,11 +791,12 @@ class Admission:
         """``workload`` ran to the end: never admit it again, stop waiting on its behalf, and
         release its admission if it has one (of this uid)."""
         assert workload.finished is not None
-        self._done.add(key)
-        self._reasons.pop(key, None)
-        self._awaiting.pop(key, None)
+        record = self._record(key)
+        record.done = True
+        record.reason = None
+        record.awaiting = None
         self._drop_nomination(key)
-        admitted = self._admitted.get(key)
+        admitted = record.admitted
         if admitted is None or admitted.uid != workload.uid:
             return []
         verb = "completed" if workload.finished == "Completed" else "failed"
@@ -865,11 +808,13 @@ class Admission:
         """``workload`` is :func:`stopped`: it stops waiting, holds no nomination, and its
         admission of this uid, if any, is released (``Suspended``, or ``Deleted`` when its
         namespace is being deleted)."""
-        self._reasons.pop(key, None)
-        self._awaiting.pop(key, None)
+        record = self._record(key)
+        record.reason = None
+        record.awaiting = None
         self._drop_nomination(key)
-        admitted = self._admitted.get(key)
+        admitted = record.admitted
         if admitted is None or admitted.uid != workload.uid:
+            self._prune(key)
             return []
         if workload.namespace_deleting:
             message = f"the namespace of {workload.owner_kind} {key} is being deleted"
@@ -884,23 +829,24 @@ class Admission:
     ) -> PendingReason | None:
         """Try to admit one workload; return None if admitted, else the reason it waits."""
         topology = self._topology_for(workload, queue)
-        if isinstance(topology, _Failure):
+        if isinstance(topology, Failure):
             return self._wait(out, workload, queue.name, topology.reason, topology.message)
         attempts = _attempts(workload)
-        if isinstance(attempts, _Failure):
+        if isinstance(attempts, Failure):
             return self._wait(out, workload, queue.name, attempts.reason, attempts.message)
 
         key = key_of(workload)
-        self._tries[key] = self._tries.get(key, 0) + 1
-        nomination = self._nominations.get(key)
+        record = self.records[key]
+        record.tries += 1
+        nomination = record.nomination
         if nomination is not None:
             for node, amount in nomination.nodes.items():
                 self.capacity.unhold(node, amount)
-        failure: _Failure | None = None
+        failure: Failure | None = None
         for podsets in attempts:
             outcome = self._admit(workload, queue, topology, podsets, nominated=nomination, now=now)
             if isinstance(outcome, Decision):
-                out.append(replace(outcome, tries=self._tries.pop(key, 0)))
+                out.append(replace(outcome, tries=self._take_tries(record)))
                 return None
             failure = outcome
             if failure.reason == "Invalid":
@@ -919,12 +865,18 @@ class Admission:
             nodes = self.capacity.nodes(topology)
             message = f"cannot fit in topology {topology} even with all {nodes} nodes empty: {why}"
             return self._wait(out, workload, queue.name, "TopologyPlacementFailed", message)
-        if key in self._nominations or key in self._awaiting:
+        if record.nomination is not None or record.awaiting is not None:
             message = f"waiting for preemption to free room: {failure.message}"
             return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
         if workload.service_type == "inference":
             return self._request_preemption(out, workload, queue, topology, failure, now)
         return self._wait(out, workload, queue.name, "WaitingForCapacity", failure.message)
+
+    @staticmethod
+    def _take_tries(record: WorkloadRecord) -> int:
+        """The placement attempts counted since the previous decision (reset: one is made)."""
+        tries, record.tries = record.tries, 0
+        return tries
 
     def _request_preemption(
         self,
@@ -932,7 +884,7 @@ class Admission:
         workload: WorkloadState,
         queue: QueueConfig,
         topology: str,
-        failure: _Failure,
+        failure: Failure,
         now: float,
         *,
         podsets: Sequence[PodSetSpec] = (),
@@ -942,7 +894,8 @@ class Admission:
         whole workload, or with ``podsets`` and ``admitted_sequence`` only the extra pods of
         an admitted one that grew), then wait for it: ``WaitingForPreemption``."""
         key = key_of(workload)
-        self._awaiting[key] = now
+        record = self._record(key)
+        record.awaiting = now
         body = PreemptRequested(
             workload=key,
             uid=workload.uid,
@@ -953,7 +906,7 @@ class Admission:
             podsets=list(podsets),
             admitted_sequence=admitted_sequence,
         )
-        tries = self._tries.pop(key, 0)
+        tries = self._take_tries(record)
         out.append(Decision(key=key, body=body, workload=workload, tries=tries))
         message = f"preemption requested: {failure.message}"
         return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
@@ -967,12 +920,12 @@ class Admission:
         *,
         nominated: Nomination | None,
         now: float,
-    ) -> Decision | _Failure:
+    ) -> Decision | Failure:
         try:
             demand = card_demand(workload, podsets)
             restricted = demand.restrict(podsets)
         except CardError as exc:
-            return _Failure("Invalid", str(exc))
+            return Failure("Invalid", str(exc))
         request = QuotaRequest(
             resources=gang_resources(podsets),
             cards={m: n for m, n in demand.cards.items() if n},
@@ -980,15 +933,15 @@ class Admission:
         )
         verdict = self.quota.check(queue, request)
         if verdict is not None:
-            return _Failure(verdict.reason, verdict.message)
+            return Failure(verdict.reason, verdict.message)
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
         placement = PlacementRequest(podsets=restricted, profile=profile)
         result = self.capacity.place(topology, placement)
         assert result is not None  # the topology is known (checked by the caller)
         if isinstance(result, str):
-            return _Failure("Invalid", result)
+            return Failure("Invalid", result)
         if not result.fits:
-            return _Failure("WaitingForCapacity", result.reason or "no room", placement)
+            return Failure("WaitingForCapacity", result.reason or "no room", placement)
         return self._commit(workload, queue, restricted, result, request, demand, nominated, now)
 
     def _commit(
@@ -1024,19 +977,23 @@ class Admission:
             key, Charge(queue=queue.name, resources=request.resources, cards=request.cards)
         )
         self._hold(key, body)
-        self._nominations.pop(key, None)
-        self._awaiting.pop(key, None)
-        self._reasons.pop(key, None)
-        self._tried_at.pop(key, None)
+        record = self.records[key]
+        record.nomination = None
+        record.awaiting = None
+        record.reason = None
+        record.tried_at = None
         return Decision(key=key, body=body, workload=workload, node_usage=usage)
 
     def _carried_moves(self, key: WorkloadKey, uid: str) -> int:
         """The unschedulable moves a first admission of ``key`` (object ``uid``) continues
         from: those of its eviction for want of room, if that was this object's."""
-        carried = self._moves.pop(key, None)
+        record = self.records.get(key)
+        carried = record.moves if record is not None else None
+        if record is not None:
+            record.moves = None
         return carried[1] if carried is not None and carried[0] == uid else 0
 
-    def _topology_for(self, workload: WorkloadState, queue: QueueConfig) -> str | _Failure:
+    def _topology_for(self, workload: WorkloadState, queue: QueueConfig) -> str | Failure:
         chosen = choose_topology(
             workload,
             queue,
@@ -1044,7 +1001,7 @@ class Admission:
             default=self.settings.default_topology,
         )
         if isinstance(chosen, TopologyProblem):
-            return _Failure(chosen.reason, chosen.message)
+            return Failure(chosen.reason, chosen.message)
         return chosen
 
     def _wait(
@@ -1056,8 +1013,9 @@ class Admission:
         message: str,
     ) -> PendingReason:
         key = key_of(workload)
-        if self._reasons.get(key) != reason:
-            self._reasons[key] = reason
+        record = self._record(key)
+        if record.reason != reason:
+            record.reason = reason
             body = Pending(
                 workload=key,
                 uid=workload.uid,
@@ -1066,32 +1024,35 @@ class Admission:
                 message=message,
                 sequence=self._next_sequence(),
             )
-            tries = self._tries.pop(key, 0)
+            tries = self._take_tries(record)
             out.append(Decision(key=key, body=body, workload=workload, tries=tries))
         return reason
 
     def _expire(self, now: float) -> None:
         timeout = self.settings.preemption_timeout_seconds
-        for key, at in list(self._awaiting.items()):
-            if now - at >= timeout:
-                del self._awaiting[key]
+        nomination_timeout = self.settings.nomination_timeout_seconds
+        for key, record in list(self.records.items()):
+            if record.awaiting is not None and now - record.awaiting >= timeout:
+                record.awaiting = None
                 self._growth += 1
-        timeout = self.settings.nomination_timeout_seconds
-        for key, nomination in list(self._nominations.items()):
-            if now - nomination.at >= timeout:
+                self._prune(key)
+            if record.nomination is not None and now - record.nomination.at >= nomination_timeout:
                 self._drop_nomination(key)
+                self._prune(key)
         self.capacity.expire_overlay(before=now - self.settings.overlay_grace_seconds)
 
     def _drop_nomination(self, key: WorkloadKey) -> None:
-        nomination = self._nominations.pop(key, None)
-        if nomination is not None:
+        record = self.records.get(key)
+        nomination = record.nomination if record is not None else None
+        if record is not None and nomination is not None:
+            record.nomination = None
             for node, amount in nomination.nodes.items():
                 self.capacity.unhold(node, amount)
             self._growth += 1
 
     def _hold(self, key: WorkloadKey, admitted: Admitted) -> None:
         """Hold ``admitted`` (a decision of this admission, or restored from the ledger)."""
-        self._admitted[key] = admitted
+        self._record(key).admitted = admitted
         self.decisions.apply(admitted)
 
     def _in_force(self, key: WorkloadKey, admitted: Admitted) -> bool:
@@ -1101,13 +1062,6 @@ class Admission:
     def _next_sequence(self) -> int:
         self.sequence += 1
         return self.sequence
-
-
-def stopped(workload: WorkloadState) -> bool:
-    """Whether ``workload`` is suspended by someone else than tidegate (docs/workloads.md,
-    "Suspended Jobs and JobSets"), or its namespace is being deleted: never admitted, reserves
-    nothing, until it is resumed (or gone)."""
-    return workload.namespace_deleting or (workload.suspended and not workload.resume_on_admission)
 
 
 def queue_problem(queue: QueueConfig) -> str | None:
@@ -1158,40 +1112,19 @@ def minimum_podsets(workload: WorkloadState) -> list[PodSetSpec] | None:
     ]
 
 
-def _attempts(workload: WorkloadState) -> list[list[PodSetSpec]] | _Failure:
+def _attempts(workload: WorkloadState) -> list[list[PodSetSpec]] | Failure:
     podsets = list(workload.podsets)
     bad = next((p for p in podsets if p.count < 0), None)
     if bad is not None:
-        return _Failure("Invalid", f"podsets[{bad.name}].count: {bad.count} is negative")
+        return Failure("Invalid", f"podsets[{bad.name}].count: {bad.count} is negative")
     if sum(p.count for p in podsets) == 0:
-        return _Failure("Invalid", "the workload has no pods")
+        return Failure("Invalid", "the workload has no pods")
     try:
         minimum = minimum_podsets(workload)
     except ValueError as exc:
-        return _Failure("Invalid", str(exc))
+        return Failure("Invalid", str(exc))
     # The whole gang first, exactly (placement would otherwise settle for a podset's min_count).
     whole = [
         p if p.min_count is None else msgspec.structs.replace(p, min_count=None) for p in podsets
     ]
     return [whole] if minimum is None else [whole, minimum]
-
-
-def _charge_for(workload: WorkloadState, counts: Mapping[str, int]) -> QuotaRequest | _Failure:
-    """What ``workload`` holds with its podsets at ``counts``, at its current requests."""
-    podsets = sized_podsets(workload, counts)
-    try:
-        demand = card_demand(workload, podsets)
-    except CardError as exc:
-        return _Failure("Invalid", str(exc))
-    return QuotaRequest(
-        resources=gang_resources(podsets),
-        cards={m: n for m, n in demand.cards.items() if n},
-        card_resources=demand.card_resources,
-    )
-
-
-def _more(new: Mapping[str, int], old: Mapping[str, int]) -> Resources:
-    """What ``new`` holds beyond ``old``, per name (only the increases)."""
-    return {
-        name: amount - old.get(name, 0) for name, amount in new.items() if amount > old.get(name, 0)
-    }

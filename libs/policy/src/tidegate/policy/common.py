@@ -27,9 +27,11 @@ from dataclasses import dataclass
 
 from tidegate.model import PendingReason, PodState, QueueConfig, WorkloadState
 from tidegate.model.pods import TERMINAL_PHASES, active, gated, holds_capacity, runs
+from tidegate.placement import PlacementRequest
 
 __all__ = [
     "TERMINAL_PHASES",
+    "Failure",
     "TopologyProblem",
     "active",
     "choose_topology",
@@ -38,12 +40,30 @@ __all__ = [
     "holds_capacity",
     "queue_of",
     "runs",
+    "stopped",
 ]
+
+
+def stopped(workload: WorkloadState) -> bool:
+    """Whether ``workload`` is suspended by someone else than tidegate (docs/workloads.md,
+    "Suspended Jobs and JobSets"), or its namespace is being deleted: never admitted, reserves
+    nothing, until it is resumed (or gone)."""
+    return workload.namespace_deleting or (workload.suspended and not workload.resume_on_admission)
 
 
 def queue_of(workload: WorkloadState, default_queue: str | None) -> str | None:
     """The queue ``workload`` is in: the one it names, else ``default_queue`` (None: none)."""
     return workload.queue or default_queue
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a workload, or part of it, is not admitted now: a pending reason and a sentence."""
+
+    reason: PendingReason
+    message: str
+    request: PlacementRequest | None = None
+    """For a placement failure: the request, to try on an empty cluster (or to preempt for)."""
 
 
 @dataclass(frozen=True, slots=True)

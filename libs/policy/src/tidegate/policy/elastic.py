@@ -27,10 +27,17 @@ slots no live pod holds, names them in a :class:`~tidegate.model.ReplaceRequeste
 ``give_back`` set; admission drops at most ``assigned − desired`` of them and charges the rest.
 Only owners sized by their spec shrink (:data:`SPEC_SIZED_KINDS`).
 
-Pure: :class:`tidegate.policy.admission.Admission` calls these with its state.
+**What a growth costs and where it goes** is :func:`grow_podset` (one podset, the largest
+count that passes quota and placement), committed as :func:`resized`; a growth that cannot be
+placed at all asks for preemption when :func:`growth_preempts`. **A shrink** is
+:func:`given_back`.
+
+Pure: :class:`tidegate.policy.admission.Admission` calls these with its state (its quota
+ledger and capacity are read, never changed here: it commits what they return).
 """
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import msgspec
@@ -40,11 +47,19 @@ from tidegate.model import (
     DomainCount,
     PodSetSpec,
     PreemptRequested,
+    QueueConfig,
+    ReplaceRequested,
+    Resources,
     TopologyAssignment,
     TopologyRequest,
     WorkloadState,
 )
-from tidegate.policy.replacement import required_prefix, shared_prefix
+from tidegate.placement import PlacementRequest, PlacementResult
+from tidegate.policy.capacity import ClusterCapacity
+from tidegate.policy.cards import CardError, card_demand
+from tidegate.policy.common import Failure, stopped
+from tidegate.policy.quota import QuotaLedger, QuotaRequest, gang_resources
+from tidegate.policy.replacement import ReplacementError, required_prefix, shared_prefix
 
 
 def assigned_counts(admitted: Admitted) -> dict[str, int]:
@@ -213,3 +228,210 @@ def growth_still_wanted(
         if extra > 0:
             out.append(msgspec.structs.replace(spec, count=extra))
     return out
+
+
+def may_grow(workload: WorkloadState | None, admitted: Admitted) -> bool:
+    """Whether the admission ``admitted`` may be grown for ``workload`` at all: the same
+    object, not finished, valid and not suspended by someone else (admission also leaves out
+    the workloads it keeps out)."""
+    return (
+        workload is not None
+        and workload.uid == admitted.uid
+        and workload.finished is None
+        and workload.invalid_reason is None
+        and not stopped(workload)
+    )
+
+
+def holds_room_for(workload: WorkloadState, held: Admitted | None) -> bool:
+    """Whether room freed by preemption may be nominated for ``workload`` holding ``held``:
+    it holds no admission, or one of this object whose growth still waits."""
+    return held is None or (held.uid == workload.uid and bool(growth(workload, held)))
+
+
+def charge_for(workload: WorkloadState, counts: Mapping[str, int]) -> QuotaRequest | Failure:
+    """What ``workload`` holds with its podsets at ``counts``, at its current requests."""
+    podsets = sized_podsets(workload, counts)
+    try:
+        demand = card_demand(workload, podsets)
+    except CardError as exc:
+        return Failure("Invalid", str(exc))
+    return QuotaRequest(
+        resources=gang_resources(podsets),
+        cards={m: n for m, n in demand.cards.items() if n},
+        card_resources=demand.card_resources,
+    )
+
+
+def more(new: Mapping[str, int], old: Mapping[str, int]) -> Resources:
+    """What ``new`` holds beyond ``old``, per name (only the increases)."""
+    return {
+        name: amount - old.get(name, 0) for name, amount in new.items() if amount > old.get(name, 0)
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class PodsetGrowth:
+    """Extra pods of one podset that fit (all of them or as many as fit; the rest waits for
+    a later cycle): where (``result``), and the whole new charge."""
+
+    result: PlacementResult
+    charge: QuotaRequest
+
+
+def grow_podset(
+    workload: WorkloadState,
+    admitted: Admitted,
+    name: str,
+    extra: int,
+    *,
+    queue: QueueConfig,
+    usage: QuotaLedger,
+    capacity: ClusterCapacity,
+    topology: str,
+    profile: str,
+) -> PodsetGrowth | Failure:
+    """Grow podset ``name`` of ``admitted`` by up to ``extra`` pods: the largest count that
+    passes ``queue``'s quota (by ``usage``) and placement on ``capacity`` in the first shape
+    that takes any (next to its slots, then inside its required domain). Returns that growth,
+    or why none could be admitted (with the whole delta as ``request`` when room lacks: what
+    preemption would have to free)."""
+    spec = next(p for p in workload.podsets if p.name == name)
+    try:
+        shapes = delta_shapes(spec, admitted.assignments.get(name))
+        shapes = card_demand(workload).restrict(shapes)
+    except (ReplacementError, CardError) as exc:
+        return Failure("Invalid", f"podset {name} cannot grow: {exc}")
+    counts = assigned_counts(admitted)
+
+    def attempt(shape: PodSetSpec, count: int) -> tuple[PlacementResult, QuotaRequest] | Failure:
+        charge = charge_for(workload, {**counts, name: counts.get(name, 0) + count})
+        if isinstance(charge, Failure):
+            return charge
+        added = QuotaRequest(
+            resources=more(charge.resources, admitted.charged),
+            cards=more(charge.cards, admitted.charged_cards),
+            card_resources=charge.card_resources,
+        )
+        verdict = usage.check(queue, added)
+        if verdict is not None:
+            return Failure(verdict.reason, f"{count} more pods of {name}: {verdict.message}")
+        delta = msgspec.structs.replace(shape, count=count)
+        result = capacity.place(topology, PlacementRequest(podsets=[delta], profile=profile))
+        assert result is not None  # the topology is known (chosen among the known ones)
+        if isinstance(result, str):
+            return Failure("Invalid", result)
+        if not result.fits:
+            return Failure("WaitingForCapacity", result.reason or "no room", None)
+        return result, charge
+
+    def largest(
+        shape: PodSetSpec,
+    ) -> tuple[tuple[PlacementResult, QuotaRequest] | None, Failure | None]:
+        """The attempt that admits the most extra pods (up to ``extra``) of ``shape`` that
+        fit, and why not all of them fit."""
+        whole = attempt(shape, extra)
+        if not isinstance(whole, Failure):
+            return whole, None
+        low, high = 0, extra - 1
+        found: tuple[PlacementResult, QuotaRequest] | None = None
+        while low < high:
+            middle = (low + high + 1) // 2
+            tried = attempt(shape, middle)
+            if isinstance(tried, Failure):
+                high = middle - 1
+            else:
+                low, found = middle, tried
+        return found, whole
+
+    failure: Failure | None = None
+    for shape in shapes:
+        found, why = largest(shape)
+        if found is not None:
+            return PodsetGrowth(result=found[0], charge=found[1])
+        failure = why  # the last shape's: the required domain's
+    assert failure is not None
+    # What preemption would have to make room for: the whole delta, in its required domain.
+    room = PlacementRequest(
+        podsets=[msgspec.structs.replace(shapes[-1], count=extra)], profile=profile
+    )
+    if failure.reason == "WaitingForCapacity" and spec.topology.required is not None:
+        return Failure(
+            "RequiredDomainFull",
+            f"{extra} more pods of {name} must stay inside the domain at "
+            f"{spec.topology.required} its pods hold: {failure.message}",
+            room,
+        )
+    if failure.reason == "WaitingForCapacity":
+        return Failure(
+            "WaitingForCapacity", f"{extra} more pods of {name}: {failure.message}", room
+        )
+    return failure
+
+
+def growth_preempts(
+    workload: WorkloadState, failure: Failure, wanted: Sequence[PodSetSpec]
+) -> bool:
+    """Whether a growth none of which could be admitted asks preemption to free room for the
+    ``wanted`` pods: an inference workload's, waiting for room."""
+    return (
+        workload.service_type == "inference"
+        and failure.reason in ("WaitingForCapacity", "RequiredDomainFull")
+        and bool(wanted)
+    )
+
+
+def resized(
+    admitted: Admitted,
+    name: str,
+    grown_by: PodsetGrowth,
+    *,
+    sequence: int,
+    epoch: int,
+) -> Admitted:
+    """The resize that commits ``grown_by`` (podset ``name``): it replaces ``admitted``."""
+    result, charge = grown_by.result, grown_by.charge
+    assignments = dict(admitted.assignments)
+    assignments[name] = grown(admitted.assignments.get(name), result.assignments[name])
+    requests = {**admitted.requests, name: dict(result.requests.get(name, {}))}
+    return msgspec.structs.replace(
+        admitted,
+        sequence=sequence,
+        epoch=epoch,
+        assignments=assignments,
+        charged=charge.resources,
+        charged_cards=charge.cards,
+        requests=requests,
+        nominated_by=None,
+        replaces=admitted.sequence,
+        origin=admitted.chain_start(),
+        resized=True,
+    )
+
+
+def given_back(
+    request: ReplaceRequested, admitted: Admitted, workload: WorkloadState | None
+) -> tuple[dict[str, TopologyAssignment], QuotaRequest] | None:
+    """The workload shrank and the ungater names free slots (``request.give_back``): the
+    assignments of ``admitted`` without at most the surplus of each podset, and what is left
+    to charge. None when nothing is given back."""
+    if workload is None or workload.uid != admitted.uid:
+        return None
+    extra = surplus(workload, admitted)
+    assignments = dict(admitted.assignments)
+    removed = 0
+    for name, freed in sorted(request.lost.items()):
+        assignment = assignments.get(name)
+        if assignment is None or extra.get(name, 0) <= 0:
+            continue
+        assignments[name], taken = shrunk(assignment, freed, extra[name])
+        removed += taken
+    if removed == 0:
+        return None
+    counts = {
+        name: sum(d.count for d in assignment.domains) for name, assignment in assignments.items()
+    }
+    charge = charge_for(workload, counts)
+    if isinstance(charge, Failure):
+        charge = QuotaRequest(resources={}, cards={})
+    return assignments, charge

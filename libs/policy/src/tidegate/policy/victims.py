@@ -33,7 +33,7 @@ The search itself is :mod:`tidegate.policy.preempt_search`.
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final
 
 import msgspec
 import numpy as np
@@ -52,7 +52,7 @@ from tidegate.model import (
     workload_key,
 )
 from tidegate.model import resources as res
-from tidegate.model.events import OnPreemption, ServiceType
+from tidegate.model.events import OnPreemption, ServiceType, VictimSearchOutcome
 from tidegate.placement import (
     CapacityView,
     PlacementError,
@@ -78,17 +78,8 @@ from tidegate.policy.service_type import may_reclaim
 ON_PREEMPTION_ANNOTATION: Final = "tidegate.io/on-preemption"
 """Annotation choosing what happens to a preempted gang: ``restart`` (default) or ``abort``."""
 
-Outcome = Literal[
-    "fits",
-    "preempts",
-    "queue-not-found",
-    "invalid",
-    "exceeds-quota",
-    "card-quota-exceeded",
-    "not-a-reclaimer",
-    "no-victims",
-]
-"""How :func:`select_victims` ended: the first two admit the gang, the others do not."""
+Outcome = VictimSearchOutcome
+"""How :func:`select_victims` ended (:data:`tidegate.model.events.VictimSearchOutcome`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,9 +179,12 @@ class VictimChoice:
         return self.outcome in ("fits", "preempts")
 
 
-def preempted_decision(preemptor: WorkloadState, choice: VictimChoice) -> Preempted:
+def preempted_decision(
+    preemptor: WorkloadState, choice: VictimChoice, *, request_sequence: int | None = None
+) -> Preempted:
     """The ``preempted`` decision body that names the preemptor, its victims, their modes and
-    the nominated capacity. Raises ValueError unless ``choice`` evicts someone."""
+    the nominated capacity, answering the request of ``request_sequence``. Raises ValueError
+    unless ``choice`` evicts someone."""
     if choice.outcome != "preempts" or not choice.victims:
         raise ValueError(f"no preemption to announce: outcome {choice.outcome}")
     key = workload_key(preemptor.namespace, preemptor.name)
@@ -212,6 +206,7 @@ def preempted_decision(preemptor: WorkloadState, choice: VictimChoice) -> Preemp
             f"{', '.join(choice.victims)} (top priority {choice.top_priority}, "
             f"{choice.gpus} GPUs, {choice.gpu_seconds} GPU-seconds lost){skipped}"
         ),
+        request_sequence=request_sequence,
     )
 
 

@@ -349,6 +349,24 @@ class Builders:
             "spec": spec or {},
         }
 
+    def custom(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        spec: Obj | None = None,
+        *,
+        namespace: str | None = None,
+        annotations: Obj | None = None,
+    ) -> Obj:
+        """Any custom object (a Kueue ClusterQueue, a Volcano or KAI Queue, a Cohort, …)."""
+        return {
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": self._meta(name, namespace, annotations=annotations),
+            "spec": spec or {},
+        }
+
     def priority_class(self, name: str, value: int, *, global_default: bool = False) -> Obj:
         """A scheduling.k8s.io/v1 PriorityClass."""
         return {

@@ -38,13 +38,12 @@ from collections.abc import Sequence
 from prometheus_client import Counter, Gauge, Histogram
 
 from tidegate.admission.config import Settings
-from tidegate.admission.handlers import SOURCE, Handlers
+from tidegate.admission.handlers import SOURCE, STUCK_AFTER, Handlers
 from tidegate.admission.ledger import (
     AdmissionLedger,
     LedgerRecord,
     OutboxEntry,
     deliverable,
-    stored_or_superseded,
 )
 from tidegate.admission.metrics import QueueMetrics
 from tidegate.admission.nominations import restore_nominations
@@ -68,6 +67,7 @@ from tidegate.model import (
     WorkloadKey,
     subjects,
 )
+from tidegate.model.ledger import stored_or_superseded
 from tidegate.model.subjects import DecisionKind
 from tidegate.policy.admission import Admission, Decision
 from tidegate.runtime import ServiceContext
@@ -116,6 +116,12 @@ class AdmissionMetrics:
             "Committed decisions in the outbox whose publish has not been stored yet.",
             registry=registry,
         )
+        self.stuck = Gauge(
+            "tidegate_admission_stuck_decisions",
+            "Preempted, released and replace-requested decisions whose handling failed "
+            f"{STUCK_AFTER} times or more and has not succeeded since (still retried).",
+            registry=registry,
+        )
 
 
 async def setup(ctx: ServiceContext[Settings]) -> None:
@@ -162,6 +168,7 @@ class Leader:
         self._admission = handlers.admission
         self._followers = followers
         self._metrics = AdmissionMetrics(ctx)
+        self._metrics.stuck.set_function(lambda: float(len(handlers.stuck)))
         self._queue_metrics = queue_metrics
         self.lease = lease
         self._ledger: AdmissionLedger | None = None
@@ -276,7 +283,7 @@ class Leader:
         stored: list[OutboxEntry] = []
         for entry in outbox:
             last = await self._ctx.bus.last_on(stream, entry.subject)
-            if stored_or_superseded(entry, last.envelope if last is not None else None):
+            if stored_or_superseded(entry.envelope, last.envelope if last is not None else None):
                 stored.append(entry)
         return stored
 

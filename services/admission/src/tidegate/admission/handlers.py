@@ -16,6 +16,12 @@ memory; the decision loop stages it in the ledger's durable outbox when it commi
 the decision loop (:mod:`tidegate.admission.app`), which runs the cycle and commits. Malformed
 messages never reach here (the bus decodes and validates them); a message of a kind a stream
 should not carry is logged and ignored.
+
+A ``preempted``, ``released`` or ``replace-requested`` decision is never given up on (its
+loss would leak quota: issue 29 seam 5): a handling that fails is retried with the
+consumer's backoff for as long as it takes. One that failed :data:`STUCK_AFTER` times is not
+retried silently: it is logged as an error naming its workload, once, and counted in
+:attr:`Handlers.stuck` (the ``tidegate_admission_stuck_decisions`` gauge) until it succeeds.
 """
 
 import asyncio
@@ -24,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
-from tidegate.bus import Received
+from tidegate.bus import LeaseLost, Received
 from tidegate.model import (
     CapacityDomain,
     CapacityNode,
@@ -47,6 +53,9 @@ log = logging.getLogger(__name__)
 SOURCE: Final = "admission"
 """The ``source`` of every envelope this service publishes."""
 
+STUCK_AFTER: Final = 5
+"""Failed deliveries after which a decision is reported stuck (it is still retried)."""
+
 Commit = Callable[[Sequence[Decision]], Awaitable[None]]
 """Writes decisions to the ledger and publishes them (the decision loop's commit)."""
 
@@ -65,6 +74,9 @@ class Handlers:
         """Held while the policy state is changed and its decisions committed."""
         self.on_workload_deleted: Callable[[WorkloadKey, float], None] | None = None
         """Told each workload deleted and when (the leader's decision retention)."""
+        self.stuck: dict[str, str] = {}
+        """Decisions whose handling failed :data:`STUCK_AFTER` times or more and has not
+        succeeded since, by event id: the workload they are about."""
 
     async def on_state(self, received: Received) -> None:
         """A workload, queue, topology or node snapshot, or a tombstone of one."""
@@ -118,6 +130,32 @@ class Handlers:
         """The handler of preempted / released decisions (acked once committed)."""
 
         async def handle(received: Received) -> None:
+            event_id = received.envelope.event_id
+            try:
+                await apply(received)
+            except LeaseLost:
+                raise
+            except Exception as exc:
+                if received.delivered >= STUCK_AFTER and event_id not in self.stuck:
+                    workload = str(getattr(received.envelope.body, "workload", "")) or str(
+                        getattr(received.envelope.body, "preemptor", "")
+                    )
+                    self.stuck[event_id] = workload
+                    log.error(
+                        "decision %s about %s failed %d times, retried until it succeeds: %s",
+                        received.subject,
+                        workload,
+                        received.delivered,
+                        exc,
+                        extra={"workload": workload, "event_id": event_id},
+                    )
+                raise
+            if self.stuck.pop(event_id, None) is not None:
+                log.info(
+                    "decision %s handled after %d deliveries", received.subject, received.delivered
+                )
+
+        async def apply(received: Received) -> None:
             body = received.envelope.body
             if received.envelope.source == SOURCE:
                 return  # our own releases are applied already

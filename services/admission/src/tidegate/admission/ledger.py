@@ -1,6 +1,8 @@
 """The admission ledger: what is admitted, and the outbox of decisions not yet stored.
 
-One key per admitted workload (its key ``namespace/name``) holds a :class:`LedgerRecord`: the
+Every record's schema is :mod:`tidegate.model.ledger` (the preemption service reads admission's
+records, and admission the preemption service's, through it). One key per admitted workload
+(its key ``namespace/name``) holds a :class:`LedgerRecord`: the
 admitted decision as published and what it takes on each node (the successor re-applies that
 as overlay until the capacity view reports it). The key ``sequence`` holds the highest decision
 sequence handed out and the epoch that did it. One key per workload kept out on a decision's
@@ -19,7 +21,8 @@ drops a copy it already stored), by this leader on its next tick or by a success
 takeover: nothing is re-published by comparing sequences to a watermark. An entry whose state
 change was never made (a crash in between) is dropped instead (:func:`deliverable`): the
 decision was not committed, and the successor decides again. So is one whose subject already
-ends with it or with a later decision (:func:`stored_or_superseded`): its key outlived its
+ends with it or with a later decision
+(:func:`tidegate.model.ledger.stored_or_superseded`): its key outlived its
 publish, and a copy stored now would follow the newer decision.
 
 The leader writes through its ledger :class:`~tidegate.bus.Fence` (claimed at takeover): an
@@ -36,50 +39,41 @@ from typing import Final
 
 import msgspec
 
-from tidegate.admission.nominations import (
-    PREEMPTION_PREFIX,
-    PreemptionRecord,
-    decode_preemption,
-)
 from tidegate.bus import Bus, BusError, Conflict, Fence, LeaseLost, Ledger
-from tidegate.model import Admitted, Envelope, Released, Resources
+from tidegate.model import Admitted, Released
+from tidegate.model.ledger import (
+    OUTBOX_PREFIX,
+    PREEMPTION_PREFIX,
+    SEQUENCE_KEY,
+    STOPPED_PREFIX,
+    LedgerRecord,
+    OutboxChunk,
+    OutboxEntry,
+    PreemptionRecord,
+    SequenceRecord,
+    StoppedRecord,
+    decode_admission,
+    decode_preemption,
+    encode_record,
+    stopped_key,
+)
+
+__all__ = [
+    "OUTBOX_CHUNK_BYTES",
+    "AdmissionLedger",
+    "LedgerRecord",
+    "OutboxChunk",
+    "OutboxEntry",
+    "SequenceRecord",
+    "StoppedRecord",
+    "chunks",
+    "deliverable",
+]
 
 log = logging.getLogger(__name__)
 
-SEQUENCE_KEY: Final = "sequence"
-"""Ledger key of the sequence high-water mark (workload keys always hold a ``/``)."""
-
-
-class LedgerRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """What the ledger holds for one admitted workload."""
-
-    admitted: Admitted
-    node_usage: dict[str, Resources] = msgspec.field(default_factory=dict)
-
-
-OUTBOX_PREFIX: Final = "outbox."
-"""Prefix of the outbox keys (``outbox.<event id>``; event ids hold no ``/``)."""
-
 OUTBOX_CHUNK_BYTES: Final = 256 * 1024
 """Largest outbox value written (well below NATS's default 1 MiB maximum payload)."""
-
-
-class OutboxEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """A committed decision not yet known to be stored on the decision stream."""
-
-    subject: str
-    envelope: Envelope
-
-    @property
-    def sequence(self) -> int:
-        """The decision's sequence (0 for a body without one)."""
-        return int(getattr(self.envelope.body, "sequence", 0))
-
-
-class OutboxChunk(msgspec.Struct, frozen=True, kw_only=True):
-    """The value of one outbox key: decisions of one commit, in order."""
-
-    entries: list[OutboxEntry]
 
 
 def chunks(entries: Sequence[OutboxEntry], *, limit: int = OUTBOX_CHUNK_BYTES) -> list[OutboxChunk]:
@@ -89,7 +83,7 @@ def chunks(entries: Sequence[OutboxEntry], *, limit: int = OUTBOX_CHUNK_BYTES) -
     current: list[OutboxEntry] = []
     size = 0
     for entry in entries:
-        length = len(_encoder.encode(entry)) + 1
+        length = len(encode_record(entry)) + 1
         if current and size + length > limit:
             out.append(OutboxChunk(entries=current))
             current, size = [], 0
@@ -123,50 +117,9 @@ def deliverable(entry: OutboxEntry, records: dict[str, LedgerRecord]) -> bool:
     return True
 
 
-def stored_or_superseded(entry: OutboxEntry, last: Envelope | None) -> bool:
-    """Whether ``last``, the newest message on ``entry``'s subject, is ``entry`` itself or a
-    later decision. Publishing ``entry`` then would store a stale copy behind it (past the
-    duplicate window), which a replay of the last message per subject takes for the decision
-    in force (issue 29 seam 3)."""
-    if last is None:
-        return False
-    if last.event_id == entry.envelope.event_id:
-        return True
-    stored = getattr(last.body, "sequence", None)
-    return isinstance(stored, int) and stored >= entry.sequence
-
-
-STOPPED_PREFIX: Final = "stopped."
-"""Prefix of the keys of workloads kept out (``stopped.<namespace>.<name>``: no ``/``, so
-other readers of the bucket never take them for admission records)."""
-
-
-class StoppedRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """A workload not to be admitted again until re-created, on a decision's word only (an
-    aborted preemption victim, or finished as another service said)."""
-
-    workload: str
-    uid: str
-
-
-def stopped_key(workload: str) -> str:
-    """The ledger key of a kept-out workload (``namespace/name``)."""
-    namespace, _, name = workload.partition("/")
-    return f"{STOPPED_PREFIX}{namespace}.{name}"
-
-
-class SequenceRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """The highest decision sequence handed out, and by which leader epoch."""
-
-    sequence: int
-    epoch: int
-
-
-_record_decoder = msgspec.json.Decoder(LedgerRecord)
 _outbox_decoder = msgspec.json.Decoder(OutboxChunk)
 _stopped_decoder = msgspec.json.Decoder(StoppedRecord)
 _sequence_decoder = msgspec.json.Decoder(SequenceRecord)
-_encoder = msgspec.json.Encoder()
 
 
 class AdmissionLedger:
@@ -240,7 +193,7 @@ class AdmissionLedger:
                 if entry.key == SEQUENCE_KEY:
                     sequence = _sequence_decoder.decode(entry.value)
                 else:
-                    records.append(_record_decoder.decode(entry.value))
+                    records.append(decode_admission(entry.value))
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 log.error("ledger key %s is unreadable, skipped: %s", entry.key, exc)
         self.outbox.sort(key=lambda e: (e.sequence, e.envelope.event_id))
@@ -253,7 +206,7 @@ class AdmissionLedger:
         deletes = [k for k in self.stopped if k not in stopped]
         await asyncio.gather(
             *(
-                self._write(stopped_key(k), _encoder.encode(StoppedRecord(workload=k, uid=uid)))
+                self._write(stopped_key(k), encode_record(StoppedRecord(workload=k, uid=uid)))
                 for k, uid in writes.items()
             ),
             *(self._delete(stopped_key(k)) for k in deletes),
@@ -267,7 +220,7 @@ class AdmissionLedger:
         for chunk in chunks(entries):
             key = OUTBOX_PREFIX + chunk.entries[0].envelope.event_id
             self._register(key, chunk)
-            writes.append(self._write(key, _encoder.encode(chunk)))
+            writes.append(self._write(key, encode_record(chunk)))
         await asyncio.gather(*writes)
 
     async def unstage(self, entries: Sequence[OutboxEntry]) -> None:
@@ -302,7 +255,7 @@ class AdmissionLedger:
 
     async def claim(self, *, sequence: int, epoch: int) -> None:
         """Record ``sequence`` as handed out, if nobody else wrote since; else LeaseLost."""
-        value = _encoder.encode(SequenceRecord(sequence=sequence, epoch=epoch))
+        value = encode_record(SequenceRecord(sequence=sequence, epoch=epoch))
         await self._write(SEQUENCE_KEY, value)
 
     async def commit(self, changes: Sequence[LedgerRecord | str]) -> None:
@@ -319,7 +272,7 @@ class AdmissionLedger:
             if isinstance(change, str):
                 await self._delete(key)
             else:
-                await self._write(key, _encoder.encode(change))
+                await self._write(key, encode_record(change))
 
     async def _write(self, key: str, value: bytes) -> None:
         if self._fence is not None:

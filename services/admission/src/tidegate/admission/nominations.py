@@ -6,9 +6,8 @@ records in the shared ledger bucket (keys ``preemption.<namespace>/<name>``) and
 nomination still live through :meth:`~tidegate.policy.admission.Admission.preempted`, the same
 call the old leader made when the ``preempted`` decision arrived.
 
-The preemption record (``tidegate.preemption.record.PreemptionRecord``) is the source of truth
-for the format; this module decodes only the fields it needs (services never import each
-other), and ignores the rest, so the preemption service may add fields freely.
+The preemption record's schema is :class:`tidegate.model.ledger.PreemptionRecord`, the one
+both services use.
 
 What this does not do: release victims. A ``preempted`` decision the old leader did not
 acknowledge is delivered again to the new leader by the durable consumer, which releases them;
@@ -20,38 +19,10 @@ from collections.abc import Iterable
 
 import msgspec
 
-from tidegate.model import Preempted, WorkloadKey
+from tidegate.model import WorkloadKey
+from tidegate.model.ledger import PreemptionRecord
 from tidegate.policy.admission import Admission
-from tidegate.policy.elastic import growth
-
-PREEMPTION_PREFIX = "preemption."
-"""Prefix of the preemption service's keys in the ledger bucket."""
-
-
-class VictimRef(msgspec.Struct, frozen=True, kw_only=True):
-    """The part of a preemption record's victim this service reads."""
-
-    key: str
-    uid: str
-
-
-class PreemptionRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """The part of the preemption service's ledger record this service reads."""
-
-    decision: Preempted
-    victims: list[VictimRef] = msgspec.field(default_factory=list)
-    published_at: float | None = None
-    """None while the decision is still to be published (it then arrives on the stream)."""
-    evicted_at: float | None = None
-    """When the evictions ended; the nomination timeout counts from here if set."""
-
-
-_decoder = msgspec.json.Decoder(PreemptionRecord)
-
-
-def decode_preemption(data: bytes) -> PreemptionRecord:
-    """Parse a stored record; raises msgspec.ValidationError / DecodeError naming the path."""
-    return _decoder.decode(data)
+from tidegate.policy.elastic import holds_room_for
 
 
 def restore_nominations(
@@ -78,8 +49,7 @@ def restore_nominations(
         workload = admission.workload(preemptor)
         if workload is None or workload.uid != decision.preemptor_uid:
             continue
-        held = admission.admitted().get(preemptor)
-        if held is not None and not (held.uid == workload.uid and growth(workload, held)):
+        if not holds_room_for(workload, admission.admitted().get(preemptor)):
             continue  # admitted, and not for a growth still waiting
         victims = [
             victim.key

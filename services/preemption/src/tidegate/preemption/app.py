@@ -43,6 +43,8 @@ from tidegate.bus import (
 from tidegate.kube import KubeClient, ObjectRef
 from tidegate.kube import connect as connect_kube
 from tidegate.model import Envelope, WorkloadKey, subjects
+from tidegate.model.events import EventReason
+from tidegate.model.ledger import stored_or_superseded
 from tidegate.preemption.config import Settings
 from tidegate.preemption.evict import Evictor
 from tidegate.preemption.handlers import REQUEST_MAX_DELIVER, Handlers
@@ -195,9 +197,9 @@ class Leader:
         )
         return preempter
 
-    async def _report(self, key: WorkloadKey, reason: str, message: str) -> None:
+    async def _report(self, key: WorkloadKey, reason: EventReason, message: str) -> None:
         """A Warning Event on the top owner of workload ``key`` (if the view knows it)."""
-        workload = self._handlers.view.workload(key)
+        workload = self._handlers.view.replica.workload(key)
         if workload is None:
             return
         self._ensure_held()
@@ -217,6 +219,15 @@ class Leader:
         )
 
     async def _publish(self, subject: str, envelope: Envelope) -> object:
+        """Publish a decision through the fence, unless its subject ends with it or a later
+        decision already: a record's decision published again after a takeover would store
+        a stale copy last on its subject (issue 29 seam 3; read after our fence claim, so
+        nobody else publishes there meanwhile)."""
+        stream = layout.decisions_stream(self._ctx.cluster)
+        last = await self._ctx.bus.last_on(stream, subject)
+        if stored_or_superseded(envelope, last.envelope if last is not None else None):
+            log.info("preemption: %s not published again: stored or superseded", subject)
+            return None
         return await self._decisions.publish(subject, envelope)
 
     def _ensure_held(self) -> float:

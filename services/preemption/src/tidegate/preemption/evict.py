@@ -71,13 +71,14 @@ from tidegate.kube import (
     resource_for_kind,
 )
 from tidegate.kube.ratelimit import TokenBucket
+from tidegate.model.events import EvictionOutcome
+from tidegate.model.ledger import PodRef, VictimRecord
 from tidegate.model.names import (
     PREEMPTED_BY_ANNOTATION,
     REQUEUE_KINDS,
     RESUME_ANNOTATION,
     RESUME_MANUAL,
 )
-from tidegate.preemption.record import PodRef, VictimRecord
 
 log = logging.getLogger(__name__)
 
@@ -152,10 +153,10 @@ class Evictor:
         kube: KubeClient,
         settings: EvictionSettings,
         *,
-        observe: Callable[[str], None] | None = None,
+        observe: Callable[[EvictionOutcome], None] | None = None,
         guard: Callable[[], object] | None = None,
     ) -> None:
-        """``observe`` is called with "evicted", "gone" or "failed" for every pod; ``guard``
+        """``observe`` is called with the outcome of every pod's eviction; ``guard``
         before every write to Kubernetes (it raises to stop the write, e.g. LeaseLost)."""
         self._kube = kube
         self._guard = guard or (lambda: None)

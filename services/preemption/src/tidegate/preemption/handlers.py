@@ -78,10 +78,10 @@ class Handlers:
         view = self.view
         match body:
             case WorkloadState():
-                view.set_workload(body)
+                view.replica.apply(body)
                 self._touch(workload_key(body.namespace, body.name))
             case PodState():
-                view.set_pod(body)
+                view.replica.apply(body)
             case QueueConfig():
                 view.set_queue(body)
             case TopologyConfig():
@@ -93,10 +93,11 @@ class Handlers:
             case Tombstone(object_kind="pdb", namespace=str(namespace), name=name):
                 view.remove_budget(namespace, name)
             case Tombstone(object_kind="workload", namespace=str(namespace), name=name):
-                view.remove_workload(workload_key(namespace, name))
+                view.replica.apply(body)
+                view.replica.forget(workload_key(namespace, name))
                 self._touch(workload_key(namespace, name))
-            case Tombstone(object_kind="pod", namespace=str(namespace), name=name):
-                view.remove_pod(namespace, name)
+            case Tombstone(object_kind="pod"):
+                view.replica.apply(body)
             case Tombstone(object_kind="queue", name=name):
                 view.remove_queue(name)
             case Tombstone(object_kind="topology", name=name):
@@ -131,10 +132,8 @@ class Handlers:
             case Admitted():
                 self.view.admitted(body, at=received.envelope.time)
                 self._touch(WorkloadKey(body.workload))
-            case Released():
-                self.view.released(body)
-            case Preempted():
-                self.view.preempted(body)
+            case Released() | Preempted():
+                self.view.replica.apply(body)
             case _:
                 log.debug("decisions: ignored %s on %s", type(body).__name__, received.subject)
 

@@ -2,8 +2,16 @@
 
 The ledger KV bucket (``tidegate-<cluster>-ledger``) is shared: admission keeps one key per
 admitted workload (``<namespace>/<name>``) and the key ``sequence``; this service keeps one key
-per preemptor with a preemption in flight (``preemption.<namespace>/<name>``, see
-:mod:`.record`). Neither writes the other's keys.
+per preemptor with a preemption in flight (``preemption.<namespace>/<name>``). Neither writes
+the other's keys; both read them through the one schema, :mod:`tidegate.model.ledger`.
+
+A preemption is committed all-or-nothing: before anything is published or evicted, its
+:class:`~tidegate.model.ledger.PreemptionRecord` is written (the ``preempted`` decision, and
+every victim's pods and mode); then the decision is published and the record marked
+``published`` — before the first eviction, so that from then on nobody treats the victims'
+admissions as in force; once every pod of every victim is gone or evicted it is marked
+``evicted``. A service that dies in between finds the record and finishes it
+(:mod:`.preempter`). The record stays while its nomination holds.
 
 The leading instance writes through its ledger :class:`~tidegate.bus.Fence`: JetStream stores
 a write only while this instance's claim on the fence marker (``fence.preemption``) is the
@@ -13,8 +21,7 @@ fence (tools, tests) every write names the revision this instance last saw inste
 (create-only for a new key), which protects existing keys only.
 
 At takeover the service also reads admission's records, for the workloads admitted longer ago
-than the decision stream keeps (7 days by default). Only the ``admitted`` field is read; other
-fields of admission's records are ignored, so admission may add fields freely.
+than the decision stream keeps (7 days by default).
 """
 
 import logging
@@ -23,24 +30,16 @@ import msgspec
 
 from tidegate.bus import Conflict, Fence, LeaseLost, Ledger
 from tidegate.model import Admitted, WorkloadKey
-from tidegate.preemption.record import (
+from tidegate.model.ledger import (
     PreemptionRecord,
-    decode_record,
+    decode_admission,
+    decode_preemption,
     encode_record,
-    ledger_key,
+    preemption_key,
     preemptor_of,
 )
 
 log = logging.getLogger(__name__)
-
-
-class _AdmissionRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """The part of admission's ledger record this service reads."""
-
-    admitted: Admitted
-
-
-_admission_decoder = msgspec.json.Decoder(_AdmissionRecord)
 
 
 class PreemptionLedger:
@@ -65,10 +64,10 @@ class PreemptionLedger:
             preemptor = preemptor_of(entry.key)
             try:
                 if preemptor is not None:
-                    self.records[preemptor] = decode_record(entry.value)
+                    self.records[preemptor] = decode_preemption(entry.value)
                     self._revisions[preemptor] = entry.revision
                 elif "/" in entry.key:
-                    admitted.append(_admission_decoder.decode(entry.value).admitted)
+                    admitted.append(decode_admission(entry.value).admitted)
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 log.error("ledger key %s is unreadable, skipped: %s", entry.key, exc)
         return admitted
@@ -78,17 +77,17 @@ class PreemptionLedger:
         key = WorkloadKey(record.preemptor)
         if self._fence is not None:
             self._revisions[key] = await self._ledger.put(
-                ledger_key(key), encode_record(record), fence=self._fence
+                preemption_key(key), encode_record(record), fence=self._fence
             )
             self.records[key] = record
             return
         try:
             self._revisions[key] = await self._ledger.put(
-                ledger_key(key), encode_record(record), revision=self._revisions.get(key, 0)
+                preemption_key(key), encode_record(record), revision=self._revisions.get(key, 0)
             )
         except Conflict as exc:
             raise LeaseLost(
-                f"ledger key {ledger_key(key)} was written by another preemption instance: {exc}"
+                f"ledger key {preemption_key(key)} was written by another preemption instance: {exc}"
             ) from exc
         self.records[key] = record
 
@@ -99,12 +98,12 @@ class PreemptionLedger:
         if revision is None:
             return
         if self._fence is not None:
-            await self._ledger.delete(ledger_key(preemptor), fence=self._fence)
+            await self._ledger.delete(preemption_key(preemptor), fence=self._fence)
             return
         try:
-            await self._ledger.delete(ledger_key(preemptor), revision=revision)
+            await self._ledger.delete(preemption_key(preemptor), revision=revision)
         except Conflict as exc:
             raise LeaseLost(
-                f"ledger key {ledger_key(preemptor)} was changed by another preemption "
+                f"ledger key {preemption_key(preemptor)} was changed by another preemption "
                 f"instance: {exc}"
             ) from exc

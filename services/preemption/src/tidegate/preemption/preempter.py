@@ -53,13 +53,15 @@ from opentelemetry import context as otel_context
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tidegate.model import Envelope, PreemptRequested, WorkloadKey, subjects
+from tidegate.model.events import EventReason, PreemptionOutcome
+from tidegate.model.ledger import PodRef, PreemptionRecord, VictimRecord, preemption_event_id
 from tidegate.model.names import REQUEUE_KINDS
+from tidegate.policy.candidates import evictable_pods, still_live, victim_record
 from tidegate.policy.cards import WHOLE_GPU_RESOURCE
 from tidegate.policy.elastic import growth_still_wanted
 from tidegate.policy.victims import preempted_decision
 from tidegate.preemption.evict import AbortFailed, EvictionFailed, EvictionRefused, Evictor
 from tidegate.preemption.ledger import PreemptionLedger
-from tidegate.preemption.record import PodRef, PreemptionRecord, VictimRecord, event_id
 from tidegate.preemption.view import PreemptionView, Unanswerable
 from tidegate.telemetry import extract, inject, victim_choice_span
 
@@ -71,7 +73,7 @@ SOURCE: Final = "preemption"
 Publish = Callable[[str, Envelope], Awaitable[object]]
 """Publishes one envelope on a subject and waits for JetStream's acknowledgement."""
 
-Report = Callable[[WorkloadKey, str, str], Awaitable[None]]
+Report = Callable[[WorkloadKey, EventReason, str], Awaitable[None]]
 """Records a Warning Event (reason, message) on a workload's top owner."""
 
 
@@ -175,7 +177,7 @@ class Preempter:
         """The preemption records, by preemptor."""
         return self._ledger.records
 
-    async def handle(self, request: PreemptRequested) -> str:
+    async def handle(self, request: PreemptRequested) -> PreemptionOutcome:
         """Answer one preempt request (idempotent; see the module docstring); its outcome.
 
         The outcome ``unknown`` says the view does not know the preemptor with the request's
@@ -191,7 +193,7 @@ class Preempter:
         self._update_gauges()
         return outcome
 
-    async def _answer(self, request: PreemptRequested, *, now: float) -> str:
+    async def _answer(self, request: PreemptRequested, *, now: float) -> PreemptionOutcome:
         key = WorkloadKey(request.workload)
         existing = self._ledger.records.get(key)
         if existing is not None and not existing.evicted:
@@ -208,7 +210,7 @@ class Preempter:
             existing = None
         if existing is not None and request.sequence <= existing.request_sequence:
             return "duplicate"
-        workload = self._view.workload(key)
+        workload = self._view.replica.workload(key)
         if workload is None or workload.uid != request.uid:
             return "unknown"
         growth = bool(request.podsets)
@@ -262,7 +264,7 @@ class Preempter:
         took = time.perf_counter() - started
         self._metrics.search_seconds.observe(took)
         if not isinstance(choice, Unanswerable):
-            traces = {v: self._view.workload(v) for v in choice.victims}
+            traces = {v: self._view.replica.workload(v) for v in choice.victims}
             victim_choice_span(workload, choice, traces, start=time.time() - took)
         if isinstance(choice, Unanswerable):
             log.warning("no victim search for %s: %s", key, choice.reason)
@@ -279,7 +281,9 @@ class Preempter:
 
         victims = []
         for victim in choice.victims:
-            chosen = self._view.victim_record(victim, mode=choice.modes.get(victim, "restart"))
+            chosen = victim_record(
+                self._view.replica, victim, mode=choice.modes.get(victim, "restart")
+            )
             if chosen is not None:
                 victims.append(chosen)
         refused = await self._evictor.refusals([pod for v in victims for pod in v.pods])
@@ -308,10 +312,10 @@ class Preempter:
             preemptor=key,
             preemptor_uid=request.uid,
             request_sequence=request.sequence,
-            decision=preempted_decision(workload, choice),
+            decision=preempted_decision(workload, choice, request_sequence=request.sequence),
             victims=victims,
             recorded_at=now,
-            event_id=event_id(request.uid, request.sequence),
+            event_id=preemption_event_id(request.uid, request.sequence),
             trace_context=trace,
         )
         await self._ledger.write(record)
@@ -343,7 +347,7 @@ class Preempter:
             # Re-queued by suspending its owner: only pods not yet being deleted call for it
             # (a retry after the suspension took effect, or after the victim came back, must
             # not suspend it again).
-            pods = self._view.still_live(pods)
+            pods = still_live(self._view.replica, pods)
             # A dry run checks each pod alone; a budget sparing fewer than the gang's pods it
             # selects must hold the suspension that takes them all at once.
             blocked = self._view.budget_blocked(WorkloadKey(victim.key)) if pods else None
@@ -405,7 +409,7 @@ class Preempter:
         )
 
     async def _tell_all(
-        self, keys: list[str], message: str, *, reason: str = "PreemptionBlocked"
+        self, keys: list[str], message: str, *, reason: EventReason = "PreemptionBlocked"
     ) -> None:
         """A Warning Event ``reason`` on each workload of ``keys``."""
         if self._report is None:
@@ -437,7 +441,7 @@ class Preempter:
         self._budget_blocked.discard(record.event_id)
         evicted_at = time.time()
         for victim in record.victims:
-            workload = self._view.workload(WorkloadKey(victim.key))
+            workload = self._view.replica.workload(WorkloadKey(victim.key))
             queue = workload.queue if workload is not None and workload.queue else ""
             self._metrics.preempted.labels(queue=queue, mode=victim.mode).inc()
             lost = self._view.replica.verdict(WorkloadKey(victim.key)).latest
@@ -466,10 +470,10 @@ class Preempter:
         """The recorded pods, plus pods of the same victim that were released by the gate
         after the record was written but created before it (never its replacements)."""
         pods = {pod.uid: pod for pod in recorded}
-        workload = self._view.workload(WorkloadKey(key))
+        workload = self._view.replica.workload(WorkloadKey(key))
         if workload is not None and workload.uid == uid:
-            for pod in self._view.evictable_pods(
-                WorkloadKey(key), created_before=record.recorded_at
+            for pod in evictable_pods(
+                self._view.replica, WorkloadKey(key), created_before=record.recorded_at
             ):
                 pods.setdefault(pod.uid, pod)
         return sorted(pods.values(), key=lambda pod: (pod.namespace, pod.name))
@@ -483,7 +487,7 @@ class Preempter:
                     with _continuing(record.trace_context):
                         await self._finish_or_defer(record)
                     continue
-                workload = self._view.workload(key)
+                workload = self._view.replica.workload(key)
                 why = None
                 if workload is None or workload.uid != record.preemptor_uid:
                     why = "the preemptor is gone: nomination released"

@@ -1,28 +1,19 @@
-"""The preemption service's picture of the cluster, and the victim search run on it.
+"""The preemption service's picture of the cluster: the replica, plus what the search needs.
 
-Why a module of its own: the service is wiring, but turning bus state into the inputs of
-:func:`tidegate.policy.victims.select_victims` has rules of its own, and they are pure, so they
-are tested without NATS or Kubernetes:
-
-- **Running gangs** are the workloads with an admission in force (the
-  :class:`~tidegate.model.replica.Replica`, the rule every service reads; at takeover also fed
-  the admission ledger) with pods bound to a node and not terminating. Their running time (for
-  the GPU-time lost) counts from the admission decision, else from their oldest bound pod.
-- **Capacity** is the topology-cache's view per Topology (:class:`ClusterCapacity`), with the
-  admissions the cache has not applied yet as overlay (their per-node use is known when the
-  assignment names single nodes, as it does at the hostname level).
-- **Preemptions in flight** (records in the ledger) change that view: their victims' pods are
-  counted as gone (they are being evicted), and the room nominated for other preemptors as
-  taken. A victim of a record in flight is never a candidate again: no gang is evicted twice.
-- **Queue usage** for the preemptor's quota check is the queue's tally in the replica: what
-  admission charged for the admissions in force, and pods that bypassed the gate.
+Workloads, pods and the decisions in force are the replica's
+(:class:`~tidegate.model.replica.Replica`, fed by the handlers; at takeover also fed the
+admission ledger); what the service reads off it is :mod:`tidegate.policy.candidates` (running
+gangs, pods to evict, the view changed by preemptions in flight). This view adds what the
+replica does not hold: queues, PodDisruptionBudgets, and **capacity**, the topology-cache's
+view per Topology (:class:`ClusterCapacity`) with the admissions the cache has not applied yet
+as overlay (their per-node use is known when the assignment names single nodes, as it does at
+the hostname level).
 
 Which queue a workload is in and which Topology it is placed on are admission's answers, not
 this view's: a victim's queue is the one its ``admitted`` decision was charged to, the
-preemptor's queue and Topology the ones its ``preempt-requested`` names (so admission's
-default queue applies here too). Only for a request from an older admission without a
-Topology is it chosen here, by the same function admission uses
-(:mod:`tidegate.policy.common`).
+preemptor's queue and Topology the ones its ``preempt-requested`` names. Only for a request
+from an older admission without a Topology is it chosen here, by the same function admission
+uses (:mod:`tidegate.policy.common`). Queue usage is the queue's tally in the replica.
 
 Nothing here talks to NATS or Kubernetes, and nothing here evicts: see :mod:`.evict`.
 """
@@ -36,42 +27,27 @@ from tidegate.model import (
     DisruptionBudgetState,
     NodeName,
     NodeState,
-    PodState,
-    Preempted,
     QueueConfig,
-    Released,
     Resources,
-    Tombstone,
     TopologyConfig,
     WorkloadKey,
     WorkloadState,
     workload_key,
 )
 from tidegate.model import resources as res
-from tidegate.model.events import OnPreemption
+from tidegate.model.ledger import PreemptionRecord
 from tidegate.model.replica import Replica
-from tidegate.placement import CapacityView
+from tidegate.policy.candidates import in_flight_view, in_force_of, running_gangs
 from tidegate.policy.capacity import ClusterCapacity
-from tidegate.policy.common import (
-    TopologyProblem,
-    choose_topology,
-    evictable,
-    holds_capacity,
-    runs,
-)
+from tidegate.policy.common import TopologyProblem, choose_topology
 from tidegate.policy.quota import QueueUsage
 from tidegate.policy.victims import (
     RunningGang,
     VictimChoice,
     VictimSettings,
     budget_blocks,
-    running_gang,
     select_victims,
 )
-from tidegate.preemption.record import PodRef, PreemptionRecord, VictimRecord
-
-PodKey = tuple[str, str]
-"""A pod's (namespace, name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,16 +82,6 @@ class PreemptionView:
 
     # ------------------------------------------------------------------ state inputs
 
-    def set_workload(self, workload: WorkloadState) -> None:
-        """A workload appeared or changed."""
-        self.replica.apply(workload)
-
-    def remove_workload(self, key: WorkloadKey) -> None:
-        """A workload was deleted."""
-        namespace, _, name = key.partition("/")
-        self.replica.apply(Tombstone(object_kind="workload", namespace=namespace, name=name))
-        self.replica.forget(key)
-
     def set_budget(self, budget: DisruptionBudgetState) -> None:
         """A PodDisruptionBudget appeared or changed (the victim search honours it)."""
         self._budgets[(budget.namespace, budget.name)] = budget
@@ -123,14 +89,6 @@ class PreemptionView:
     def remove_budget(self, namespace: str, name: str) -> None:
         """A PodDisruptionBudget was deleted."""
         self._budgets.pop((namespace, name), None)
-
-    def set_pod(self, pod: PodState) -> None:
-        """A pod appeared or changed."""
-        self.replica.apply(pod)
-
-    def remove_pod(self, namespace: str, name: str) -> None:
-        """A pod was deleted."""
-        self.replica.apply(Tombstone(object_kind="pod", namespace=namespace, name=name))
 
     def set_queue(self, queue: QueueConfig) -> None:
         """A Queue appeared or changed."""
@@ -189,19 +147,12 @@ class PreemptionView:
             if usage:
                 self.capacity.take(decision.sequence, usage, at=at or 0.0)
 
-    def released(self, decision: Released) -> None:
-        """A release (it ends the admission it names, by the replica's rule)."""
-        self.replica.apply(decision)
-
-    def preempted(self, decision: Preempted) -> None:
-        """A preemption: it ends the admissions its victims lose."""
-        self.replica.apply(decision)
-
     # ------------------------------------------------------------------ queries
 
-    def workload(self, key: WorkloadKey) -> WorkloadState | None:
-        """The workload known under ``key``."""
-        return self.replica.workload(key)
+    def running(self, *, now: float, exclude: Iterable[str] = ()) -> list[RunningGang]:
+        """The victim candidates (:func:`~tidegate.policy.candidates.running_gangs`) under
+        the budgets known."""
+        return running_gangs(self.replica, now=now, budgets=self._budgets.values(), exclude=exclude)
 
     def is_admitted(self, key: WorkloadKey, uid: str) -> bool:
         """Whether the workload ``key`` with ``uid`` holds an admission in force."""
@@ -209,77 +160,13 @@ class PreemptionView:
 
     def admission(self, key: WorkloadKey, uid: str) -> Admitted | None:
         """The admission in force of the workload ``key`` with ``uid``, if any."""
-        known = self.replica.in_force(key)
-        return known if known is not None and known.uid == uid else None
-
-    def pods(self, key: WorkloadKey) -> list[PodState]:
-        """The workload's known pods, by name."""
-        return self.replica.members(key)
-
-    def evictable_pods(
-        self, key: WorkloadKey, *, created_before: float | None = None
-    ) -> list[PodRef]:
-        """Pods of ``key`` an eviction must remove
-        (:func:`~tidegate.policy.common.evictable`). With ``created_before``, pods created
-        later (the controller's replacements) are left."""
-        out = []
-        for pod in self.pods(key):
-            if not evictable(pod):
-                continue
-            if created_before is not None and pod.created_at > created_before:
-                continue
-            out.append(
-                PodRef(namespace=pod.namespace, name=pod.name, uid=pod.uid, node=pod.node_name)
-            )
-        return out
+        return in_force_of(self.replica, key, uid)
 
     def budget_blocked(self, key: WorkloadKey) -> str | None:
         """Why a PodDisruptionBudget does not allow evicting ``key`` whole now, or None
         (:func:`~tidegate.policy.victims.budget_blocks`)."""
         namespace = key.partition("/")[0]
         return budget_blocks(key, self._budgets.values(), namespace=namespace)
-
-    def still_live(self, pods: Iterable[PodRef]) -> list[PodRef]:
-        """Those of ``pods`` the view shows with the same uid and not finished or being
-        deleted (:func:`~tidegate.policy.common.evictable`)."""
-        out = []
-        for ref in pods:
-            pod = self.replica.pods.get((ref.namespace, ref.name))
-            if pod is not None and pod.uid == ref.uid and evictable(pod):
-                out.append(ref)
-        return out
-
-    def running(self, *, now: float, exclude: Iterable[str] = ()) -> list[RunningGang]:
-        """The admitted workloads that hold capacity, as victim candidates (``exclude``: keys
-        that may not be candidates, e.g. victims of preemptions in flight)."""
-        excluded = set(exclude)
-        out = []
-        for key in self.replica.recorded():
-            verdict = self.replica.verdict(key)
-            known, workload = verdict.in_force, verdict.workload
-            if key in excluded or known is None or workload is None:
-                continue
-            pods = self.pods(key)
-            bound = [p for p in pods if runs(p)]
-            if not bound:
-                continue
-            started = known.time or min(p.created_at for p in bound)
-            gang = running_gang(
-                workload,
-                bound,
-                running_seconds=max(int(now - started), 0),
-                admission=known.body.sequence,
-                origin=known.body.chain_start(),
-                queue=known.body.queue,
-                budgets=self._budgets.values(),
-            )
-            out.append(gang)
-        return out
-
-    def queue_usage(self, queue: str) -> QueueUsage:
-        """What ``queue`` holds: its tally in the replica of the decisions in force."""
-        resources, cards = self.replica.usage(queue)
-        return QueueUsage(resources=resources, cards=cards)
 
     def topology_for(
         self, workload: WorkloadState, *, queue: str | None = None
@@ -323,10 +210,13 @@ class PreemptionView:
         base = self.capacity.view(topology)
         assert base is not None  # topology_for checked that it is known
         own = workload_key(preemptor.namespace, preemptor.name)
-        view = self.adjusted(base, in_flight, preemptor=own)
+        view = in_flight_view(base, in_flight, self.replica, preemptor=own)
         busy = {victim.key for record in in_flight for victim in record.victims}
         running = self.running(now=now, exclude=busy)
-        usage = self.queue_usage(queue) if queue else None
+        usage = None
+        if queue:
+            resources, cards = self.replica.usage(queue)
+            usage = QueueUsage(resources=resources, cards=cards)
         return select_victims(
             preemptor,
             view=view,
@@ -337,56 +227,7 @@ class PreemptionView:
             queue_name=queue,
         )
 
-    def adjusted(
-        self, base: CapacityView, in_flight: Sequence[PreemptionRecord], *, preemptor: str
-    ) -> CapacityView:
-        """A copy of ``base`` with the pods of victims in flight gone and the room nominated
-        for preemptors other than ``preemptor`` (still waiting for admission) taken."""
-        change: dict[str, Resources] = {}
-        for record in in_flight:
-            for victim in record.victims:
-                for pod in self._live_pods(victim):
-                    # Terminating pods count too: their room is not free until they are gone.
-                    if pod.node_name and holds_capacity(pod):
-                        freed = {**pod.requests, "pods": 1}
-                        change[pod.node_name] = res.subtract(change.get(pod.node_name, {}), freed)
-            waiting = not self.is_admitted(WorkloadKey(record.preemptor), record.preemptor_uid)
-            if record.preemptor != preemptor and waiting:
-                for node, amount in record.decision.nominated.items():
-                    change[node] = res.add(change.get(node, {}), amount)
-        view = base.copy()
-        for node, delta in change.items():
-            if node not in view:
-                continue
-            used = res.add(view.used(node), delta)
-            view.set_used(node, {name: max(amount, 0) for name, amount in used.items()})
-        return view
-
-    def victim_record(self, key: WorkloadKey, *, mode: OnPreemption) -> VictimRecord | None:
-        """What to record for victim ``key`` (its owner and the pods to evict), or None when
-        the workload is no longer known."""
-        workload = self.replica.workload(key)
-        if workload is None:
-            return None
-        return VictimRecord(
-            key=key,
-            uid=workload.uid,
-            mode=mode,
-            owner_kind=workload.owner_kind,
-            owner_api_version=workload.owner_api_version,
-            pods=self.evictable_pods(key),
-        )
-
     # ------------------------------------------------------------------ internals
-
-    def _live_pods(self, victim: VictimRecord) -> list[PodState]:
-        """The recorded pods of ``victim`` that still exist (same UID)."""
-        out = []
-        for ref in victim.pods:
-            pod = self.replica.pods.get((ref.namespace, ref.name))
-            if pod is not None and pod.uid == ref.uid:
-                out.append(pod)
-        return out
 
     def _usage_of(self, decision: Admitted) -> dict[NodeName, Resources]:
         """Per-node use of an admission whose domains are single nodes (else unknown: {})."""

@@ -55,6 +55,7 @@ from tidegate.kube import (
     ResourceType,
 )
 from tidegate.model import Admitted, Pending, Preempted, Released, WorkloadKey, WorkloadState
+from tidegate.model.events import EventReason
 from tidegate.model.names import RESUME_ANNOTATION, RESUME_MANUAL
 from tidegate.policy.clusterview import ClusterView
 from tidegate.policy.podgroup import placement_summary
@@ -275,7 +276,7 @@ class Reporter:
         return Ack()
 
     async def _event(
-        self, workload: WorkloadState, reason: str, message: str, kind: EventType = "Normal"
+        self, workload: WorkloadState, reason: EventReason, message: str, kind: EventType = "Normal"
     ) -> None:
         await self.kube.create_event(
             owner_ref(workload), reason=reason, message=message, type=kind, component=COMPONENT
