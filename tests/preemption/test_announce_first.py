@@ -13,7 +13,7 @@ import asyncio
 from typing import Any
 
 from tidegate.kube import DEPLOYMENTS
-from tidegate.model import NodeState, PodState, Preempted
+from tidegate.model import NodeState, PodState, Preempted, TopologyAssignment
 from tidegate.testing.messages import Messages
 
 from .conftest import GATE, NAMESPACE, Harness, training_deployment
@@ -27,6 +27,13 @@ SETTLE_SECONDS = 1.0
 def nodes_on_the_bus(h: Harness) -> list[NodeState]:
     """The nodes the watcher published, by name."""
     return sorted((m for m in h.state.values() if isinstance(m, NodeState)), key=lambda n: n.name)
+
+
+def one_pod_per_node(h: Harness) -> TopologyAssignment:
+    """An assignment of one pod to every node of the simulated cluster, at hostname level."""
+    levels = h.sim.levels
+    hosts = [(tuple(n.labels[level] for level in levels), 1) for n in nodes_on_the_bus(h)]
+    return msg.assignment(hosts, levels)
 
 
 def train_pods(h: Harness) -> list[PodState]:
@@ -54,10 +61,7 @@ async def test_replacements_of_a_victim_being_evicted_are_not_released(
     assert workload is not None
     (podset,) = workload.podsets
     # The real ungater releases the gang's pods into the slots of this admission.
-    # One pod on every node of the simulated cluster, at hostname level.
-    levels = h.sim.levels
-    hosts = [(tuple(n.labels[level] for level in levels), 1) for n in nodes_on_the_bus(h)]
-    await h.admit("train", assignments={podset.name: msg.assignment(hosts, levels)})
+    await h.admit("train", assignments={podset.name: one_pod_per_node(h)})
 
     def all_running() -> bool:
         pods = train_pods(h)
