@@ -10,7 +10,6 @@ from tidegate.model import (
     Preempted,
     PreemptRequested,
     QueueConfig,
-    ReplaceRequested,
     TopologyAssignment,
     WorkloadKey,
     WorkloadState,
@@ -147,16 +146,6 @@ def test_a_workload_without_a_required_level_grows_elsewhere_when_its_rack_is_fu
     assert racks(first) < racks(body)
 
 
-def give_back(admitted: Admitted, *domains: DomainCount) -> ReplaceRequested:
-    return ReplaceRequested(
-        workload="ns/a",
-        uid="uid-a",
-        admitted_sequence=admitted.sequence,
-        lost={"workers": list(domains)},
-        give_back=True,
-    )
-
-
 def test_a_shrink_gives_back_only_the_surplus_of_the_slots_named_and_its_quota() -> None:
     admission = four_racks()
     state = msg.workload("a", msg.podset(count=4, gpus=4), service_type="inference")
@@ -164,7 +153,12 @@ def test_a_shrink_gives_back_only_the_surplus_of_the_slots_named_and_its_quota()
     admission.set_workload(scaled(state, 1))
     assert admission.cycle(now=2.0) == []  # the shrink follows the pods, not the spec
     freed = first.assignments["workers"].domains
-    (decision,) = admission.replace(give_back(first, *freed), now=3.0)
+    (decision,) = admission.replace(
+        msg.replace_requested(
+            "a", {"workers": freed}, admitted_sequence=first.sequence, give_back=True
+        ),
+        now=3.0,
+    )
     body = decision.body
     assert isinstance(body, Admitted)
     assert body.replaces == first.sequence
@@ -173,9 +167,28 @@ def test_a_shrink_gives_back_only_the_surplus_of_the_slots_named_and_its_quota()
     assert body.charged[GPU] == 4
     assert admission.quota.usage("q").resources[GPU] == 4
     # A repeated request names the admission it was about: ignored.
-    assert admission.replace(give_back(first, *freed), now=4.0) == []
+    assert (
+        admission.replace(
+            msg.replace_requested(
+                "a", {"workers": freed}, admitted_sequence=first.sequence, give_back=True
+            ),
+            now=4.0,
+        )
+        == []
+    )
     # Nothing surplus any more: a request about the new admission changes nothing.
-    assert admission.replace(give_back(body, *body.assignments["workers"].domains), now=5) == []
+    assert (
+        admission.replace(
+            msg.replace_requested(
+                "a",
+                {"workers": body.assignments["workers"].domains},
+                admitted_sequence=body.sequence,
+                give_back=True,
+            ),
+            now=5,
+        )
+        == []
+    )
 
 
 def test_freed_quota_admits_a_waiting_workload() -> None:
@@ -186,7 +199,15 @@ def test_freed_quota_admits_a_waiting_workload() -> None:
     admission.set_workload(msg.workload("b", msg.podset(count=2, gpus=4), created_at=1.0))
     assert only(admission.cycle(now=2.0), Pending)
     admission.set_workload(scaled(state, 2))
-    admission.replace(give_back(first, *first.assignments["workers"].domains), now=3.0)
+    admission.replace(
+        msg.replace_requested(
+            "a",
+            {"workers": first.assignments["workers"].domains},
+            admitted_sequence=first.sequence,
+            give_back=True,
+        ),
+        now=3.0,
+    )
     (admitted,) = only(admission.cycle(now=4.0), Admitted)
     assert isinstance(admitted, Admitted)
     assert admitted.workload == "ns/b"

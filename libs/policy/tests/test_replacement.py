@@ -36,12 +36,8 @@ def admitted_on(admission: Admission) -> Admitted:
 def lost_in(admitted: Admitted, *hosts: str) -> ReplaceRequested:
     """The request for the slots of ``hosts``."""
     domains = [d for d in admitted.assignments["workers"].domains if d.values[-1] in hosts]
-    return ReplaceRequested(
-        workload="ns/a",
-        uid="uid-a",
-        admitted_sequence=admitted.sequence,
-        lost={"workers": domains},
-        nodes=list(hosts),
+    return msg.replace_requested(
+        "a", {"workers": domains}, admitted_sequence=admitted.sequence, nodes=list(hosts)
     )
 
 
@@ -204,12 +200,8 @@ def test_merge_keeps_the_rest_and_adds_the_new_domains() -> None:
         epoch=1,
         assignments={"workers": msg.assignment({("b1", "r1", "n1"): 2, ("b1", "r1", "n2"): 2})},
     )
-    request = ReplaceRequested(
-        workload="ns/a",
-        uid="u",
-        admitted_sequence=4,
-        lost={"workers": [DomainCount(values=["b1", "r1", "n2"], count=2)]},
-    )
+    lost = [DomainCount(values=["b1", "r1", "n2"], count=2)]
+    request = msg.replace_requested("a", {"workers": lost}, admitted_sequence=4, uid="u")
     placed = {"workers": msg.assignment({("b1", "r1", "n1"): 1, ("b1", "r1", "n3"): 1})}
     merged = merged_assignments(admitted, request, placed)
     assert merged["workers"].domains == [

@@ -3,7 +3,7 @@ allow now is skipped, another victim serves the preemptor, and the decision says
 
 import dataclasses
 
-from tidegate.model import DisruptionBudgetState, WorkloadKey
+from tidegate.model import WorkloadKey
 from tidegate.policy.victims import budget_blocks, preempted_decision, select_victims
 
 from .test_victims import FOUR_NODES, QUEUES, cluster, gang, msg
@@ -11,23 +11,28 @@ from .test_victims import FOUR_NODES, QUEUES, cluster, gang, msg
 A = WorkloadKey("default/a")
 
 
-def pdb(allowed: int, covers: dict[str, int], namespace: str = "default") -> DisruptionBudgetState:
-    return DisruptionBudgetState(
-        namespace=namespace,
-        name="keep-a",
-        uid="u-pdb",
-        disruptions_allowed=allowed,
-        workloads=covers,
-    )
-
-
 def test_budget_blocks_when_it_selects_more_pods_than_it_allows() -> None:
-    assert budget_blocks(A, [pdb(1, {A: 2})], namespace="default") == (
-        "PodDisruptionBudget default/keep-a allows 1 disruption now and selects 2 of its pods"
+    assert budget_blocks(
+        A, [msg.disruption_budget("keep-a", {A: 2}, allowed=1)], namespace="default"
+    ) == ("PodDisruptionBudget default/keep-a allows 1 disruption now and selects 2 of its pods")
+    assert (
+        budget_blocks(A, [msg.disruption_budget("keep-a", {A: 2}, allowed=2)], namespace="default")
+        is None
     )
-    assert budget_blocks(A, [pdb(2, {A: 2})], namespace="default") is None
-    assert budget_blocks(A, [pdb(0, {"default/b": 2})], namespace="default") is None
-    assert budget_blocks(A, [pdb(0, {A: 2}, namespace="other")], namespace="default") is None
+    assert (
+        budget_blocks(
+            A, [msg.disruption_budget("keep-a", {"default/b": 2}, allowed=0)], namespace="default"
+        )
+        is None
+    )
+    assert (
+        budget_blocks(
+            A,
+            [msg.disruption_budget("keep-a", {A: 2}, allowed=0, namespace="other")],
+            namespace="default",
+        )
+        is None
+    )
 
 
 def test_a_protected_gang_is_skipped_and_another_victim_serves() -> None:
@@ -42,7 +47,9 @@ def test_a_protected_gang_is_skipped_and_another_victim_serves() -> None:
     )
     assert free.victims == (A,)
 
-    why = budget_blocks(A, [pdb(0, {A: 2})], namespace="default")
+    why = budget_blocks(
+        A, [msg.disruption_budget("keep-a", {A: 2}, allowed=0)], namespace="default"
+    )
     guarded = dataclasses.replace(a, budget_blocked=why)
     running = [guarded, b]
     choice = select_victims(

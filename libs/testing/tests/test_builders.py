@@ -4,6 +4,7 @@ import pytest
 
 from tidegate.model import (
     CapacityDomain,
+    DomainCount,
     Tombstone,
     subjects,
 )
@@ -29,6 +30,11 @@ def test_every_message_goes_on_the_subject_its_owner_uses() -> None:
         (msg.released("w"), subjects.decision(c, "released", "team", "w")),
         (msg.pending("w"), subjects.decision(c, "pending", "team", "w")),
         (msg.preempted("serve", ["w"]), subjects.decision(c, "preempted", "team", "serve")),
+        (msg.disruption_budget("keep", {"w": 2}), subjects.disruption_budget(c, "team", "keep")),
+        (
+            msg.replace_requested("w", {}, admitted_sequence=3),
+            subjects.decision(c, "replace-requested", "team", "w"),
+        ),
         (
             msg.preempt_requested("w", sequence=2),
             subjects.decision(c, "preempt-requested", "team", "w"),
@@ -113,3 +119,14 @@ def test_a_capacity_record_has_one_domain_value_per_level() -> None:
     assert msg.capacity_node("n1", "b1", "r1").domain == ["b1", "r1", "n1"]
     racks = Messages(levels=["rack"])
     assert racks.capacity_node("n1", "r2").domain == ["r2"]
+
+
+def test_a_budget_counts_workloads_by_key_and_a_replacement_names_its_admission() -> None:
+    budget = msg.disruption_budget("keep", {"w": 2, "other/v": 1}, allowed=1)
+    assert budget.workloads == {"team/w": 2, "other/v": 1}
+    assert (budget.uid, budget.disruptions_allowed) == ("uid-keep", 1)
+    slot = DomainCount(values=["b1", "r1", "n1"], count=1)
+    request = msg.replace_requested("w", {"workers": [slot]}, admitted_sequence=4, give_back=True)
+    assert (request.workload, request.uid, request.admitted_sequence) == ("team/w", "uid-w", 4)
+    assert request.lost == {"workers": [slot]}
+    assert request.give_back

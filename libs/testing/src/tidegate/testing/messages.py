@@ -17,6 +17,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from tidegate.model import (
     Admitted,
     CapacityNode,
+    DisruptionBudgetState,
     DomainCount,
     NodeState,
     Pending,
@@ -26,6 +27,7 @@ from tidegate.model import (
     PreemptRequested,
     QueueConfig,
     Released,
+    ReplaceRequested,
     Resources,
     Tombstone,
     TopologyAssignment,
@@ -259,6 +261,29 @@ class Messages:
         )
 
     @_suite_defaults
+    def disruption_budget(
+        self,
+        /,
+        name: str,
+        workloads: Mapping[str, int] | None = None,
+        *,
+        allowed: int = 0,
+        namespace: str | None = None,
+        uid: str | None = None,
+        **fields: Any,
+    ) -> DisruptionBudgetState:
+        """A PodDisruptionBudget as the watcher publishes it: ``allowed`` disruptions now, and
+        how many of each workload's pods (by key) it selects."""
+        return DisruptionBudgetState(
+            namespace=namespace or self.namespace,
+            name=name,
+            uid=uid or f"uid-{name}",
+            disruptions_allowed=allowed,
+            workloads={self.key(key): count for key, count in (workloads or {}).items()},
+            **fields,
+        )
+
+    @_suite_defaults
     def tombstone(
         self, /, kind: str, name: str, namespace: str | None = None, **fields: Any
     ) -> Tombstone:
@@ -393,5 +418,27 @@ class Messages:
             queue=str(self.queue if queue is _DEFAULT else queue),
             sequence=sequence,
             admitted_sequence=admitted_sequence,
+            **fields,
+        )
+
+    @_suite_defaults
+    def replace_requested(
+        self,
+        /,
+        workload: str,
+        lost: Mapping[str, Sequence[DomainCount]],
+        *,
+        admitted_sequence: int,
+        uid: str | None = None,
+        **fields: Any,
+    ) -> ReplaceRequested:
+        """The ungater's request for new slots for ``workload`` (a name or a key) in place of
+        the ``lost`` domains of each pod set, under its admission ``admitted_sequence`` (a
+        shrink's surplus given back with ``give_back=True``)."""
+        return ReplaceRequested(
+            workload=self.key(workload),
+            uid=uid or f"uid-{_name_of(workload)}",
+            admitted_sequence=admitted_sequence,
+            lost={podset: list(domains) for podset, domains in lost.items()},
             **fields,
         )
