@@ -47,7 +47,7 @@ def host(rack: str, i: int) -> str:
 
 def cluster(products: Mapping[str, str] | None = None) -> CapacityView:
     """Three racks of four 8-GPU hosts; ``products``: rack → GPU product label."""
-    nodes = []
+    nodes: list[NodeCapacity] = []
     for rack in ("r1", "r2", "r3"):
         extra = {GPU_PRODUCT_LABEL: products[rack]} if products else {}
         nodes.extend(
@@ -146,6 +146,20 @@ def test_without_a_required_level_the_gang_starts_sooner_over_two_racks() -> Non
     assert p.expected_start == NOW + 2 * HOUR
     assert (p.level, p.domain) == (BLOCK, ("b1",))
     assert sorted(w.key for w in p.waits_for) == ["research/sft-12", "team/a"]
+
+
+def test_a_gang_preferring_a_host_reserves_only_that_host() -> None:
+    podset = PodSetSpec(
+        name="workers",
+        count=8,
+        requests={GPU: 1},
+        topology=TopologyRequest(required=RACK, preferred=HOST),
+    )
+    p = plan(PlacementRequest(podsets=[podset]))
+    assert p.expected_start == NOW + HOUR  # team/a's hosts free first
+    assert (p.level, p.domain, p.nodes) == (HOST, ("b1", "r1", "r1-h1"), {"r1-h1"})
+    assert [w.key for w in p.waits_for] == ["team/a"]
+    assert reserved(p).message.startswith("node r1-h1 reserved; ")
 
 
 def test_a_gang_that_fits_now_is_planned_to_start_now_waiting_for_no_one() -> None:
