@@ -10,7 +10,7 @@
 
 On stop, one last round is published before the connection drains. The arithmetic is
 :class:`tidegate.placement.accounting.CapacityAccounting`; what to publish is decided by
-:class:`tidegate.topology_cache.publishing.PublishedView`; nothing here computes capacity.
+:class:`tidegate.policy.capacity_stream.PublishedView`; nothing here computes capacity.
 """
 
 import asyncio
@@ -27,10 +27,10 @@ from prometheus_client.registry import Collector
 from tidegate.bus import BusError, Publisher, PublishError, StateFollower, layout
 from tidegate.model import CapacityDomain, CapacityNode, subjects
 from tidegate.placement.accounting import CapacityAccounting, CapacityKey
+from tidegate.policy.capacity_stream import Outgoing, PublishedView
 from tidegate.runtime import ServiceContext
 from tidegate.topology_cache.config import Settings
 from tidegate.topology_cache.handlers import Handlers
-from tidegate.topology_cache.publishing import Outgoing, PublishedView
 
 log = logging.getLogger(__name__)
 
