@@ -215,6 +215,26 @@ async def test_explain_says_when_and_why_slots_were_moved(nats_url: str, cluster
     assert "slots moved 2 times because the scheduler found no room" in text
 
 
+async def test_explain_says_what_an_admission_borrows_from_its_cohort(
+    nats_url: str, cluster_id: str
+) -> None:
+    async with connected(nats_url, cluster_id) as bus:
+        team = QueueConfig(name="team-b", parent="research", nominal={GPU: 8})
+        await put(bus, cluster_id, subjects.queue(cluster_id, "team-b"), team)
+        body = workload("big", queue="team-b", priority=0, created=1.0)
+        await put(bus, cluster_id, subjects.workload(cluster_id, "ns", "big"), body)
+        borrowing = msgspec.structs.replace(
+            admitted("big", "team-b", 1), borrowed={GPU: 8}, cohort="research"
+        )
+        await decide(bus, cluster_id, "admitted", "big", borrowing)
+        view = await fill_view(bus, cluster_id, pods_of="ns")
+
+    answer = explain(view, "ns/big")
+    assert answer is not None
+    assert answer["borrowing"] == "borrowing 8 GPUs from cohort research"
+    assert "quota      borrowing 8 GPUs from cohort research" in render(answer)
+
+
 async def test_queues_sum_usage_of_admitted_and_count_pending_by_reason(
     nats_url: str, cluster_id: str
 ) -> None:
