@@ -34,11 +34,23 @@ Fault kinds (:data:`FAULT_KINDS`):
                     stored by the server but its connection drops before the ack
 ``kube-lost``       the next Kubernetes write of a chosen kind (ungate patch, eviction, Job or
                     Deployment patch, status patch, Event) is applied, but its answer dropped
+``kube-held``       the next leader write of a chosen kind (ungate patch, eviction, Queue
+                    status patch) is held on its way for longer than the lease TTL; it may
+                    reach the API server only if its sender still waits for it then — which a
+                    leader bounded by its lease never does (issue 29 seam 4: a write that lands
+                    later could land after a takeover), so one that does fails the schedule
 
-The last two are armed at their moment and stay armed until a matching request comes (in a
+The last three are armed at their moment and stay armed until a matching request comes (in a
 later schedule if need be; the timeline says when each was injected): the summary counts
 injected faults, not armed ones.
 ``nats-restart``    nats-server stops and starts again (same port, same store)
+
+In some schedules (:func:`replicated`, a third of the seeds, in blocks) two replicas of each
+leader service — admission, preemption, the ungater — run, as the Helm chart deploys them: a
+``kill`` or ``stop`` of one of them hits its current leader (read from each replica's
+``tidegate_leader`` metric), so the standby takes over while a stopped leader is alive and
+continues afterwards, deposed. The second replicas start before the first such schedule and
+stop before the next schedule that runs one replica.
 
 It does not decide what an invariant is (:mod:`tests.e2e.invariants`) nor how many schedules
 run (the test does).
@@ -58,14 +70,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final
 
+import aiohttp
+
 from tidegate.bus import layout
 from tidegate.bus.server import NatsServerProcess
 from tidegate.cli.demo_trace import WorkloadEntry
-from tidegate.cli.stack import SERVICES, LocalStack, StackError, StackSettings
+from tidegate.cli.stack import (
+    REPLICA_MARK,
+    SERVICES,
+    LocalStack,
+    StackError,
+    StackSettings,
+    service_of,
+)
 from tidegate.kube import DEPLOYMENTS
 from tidegate.model import Admitted, Message, Pending, Preempted, Released
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.testing.faultproxy import (
+    Hold,
     KubeFaultProxy,
     LoseAnswer,
     NatsFaultProxy,
@@ -84,6 +106,7 @@ FAULT_KINDS: Final = (
     "duplicate",
     "publish-lost",
     "kube-lost",
+    "kube-held",
     "nats-restart",
 )
 """Every kind of fault the harness can inject."""
@@ -112,6 +135,32 @@ KUBE_WRITES: Final = (
     ("POST", "/events"),  # Events
 )
 """(method, path fragment) of the Kubernetes writes whose answer ``kube-lost`` drops."""
+LEADER_WRITES: Final = (
+    ("PATCH", "/pods/"),  # the ungater's release (gate removal)
+    ("POST", "/eviction"),  # preemption's evictions (and the ungater's for lost nodes)
+    ("PATCH", "/status"),  # the ungater's Queue status
+)
+"""(method, path fragment) of the writes leaders make under their lease, which ``kube-held``
+holds past it."""
+HELD_SECONDS: Final = LEASE_TTL_SECONDS + 1.0
+"""How long ``kube-held`` holds a write: longer than a lease lasts unrenewed."""
+LEADERS: Final = ("admission", "preemption", "ungater")
+"""The services that run as a leader and standbys."""
+REPLICATED_BLOCK: Final = 8
+"""Consecutive seeds that run the same number of replicas: second replicas start (and stop)
+once per block, not per schedule (starting three processes at once on 2 loaded cores can
+starve the running leaders past their lease, and costs seconds)."""
+
+
+def replicated(seed: int) -> bool:
+    """Whether a seed's schedule runs two replicas of each leader service: one block of
+    :data:`REPLICATED_BLOCK` seeds in three (seeds 17-24, 41-48, …)."""
+    return (seed - 1) // REPLICATED_BLOCK % 3 == 2
+
+
+def second_replica(service: str) -> str:
+    """The process name of a leader service's second replica."""
+    return f"{service}{REPLICA_MARK}2"
 
 
 @dataclass(frozen=True)
@@ -123,9 +172,9 @@ class Fault:
     """Seconds after the episode's workloads were submitted."""
     targets: tuple[str, ...] = ()
     """Services (kill, kill-two, stop), a subject prefix (publish-lost) or a method and path
-    fragment (kube-lost)."""
+    fragment (kube-lost, kube-held)."""
     hold: float = 0.0
-    """How long a service stays down or stopped, or nats-server stays down."""
+    """How long a service stays down or stopped, nats-server stays down, or a write is held."""
     pick: int = 0
     """Which stored decision ``duplicate`` re-publishes (an index, modulo what there is)."""
 
@@ -139,6 +188,8 @@ class Schedule:
     serve: WorkloadEntry | None
     """An inference Deployment, deleted at the end of the episode (it may preempt)."""
     faults: tuple[Fault, ...]
+    replicas: int = 1
+    """Replicas of each leader service (:data:`LEADERS`) while it runs."""
 
     def describe(self) -> str:
         """One line: the seed, the workloads and the faults."""
@@ -149,7 +200,8 @@ class Schedule:
             f"{f.kind}@{f.at:.1f}s{'[' + ','.join(f.targets) + ']' if f.targets else ''}"
             for f in self.faults
         ]
-        return f"seed {self.seed}: submit {', '.join(work)}; faults {', '.join(faults)}"
+        replicas = f"; {self.replicas} replicas of each leader" if self.replicas > 1 else ""
+        return f"seed {self.seed}: submit {', '.join(work)}; faults {', '.join(faults)}{replicas}"
 
 
 BASELINE: Final = (
@@ -171,8 +223,13 @@ def plan(seed: int, kinds: tuple[str, ...], *, spared: tuple[str, ...] = ()) -> 
     serve = inference(f"serve-{seed}", pods=1, cpu="4") if rng.random() < 0.4 else None
     services = [s for s in SERVICES if s not in spared]  # each the target of one fault at most
     faults = []
+    # kube-held shares kube-lost's draw (half of them each) when both are enabled, so the other
+    # kinds are drawn as often, for the same seeds, as before it existed.
+    pool = [k for k in kinds if k != "kube-held"] if "kube-lost" in kinds else list(kinds)
     for _ in range(rng.choice((1, 1, 2))):
-        kind = rng.choice(kinds)
+        kind = rng.choice(pool)
+        if kind == "kube-lost" and "kube-held" in kinds and rng.random() < 0.5:
+            kind = "kube-held"
         if kind in ("kill", "stop", "kill-two") and len(services) < 2:
             kind = "duplicate"
         at = rng.uniform(0.0, 2.0)
@@ -195,12 +252,15 @@ def plan(seed: int, kinds: tuple[str, ...], *, spared: tuple[str, ...] = ()) -> 
                 fault = Fault(kind, at, (prefix,))
             case "kube-lost":
                 fault = Fault(kind, at, rng.choice(KUBE_WRITES))
+            case "kube-held":
+                fault = Fault(kind, at, rng.choice(LEADER_WRITES), hold=HELD_SECONDS)
             case "nats-restart":
                 fault = Fault(kind, at, hold=rng.uniform(0.2, 1.5))
             case _:
                 fault = Fault(kind, at, pick=rng.randrange(1 << 30))
         faults.append(fault)
-    return Schedule(seed, jobs, serve, tuple(sorted(faults, key=lambda f: f.at)))
+    replicas = 2 if replicated(seed) else 1
+    return Schedule(seed, jobs, serve, tuple(sorted(faults, key=lambda f: f.at)), replicas)
 
 
 @dataclass
@@ -261,6 +321,8 @@ class Chaos:
         self.serves: set[str] = set()
         """Inference Deployments submitted by the schedules."""
         self._complete: set[str] = set()
+        self.replicas: set[str] = set()
+        """Process names of the second replicas running now (:func:`second_replica`)."""
 
     # ------------------------------------------------------------------ one episode
 
@@ -270,6 +332,7 @@ class Chaos:
         decision log. An assertion names the seed."""
         system = self.system
         system.note(f"--- schedule {schedule.describe()}")
+        await self.run_replicas(schedule.replicas)
         started = time.monotonic()
         for job in schedule.jobs:
             self.jobs[job.name] = job
@@ -284,11 +347,69 @@ class Chaos:
             self.deleted.add(schedule.serve.name)
         await self.settle(within=within, what=f"seed {schedule.seed}")
         await self.system.until_bus_agrees(within=within / 3)
+        late = self.late_writes()
+        assert not late, f"seed {schedule.seed}: " + "\n".join(late) + "\n" + system.report()
         self.tally.injected["publish-lost"] = self.nats_proxy.injected
-        self.tally.injected["kube-lost"] = self.kube_proxy.injected
+        faulted = [s.fault for s in self.kube_proxy.seen if s.fault is not None]
+        self.tally.injected["kube-lost"] = sum(isinstance(f, LoseAnswer) for f in faulted)
+        self.tally.injected["kube-held"] = sum(isinstance(f, Hold) for f in faulted)
         self.tally.kube_requests = self.kube_proxy.requests
         self.tally.schedules += 1
         self.tally.seeds.append(schedule.seed)
+
+    def late_writes(self) -> list[str]:
+        """Leader writes ``kube-held`` held past the lease that reached the API server all
+        the same: their sender still waited for them, past the time its lease was confirmed
+        for (issue 29 seam 4)."""
+        return [
+            f"a {s.method} {s.path} held {s.seconds:.1f}s (past the {LEASE_TTL_SECONDS:.0f}s "
+            f"lease) reached the API server (answered {s.upstream}): its sender still waited, "
+            f"so a deposed leader's write could land after a takeover"
+            for s in self.kube_proxy.seen
+            if isinstance(s.fault, Hold) and s.upstream is not None
+        ]
+
+    async def run_replicas(self, count: int) -> None:
+        """Run ``count`` replicas of each leader service: start each second replica (ready
+        as a standby), or stop it (gracefully: a leader among them hands its lease over)."""
+        system = self.system
+        wanted = {second_replica(s) for s in LEADERS} if count > 1 else set()
+        starting = sorted(wanted - self.replicas)
+        for name in starting:  # one at a time: each imports for seconds of CPU
+            system.note(f"starting {name}")
+            self.replicas.add(name)
+            await self._start(name)
+        stopping = sorted(self.replicas - wanted)
+        if stopping:
+            system.note(f"stopping {', '.join(stopping)}")
+            system.checks.restarting.update(stopping)  # not for the supervisor to start again
+            try:
+                await asyncio.gather(*(system.stack.stop_service(name) for name in stopping))
+                for name in stopping:
+                    del system.stack.processes[name]
+                    self.replicas.discard(name)
+            finally:
+                system.checks.restarting.difference_update(stopping)
+                system.checks.settled_at = time.monotonic()
+
+    async def leader(self, service: str) -> str:
+        """The process of ``service`` that leads now (its ``tidegate_leader`` metric says 1):
+        ``service`` itself unless one of its further replicas does."""
+        names = [n for n in self.system.pids() if service_of(n) == service and n != service]
+        async with aiohttp.ClientSession() as session:
+            for name in names:
+                port = self.system.stack.processes[name].http_port
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with session.get(
+                        f"http://127.0.0.1:{port}/metrics", timeout=aiohttp.ClientTimeout(total=2)
+                    ) as response:
+                        text = await response.text()
+                    if any(
+                        line.startswith("tidegate_leader{") and line.endswith(" 1.0")
+                        for line in text.splitlines()
+                    ):
+                        return name
+        return service
 
     async def _inject(self, fault: Fault, started: float) -> None:
         await asyncio.sleep(max(0.0, started + fault.at - time.monotonic()))
@@ -296,15 +417,17 @@ class Chaos:
         match fault.kind:
             case "kill" | "kill-two":
                 # A service that exited by itself (a NATS restart under load) is being started
-                # again by the supervisor: the crash is injected into its successor.
-                names = [name for name in fault.targets if await self._when_up(name)]
+                # again by the supervisor: the crash is injected into its successor. With two
+                # replicas, the crash hits the leader.
+                leaders = [await self.leader(name) for name in fault.targets]
+                names = [name for name in leaders if await self._when_up(name)]
                 for name in names:
                     await system.kill(name)
                 await asyncio.sleep(fault.hold)
                 for name in names:
                     await system.start(name)
             case "stop":
-                await self._stop(fault.targets[0], fault.hold)
+                await self._stop(await self.leader(fault.targets[0]), fault.hold)
             case "duplicate":
                 await self._duplicate(fault.pick)
             case "publish-lost":
@@ -314,11 +437,15 @@ class Chaos:
                 method, path = fault.targets
                 self.kube_proxy.arm(method, path, LoseAnswer(drop=True))
                 system.note(f"armed: next {method} *{path}* applied, answer dropped")
+            case "kube-held":
+                method, path = fault.targets
+                self.kube_proxy.arm(method, path, Hold(fault.hold))
+                system.note(f"armed: next {method} *{path}* held {fault.hold:.1f}s on its way")
             case "nats-restart":
                 await self._restart_nats(fault.hold)
             case _:
                 raise ValueError(f"unknown fault kind {fault.kind}")
-        if fault.kind not in ("publish-lost", "kube-lost"):
+        if fault.kind not in ("publish-lost", "kube-lost", "kube-held"):
             self.tally.injected[fault.kind] += 1
 
     async def _when_up(self, name: str, *, within: float = 60.0) -> bool:
@@ -407,8 +534,11 @@ class Chaos:
         while not stop.is_set():
             for process in system.stack.dead_services():
                 name = process.name
-                if name in system.checks.restarting:
-                    continue
+                if (
+                    name in system.checks.restarting
+                    or system.stack.processes.get(name) is not process
+                ):
+                    continue  # being restarted or stopped for good meanwhile (a replica)
                 system.checks.restarting.add(name)
                 try:
                     code = process.returncode
@@ -475,7 +605,7 @@ class Chaos:
         system = self.system
 
         async def settled() -> bool:
-            if system.checks.restarting or set(system.pids()) != set(SERVICES):
+            if system.checks.restarting or set(system.pids()) != set(SERVICES) | self.replicas:
                 return False
             self._complete = await system.completed_jobs()
             return not self.unsettled()

@@ -46,8 +46,20 @@ def seeds() -> list[int]:
     return list(range(start, start + int(count or DEFAULT_SCHEDULES)))
 
 
+NATS_PY_RECONNECT_LEAK = (
+    "ignore:Exception ignored in. <function StreamWriter.__del__"
+    ":pytest.PytestUnraisableExceptionWarning"
+)
+"""nats-py's reconnect loop drops the transport of an attempt whose server closed before its
+INFO line ("empty response from server when expecting INFO message": a nats-server restarting
+under the observer's own connection) without closing it; the garbage collector then warns of
+an unclosed StreamWriter, an unraisable warning that would fail the run although every
+schedule passed. Only that warning is ignored, and only here."""
+
+
 @pytest.mark.slow(200)
 @pytest.mark.timeout(900)
+@pytest.mark.filterwarnings(NATS_PY_RECONNECT_LEAK)
 async def test_seeded_fault_schedules_keep_every_invariant(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -71,6 +71,28 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 },
             },
             {"name": "offline"},
+            {
+                "name": "team-a",
+                "spec": {
+                    "cohort": "research",
+                    "nominalQuota": {"nvidia.com/gpu": "16"},
+                    "lendingLimit": {"nvidia.com/gpu": 12},
+                    "cardNominalQuota": {"NVIDIA-H200": 16},
+                    "fairSharing": {"weight": "1.5"},
+                    "preemption": {
+                        "reclaimWithinCohort": "LowerPriority",
+                        "borrowWithinCohort": {
+                            "policy": "LowerPriority",
+                            "maxPriorityThreshold": 10,
+                        },
+                        "withinClusterQueue": "Never",
+                    },
+                },
+            },
+        ],
+        "cohorts": [
+            {"name": "research", "spec": {"parent": "org", "capability": {"nvidia.com/gpu": 32}}},
+            {"name": "org"},
         ],
     },
     "existing-secret": {
@@ -242,6 +264,14 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "queue with a bad strategy": (
         {"queues": [{"name": "q", "spec": {"queueingStrategy": "LIFO"}}]},
         "/queues/0/spec/queueingStrategy",
+    ),
+    "queue with a bad reclaim policy": (
+        {"queues": [{"name": "q", "spec": {"preemption": {"reclaimWithinCohort": "Always"}}}]},
+        "/queues/0/spec/preemption/reclaimWithinCohort",
+    ),
+    "cohort with a misspelt field": (
+        {"cohorts": [{"name": "c", "spec": {"nominalQuotas": {"cpu": 1}}}]},
+        "/cohorts/0/spec",
     ),
     "existing secret without its CA": (
         {"webhook": {"certificate": {"existingSecret": "s"}}},
@@ -801,6 +831,28 @@ def test_topologies_and_queues_from_values(render: Render) -> None:
     assert queues["online"]["spec"]["cardQuota"] == {"NVIDIA-H200/mig-1g.18gb-mixed": 7}
     assert queues["offline"]["spec"] == {}
     assert _of(render({}), "Queue") == []
+
+
+def test_cohorts_and_the_queue_tree_fields_from_values(render: Render) -> None:
+    documents = render(SCENARIOS["cert-manager"])
+    cohorts = {c["metadata"]["name"]: c for c in _of(documents, "Cohort")}
+    assert cohorts["research"]["spec"] == {"parent": "org", "capability": {"nvidia.com/gpu": 32}}
+    assert cohorts["org"]["spec"] == {}
+    (team,) = [q for q in _of(documents, "Queue") if q["metadata"]["name"] == "team-a"]
+    assert team["spec"]["cohort"] == "research"
+    assert team["spec"]["preemption"]["borrowWithinCohort"]["maxPriorityThreshold"] == 10
+    assert _of(render({}), "Cohort") == []
+
+
+@pytest.mark.parametrize(("values_key", "crd"), [("queues", "queues"), ("cohorts", "cohorts")])
+def test_the_values_schema_offers_every_field_of_the_crd_spec(values_key: str, crd: str) -> None:
+    """A Queue or Cohort field the CRD defines can be set from the values, and no other."""
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    offered = schema["properties"][values_key]["items"]["properties"]["spec"]["properties"]
+    definition = yaml.safe_load((CRD_DIR / f"tidegate.io_{crd}.yaml").read_text())
+    (version,) = definition["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert sorted(offered) == sorted(spec)
 
 
 def test_the_packaged_chart_carries_the_crds(tmp_path: Path) -> None:

@@ -9,6 +9,16 @@ stream, and nothing else. :mod:`tests.e2e.system` lists nodes and pods through
 :mod:`tidegate.kube` several times a second and feeds every decision as it arrives; a harness
 on a real cluster does the same with its own client.
 
+Ground truth only: what the API server lists, and the raw decision log (the decisions stream
+read message by message in stream order, a decision stored twice with the same content
+counted once). No check applies the rules under test — neither
+:meth:`~tidegate.model.Preempted.ends` nor the replica of the decisions in force
+(:mod:`tidegate.model.replica`) nor any policy. Which admission is in force comes from
+admission's own admitted and released decisions in the order of its sequence
+(:func:`generations`); a ``preempted`` ends the victim's generation it names (its ``lost``
+entry, looked up among the generation's admissions) and is accounted for by admission's
+release of it.
+
 The API, kept small so that any harness can call it:
 
 - ``Invariants(managed_namespaces=..., grace_seconds=...)``; ``decided(decision)`` for every
@@ -56,8 +66,10 @@ visible on the bus):
   follows an admission of that uid still in force, with a lower sequence — a second release of
   the same admission (a decision applied twice) is named;
 - **one eviction per preemption** (:func:`eviction_problems`): a workload is released as
-  ``Evicted`` no more often than distinct ``preempted`` decisions named it, and never before
-  one did — a repeated ``preempted`` that releases the victim's later admission is named;
+  ``Evicted`` no more often than distinct ``preempted`` decisions named it, each stored after
+  the generation it ends began and before its release, naming (if it names one) an admission
+  of that generation — a repeated ``preempted`` that releases the victim's later admission is
+  named;
 - **victims released** (:func:`unreleased_victims`, at the end): every victim is released as
   ``Evicted``.
 
@@ -76,6 +88,7 @@ Nothing here does I/O.
 
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -153,6 +166,11 @@ class Invariants:
         self._to_evict: dict[str, tuple[float, set[str]]] = {}
         """Victim workload key → when its preemption was seen and the uids of its pods then
         released, until every one of them is being deleted."""
+        self._generation: dict[str, tuple[str, set[int]]] = {}
+        """Workload key → uid and admission sequences of its open generation (admitted, not
+        released since)."""
+        self._ended: dict[tuple[str, str], int] = {}
+        """(workload key, uid) → sequence of the release that ended its last generation."""
         self._reported: set[str] = set()
         self._decided: set[bytes] = set()
 
@@ -162,12 +180,18 @@ class Invariants:
 
     def decided(self, body: Message) -> None:
         """Take one decision into account (call in stream order, as they arrive); one seen
-        before with the same content (a repeated publish or delivery) changes nothing."""
+        before with the same content (a repeated publish or delivery) changes nothing.
+
+        Which admission a ``preempted`` ends is read from the log itself, not from the rule
+        under test (:meth:`~tidegate.model.Preempted.ends`): the victim's :class:`Generation`
+        open when it came — the one holding the admission its ``lost`` names, if it names
+        one; a copy naming an admission of an earlier generation ends nothing."""
         key = type(body).__name__.encode() + msgspec.json.encode(body)
         if key in self._decided:
             return
         self._decided.add(key)
         if isinstance(body, Admitted):
+            self._open_generation(body)
             newest = self.admissions.get(body.workload)
             if newest is not None and newest.uid == body.uid and newest.sequence > body.sequence:
                 return  # an older admission delivered late changes nothing
@@ -175,16 +199,25 @@ class Invariants:
             self.assigned[body.workload] = sum(
                 d.count for a in body.assignments.values() for d in a.domains
             )
-            ended = self._evicted_generation.pop(body.workload, None)
-            if ended:
-                self._superseded.setdefault(body.workload, set()).update(ended)
+        elif isinstance(body, Released):
+            uid, sequences = self._generation.get(body.workload, ("", set()))
+            if uid != body.uid:
+                return
+            self._ended[(body.workload, body.uid)] = body.sequence
+            later = {s for s in sequences if s > body.sequence}
+            del self._generation[body.workload]
+            if later:  # a re-admission stored before this release: the next generation
+                self._begin(body.workload, uid, later)
         elif isinstance(body, Preempted):
             for victim in body.victims:
-                held = self.admissions.get(victim)
-                if held is not None and not body.ends(
-                    victim, uid=held.uid, sequence=held.sequence, replaces=held.replaces
+                lost = body.lost.get(victim)
+                held = self._generation.get(victim)
+                if (
+                    held is not None
+                    and lost is not None
+                    and (lost.uid != held[0] or lost.sequence not in held[1])
                 ):
-                    continue  # a late copy about an older admission: the newest one stays
+                    continue  # a late copy about an earlier admission: the open one stays
                 # The pods released before the decision (the last sample); those being
                 # deleted at the next sample are of the same generation too.
                 released = {
@@ -195,6 +228,24 @@ class Invariants:
                 self._evicted_generation[victim] = released
                 self._to_evict.setdefault(victim, (time.monotonic(), set()))[1].update(released)
                 self._preempted_since_sample.add(victim)
+
+    def _open_generation(self, body: Admitted) -> None:
+        """Add an admission to its workload's open generation, or open a new one (another
+        object under the name, or the first admission since a release); a new generation
+        after a preemption is the re-admission the preempted gang's pods wait for."""
+        if body.sequence < self._ended.get((body.workload, body.uid), 0):
+            return  # published before the release that ended it, stored after it
+        uid, sequences = self._generation.get(body.workload, ("", set()))
+        if uid == body.uid:
+            sequences.add(body.sequence)
+            return
+        self._begin(body.workload, body.uid, {body.sequence})
+
+    def _begin(self, workload: str, uid: str, sequences: set[int]) -> None:
+        self._generation[workload] = (uid, sequences)
+        ended = self._evicted_generation.pop(workload, None)
+        if ended:
+            self._superseded.setdefault(workload, set()).update(ended)
 
     # ------------------------------------------------------------------ invariants, sampled
 
@@ -530,54 +581,42 @@ def release_problems(decisions: Iterable[Message]) -> list[str]:
 
 
 def eviction_problems(decisions: Iterable[Message]) -> list[str]:
-    """Releases as ``Evicted`` that no distinct ``preempted`` decision accounts for: each
-    preemption of a victim ends at most one admission of it, and only one it names
-    (:meth:`~tidegate.model.Preempted.ends`: the admission in its ``lost``, or any when it names
-    none). A repeated ``preempted`` applied again releases the victim's later admission (its
-    quota returned while its pods run): that release is named. Releases that evict for lost
-    nodes (``evict_pods``) are not preemptions and are left out."""
+    """Releases as ``Evicted`` that no distinct ``preempted`` decision accounts for, judged
+    from the log alone (:func:`generations`, not the rule under test): each preemption of a
+    victim accounts for the end of at most one of its generations, one that began before the
+    preemption was stored and was released after it — and, when its ``lost`` names an
+    admission, the generation holding that admission. A repeated ``preempted`` applied again
+    releases the victim's later admission (its quota returned while its pods run): that
+    release is named. Releases that evict for lost nodes (``evict_pods``) are not preemptions
+    and are left out."""
+    log = distinct(decisions)
+    preemptions = [(at, d) for at, d in enumerate(log) if isinstance(d, Preempted)]
+    used: set[tuple[int, str]] = set()
     problems: list[str] = []
-    owed: dict[str, list[Preempted]] = {}
-    in_force: dict[str, Admitted] = {}
-    for decision in distinct(decisions):
-        match decision:
-            case Admitted():
-                held = in_force.get(decision.workload)
-                if held is None or held.uid != decision.uid or held.sequence < decision.sequence:
-                    in_force[decision.workload] = decision
-            case Preempted():
-                for victim in decision.victims:
-                    owed.setdefault(victim, []).append(decision)
-            case Released(reason="Evicted", evict_pods=False):
-                key = decision.workload
-                ended = in_force.get(key)
-                match = next(
-                    (
-                        p
-                        for p in owed.get(key, [])
-                        if ended is None
-                        or p.ends(
-                            key, uid=ended.uid, sequence=ended.sequence, replaces=ended.replaces
-                        )
-                    ),
-                    None,
-                )
-                if match is None:
-                    what = "" if ended is None else f" its admission {ended.sequence}"
-                    problems.append(
-                        f"{key} released as Evicted (sequence {decision.sequence}){what} with "
-                        f"no preemption of it left to apply: one preempted decision applied "
-                        f"twice, or to a later admission"
-                    )
-                else:
-                    owed[key].remove(match)
-                in_force.pop(key, None)
-            case Released():
-                held = in_force.get(decision.workload)
-                if held is not None and held.uid == decision.uid:
-                    del in_force[decision.workload]
-            case _:
-                pass
+    for generation in generations(log):
+        end, ended_at = generation.end, generation.end_seen
+        if end is None or ended_at is None or end.reason != "Evicted" or end.evict_pods:
+            continue
+        key = generation.workload
+        match = next(
+            (
+                at
+                for at, p in preemptions
+                if key in p.victims
+                and (at, key) not in used
+                and generation.first_seen < at < ended_at
+                and generation.named_by(p)
+            ),
+            None,
+        )
+        if match is None:
+            problems.append(
+                f"{key} released as Evicted (sequence {end.sequence}) its admission "
+                f"{generation.newest.sequence} with no preemption of it left to apply: one "
+                f"preempted decision applied twice, or to a later admission"
+            )
+        else:
+            used.add((match, key))
     return problems
 
 
@@ -612,33 +651,70 @@ def decision_problems(decisions: Sequence[Message], *, settled: bool = False) ->
 # ---------------------------------------------------------------------- checks at the end
 
 
+@dataclass
+class Generation:
+    """One admission of one workload object as admission's own log tells it: its admitted
+    decisions of one uid in sequence order (the first, then resizes and replacements), until
+    a released decision of that uid ends it or an admission of another object under the name
+    supersedes it. Stream positions are indexes into the distinct log, in stream order."""
+
+    workload: str
+    uid: str
+    sequences: set[int]
+    newest: Admitted
+    first_seen: int
+    """Stream position of the earliest stored of its admissions."""
+    end: Released | None = None
+    end_seen: int | None = None
+    """Stream position of :attr:`end`."""
+
+    def named_by(self, preempted: Preempted) -> bool:
+        """Whether a preemption may end this generation by what it names: its ``lost`` entry
+        for the workload names one of this generation's admissions, or it names none."""
+        lost = preempted.lost.get(self.workload)
+        return lost is None or (lost.uid == self.uid and lost.sequence in self.sequences)
+
+
+def generations(decisions: Iterable[Message]) -> list[Generation]:
+    """Every workload's generations (:class:`Generation`), in the order admission decided
+    them (its sequence; a publish retried later may reach the stream out of order). Built
+    from admitted and released decisions only: a ``preempted`` ends nothing until admission
+    releases its victim."""
+    log = distinct(decisions)
+    position = {id(d): at for at, d in enumerate(log)}
+    open_now: dict[str, Generation] = {}
+    found: list[Generation] = []
+    for decision in _by_sequence(log):
+        at = position[id(decision)]
+        held = open_now.get(decision.workload)
+        if isinstance(decision, Admitted):
+            if held is not None and held.uid == decision.uid:
+                held.sequences.add(decision.sequence)
+                held.newest = decision
+                held.first_seen = min(held.first_seen, at)
+                continue
+            generation = Generation(
+                decision.workload, decision.uid, {decision.sequence}, decision, at
+            )
+            open_now[decision.workload] = generation
+            found.append(generation)
+        elif held is not None and held.uid == decision.uid:
+            held.end, held.end_seen = decision, at
+            del open_now[decision.workload]
+    return found
+
+
 def admissions_in_force(decisions: Iterable[Message]) -> dict[str, Admitted]:
-    """Workload key → its admission in force, in stream order: a newer admission of a workload
-    replaces its older one; a release of it, or a ``preempted`` naming it, ends it."""
+    """Workload key → the newest admission of its open generation (:func:`generations`):
+    admitted, and not released since by admission. A ``preempted`` alone ends nothing here:
+    once the run is quiet admission has released every victim it ends
+    (:func:`unreleased_victims`, :func:`eviction_problems`)."""
     in_force: dict[str, Admitted] = {}
-    for decision in distinct(decisions):
-        match decision:
-            case Admitted():
-                held = in_force.get(decision.workload)
-                if held is None or held.uid != decision.uid or held.sequence < decision.sequence:
-                    in_force[decision.workload] = decision
-            case Released():
-                held = in_force.get(decision.workload)
-                if (
-                    held is not None
-                    and held.uid == decision.uid
-                    and held.sequence < decision.sequence
-                ):
-                    del in_force[decision.workload]
-            case Preempted():
-                for victim in decision.victims:
-                    held = in_force.get(victim)
-                    if held is not None and decision.ends(
-                        victim, uid=held.uid, sequence=held.sequence, replaces=held.replaces
-                    ):
-                        del in_force[victim]
-            case _:
-                pass
+    for generation in generations(decisions):
+        if generation.end is None:
+            in_force[generation.workload] = generation.newest
+        else:
+            in_force.pop(generation.workload, None)
     return in_force
 
 

@@ -7,7 +7,9 @@ a decision log, and the check must name it; where it matters, the harmless neigh
 situation is shown not to fire.
 """
 
+import ast
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -24,6 +26,7 @@ from tidegate.model import (
     TopologyAssignment,
 )
 
+from . import invariants
 from .invariants import (
     GATE,
     Invariants,
@@ -287,8 +290,9 @@ def test_pods_that_finished_under_a_preempted_admission_hold_no_slot_of_the_next
     pods = [pod("v-0", app="v", node=NODE, gpus=1), pod("v-1", app="v", node=NODE, gpus=1)]
     found.sample(NODES, pods, time.monotonic())
     found.decided(preempted(f"{NAMESPACE}/v"))
+    found.decided(released(f"{NAMESPACE}/v", 2))
     elsewhere = [DomainCount(values=["rack0", OTHER], count=2)]
-    found.decided(admitted(f"{NAMESPACE}/v", 2, count=2, domains=elsewhere))
+    found.decided(admitted(f"{NAMESPACE}/v", 3, count=2, domains=elsewhere))
     finished = [
         pod(p["metadata"]["name"], app="v", node=NODE, gpus=1, phase="Succeeded") for p in pods
     ]
@@ -297,9 +301,26 @@ def test_pods_that_finished_under_a_preempted_admission_hold_no_slot_of_the_next
     sample_twice(found, [finished[0], pods[1]])
     assert len(found.violations) == 1, found.violations
     assert (
-        f"1 pods of t/v released into domain rack0/{NODE} but admission 2 assigned 0"
+        f"1 pods of t/v released into domain rack0/{NODE} but admission 3 assigned 0"
         in (found.violations[0])
     )
+
+
+def test_a_readmission_stored_before_the_release_it_follows_is_a_new_admission() -> None:
+    """Admission's sequence orders its decisions; a publish retried later may store its
+    release after the re-admission that follows it. The re-admitted gang's pods are then not
+    released early."""
+    found = checks()
+    found.decided(admitted(f"{NAMESPACE}/v", 1))
+    found.sample(NODES, [pod("v-0", app="v", node=NODE)], time.monotonic())
+    found.decided(preempted(f"{NAMESPACE}/v"))
+    found.sample(NODES, [], time.monotonic())  # evicted and gone
+    found.decided(admitted(f"{NAMESPACE}/v", 3))
+    found.decided(released(f"{NAMESPACE}/v", 2))
+    sample_twice(found, [pod("v-1", app="v", node=NODE)])
+    assert found.violations == []
+    log: list[Message] = [admitted("t/v", 1), preempted("t/v"), admitted("t/v", 3)]
+    assert eviction_problems([*log, released("t/v", 2)]) == []
 
 
 def test_a_preempted_gang_not_evicted_whole_is_named() -> None:
@@ -417,6 +438,7 @@ def test_a_preemption_delivered_again_is_one_preemption_to_the_sampler() -> None
     found.sample(NODES, [pod("v-0", app="v", node=NODE)], time.monotonic())
     found.decided(preempted(f"{NAMESPACE}/v"))
     found.sample(NODES, [], time.monotonic())  # evicted and gone
+    found.decided(released(f"{NAMESPACE}/v", 2))
     found.decided(admitted(f"{NAMESPACE}/v", 3))
     again = [pod("v-1", app="v", node=NODE)]
     found.sample(NODES, again, time.monotonic())
@@ -485,9 +507,65 @@ def test_a_preemption_that_names_an_older_admission_ends_no_later_one() -> None:
         lost={"t/v": LostAdmission(uid="uid-t/v", sequence=3)},
     )
     assert eviction_problems([*log, later, released("t/v", 4)]) == []
-    # The capacity view's recomputation applies the same rule: the re-admission still holds.
+    # Stored before the re-admission began, a preemption cannot account for its end.
+    early = [admitted("t/v", 1), first, released("t/v", 2), later, admitted("t/v", 3)]
+    assert len(eviction_problems([*early, released("t/v", 4)])) == 1
+    # The capacity view's recomputation ends an admission when admission releases it.
     assert reservations([*log, again], NODES, []) == {NODE: {"pods": 1}}
-    assert reservations([*log, later], NODES, []) == {}
+    assert reservations([*log, later], NODES, []) == {NODE: {"pods": 1}}
+    assert reservations([*log, later, released("t/v", 4)], NODES, []) == {}
+
+
+def test_the_sampler_ends_only_the_generation_a_preemption_names() -> None:
+    """A copy of a preemption naming the victim's earlier admission (published again with
+    other content) must not make the sampler expect the re-admitted gang's pods to go; one
+    naming the admission in force must."""
+    lost = {"t/v": LostAdmission(uid="uid-t/v", sequence=1)}
+    stale = Preempted(
+        preemptor="t/s", preemptor_uid="s", victims=["t/v"], lost=lost, message="again"
+    )
+    found = checks()
+    found.decided(admitted(f"{NAMESPACE}/v", 1))
+    found.decided(released(f"{NAMESPACE}/v", 2))
+    found.decided(admitted(f"{NAMESPACE}/v", 3))
+    running = [pod("v-0", app="v", node=NODE)]
+    found.sample(NODES, running, time.monotonic())
+    found.decided(stale)
+    sample_twice(found, running)
+    assert found.violations == []
+    current = msgspec.structs.replace(
+        stale, lost={"t/v": LostAdmission(uid="uid-t/v", sequence=3)}, message="now"
+    )
+    found.decided(current)
+    sample_twice(found, running)
+    assert found.violations == [found.violations[0]]
+    assert "preempted t/v not evicted whole: ['t/v-0'] still running" in found.violations[0]
+
+
+def test_the_invariants_do_not_apply_the_rule_under_test() -> None:
+    """Ground truth only: no call of a decision's own in-force rule (``ends``, ``aborts``) and
+    no import of the replica or of a policy module."""
+    source = Path(invariants.__file__).read_text()
+    tree = ast.parse(source)
+    calls = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("ends", "aborts")
+    ]
+    imported = [
+        node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+    ] + [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    ]
+    assert calls == []
+    assert [
+        m for m in imported if m.startswith(("tidegate.model.replica", "tidegate.policy"))
+    ] == []
 
 
 def owned(obj: dict[str, Any], kind: str, name: str, *, controller: bool = True) -> dict[str, Any]:
@@ -530,5 +608,5 @@ def test_a_pod_still_gated_while_its_workload_is_admitted_is_named() -> None:
     assert gated_forever(log, pods, owners) == [
         "t/web-b is still gated though t/web is admitted (sequence 1)"
     ]
-    # Once a preemption ends web's admission, its gated pod waits for a new one.
-    assert gated_forever([*log, preempted("t/web")], pods, owners) == []
+    # Once admission releases web (preempted), its gated pod waits for a new admission.
+    assert gated_forever([*log, preempted("t/web"), released("t/web", 4)], pods, owners) == []

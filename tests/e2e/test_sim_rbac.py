@@ -8,17 +8,22 @@ the path then fails here, where before only a real control plane noticed (a miss
 podgroups``).
 """
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
+from tidegate.bus import BusSettings
+from tidegate.bus import connect as connect_bus
 from tidegate.kube import NAMESPACES, KubeClient, KubeSettings, connect
 from tidegate.preemption.evict import EvictionFailed
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.rbac import service_account_user
 from tidegate.testing.rbac import RbacUsage
+from tidegate.watcher.app import Watcher
+from tidegate.watcher.config import WatcherSettings
 
 from .chart import Documents, granted, render_chart, service_access, without_grant
 from .service_paths import abort_a_podgroup_victim
@@ -124,3 +129,66 @@ async def run_one_gang(tmp_path: Path, chart_edit: Callable[[Documents], Documen
         await system.set_up(priority_classes=PRIORITY_CLASSES, queues=QUEUES)
         await system.submit(training("train", pods=2, duration=None))
         await system.until(lambda: system.running("train", 2), within=60, what="the gang running")
+
+
+QUEUE_KINDS = {
+    ("tidegate.io", "cohorts"),
+    ("kueue.x-k8s.io", "clusterqueues"),
+    ("kueue.x-k8s.io", "localqueues"),
+    ("kueue.x-k8s.io", "cohorts"),
+    ("scheduling.volcano.sh", "queues"),
+    ("scheduling.run.ai", "queues"),
+}
+"""The queue kinds the watcher reads besides tidegate's Queue (docs/queues.md)."""
+
+
+async def run_watcher(
+    system: SimWithChart, tmp_path: Path, nats_url: str, cluster_id: str
+) -> Watcher:
+    """The watcher as the chart's ServiceAccount until it is ready or 10 s have passed."""
+    kube = await connect(KubeSettings(kubeconfig=system.kubeconfig("watcher", tmp_path / "w")))
+    bus = await connect_bus(BusSettings(servers=(nats_url,)))
+    watcher = Watcher(
+        bus=bus, kube=kube, settings=WatcherSettings(cluster=cluster_id, absent_retry_seconds=60)
+    )
+    task = asyncio.create_task(watcher.run())
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(watcher.ready.wait()), 10)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await bus.drain()
+        await kube.close()
+    return watcher
+
+
+async def test_the_watcher_reads_every_queue_kind_under_the_charts_rbac(
+    tmp_path: Path, nats_url: str, cluster_id: str, rbac_usage: RbacUsage
+) -> None:
+    documents = render_chart(RELEASE_NAMESPACE, "c")
+    async with sim_with_chart(tmp_path, documents) as system:
+        watcher = await run_watcher(system, tmp_path, nats_url, cluster_id)
+        assert watcher.ready.is_set()
+        assert watcher.unavailable == {}
+        assert system.sim.access.log.denied == []
+        used = system.sim.access.log.used[system.user("watcher")]
+    # Listed before ready (a watch follows each list, maybe after the watcher was stopped).
+    assert {(group, resource, "list") for group, resource in QUEUE_KINDS} <= used
+    rbac_usage.add({"watcher": granted(documents)["watcher"]}, {"watcher": used})
+
+
+async def test_without_a_grant_on_a_queue_kind_the_watcher_holds_back(
+    tmp_path: Path, nats_url: str, cluster_id: str
+) -> None:
+    """A queue kind the chart did not grant is refused: the watcher does not publish a
+    reconciliation that would lack those queues, and says which kind it cannot list."""
+    documents = without_grant("watcher", "scheduling.run.ai", "queues", "list")(
+        render_chart(RELEASE_NAMESPACE, "c")
+    )
+    async with sim_with_chart(tmp_path, documents) as system:
+        watcher = await run_watcher(system, tmp_path, nats_url, cluster_id)
+    assert not watcher.ready.is_set()
+    assert set(watcher.unavailable) == {"KaiQueue"}
+    assert "listing scheduling.run.ai/v2 queues failed" in watcher.unavailable["KaiQueue"]

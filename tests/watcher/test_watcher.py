@@ -470,6 +470,12 @@ async def test_missing_crds_do_not_stop_the_watcher(
                 "Topology",
                 "KueueTopology",
                 "Queue",
+                "Cohort",
+                "KueueClusterQueue",
+                "KueueLocalQueue",
+                "KueueCohort",
+                "VolcanoQueue",
+                "KaiQueue",
             }
             assert "is not served" in watcher.unavailable["Queue"]
             assert watcher.stats.snapshots == 2  # the two nodes

@@ -11,12 +11,16 @@ from tidegate.model import WorkloadState
 
 from .conftest import Builders
 
+KUEUE = "kueue.x-k8s.io/v1beta1"
+VOLCANO = "scheduling.volcano.sh/v1beta1"
+
 
 def world() -> list[tuple[ObjectKind, dict[str, Any]]]:
     """Objects of every owner chain, each with gated pods, as (kind, object)."""
     k = Builders()
     group = {"scheduling.k8s.io/group-name": "g"}
     jobset_ref = k.owner_ref("JobSet", "s", "jobset.x-k8s.io/v1alpha2")
+    kueue_job = k.job("kq", labels={"kueue.x-k8s.io/queue-name": "lq"})
     return [
         ("Deployment", k.deployment("d", replicas=2)),
         ("ReplicaSet", k.replicaset("d-1", deployment="d")),
@@ -58,6 +62,18 @@ def world() -> list[tuple[ObjectKind, dict[str, Any]]]:
         ("Topology", k.topology("t", ["a", "b"])),
         ("Node", k.node("n1")),
         ("Queue", k.queue("q")),
+        # Queues of other systems: a parent made a cohort by its child, a name clash, and a
+        # Kueue LocalQueue standing for its ClusterQueue in a suspended Job's queue.
+        ("VolcanoQueue", k.custom(VOLCANO, "Queue", "vp", {"deserved": {"cpu": 4}})),
+        ("VolcanoQueue", k.custom(VOLCANO, "Queue", "vc", {"parent": "vp"})),
+        ("KaiQueue", k.custom("scheduling.run.ai/v2", "Queue", "q", {"priority": 9})),
+        ("KueueClusterQueue", k.custom(KUEUE, "ClusterQueue", "cq", {"cohort": "vp"})),
+        (
+            "KueueLocalQueue",
+            k.custom(KUEUE, "LocalQueue", "lq", {"clusterQueue": "cq"}, namespace="default"),
+        ),
+        ("Cohort", k.custom("tidegate.io/v1alpha1", "Cohort", "org", {})),
+        ("Job", {**kueue_job, "spec": {**kueue_job["spec"], "suspend": True}}),
     ]
 
 
@@ -73,7 +89,13 @@ EXPECTED = snapshot(CANONICAL)
 
 def test_the_canonical_world_is_recognised() -> None:
     workloads = sorted(k.name for k, v in EXPECTED.items() if k.kind == "workload" and v)
-    assert workloads == ["bare", "d", "done", "fin", "g", "h", "j", "s"]
+    assert workloads == ["bare", "d", "done", "fin", "g", "h", "j", "kq", "s"]
+    kq = EXPECTED[StateKey("workload", "default", "kq")]
+    assert isinstance(kq, WorkloadState)
+    assert kq.queue == "cq"
+    queues = sorted(k.name for k, v in EXPECTED.items() if k.kind == "queue")
+    cohorts = sorted(k.name for k, v in EXPECTED.items() if k.kind == "cohort")
+    assert (queues, cohorts) == (["cq", "q", "vc"], ["org", "vp"])
     finished = {k.name: v.finished for k, v in EXPECTED.items() if isinstance(v, WorkloadState)}
     assert (finished["done"], finished["fin"], finished["h"], finished["j"]) == (
         "Completed",
@@ -99,13 +121,20 @@ def test_the_outcome_does_not_depend_on_event_order(order: list[int]) -> None:
 def test_deleting_everything_leaves_nothing_behind(order: list[int]) -> None:
     events = world()
     index = ClusterIndex()
-    for kind, obj in events:
-        index.apply(kind, "ADDED", obj)
-    for i in order:
-        kind, obj = events[i]
-        for key in index.apply(kind, "DELETED", obj).affected:
+
+    def mirror(affected: set[StateKey]) -> None:
+        # What the watcher's mirror does: a key with nothing to hold is forgotten once its
+        # tombstone is published, or at once when it never held anything (a Volcano parent
+        # that was a queue until its child arrived).
+        for key in affected:
             if index.desired(key).message is None:
                 index.forget(key)
+
+    for kind, obj in events:
+        mirror(index.apply(kind, "ADDED", obj).affected)
+    for i in order:
+        kind, obj = events[i]
+        mirror(index.apply(kind, "DELETED", obj).affected)
     assert index.state_keys() == set()
     internals = {
         name: value

@@ -110,3 +110,14 @@ def test_tidegates_requeue_is_queued_even_naming_no_queue(k8s: Any) -> None:
         suspended(k8s.job("back", annotations={**requeued, PREEMPTED_BY_ANNOTATION: "x/y"})),
     )
     assert not published(index, "back").resume_on_admission
+
+
+def test_a_stale_resume_mark_landing_after_a_requeue_does_not_hand_the_job_back(k8s: Any) -> None:
+    """The ungater's ``resume: manual`` for an earlier admission may land late (its answer lost,
+    retried after preemption re-queued the Job; chaos seed 25 left such a Job suspended for
+    good): a re-queue removes that mark in its own patch, so with the re-queue marker present
+    the mark is stale and the Job stays tidegate's to unsuspend."""
+    index = ClusterIndex()
+    both = {REQUEUE_ANNOTATION: "preempted by default/serve", RESUME_ANNOTATION: "manual"}
+    index.apply("Job", "ADDED", suspended(k8s.job("late", labels=KUEUE, annotations=both)))
+    assert published(index, "late").resume_on_admission

@@ -3,19 +3,37 @@ that share it, Invalid trees, and reclaim requests (docs/queues.md, "The queue t
 
 from tidegate.model import (
     Admitted,
+    CapacityNode,
     CohortConfig,
     Pending,
+    PodSetSpec,
     Preempted,
     PreemptRequested,
     QueueConfig,
     QueuePreemption,
     Released,
+    WorkloadState,
 )
 from tidegate.model.events import ReclaimPolicy
 from tidegate.policy.admission import Admission
 from tidegate.policy.queuetree import borrowing_summary
 
-from .test_admission import GPU, bodies, cluster, node, only, two_racks, workers, workload
+from .test_admission import GPU, bodies, cluster, msg, only, two_racks
+
+
+def node(name: str, rack: str, *, applied: int = 0) -> CapacityNode:
+    """A node of 8 GPUs, all free, in block b1 and ``rack``."""
+    return msg.capacity_node(name, "b1", rack, gpus=8, applied=applied)
+
+
+def workers(count: int, gpus: int) -> PodSetSpec:
+    return msg.podset(count=count, gpus=gpus)
+
+
+def workload(
+    name: str, *podsets: PodSetSpec, queue: str, created_at: float = 0.0, priority: int = 0
+) -> WorkloadState:
+    return msg.workload(name, *podsets, queue=queue, created_at=created_at, priority=priority)
 
 
 def team(
@@ -77,8 +95,8 @@ def test_within_its_nominal_a_tree_queue_borrows_nothing() -> None:
 def test_a_queue_in_no_tree_is_bounded_by_its_capability_alone_as_before() -> None:
     capped = QueueConfig(name="q", quota={GPU: 8})
     admission = cluster(*two_racks(), queues=[capped, team("a", 16)])
-    admission.set_workload(workload("w1", workers(1, 8)))
-    admission.set_workload(workload("w2", workers(1, 8), created_at=1))
+    admission.set_workload(workload("w1", workers(1, 8), queue="q"))
+    admission.set_workload(workload("w2", workers(1, 8), queue="q", created_at=1))
     decisions = bodies(admission.cycle(now=1.0))
     assert admitted_of(decisions)["ns/w1"].borrowed == {}
     assert pending_of(decisions)["ns/w2"].message == (
@@ -155,7 +173,7 @@ def test_a_cycle_of_cohorts_makes_its_queues_wait_invalid_and_nothing_else_stops
     admission.set_cohort(CohortConfig(name="x", parent="y"))
     admission.set_cohort(CohortConfig(name="y", parent="x"))
     admission.set_workload(workload("a1", workers(1, 8), queue="a"))
-    admission.set_workload(workload("q1", workers(1, 8)))
+    admission.set_workload(workload("q1", workers(1, 8), queue="q"))
     decisions = bodies(admission.cycle(now=1.0))
     assert list(admitted_of(decisions)) == ["ns/q1"]
     waits = pending_of(decisions)["ns/a1"]

@@ -11,7 +11,7 @@ from tidegate.policy.quota import QueueUsage
 from tidegate.policy.reclaim import select_reclaim_victims
 from tidegate.policy.victims import RunningGang, VictimChoice, preempted_decision
 
-from .test_victims import FOUR_NODES, GPU, cluster, gang, incoming
+from .test_victims import FOUR_NODES, GPU, cluster, gang, msg
 
 COHORTS = {"research": CohortConfig(name="research")}
 
@@ -49,7 +49,13 @@ def b_gangs() -> list[RunningGang]:
 
 
 def choose(running: Sequence[RunningGang], reclaim: ReclaimPolicy = "Any") -> VictimChoice:
-    lender = incoming(2, 8, service_type="training", queue="team-a", priority=0, card=None)
+    lender = msg.workload(
+        "serve",
+        msg.podset("serve", 2, gpus=8, card_name=None),
+        queue="team-a",
+        service_type="training",
+        priority=0,
+    )
     return select_reclaim_victims(
         lender,
         queue_name="team-a",
@@ -67,7 +73,7 @@ def test_the_youngest_borrowing_gang_is_preempted_whole_and_its_room_nominated()
     assert choice.outcome == "preempts"
     assert choice.victims == ("default/borrow",)
     assert set(choice.nominated) == {"n3", "n4"}
-    body = preempted_decision(incoming(2, 8, queue="team-a"), choice)
+    body = preempted_decision(msg.workload("serve", queue="team-a"), choice)
     assert body.message.startswith(
         "borrowed quota of cohort research reclaimed for queue team-a: 1 gang preempted for "
         "default/serve: default/borrow (InCohortReclamation)"

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from tidegate.kube.read.index import ClusterIndex, StateKey
-from tidegate.model import Envelope, PodState, Tombstone, WorkloadState
+from tidegate.model import CohortConfig, Envelope, PodState, Tombstone, WorkloadState
 from tidegate.runtime import SettingsError, load_settings
 from tidegate.watcher.config import WatcherSettings
 from tidegate.watcher.mirror import Mirror
@@ -181,3 +181,38 @@ def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> No
     with pytest.raises(SettingsError) as error:
         load_settings(WatcherSettings, env=env)
     assert message in str(error.value)
+
+
+def test_a_volcano_parent_turns_from_queue_to_cohort_with_a_tombstone_and_nothing_kept(
+    k8s: Any,
+) -> None:
+    """A queue another names as its parent becomes a cohort: the queue subject gets a
+    tombstone, the cohort subject a snapshot; a key that never held anything is forgotten."""
+    volcano = "scheduling.volcano.sh/v1beta1"
+    mirror = Mirror("c1", ClusterIndex())
+    queue_key, cohort_key = StateKey("queue", None, "vp"), StateKey("cohort", None, "vp")
+    affected = mirror.index.apply(
+        "VolcanoQueue", "ADDED", k8s.custom(volcano, "Queue", "vp", {"deserved": {"cpu": 4}})
+    ).affected
+    [queue] = mirror.plan(affected, now=0).publications
+    assert (queue.subject, queue.envelope.body.name) == ("tg.c1.config.queue.vp", "vp")
+    mirror.stored(queue)
+    child = k8s.custom(volcano, "Queue", "vc", {"parent": "vp", "deserved": {"cpu": 1}})
+    affected = mirror.index.apply("VolcanoQueue", "ADDED", child).affected
+    plan = mirror.plan(affected, now=0)
+    bodies = {p.subject: p.envelope.body for p in plan.publications}
+    assert bodies["tg.c1.config.queue.vp"] == Tombstone(object_kind="queue", name="vp")
+    assert bodies["tg.c1.config.cohort.vp"] == CohortConfig(name="vp", nominal={"cpu": 3000})
+    for publication in plan.publications:
+        mirror.stored(publication)
+    assert mirror.index.version(queue_key) is None
+    assert mirror.index.version(cohort_key) is not None
+    # The child goes: vp is a queue again, the cohort is tombstoned; then all goes.
+    mirror.index.apply("VolcanoQueue", "DELETED", child)
+    mirror.index.apply("VolcanoQueue", "DELETED", k8s.custom(volcano, "Queue", "vp"))
+    plan = mirror.plan({queue_key, cohort_key, StateKey("queue", None, "vc")}, now=0)
+    assert {p.subject for p in plan.publications} == {
+        "tg.c1.config.cohort.vp",
+        "tg.c1.config.queue.vc",
+    }
+    assert mirror.index.version(queue_key) is None  # never published again: not kept

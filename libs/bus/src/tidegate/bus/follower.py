@@ -89,6 +89,7 @@ class StateFollower:
         """Replay, then follow until cancelled."""
         with wrapped(f"following {self._stream}"):
             backlog_end = await self._bus.last_sequence(self._stream)
+            unless_cancelled()
             config = api.ConsumerConfig(
                 filter_subjects=self._subjects if len(self._subjects) > 1 else None
             )
@@ -108,7 +109,11 @@ class StateFollower:
                 cb=inbox.put,
             )
         try:
+            # Each wait of the start can swallow a cancellation too (nats-py's wait_for): the
+            # stream may be empty, so no message would come to notice it at.
+            unless_cancelled()
             info = await subscription.consumer_info()
+            unless_cancelled()
             nothing_delivered = info.delivered is None or not info.delivered.consumer_seq
             if info.num_pending == 0 and nothing_delivered:
                 self._mark_replayed()

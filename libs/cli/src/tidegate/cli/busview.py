@@ -1,7 +1,7 @@
 """What the bus says about workloads and queues, read like any subscriber would.
 
 ``tidegate explain`` and ``tidegate queues`` need no access to a service: they replay the
-last-value state stream (workloads, queues, and the pods of one namespace when asked) and the
+last-value state stream (workloads, queues, cohorts, and the pods of one namespace when asked) and the
 last decision of every kind about every workload (the decision stream replayed with
 ``LAST_PER_SUBJECT``: one message per ``tg.<c>.decision.<kind>.<ns>.<name>`` subject), then
 stop. :class:`BusView` holds the result: the decisions in force are the services' own
@@ -22,7 +22,15 @@ from tidegate.bus import (
     connect,
     layout,
 )
-from tidegate.model import Message, Preempted, QueueConfig, Tombstone, WorkloadKey, subjects
+from tidegate.model import (
+    CohortConfig,
+    Message,
+    Preempted,
+    QueueConfig,
+    Tombstone,
+    WorkloadKey,
+    subjects,
+)
 from tidegate.model.replica import Replica, Seen
 
 
@@ -32,6 +40,8 @@ class BusView:
 
     replica: Replica = field(default_factory=Replica)
     queues: dict[str, QueueConfig] = field(default_factory=dict)
+    cohorts: dict[str, CohortConfig] = field(default_factory=dict)
+    """The queue tree's cohorts (``tidegate queues`` shows the tree)."""
     preemptions: dict[str, Seen[Preempted]] = field(default_factory=dict)
     """Preemptor key → its last ``preempted`` decision."""
 
@@ -57,6 +67,10 @@ class BusView:
             self.queues[body.name] = body
         elif isinstance(body, Tombstone) and body.object_kind == "queue":
             self.queues.pop(body.name, None)
+        elif isinstance(body, CohortConfig):
+            self.cohorts[body.name] = body
+        elif isinstance(body, Tombstone) and body.object_kind == "cohort":
+            self.cohorts.pop(body.name, None)
         else:
             self.replica.apply(body, stream_sequence=stream_sequence, time=time)
 
@@ -94,7 +108,11 @@ async def fill_view(bus: Bus, cluster: str, *, pods_of: str | None = None) -> Bu
     """Replay what the bus holds of ``cluster`` into a new :class:`BusView`; with
     ``pods_of`` (a namespace), the pods of that namespace too."""
     view = BusView()
-    state = [f"tg.{cluster}.workload.>", f"tg.{cluster}.config.queue.>"]
+    state = [
+        f"tg.{cluster}.workload.>",
+        f"tg.{cluster}.config.queue.>",
+        f"tg.{cluster}.config.cohort.>",
+    ]
     if pods_of is not None:
         state.append(f"tg.{cluster}.pod.{subjects.token(pods_of)}.>")
     await asyncio.gather(

@@ -116,7 +116,6 @@ class Console:
         """Set once both streams have been replayed."""
         self.following: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         """The task following the bus (set by :func:`serving`)."""
-        self._tasks: list[asyncio.Task[None]] = []
         self._listeners: set[asyncio.Queue[tuple[str, str]]] = set()
         self._snapshot = ""
         self._snapshot_version = -1
@@ -147,8 +146,8 @@ class Console:
                 name="console-decisions",
             )
             async with asyncio.TaskGroup() as tasks:
-                self._tasks.append(tasks.create_task(state.run()))
-                self._tasks.append(tasks.create_task(decisions.run()))
+                tasks.create_task(state.run())
+                tasks.create_task(decisions.run())
                 await state.replayed.wait()
                 await decisions.replayed.wait()
                 self.replayed.set()
@@ -157,10 +156,6 @@ class Console:
                 tasks.create_task(self._snapshots())
         finally:
             await bus.close()
-
-    def followers(self) -> list[asyncio.Task[None]]:
-        """The tasks following the streams that have not ended."""
-        return [task for task in self._tasks if not task.done()]
 
     async def _on_state(self, received: "Received") -> None:
         self.view.apply_state(
@@ -379,11 +374,6 @@ async def serving(
         shown = f"[{host}]" if ":" in host else host
         yield console, f"http://{shown}:{bound}/"
     finally:
-        # Cancelled while it subscribes, a follower may lose the cancellation inside nats-py
-        # and wait for a message that never comes (an empty stream): cancel until it ends.
-        while not follower.done():
-            for task in [follower, *console.followers()]:
-                task.cancel()
-            await asyncio.wait({follower}, timeout=0.5)
+        follower.cancel()
         await asyncio.gather(follower, return_exceptions=True)
         await runner.cleanup()

@@ -42,6 +42,16 @@ SERVICES: Final[dict[str, str]] = {
 }
 """Service name → the module that runs it (``python -m``), in start order."""
 
+REPLICA_MARK: Final = "#"
+"""Separates a service from a replica number in a process name: ``admission#2`` is a second
+replica of admission (:meth:`LocalStack.start_service`)."""
+
+
+def service_of(process_name: str) -> str:
+    """The service a process runs: ``admission`` for ``admission`` and ``admission#2``."""
+    return process_name.partition(REPLICA_MARK)[0]
+
+
 PASSED_THROUGH: Final = frozenset({EVENT_LOOP_ENV, GC_THRESHOLD_ENV})
 """This process's variables its services inherit: how every process of the stack runs."""
 
@@ -240,14 +250,16 @@ class LocalStack:
         return env
 
     async def start_service(self, name: str) -> ServiceProcess:
-        """Start (or restart) one service and wait until it is ready."""
+        """Start (or restart) one service and wait until it is ready; ``name`` may name a
+        further replica of it (``admission#2``: same settings and account, its own port and
+        log)."""
         port = free_port()
         service = ServiceProcess(
             name=name,
-            module=SERVICES[name],
+            module=SERVICES[service_of(name)],
             http_port=port,
             log_path=self.settings.workdir / "logs" / f"{name}.log",
-            env=self.service_env(name, port),
+            env=self.service_env(service_of(name), port),
         )
         self.processes[name] = service
         await service.start()

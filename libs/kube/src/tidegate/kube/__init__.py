@@ -40,6 +40,7 @@ from tidegate.kube.informer import (
     object_key,
 )
 from tidegate.kube.resources import (
+    COHORTS,
     CRDS,
     DEPLOYMENTS,
     EVENTS,
@@ -62,6 +63,7 @@ from tidegate.kube.transport import JsonObject, WriteGuard
 from tidegate.kube.ungate import KnownPod
 
 __all__ = [
+    "COHORTS",
     "CONFLICT_ATTEMPTS",
     "CRDS",
     "DEPLOYMENTS",

@@ -97,6 +97,9 @@ QUEUES = ResourceType(
 TOPOLOGIES = ResourceType(
     group="tidegate.io", version="v1alpha1", plural="topologies", kind="Topology", namespaced=False
 )
+COHORTS = ResourceType(
+    group="tidegate.io", version="v1alpha1", plural="cohorts", kind="Cohort", namespaced=False
+)
 
 KNOWN: dict[str, ResourceType] = {
     r.kind: r for r in (PODS, NODES, NAMESPACES, EVENTS, JOBS, DEPLOYMENTS, REPLICASETS, JOBSETS)

@@ -54,7 +54,9 @@ def _crd(
 
 
 def bundled_crds() -> list[JsonObject]:
-    """tidegate.io Topology/Queue/PodGroup, kueue.x-k8s.io Topology, jobset.x-k8s.io JobSet."""
+    """tidegate.io Topology/Queue/Cohort/PodGroup, kueue.x-k8s.io Topology/ClusterQueue/
+    LocalQueue/Cohort, scheduling.volcano.sh Queue, scheduling.run.ai Queue (KAI-Scheduler),
+    jobset.x-k8s.io JobSet."""
     return [
         _crd("tidegate.io", "Topology", "topologies", scope="Cluster", versions=("v1alpha1",)),
         _crd(
@@ -74,4 +76,33 @@ def bundled_crds() -> list[JsonObject]:
             versions=("v1alpha1", "v1beta1"),
         ),
         _crd("jobset.x-k8s.io", "JobSet", "jobsets", scope="Namespaced", versions=("v1alpha2",)),
+        _crd("tidegate.io", "Cohort", "cohorts", scope="Cluster", versions=("v1alpha1",)),
+        _crd(
+            "kueue.x-k8s.io",
+            "ClusterQueue",
+            "clusterqueues",
+            scope="Cluster",
+            versions=("v1beta1", "v1beta2"),
+            short_names=("cq",),
+        ),
+        _crd(
+            "kueue.x-k8s.io",
+            "LocalQueue",
+            "localqueues",
+            scope="Namespaced",
+            versions=("v1beta1", "v1beta2"),
+            short_names=("lq",),
+        ),
+        _crd(
+            "kueue.x-k8s.io", "Cohort", "cohorts", scope="Cluster", versions=("v1alpha1", "v1beta1")
+        ),
+        _crd(
+            "scheduling.volcano.sh",
+            "Queue",
+            "queues",
+            scope="Cluster",
+            versions=("v1beta1",),
+            short_names=("q",),
+        ),
+        _crd("scheduling.run.ai", "Queue", "queues", scope="Cluster", versions=("v2",)),
     ]

@@ -24,6 +24,7 @@ from tidegate.sim.names import label_name_problem, qualified_name_problem, rfc33
 QUEUE_KEYS: Final = (
     "tidegate.io/queue",
     "kueue.x-k8s.io/queue-name",
+    "kai.scheduler/queue",
     "scheduling.volcano.sh/queue-name",
 )
 """Label/annotation keys that make a pod tidegate-managed."""

@@ -14,8 +14,9 @@ These proxies sit between the clients and the real servers and fail what a test 
   through, watches included, except those an armed rule matches, which get the rule's
   :class:`HttpFault`: :class:`Refuse` (a status such as 429 or 503, the server never sees the
   request), :class:`Cut` (the connection closed unanswered), :class:`LoseAnswer` (the server
-  applies it; the client gets a 504 or a closed connection). It records every request in
-  ``seen``, so a test can count attempts.
+  applies it; the client gets a 504 or a closed connection), :class:`Hold` (the request held
+  on its way for a while: it reaches the server then only if its client still waits for it).
+  It records every request in ``seen``, so a test can count attempts.
 
 They do not decide what to arm or when (the tests do) and parse no more of a protocol than
 they must.
@@ -25,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -195,8 +197,21 @@ async def nats_fault_proxy(upstream_host: str, upstream_port: int) -> AsyncItera
         await proxy.stop()
 
 
-Forward = Callable[[], Awaitable[int]]
-"""Sends the request on to the API server, reads its whole answer and returns its status."""
+@dataclass(frozen=True)
+class Answer:
+    """The API server's whole answer to a forwarded request."""
+
+    status: int
+    body: bytes
+    headers: Mapping[str, str]
+
+    def response(self) -> web.Response:
+        """The same answer, to send to the client."""
+        return web.Response(status=self.status, body=self.body, headers=self.headers)
+
+
+Forward = Callable[[], Awaitable[Answer]]
+"""Sends the request on to the API server and reads its whole answer."""
 
 
 class HttpFault(Protocol):
@@ -242,6 +257,38 @@ class LoseAnswer:
         if self.drop:
             return None
         return status_response(504, "injected by a fault proxy: applied, its answer lost")
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Hold the request on its way for ``seconds`` (its body read, the server not told), then
+    forward it and relay the answer — but only if its client still waits: a client that gave
+    up meanwhile (closed its connection, as a client-side timeout does) never has it applied,
+    as with a request still queued on the client's side of the network. Both outcomes are in
+    :attr:`KubeFaultProxy.seen` (``upstream`` None: it never reached the server)."""
+
+    seconds: float
+
+    async def __call__(self, request: web.Request, forward: Forward) -> web.StreamResponse | None:
+        """Wait, then forward or drop."""
+        await request.read()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.seconds
+        while not _client_gone(request):
+            left = deadline - loop.time()
+            if left <= 0:
+                return (await forward()).response()
+            await asyncio.sleep(min(HOLD_POLL_SECONDS, left))
+        return None
+
+
+HOLD_POLL_SECONDS: Final = 0.02
+"""How often :class:`Hold` looks whether the client gave up."""
+
+
+def _client_gone(request: web.Request) -> bool:
+    """Whether the client closed the connection a request came on."""
+    return request.transport is None or request.transport.is_closing()
 
 
 _REASONS: Final = {
@@ -296,6 +343,8 @@ class Seen:
     """The fault that answered it, if any."""
     upstream: int | None = None
     """The server's status, None when the server never saw the request."""
+    seconds: float = 0.0
+    """How long the proxy took over it, from its arrival to its answer (or to closing it)."""
 
 
 @dataclass
@@ -407,27 +456,36 @@ class KubeFaultProxy:
         if rule is None:
             return await self._pipe(request)
         upstream: int | None = None
+        began = time.monotonic()
 
-        async def forward() -> int:
+        async def forward() -> Answer:
             nonlocal upstream
             async with await self._send(request) as answer:
-                await answer.read()
+                body = await answer.read()
                 upstream = answer.status
-            return upstream
+                headers = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP_BY_HOP}
+            return Answer(answer.status, body, headers)
 
         response = await rule.fault(request, forward)
         status = 0 if response is None else response.status
         seen = Seen(
-            request.method, request.path, request.query_string, status, rule.fault, upstream
+            request.method,
+            request.path,
+            request.query_string,
+            status,
+            rule.fault,
+            upstream,
+            seconds=time.monotonic() - began,
         )
         self.seen.append(seen)
         self.note(
             f"INJECTED: {rule.fault} on {seen.method} {request.path_qs}"
-            f" (server: {upstream or 'not reached'}; sent: {status or 'no answer'})"
+            f" (server: {upstream or 'not reached'}; sent: {status or 'no answer'};"
+            f" after {seen.seconds:.2f}s)"
         )
         if response is None:
-            assert request.transport is not None
-            request.transport.close()
+            if request.transport is not None:  # None: the client went away first (Hold)
+                request.transport.close()
             raise asyncio.CancelledError  # aiohttp ends the handler without a response
         return response
 

@@ -9,7 +9,8 @@ that the webhook configuration selects; :func:`review` answers it. The work is s
 - **this module decides** for each pod it is sent: with ``gate_all`` (the default) every pod
   the API server sends belongs to tidegate (the namespace matched); otherwise only pods that
   name a queue in a label or annotation of any family tidegate understands
-  (``tidegate.io/queue``, ``kueue.x-k8s.io/queue-name``, ``scheduling.volcano.sh/queue-name``).
+  (``tidegate.io/queue``, ``kueue.x-k8s.io/queue-name``, ``kai.scheduler/queue``,
+  ``scheduling.volcano.sh/queue-name``).
   Never gated: DaemonSet pods and pods already bound to a node (they cannot wait for a
   placement), mirror pods, and pods that carry the gate already.
 

@@ -14,7 +14,7 @@ Start-up, in order:
    what changed. A 410 relist inside an informer arrives as DELETED/ADDED/MODIFIED events, so
    vanished objects get tombstones the same way.
 
-A resource type that is not served (JobSet or Kueue CRDs absent) or refused (RBAC) is looked
+A resource type that is not served (JobSet, Kueue, Volcano or KAI CRDs absent) or refused (RBAC) is looked
 for again every ``absent_retry_seconds``; the rest keeps flowing. Only a CRD kind that is not
 served counts as listed (with nothing in it); any other failure holds back the first
 reconciliation (see :data:`OPTIONAL_KINDS`). A failed publish is retried
@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 
 from tidegate.bus import Bus, BusError, Publisher, PublishError, Received, StateFollower, layout
 from tidegate.kube import (
+    COHORTS,
     DEPLOYMENTS,
     JOBS,
     JOBSETS,
@@ -103,11 +104,58 @@ def resource_types(settings: WatcherSettings) -> dict[ObjectKind, ResourceType]:
             kind="Topology",
             namespaced=False,
         ),
+        "Cohort": COHORTS,
+        "KueueClusterQueue": ResourceType(
+            group="kueue.x-k8s.io",
+            version=settings.kueue_queue_version,
+            plural="clusterqueues",
+            kind="ClusterQueue",
+            namespaced=False,
+        ),
+        "KueueLocalQueue": ResourceType(
+            group="kueue.x-k8s.io",
+            version=settings.kueue_queue_version,
+            plural="localqueues",
+            kind="LocalQueue",
+        ),
+        "KueueCohort": ResourceType(
+            group="kueue.x-k8s.io",
+            version=settings.kueue_cohort_version,
+            plural="cohorts",
+            kind="Cohort",
+            namespaced=False,
+        ),
+        "VolcanoQueue": ResourceType(
+            group="scheduling.volcano.sh",
+            version=settings.volcano_queue_version,
+            plural="queues",
+            kind="Queue",
+            namespaced=False,
+        ),
+        "KaiQueue": ResourceType(
+            group="scheduling.run.ai",
+            version=settings.kai_queue_version,
+            plural="queues",
+            kind="Queue",
+            namespaced=False,
+        ),
     }
 
 
 OPTIONAL_KINDS: frozenset[ObjectKind] = frozenset(
-    {"JobSet", "PodGroup", "Topology", "KueueTopology", "Queue"}
+    {
+        "JobSet",
+        "PodGroup",
+        "Topology",
+        "KueueTopology",
+        "Queue",
+        "Cohort",
+        "KueueClusterQueue",
+        "KueueLocalQueue",
+        "KueueCohort",
+        "VolcanoQueue",
+        "KaiQueue",
+    }
 )
 """Kinds served by CRDs that may not be installed: "not served" (404) counts as "none exist".
 Any other failure, and any failure of a built-in kind, keeps the watcher from reconciling:

@@ -2,8 +2,8 @@
 
 Besides what every service has (cluster id, NATS, HTTP port; see
 :class:`tidegate.runtime.ServiceSettings`), the watcher needs the Kubernetes connection, the
-owner-kind → service-type map (Volcano's ``podOwnerReferenceToServiceType``), the API version
-of Kueue's Topology, how often to look again for a resource type whose CRD is not installed, and
+owner-kind → service-type map (Volcano's ``podOwnerReferenceToServiceType``), the API versions
+of Kueue's Topology and of the foreign queue kinds it reads, how often to look again for a resource type whose CRD is not installed, and
 how many Kubernetes events to fold into one round of publications.
 
 Loaded by :func:`tidegate.runtime.load_settings`: each field from ``TIDEGATE_<FIELD>`` or the
@@ -56,6 +56,14 @@ class WatcherSettings(ServiceSettings):
     ``Kind=inference|training|unknown`` pairs."""
     kueue_topology_version: str = "v1beta1"
     """API version of kueue.x-k8s.io Topology objects to read."""
+    kueue_queue_version: str = "v1beta1"
+    """API version of kueue.x-k8s.io ClusterQueue and LocalQueue objects to read."""
+    kueue_cohort_version: str = "v1beta1"
+    """API version of kueue.x-k8s.io Cohort objects to read."""
+    volcano_queue_version: str = "v1beta1"
+    """API version of scheduling.volcano.sh Queue objects to read."""
+    kai_queue_version: str = "v2"
+    """API version of scheduling.run.ai Queue objects (KAI-Scheduler) to read."""
     absent_retry_seconds: float = 30.0
     """How often to look again for a resource type that is not served (CRD not installed)
     or that failed with a permanent error (e.g. RBAC)."""
@@ -74,8 +82,15 @@ class WatcherSettings(ServiceSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         parse_service_type_map(self.owner_kind_service_types)
-        if not self.kueue_topology_version.strip():
-            raise SettingsError("kueue_topology_version", "must not be empty")
+        for name in (
+            "kueue_topology_version",
+            "kueue_queue_version",
+            "kueue_cohort_version",
+            "volcano_queue_version",
+            "kai_queue_version",
+        ):
+            if not str(getattr(self, name)).strip():
+                raise SettingsError(name, "must not be empty")
         if self.absent_retry_seconds <= 0:
             raise SettingsError("absent_retry_seconds", "must be positive")
         if self.batch_max_events < 1:

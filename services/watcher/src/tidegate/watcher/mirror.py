@@ -25,6 +25,7 @@ import msgspec
 from tidegate.kube.read.index import ClusterIndex, StateKey
 from tidegate.model import subjects
 from tidegate.model.events import (
+    CohortConfig,
     DisruptionBudgetState,
     Envelope,
     Message,
@@ -79,6 +80,8 @@ def subject_for(cluster: str, key: StateKey) -> str:
         return subjects.topology(cluster, key.name)
     if key.kind == "pdb":
         return subjects.disruption_budget(cluster, key.namespace or "", key.name)
+    if key.kind == "cohort":
+        return subjects.cohort(cluster, key.name)
     return subjects.queue(cluster, key.name)
 
 
@@ -94,6 +97,8 @@ def key_of(message: Message) -> StateKey | None:
         return StateKey("topology", None, message.name)
     if isinstance(message, QueueConfig):
         return StateKey("queue", None, message.name)
+    if isinstance(message, CohortConfig):
+        return StateKey("cohort", None, message.name)
     if isinstance(message, DisruptionBudgetState):
         return StateKey("pdb", message.namespace, message.name)
     if isinstance(message, Tombstone):
@@ -162,6 +167,8 @@ class Mirror:
         if desired.message is None:
             if stored is None:
                 plan.problems.extend(desired.problems)
+                # Never published (or tombstoned already): nothing to keep about it.
+                self.index.forget(key)
                 return
             uid = _uid_of(stored.message)
             version = version or stored.resource_version or "0"

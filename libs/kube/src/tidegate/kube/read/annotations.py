@@ -130,6 +130,8 @@ class WorkloadSettings:
     """Settings that hold for a whole workload."""
 
     queue: str | None = None
+    queue_key: str | None = None
+    """The label or annotation key that named the queue."""
     topology: str | None = None
     service_type: str | None = None
     """The raw ``volcano.sh/service.type`` value (validated by the caller)."""
@@ -179,6 +181,7 @@ def workload_settings(layers: Sequence[Layer], problems: list[str]) -> WorkloadS
             trace_context[header] = found.value
     return WorkloadSettings(
         queue=_text(queue),
+        queue_key=queue.key if queue is not None else None,
         topology=_text(topology),
         service_type=service_type.value.strip() if service_type else None,
         service_type_found=service_type,

@@ -1,4 +1,4 @@
-"""Nodes, pods, Topologies, Queues and PriorityClasses → tidegate state messages.
+"""Nodes, pods, Topologies, Queues, Cohorts and PriorityClasses → tidegate state messages.
 
 These conversions need only the object itself (plus, for a pod, what workload it belongs to,
 which :mod:`tidegate.kube.read.index` works out). Each returns the message and the problems found
@@ -8,16 +8,21 @@ object, and never raises. Workloads are assembled in :mod:`tidegate.kube.read.re
 
 import json
 from collections.abc import Mapping
-from typing import get_args
+from dataclasses import dataclass
+from typing import Protocol, TypeVar, get_args
 
 from tidegate.kube.read import keys
 from tidegate.kube.read.objects import (
+    Cohort,
+    FairSharing,
     K8sToleration,
     Meta,
     Node,
     ObjectError,
     Pod,
+    PreemptionSpec,
     Queue,
+    ResourceList,
     Topology,
     decode,
     describe_error,
@@ -26,17 +31,28 @@ from tidegate.kube.read.objects import (
 from tidegate.kube.read.requests import pod_requests
 from tidegate.model import QuantityError, parse_quantity
 from tidegate.model.events import (
+    BorrowWithinCohortPolicy,
+    CohortConfig,
     NodeState,
     PodState,
     QueueConfig,
     QueueingStrategy,
+    QueuePreemption,
+    ReclaimPolicy,
     Taint,
     Toleration,
     TopologyConfig,
+    WithinQueuePolicy,
 )
+from tidegate.model.quantity import parse_decimal
 from tidegate.model.resources import Resources
 
 STRATEGIES: tuple[QueueingStrategy, ...] = get_args(QueueingStrategy)
+RECLAIM_POLICIES: tuple[ReclaimPolicy, ...] = get_args(ReclaimPolicy)
+BORROW_POLICIES: tuple[BorrowWithinCohortPolicy, ...] = get_args(BorrowWithinCohortPolicy)
+WITHIN_QUEUE_POLICIES: tuple[WithinQueuePolicy, ...] = get_args(WithinQueuePolicy)
+
+_P = TypeVar("_P", bound=str)
 
 
 def parse_resource_list(values: Mapping[str, object], path: str, problems: list[str]) -> Resources:
@@ -177,6 +193,8 @@ def queue_config(obj: object) -> QueueConfig:
                 f"spec.queueingStrategy: {spec.queueing_strategy!r} is not one of "
                 f"{', '.join(STRATEGIES)}"
             )
+    tree = tree_fields(spec, problems)
+    policies = preemption(spec.preemption, problems)
     return QueueConfig(
         name=meta.name,
         priority=spec.priority,
@@ -187,7 +205,172 @@ def queue_config(obj: object) -> QueueConfig:
         strategy=strategy,
         topology=spec.topology or None,
         invalid_reason=f"Queue {meta.name}: {'; '.join(problems)}" if problems else None,
+        parent=spec.cohort or None,
+        nominal=tree.nominal,
+        borrowing_limit=tree.borrowing_limit,
+        lending_limit=tree.lending_limit,
+        card_nominal=tree.card_nominal,
+        card_borrowing_limit=tree.card_borrowing_limit,
+        card_lending_limit=tree.card_lending_limit,
+        fair_weight=tree.fair_weight,
+        preemption=policies,
     )
+
+
+def cohort_config(obj: object) -> CohortConfig:
+    """A tidegate Cohort; a malformed spec gives a CohortConfig with ``invalid_reason`` naming
+    the field. Raises :class:`~tidegate.kube.read.objects.ObjectError` only when even
+    metadata.name cannot be read."""
+    meta = decode(obj, Meta).metadata
+    try:
+        cohort = decode(obj, Cohort)
+    except ObjectError as exc:
+        return CohortConfig(
+            name=meta.name, invalid_reason=f"Cohort {meta.name}: {describe_error(exc)}"
+        )
+    spec = cohort.spec
+    problems: list[str] = []
+    quota = None
+    if spec.capability is not None:
+        quota = parse_resource_list(spec.capability, "spec.capability", problems)
+    card_quota = None
+    if spec.card_quota is not None:
+        card_quota = card_counts(spec.card_quota, "spec.cardQuota", problems)
+    tree = tree_fields(spec, problems)
+    return CohortConfig(
+        name=meta.name,
+        parent=spec.parent or None,
+        quota=quota,
+        card_quota=card_quota,
+        nominal=tree.nominal,
+        borrowing_limit=tree.borrowing_limit,
+        lending_limit=tree.lending_limit,
+        card_nominal=tree.card_nominal,
+        card_borrowing_limit=tree.card_borrowing_limit,
+        card_lending_limit=tree.card_lending_limit,
+        fair_weight=tree.fair_weight,
+        invalid_reason=f"Cohort {meta.name}: {'; '.join(problems)}" if problems else None,
+    )
+
+
+class _TreeSpec(Protocol):
+    @property
+    def nominal_quota(self) -> ResourceList | None: ...
+    @property
+    def borrowing_limit(self) -> ResourceList | None: ...
+    @property
+    def lending_limit(self) -> ResourceList | None: ...
+    @property
+    def card_nominal_quota(self) -> dict[str, int] | None: ...
+    @property
+    def card_borrowing_limit(self) -> dict[str, int] | None: ...
+    @property
+    def card_lending_limit(self) -> dict[str, int] | None: ...
+    @property
+    def fair_sharing(self) -> FairSharing | None: ...
+
+
+@dataclass(frozen=True)
+class TreeFields:
+    """A node's quota-sharing fields, parsed (the shape of QueueConfig's and CohortConfig's)."""
+
+    nominal: Resources | None = None
+    borrowing_limit: Resources | None = None
+    lending_limit: Resources | None = None
+    card_nominal: dict[str, int] | None = None
+    card_borrowing_limit: dict[str, int] | None = None
+    card_lending_limit: dict[str, int] | None = None
+    fair_weight: float = 1.0
+
+
+def tree_fields(spec: _TreeSpec, problems: list[str]) -> TreeFields:
+    """Parse the nominal quota, limits and fair-sharing weight of a Queue or Cohort spec."""
+
+    def resources(values: ResourceList | None, path: str) -> Resources | None:
+        return None if values is None else parse_resource_list(values, path, problems)
+
+    def cards(values: dict[str, int] | None, path: str) -> dict[str, int] | None:
+        return None if values is None else card_counts(values, path, problems)
+
+    weight = spec.fair_sharing.weight if spec.fair_sharing is not None else None
+    return TreeFields(
+        nominal=resources(spec.nominal_quota, "spec.nominalQuota"),
+        borrowing_limit=resources(spec.borrowing_limit, "spec.borrowingLimit"),
+        lending_limit=resources(spec.lending_limit, "spec.lendingLimit"),
+        card_nominal=cards(spec.card_nominal_quota, "spec.cardNominalQuota"),
+        card_borrowing_limit=cards(spec.card_borrowing_limit, "spec.cardBorrowingLimit"),
+        card_lending_limit=cards(spec.card_lending_limit, "spec.cardLendingLimit"),
+        fair_weight=fair_weight(weight, "spec.fairSharing.weight", problems),
+    )
+
+
+def fair_weight(value: object, path: str, problems: list[str]) -> float:
+    """A fair-sharing weight (a non-negative quantity; absent: 1)."""
+    if value is None:
+        return 1.0
+    try:
+        weight = parse_decimal(value)
+    except QuantityError as exc:
+        problems.append(f"{path}: {exc}")
+        return 1.0
+    if weight < 0:
+        problems.append(f"{path}: {value!r} is negative")
+        return 1.0
+    return float(weight)
+
+
+def card_counts(raw: Mapping[str, object], path: str, problems: list[str]) -> dict[str, int]:
+    """Cards per card model: non-negative integers (others are reported and left out)."""
+    cards: dict[str, int] = {}
+    for model, count in raw.items():
+        if isinstance(count, bool) or not isinstance(count, int):
+            problems.append(f"{path}[{model}]: {count!r} is not an integer")
+        elif count < 0:
+            problems.append(f"{path}[{model}]: {count} is negative")
+        else:
+            cards[model] = count
+    return cards
+
+
+def preemption(spec: PreemptionSpec | None, problems: list[str]) -> QueuePreemption:
+    """``spec.preemption`` (Kueue's names and values; absent fields are ``Never``)."""
+    if spec is None:
+        return QueuePreemption()
+    reclaim = _choice(
+        spec.reclaim_within_cohort,
+        RECLAIM_POLICIES,
+        "spec.preemption.reclaimWithinCohort",
+        problems,
+    )
+    within = _choice(
+        spec.within_cluster_queue,
+        WITHIN_QUEUE_POLICIES,
+        "spec.preemption.withinClusterQueue",
+        problems,
+    )
+    borrow = spec.borrow_within_cohort
+    policy = _choice(
+        borrow.policy if borrow is not None else None,
+        BORROW_POLICIES,
+        "spec.preemption.borrowWithinCohort.policy",
+        problems,
+    )
+    return QueuePreemption(
+        reclaim_within_cohort=reclaim,
+        borrow_within_cohort=policy,
+        max_priority_threshold=borrow.max_priority_threshold if borrow is not None else None,
+        within_cluster_queue=within,
+    )
+
+
+def _choice(value: str | None, allowed: tuple[_P, ...], path: str, problems: list[str]) -> _P:
+    if value is None:
+        return allowed[0]
+    for known in allowed:
+        if value == known:
+            return known
+    problems.append(f"{path}: {value!r} is not one of {', '.join(allowed)}")
+    return allowed[0]
 
 
 def _card_quota(queue: Queue, problems: list[str]) -> dict[str, int] | None:
@@ -207,12 +390,4 @@ def _card_quota(queue: Queue, problems: list[str]) -> dict[str, int] | None:
         raw = data
     else:
         return None
-    cards: dict[str, int] = {}
-    for model, count in raw.items():
-        if isinstance(count, bool) or not isinstance(count, int):
-            problems.append(f"{path}[{model}]: {count!r} is not an integer")
-        elif count < 0:
-            problems.append(f"{path}[{model}]: {count} is negative")
-        else:
-            cards[model] = count
-    return cards
+    return card_counts(raw, path, problems)

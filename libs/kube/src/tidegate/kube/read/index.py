@@ -43,7 +43,7 @@ from typing import Literal, NamedTuple
 import msgspec
 
 from tidegate.kube.read import keys
-from tidegate.kube.read.convert import node_state, pod_state, queue_config, topology_config
+from tidegate.kube.read.convert import node_state, pod_state, topology_config
 from tidegate.kube.read.finish import Finished, settled, workload_finished
 from tidegate.kube.read.objects import (
     Job,
@@ -62,6 +62,7 @@ from tidegate.kube.read.objects import (
     describe_error,
     slim_pod,
 )
+from tidegate.kube.read.queues import QUEUE_SOURCES, Definitions, QueueSource, definitions
 from tidegate.kube.read.recognize import Context, Owner, OwnerObject, pod_position, recognize
 from tidegate.kube.read.suspend import suspension
 from tidegate.model import resources as res
@@ -87,11 +88,18 @@ ObjectKind = Literal[
     "Topology",
     "KueueTopology",
     "Queue",
+    "Cohort",
+    "KueueClusterQueue",
+    "KueueCohort",
+    "KueueLocalQueue",
+    "VolcanoQueue",
+    "KaiQueue",
     "PriorityClass",
     "PodDisruptionBudget",
     "Namespace",
 ]
-"""The kinds the index reads; "KueueTopology" is kueue.x-k8s.io's Topology."""
+"""The kinds the index reads; "KueueTopology" is kueue.x-k8s.io's Topology, and the queue
+kinds are named as in :data:`tidegate.kube.read.queues.QueueSource`."""
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -172,8 +180,11 @@ class ClusterIndex:
         self.foreign: dict[str, Owner] = {}
         """Owners of kinds tidegate does not read, known from ownerReferences, by UID."""
         self.topologies: dict[tuple[ObjectKind, str], Topology] = {}
-        self.queues: dict[str, object] = {}
-        """Queue objects as received (decoded when published, so errors become invalid_reason)."""
+        self.queue_sources: dict[QueueSource, dict[str, object]] = {}
+        """Objects defining queues, cohorts and Kueue LocalQueues as received, by kind and
+        name (``namespace/name`` for LocalQueues); decoded when published, so errors become
+        invalid_reason."""
+        self._definitions: Definitions | None = None
         self.priority_classes: dict[str, PriorityClass] = {}
         self.budgets: dict[tuple[str, str], PodDisruptionBudget] = {}
         """PodDisruptionBudgets by (namespace, name)."""
@@ -222,12 +233,8 @@ class ClusterIndex:
             self._apply_podgroup(meta, obj, deleted, applied)
         elif kind in ("Topology", "KueueTopology"):
             self._apply_topology(kind, meta, obj, deleted, applied)
-        elif kind == "Queue":
-            if deleted:
-                self.queues.pop(meta.name, None)
-            else:
-                self.queues[meta.name] = obj
-            applied.affected.add(StateKey("queue", None, meta.name))
+        elif kind in QUEUE_SOURCES:
+            self._apply_queue_source(kind, meta, obj, deleted, applied)
         elif kind == "PriorityClass":
             self._apply_priority_class(meta, obj, deleted, applied)
         elif kind == "PodDisruptionBudget":
@@ -274,7 +281,7 @@ class ClusterIndex:
         out.update(StateKey("pod", ns, name) for ns, name in self.pods)
         out.update(StateKey("workload", ns, name) for ns, name in self.managed)
         out.update(StateKey("topology", None, name) for _, name in self.topologies)
-        out.update(StateKey("queue", None, name) for name in self.queues)
+        out.update(self._queue_keys(self.definitions()))
         out.update(StateKey("pdb", ns, name) for ns, name in self.budgets)
         return out
 
@@ -296,12 +303,17 @@ class ClusterIndex:
             return self._desired_topology(key.name)
         if key.kind == "pdb":
             return self._desired_budget((key.namespace or "", key.name))
-        raw = self.queues.get(key.name)
-        if raw is None:
+        found = self.definitions()
+        definition = (found.queues if key.kind == "queue" else found.cohorts).get(key.name)
+        if definition is None:
             return Desired(None)
-        queue = queue_config(raw)
-        invalid = (queue.invalid_reason,) if queue.invalid_reason else ()
-        return Desired(queue, decode(raw, Meta).metadata.uid, invalid)
+        return Desired(definition.message, definition.uid or None, definition.problems)
+
+    def definitions(self) -> Definitions:
+        """Every queue and cohort the queue objects define, cached until one changes."""
+        if self._definitions is None:
+            self._definitions = definitions(self.queue_sources)
+        return self._definitions
 
     def context(self) -> Context:
         """The recognition context (priority classes, topologies, configuration), cached."""
@@ -317,6 +329,7 @@ class ClusterIndex:
                 priority_classes={name: pc.value for name, pc in self.priority_classes.items()},
                 default_priority=max(defaults) if defaults else None,
                 topologies=topologies,
+                local_queues=self.definitions().local_queues,
                 owner_kind_service_types=self._service_types,
                 profiles=self._profiles,
             )
@@ -359,6 +372,37 @@ class ClusterIndex:
                 self.topologies.pop((kind, meta.name), None)
         applied.affected.add(StateKey("topology", None, meta.name))
         self._context_changed(applied)
+
+    def _apply_queue_source(
+        self,
+        kind: QueueSource,
+        meta: ObjectMeta,
+        obj: Mapping[str, object],
+        deleted: bool,
+        applied: Applied,
+    ) -> None:
+        # One object may change others' messages (a Volcano or KAI child makes its parent a
+        # cohort; a name clash), so every queue and cohort is looked at again: they are few.
+        before = self.definitions()
+        name = f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
+        objects = self.queue_sources.setdefault(kind, {})
+        if deleted:
+            objects.pop(name, None)
+            if not objects:
+                del self.queue_sources[kind]
+        else:
+            objects[name] = obj
+        self._definitions = None
+        after = self.definitions()
+        applied.affected.update(self._queue_keys(before) | self._queue_keys(after))
+        if before.local_queues != after.local_queues:
+            self._context_changed(applied)
+
+    @staticmethod
+    def _queue_keys(found: Definitions) -> set[StateKey]:
+        keys_ = {StateKey("queue", None, name) for name in found.queues}
+        keys_.update(StateKey("cohort", None, name) for name in found.cohorts)
+        return keys_
 
     def _apply_priority_class(
         self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied

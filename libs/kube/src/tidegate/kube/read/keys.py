@@ -40,6 +40,8 @@ KUEUE_PREFER_TOPOLOGY: Final = "kueue.x-k8s.io/prefer-topology"
 """The KEP's first revision (seed 000); still accepted, including "auto"."""
 
 # --------------------------------------------------------------------------- KAI-Scheduler
+KAI_QUEUE: Final = "kai.scheduler/queue"
+"""Label naming a workload's KAI queue."""
 KAI_TOPOLOGY: Final = "kai.scheduler/topology"
 KAI_REQUIRED: Final = "kai.scheduler/topology-required-placement"
 KAI_PREFERRED: Final = "kai.scheduler/topology-preferred-placement"
@@ -64,7 +66,7 @@ JOBSET_REPLICATED_JOB_NAME: Final = "jobset.sigs.k8s.io/replicatedjob-name"
 POD_TEMPLATE_HASH: Final = "pod-template-hash"
 
 # --------------------------------------------------------------------------- precedence
-QUEUE_KEYS: Final = (TG_QUEUE, KUEUE_QUEUE_NAME, VOLCANO_QUEUE_NAME)
+QUEUE_KEYS: Final = (TG_QUEUE, KUEUE_QUEUE_NAME, KAI_QUEUE, VOLCANO_QUEUE_NAME)
 TOPOLOGY_NAME_KEYS: Final = (TG_TOPOLOGY, KAI_TOPOLOGY)
 REQUIRED_KEYS: Final = (
     TG_TOPOLOGY_REQUIRED,

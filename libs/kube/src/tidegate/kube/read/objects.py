@@ -336,6 +336,27 @@ class Topology(_K8s, frozen=True, kw_only=True):
     spec: TopologySpec = msgspec.field(default_factory=TopologySpec)
 
 
+class FairSharing(_K8s, frozen=True, kw_only=True):
+    """spec.fairSharing of a Queue, Cohort or Kueue ClusterQueue / Cohort."""
+
+    weight: Quantity | None = None
+
+
+class BorrowWithinCohort(_K8s, frozen=True, kw_only=True):
+    """spec.preemption.borrowWithinCohort (Kueue's shape)."""
+
+    policy: str | None = None
+    max_priority_threshold: int | None = None
+
+
+class PreemptionSpec(_K8s, frozen=True, kw_only=True):
+    """spec.preemption of a Queue or Kueue ClusterQueue (Kueue's names)."""
+
+    reclaim_within_cohort: str | None = None
+    borrow_within_cohort: BorrowWithinCohort | None = None
+    within_cluster_queue: str | None = None
+
+
 class QueueSpec(_K8s, frozen=True, kw_only=True):
     """spec of a tidegate.io/v1alpha1 Queue."""
 
@@ -346,6 +367,15 @@ class QueueSpec(_K8s, frozen=True, kw_only=True):
     placement_profile: str | None = None
     queueing_strategy: str | None = None
     topology: str | None = None
+    cohort: str | None = None
+    nominal_quota: ResourceList | None = None
+    borrowing_limit: ResourceList | None = None
+    lending_limit: ResourceList | None = None
+    card_nominal_quota: dict[str, int] | None = None
+    card_borrowing_limit: dict[str, int] | None = None
+    card_lending_limit: dict[str, int] | None = None
+    fair_sharing: FairSharing | None = None
+    preemption: PreemptionSpec | None = None
 
 
 class Queue(_K8s, frozen=True, kw_only=True):
@@ -353,6 +383,157 @@ class Queue(_K8s, frozen=True, kw_only=True):
 
     metadata: ObjectMeta
     spec: QueueSpec = msgspec.field(default_factory=QueueSpec)
+
+
+class CohortSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a tidegate.io/v1alpha1 Cohort."""
+
+    parent: str | None = None
+    capability: ResourceList | None = None
+    card_quota: dict[str, int] | None = None
+    nominal_quota: ResourceList | None = None
+    borrowing_limit: ResourceList | None = None
+    lending_limit: ResourceList | None = None
+    card_nominal_quota: dict[str, int] | None = None
+    card_borrowing_limit: dict[str, int] | None = None
+    card_lending_limit: dict[str, int] | None = None
+    fair_sharing: FairSharing | None = None
+
+
+class Cohort(_K8s, frozen=True, kw_only=True):
+    """A tidegate.io Cohort."""
+
+    metadata: ObjectMeta
+    spec: CohortSpec = msgspec.field(default_factory=CohortSpec)
+
+
+# --------------------------------------------------------------------------- foreign queues
+
+
+class KueueResourceQuota(_K8s, frozen=True, kw_only=True):
+    """resourceGroups[].flavors[].resources[] of a Kueue ClusterQueue or Cohort."""
+
+    name: str
+    nominal_quota: Quantity | None = None
+    borrowing_limit: Quantity | None = None
+    lending_limit: Quantity | None = None
+
+
+class KueueFlavorQuotas(_K8s, frozen=True, kw_only=True):
+    """resourceGroups[].flavors[]."""
+
+    name: str = ""
+    resources: list[KueueResourceQuota] = msgspec.field(default_factory=list)
+
+
+class KueueResourceGroup(_K8s, frozen=True, kw_only=True):
+    """resourceGroups[]."""
+
+    covered_resources: list[str] = msgspec.field(default_factory=list)
+    flavors: list[KueueFlavorQuotas] = msgspec.field(default_factory=list)
+
+
+class KueueClusterQueueSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a kueue.x-k8s.io ClusterQueue (``cohort`` in v1beta1, ``cohortName`` later)."""
+
+    cohort: str | None = None
+    cohort_name: str | None = None
+    resource_groups: list[KueueResourceGroup] = msgspec.field(default_factory=list)
+    queueing_strategy: str | None = None
+    fair_sharing: FairSharing | None = None
+    preemption: PreemptionSpec | None = None
+
+
+class KueueClusterQueue(_K8s, frozen=True, kw_only=True):
+    """A Kueue ClusterQueue."""
+
+    metadata: ObjectMeta
+    spec: KueueClusterQueueSpec = msgspec.field(default_factory=KueueClusterQueueSpec)
+
+
+class KueueCohortSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a kueue.x-k8s.io Cohort (``parent`` in v1alpha1, ``parentName`` later)."""
+
+    parent: str | None = None
+    parent_name: str | None = None
+    resource_groups: list[KueueResourceGroup] = msgspec.field(default_factory=list)
+    fair_sharing: FairSharing | None = None
+
+
+class KueueCohort(_K8s, frozen=True, kw_only=True):
+    """A Kueue Cohort."""
+
+    metadata: ObjectMeta
+    spec: KueueCohortSpec = msgspec.field(default_factory=KueueCohortSpec)
+
+
+class KueueLocalQueueSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a kueue.x-k8s.io LocalQueue."""
+
+    cluster_queue: str = ""
+
+
+class KueueLocalQueue(_K8s, frozen=True, kw_only=True):
+    """A Kueue LocalQueue (namespaced): the name workloads give, pointing at a ClusterQueue."""
+
+    metadata: ObjectMeta
+    spec: KueueLocalQueueSpec = msgspec.field(default_factory=KueueLocalQueueSpec)
+
+
+class VolcanoGuarantee(_K8s, frozen=True, kw_only=True):
+    """spec.guarantee of a Volcano Queue."""
+
+    resource: ResourceList = msgspec.field(default_factory=dict)
+
+
+class VolcanoQueueSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a scheduling.volcano.sh Queue."""
+
+    weight: int | None = None
+    capability: ResourceList | None = None
+    deserved: ResourceList | None = None
+    guarantee: VolcanoGuarantee | None = None
+    reclaimable: bool | None = None
+    parent: str | None = None
+    priority: int | None = None
+
+
+class VolcanoQueue(_K8s, frozen=True, kw_only=True):
+    """A Volcano Queue."""
+
+    metadata: ObjectMeta
+    spec: VolcanoQueueSpec = msgspec.field(default_factory=VolcanoQueueSpec)
+
+
+class KaiQueueResource(_K8s, frozen=True, kw_only=True):
+    """spec.resources.<gpu|cpu|memory> of a KAI Queue (-1: unlimited)."""
+
+    quota: float | None = None
+    over_quota_weight: float | None = None
+    limit: float | None = None
+
+
+class KaiQueueResources(_K8s, frozen=True, kw_only=True):
+    """spec.resources of a KAI Queue."""
+
+    gpu: KaiQueueResource | None = None
+    cpu: KaiQueueResource | None = None
+    memory: KaiQueueResource | None = None
+
+
+class KaiQueueSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a scheduling.run.ai Queue (KAI-Scheduler)."""
+
+    parent_queue: str | None = None
+    priority: int | None = None
+    resources: KaiQueueResources | None = None
+
+
+class KaiQueue(_K8s, frozen=True, kw_only=True):
+    """A KAI-Scheduler Queue."""
+
+    metadata: ObjectMeta
+    spec: KaiQueueSpec = msgspec.field(default_factory=KaiQueueSpec)
 
 
 class PriorityClass(_K8s, frozen=True, kw_only=True):

@@ -101,6 +101,9 @@ class Context:
     )
     profiles: Collection[str] | None = None
     """Placement profile names accepted; None accepts any."""
+    local_queues: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    """Kueue LocalQueues: (namespace, name) → the ClusterQueue a workload naming it with
+    ``kueue.x-k8s.io/queue-name`` is queued in."""
 
     @property
     def placement_levels(self) -> frozenset[str]:
@@ -452,6 +455,8 @@ def recognize(
     settings = workload_settings(workload_layers, problems)
 
     queue = settings.queue
+    if queue is not None and settings.queue_key == keys.KUEUE_QUEUE_NAME:
+        queue = context.local_queues.get((owner.meta.namespace, queue), queue)
     min_members = None
     if isinstance(owner.obj, PodGroup):
         spec = owner.obj.spec

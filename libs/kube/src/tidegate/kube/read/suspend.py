@@ -4,9 +4,9 @@ A Job or JobSet with ``spec.suspend: true`` runs no pods. Two very different thi
 same on the object:
 
 - **queued for tidegate** (Kueue's convention): the object was created suspended and names a
-  queue on itself (label or annotation ``tidegate.io/queue``, ``kueue.x-k8s.io/queue-name`` or
-  ``scheduling.volcano.sh/queue-name``): the queueing system owns ``suspend`` and unsuspends it
-  on admission;
+  queue on itself (label or annotation ``tidegate.io/queue``, ``kueue.x-k8s.io/queue-name``,
+  ``kai.scheduler/queue`` or ``scheduling.volcano.sh/queue-name``): the queueing system owns
+  ``suspend`` and unsuspends it on admission;
 - **stopped**: someone suspended it — a person, another controller, or tidegate's preemption
   aborting a victim. That suspension is respected: the workload reserves nothing until it is
   resumed by whoever suspended it.
@@ -22,7 +22,9 @@ after a node failure, is suspended by tidegate with ``tidegate.io/requeued``
 (:data:`~tidegate.model.names.REQUEUE_ANNOTATION`) and ``tidegate.io/resume`` removed, in one
 patch, so that its Job controller deletes the pods without counting them as failures. Such an
 object is queued for tidegate whether or not it names a queue (a gate-all namespace's Job
-names none), until the ungater unsuspends it on admission and removes the annotation.
+names none), until the ungater unsuspends it on admission and removes the annotation. A
+``resume: manual`` seen beside the re-queue marker is a late write meant for the admission
+before the re-queue (the re-queue removed the mark), so it does not hand the object back.
 Pure code.
 """
 
@@ -56,8 +58,9 @@ def suspension(meta: ObjectMeta, obj: object) -> Suspension:
     names_queue = REQUEUE_ANNOTATION in meta.annotations or any(
         meta.labels.get(k) or meta.annotations.get(k) for k in keys.QUEUE_KEYS
     )
-    handed_back = (
-        meta.annotations.get(RESUME_ANNOTATION) == RESUME_MANUAL
-        or PREEMPTED_BY_ANNOTATION in meta.annotations
-    )
+    requeued = REQUEUE_ANNOTATION in meta.annotations
+    # A re-queue removes ``resume: manual`` in its own patch: seen beside the re-queue marker,
+    # that mark is a stale one for an earlier admission that landed late.
+    marked_manual = meta.annotations.get(RESUME_ANNOTATION) == RESUME_MANUAL and not requeued
+    handed_back = marked_manual or PREEMPTED_BY_ANNOTATION in meta.annotations
     return Suspension(True, names_queue and not handed_back)

@@ -1,0 +1,515 @@
+"""Queue definitions from every family tidegate reads → QueueConfig and CohortConfig.
+
+tidegate's own Queue and Cohort, Kueue's ClusterQueue, Cohort and LocalQueue, Volcano's Queue
+and KAI-Scheduler's Queue are all read as nodes of one queue tree, per the mapping table of
+docs/queues.md ("Mapping from Kueue, Volcano and KAI"; keep the two in agreement).
+:func:`definitions` takes every such object as the API server sent it and returns the queue
+and cohort messages to publish, by name, and the LocalQueue → ClusterQueue map that recognition
+uses for Kueue's ``kueue.x-k8s.io/queue-name``.
+
+Rules kept here:
+
+- A malformed object is still a queue (or cohort) of its name, with ``invalid_reason`` naming
+  the object and the field: its workloads wait with reason ``Invalid``; nothing else stops.
+- A Volcano or KAI queue that another queue of its family names as its parent is a Cohort (it
+  cannot hold workloads, as in KAI); its own quota is divided among its children, so the
+  Cohort's nominal quota is the parent's less its children's (children asking for more than
+  the parent has make the Cohort Invalid).
+- Name clashes between families: tidegate's own object wins, then Kueue's, KAI's, Volcano's
+  (the order :mod:`tidegate.kube.read.keys` consults their labels in); the object that loses
+  is not read, and the winner's publication logs which one it shadows. Queues and cohorts are
+  separate name spaces.
+
+Pure code: no I/O; :class:`~tidegate.kube.read.index.ClusterIndex` feeds it the objects.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Final, Literal
+
+import msgspec
+
+from tidegate.kube.read import keys
+from tidegate.kube.read.convert import (
+    STRATEGIES,
+    card_counts,
+    cohort_config,
+    fair_weight,
+    parse_resource_list,
+    preemption,
+    queue_config,
+)
+from tidegate.kube.read.objects import (
+    KaiQueue,
+    KaiQueueResource,
+    KueueClusterQueue,
+    KueueCohort,
+    KueueLocalQueue,
+    KueueResourceGroup,
+    Meta,
+    ObjectError,
+    ObjectMeta,
+    VolcanoQueue,
+    decode,
+    describe_error,
+)
+from tidegate.model import QuantityError, parse_quantity
+from tidegate.model import resources as res
+from tidegate.model.events import CohortConfig, QueueConfig, QueueingStrategy
+from tidegate.model.quantity import format_quantity, parse_decimal
+from tidegate.model.resources import Resources
+
+QueueSource = Literal[
+    "Queue",
+    "Cohort",
+    "KueueClusterQueue",
+    "KueueCohort",
+    "KueueLocalQueue",
+    "VolcanoQueue",
+    "KaiQueue",
+]
+"""Object kinds that define queues, cohorts or queue names (as the index calls them)."""
+
+QUEUE_SOURCES: Final[tuple[QueueSource, ...]] = (
+    "Queue",
+    "Cohort",
+    "KueueClusterQueue",
+    "KueueCohort",
+    "KueueLocalQueue",
+    "VolcanoQueue",
+    "KaiQueue",
+)
+
+KAI_RESOURCES: Final = {"gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
+"""KAI's resource names → Kubernetes resource names."""
+KAI_UNITS: Final = {"gpu": Decimal(1), "cpu": Decimal(1), "memory": Decimal(1_000_000)}
+"""KAI quantities in tidegate units: GPUs, millicores (tidegate's cpu unit), megabytes."""
+
+
+@dataclass(frozen=True)
+class Definition:
+    """One published queue or cohort, where it came from, and problems worth logging."""
+
+    message: QueueConfig | CohortConfig
+    uid: str
+    source: str
+    """ "Kueue ClusterQueue research": the object it was read from."""
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Definitions:
+    """Every queue and cohort, by name, and Kueue's LocalQueues."""
+
+    queues: Mapping[str, Definition] = field(default_factory=dict)
+    cohorts: Mapping[str, Definition] = field(default_factory=dict)
+    local_queues: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    """(namespace, LocalQueue name) → the ClusterQueue it points to."""
+
+
+@dataclass
+class _Family:
+    """One family's nodes, before name clashes are settled."""
+
+    label: str
+    queues: dict[str, Definition] = field(default_factory=dict)
+    cohorts: dict[str, Definition] = field(default_factory=dict)
+
+
+def definitions(objects: Mapping[QueueSource, Mapping[str, object]]) -> Definitions:
+    """Every queue and cohort the objects define (see the module doc). Never raises: an
+    object whose metadata cannot be read is skipped (the index reports those on arrival)."""
+    families = [
+        _tidegate(objects.get("Queue", {}), objects.get("Cohort", {})),
+        _kueue(objects.get("KueueClusterQueue", {}), objects.get("KueueCohort", {})),
+        _kai(objects.get("KaiQueue", {})),
+        _volcano(objects.get("VolcanoQueue", {})),
+    ]
+    return Definitions(
+        queues=_merge(family.queues for family in families),
+        cohorts=_merge(family.cohorts for family in families),
+        local_queues=_local_queues(objects.get("KueueLocalQueue", {})),
+    )
+
+
+def _merge(layers: Iterable[Mapping[str, Definition]]) -> dict[str, Definition]:
+    out: dict[str, Definition] = {}
+    shadowed: dict[str, list[str]] = {}
+    for layer in layers:
+        for name, definition in layer.items():
+            if name in out:
+                shadowed.setdefault(name, []).append(definition.source)
+            else:
+                out[name] = definition
+    for name, losers in shadowed.items():
+        winner = out[name]
+        note = (
+            f"{winner.source} shadows {', '.join(losers)} of the same name, not read "
+            "(tidegate's own wins a name clash, then Kueue's, KAI's, Volcano's)"
+        )
+        out[name] = Definition(winner.message, winner.uid, winner.source, (*winner.problems, note))
+    return out
+
+
+def _meta(raw: object) -> ObjectMeta | None:
+    try:
+        return decode(raw, Meta).metadata
+    except ObjectError:
+        return None
+
+
+def _definition(message: QueueConfig | CohortConfig, meta: ObjectMeta, source: str) -> Definition:
+    invalid = (message.invalid_reason,) if message.invalid_reason else ()
+    return Definition(message, meta.uid, f"{source} {meta.name}", invalid)
+
+
+# --------------------------------------------------------------------------- tidegate
+
+
+def _tidegate(queues: Mapping[str, object], cohorts: Mapping[str, object]) -> _Family:
+    family = _Family("tidegate")
+    for raw in queues.values():
+        meta = _meta(raw)
+        if meta is not None:
+            family.queues[meta.name] = _definition(queue_config(raw), meta, "Queue")
+    for raw in cohorts.values():
+        meta = _meta(raw)
+        if meta is not None:
+            family.cohorts[meta.name] = _definition(cohort_config(raw), meta, "Cohort")
+    return family
+
+
+# --------------------------------------------------------------------------- Kueue
+
+
+@dataclass
+class _Quotas:
+    """Kueue resourceGroups read as nominal quota and limits, summed over flavors."""
+
+    nominal: Resources | None = None
+    borrowing_limit: Resources | None = None
+    lending_limit: Resources | None = None
+
+
+def _kueue_quotas(groups: Sequence[KueueResourceGroup], problems: list[str]) -> _Quotas:
+    """Per resource: nominal quota summed over the flavors; a limit summed likewise, and only
+    when every flavor of the resource names one (a flavor without one leaves it unbounded)."""
+    nominal: Resources = {}
+    limits: dict[str, dict[str, int | None]] = {"borrowingLimit": {}, "lendingLimit": {}}
+    for g, group in enumerate(groups):
+        for f, flavor in enumerate(group.flavors):
+            for r, quota in enumerate(flavor.resources):
+                path = f"spec.resourceGroups[{g}].flavors[{f}].resources[{r}]"
+                name = quota.name
+                amount = _amount(name, quota.nominal_quota, f"{path}.nominalQuota", problems)
+                nominal[name] = nominal.get(name, 0) + (amount or 0)
+                for key, value in (
+                    ("borrowingLimit", quota.borrowing_limit),
+                    ("lendingLimit", quota.lending_limit),
+                ):
+                    summed = limits[key]
+                    limit = _amount(name, value, f"{path}.{key}", problems)
+                    before = summed.get(name, 0) if name in summed else 0
+                    fresh = name not in summed
+                    if limit is None or (not fresh and before is None):
+                        summed[name] = None
+                    else:
+                        summed[name] = (before or 0) + limit
+
+    def named(summed: Mapping[str, int | None]) -> Resources | None:
+        out = {name: amount for name, amount in summed.items() if amount is not None}
+        return out or None
+
+    return _Quotas(
+        nominal=nominal or None,
+        borrowing_limit=named(limits["borrowingLimit"]),
+        lending_limit=named(limits["lendingLimit"]),
+    )
+
+
+def _amount(name: str, value: object, path: str, problems: list[str]) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_quantity(name, value)
+    except QuantityError as exc:
+        problems.append(f"{path}: {exc}")
+        return None
+
+
+def _kueue(queues: Mapping[str, object], cohorts: Mapping[str, object]) -> _Family:
+    family = _Family("Kueue")
+    for raw in queues.values():
+        meta = _meta(raw)
+        if meta is not None:
+            family.queues[meta.name] = _definition(
+                _kueue_cluster_queue(raw, meta), meta, "Kueue ClusterQueue"
+            )
+    for raw in cohorts.values():
+        meta = _meta(raw)
+        if meta is not None:
+            family.cohorts[meta.name] = _definition(_kueue_cohort(raw, meta), meta, "Kueue Cohort")
+    return family
+
+
+def _kueue_cluster_queue(raw: object, meta: ObjectMeta) -> QueueConfig:
+    where = f"Kueue ClusterQueue {meta.name}"
+    try:
+        queue = decode(raw, KueueClusterQueue)
+    except ObjectError as exc:
+        return QueueConfig(name=meta.name, invalid_reason=f"{where}: {describe_error(exc)}")
+    spec = queue.spec
+    problems: list[str] = []
+    quotas = _kueue_quotas(spec.resource_groups, problems)
+    strategy: QueueingStrategy = "BestEffortFIFO"
+    if spec.queueing_strategy is not None:
+        for known in STRATEGIES:
+            if spec.queueing_strategy == known:
+                strategy = known
+                break
+        else:
+            problems.append(
+                f"spec.queueingStrategy: {spec.queueing_strategy!r} is not one of "
+                f"{', '.join(STRATEGIES)}"
+            )
+    weight = spec.fair_sharing.weight if spec.fair_sharing is not None else None
+    parsed_weight = fair_weight(weight, "spec.fairSharing.weight", problems)
+    policies = preemption(spec.preemption, problems)
+    return QueueConfig(
+        name=meta.name,
+        strategy=strategy,
+        parent=spec.cohort_name or spec.cohort or None,
+        nominal=quotas.nominal,
+        borrowing_limit=quotas.borrowing_limit,
+        lending_limit=quotas.lending_limit,
+        fair_weight=parsed_weight,
+        preemption=policies,
+        invalid_reason=f"{where}: {'; '.join(problems)}" if problems else None,
+    )
+
+
+def _kueue_cohort(raw: object, meta: ObjectMeta) -> CohortConfig:
+    where = f"Kueue Cohort {meta.name}"
+    try:
+        cohort = decode(raw, KueueCohort)
+    except ObjectError as exc:
+        return CohortConfig(name=meta.name, invalid_reason=f"{where}: {describe_error(exc)}")
+    spec = cohort.spec
+    problems: list[str] = []
+    quotas = _kueue_quotas(spec.resource_groups, problems)
+    weight = spec.fair_sharing.weight if spec.fair_sharing is not None else None
+    parsed_weight = fair_weight(weight, "spec.fairSharing.weight", problems)
+    return CohortConfig(
+        name=meta.name,
+        parent=spec.parent_name or spec.parent or None,
+        nominal=quotas.nominal,
+        borrowing_limit=quotas.borrowing_limit,
+        lending_limit=quotas.lending_limit,
+        fair_weight=parsed_weight,
+        invalid_reason=f"{where}: {'; '.join(problems)}" if problems else None,
+    )
+
+
+def _local_queues(objects: Mapping[str, object]) -> dict[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    for raw in objects.values():
+        try:
+            local = decode(raw, KueueLocalQueue)
+        except ObjectError:
+            continue  # names no ClusterQueue we can read: the workload keeps its queue name
+        if local.spec.cluster_queue:
+            out[(local.metadata.namespace, local.metadata.name)] = local.spec.cluster_queue
+    return out
+
+
+# --------------------------------------------------------------------------- Volcano and KAI
+
+
+@dataclass
+class _Node:
+    """A Volcano or KAI queue read: its tidegate fields, before it is known to be a parent."""
+
+    meta: ObjectMeta
+    parent: str | None = None
+    priority: int = 0
+    reclaimable: bool = True
+    capability: Resources | None = None
+    card_quota: dict[str, int] | None = None
+    nominal: Resources | None = None
+    lending_limit: Resources | None = None
+    fair_weight: float = 1.0
+    problems: list[str] = field(default_factory=list)
+
+
+def _volcano_node(raw: object, meta: ObjectMeta) -> _Node:
+    node = _Node(meta)
+    try:
+        queue = decode(raw, VolcanoQueue)
+    except ObjectError as exc:
+        node.problems.append(describe_error(exc))
+        return node
+    spec = queue.spec
+    problems = node.problems
+    node.parent = spec.parent or None
+    node.priority = spec.priority or 0
+    node.reclaimable = True if spec.reclaimable is None else spec.reclaimable
+    if spec.weight is not None:
+        node.fair_weight = fair_weight(spec.weight, "spec.weight", problems)
+    if spec.capability is not None:
+        node.capability = parse_resource_list(spec.capability, "spec.capability", problems)
+    if spec.deserved is not None:
+        node.nominal = parse_resource_list(spec.deserved, "spec.deserved", problems)
+    if spec.guarantee is not None and spec.guarantee.resource:
+        guarantee = parse_resource_list(
+            spec.guarantee.resource, "spec.guarantee.resource", problems
+        )
+        deserved = node.nominal or {}
+        node.lending_limit = {
+            name: max(deserved.get(name, 0) - amount, 0) for name, amount in guarantee.items()
+        }
+    node.card_quota = _annotation_cards(meta, problems)
+    return node
+
+
+def _annotation_cards(meta: ObjectMeta, problems: list[str]) -> dict[str, int] | None:
+    text = meta.annotations.get(keys.VOLCANO_CARD_QUOTA)
+    if text is None:
+        return None
+    path = f"annotation {keys.VOLCANO_CARD_QUOTA}"
+    try:
+        data: object = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        problems.append(f"{path}: {text!r} is not valid JSON ({exc})")
+        return None
+    if not isinstance(data, dict):
+        problems.append(f"{path}: {text!r} is not a JSON object of card model to count")
+        return None
+    return card_counts(data, path, problems)
+
+
+def _kai_node(raw: object, meta: ObjectMeta) -> _Node:
+    node = _Node(meta)
+    try:
+        queue = decode(raw, KaiQueue)
+    except ObjectError as exc:
+        node.problems.append(describe_error(exc))
+        return node
+    spec = queue.spec
+    node.parent = spec.parent_queue or None
+    node.priority = spec.priority or 0
+    nominal: Resources = {}
+    limit: Resources = {}
+    given = spec.resources
+    for kai_name, name in KAI_RESOURCES.items():
+        resource: KaiQueueResource | None = getattr(given, kai_name) if given else None
+        if resource is None:
+            continue
+        path = f"spec.resources.{kai_name}"
+        for value, key, into in (
+            (resource.quota, "quota", nominal),
+            (resource.limit, "limit", limit),
+        ):
+            amount = _kai_amount(kai_name, value, f"{path}.{key}", node.problems)
+            if amount is not None:
+                into[name] = amount
+        if kai_name == "gpu" and resource.over_quota_weight is not None:
+            node.fair_weight = fair_weight(
+                resource.over_quota_weight, f"{path}.overQuotaWeight", node.problems
+            )
+    node.nominal = nominal or None
+    node.capability = limit or None
+    return node
+
+
+def _kai_amount(kai_name: str, value: float | None, path: str, problems: list[str]) -> int | None:
+    """A KAI quota or limit in tidegate units; None for absent or -1 (unlimited)."""
+    if value is None or value == -1:
+        return None
+    if value < 0:
+        problems.append(f"{path}: {value:g} is negative (only -1, unlimited, is allowed)")
+        return None
+    try:
+        amount = parse_decimal(value) * KAI_UNITS[kai_name]
+    except QuantityError as exc:
+        problems.append(f"{path}: {exc}")
+        return None
+    if kai_name == "gpu" and amount != amount.to_integral_value():
+        problems.append(f"{path}: {value:g} is not a whole number of GPUs")
+        return None
+    return int(amount)
+
+
+def _volcano(objects: Mapping[str, object]) -> _Family:
+    nodes = [
+        _volcano_node(raw, meta) for raw in objects.values() if (meta := _meta(raw)) is not None
+    ]
+    return _parented(nodes, "Volcano Queue")
+
+
+def _kai(objects: Mapping[str, object]) -> _Family:
+    nodes = [_kai_node(raw, meta) for raw in objects.values() if (meta := _meta(raw)) is not None]
+    return _parented(nodes, "KAI Queue")
+
+
+def _parented(nodes: Sequence[_Node], label: str) -> _Family:
+    """Leaves become queues; a queue another names as its parent becomes a cohort whose own
+    nominal quota is the parent's less its children's."""
+    family = _Family(label)
+    children: dict[str, list[_Node]] = {}
+    for node in nodes:
+        if node.parent is not None:
+            children.setdefault(node.parent, []).append(node)
+    for node in nodes:
+        name = node.meta.name
+        source = f"{label} {name}"
+        kids = children.get(name)
+        if kids is None:
+            problems = node.problems
+            family.queues[name] = _definition(
+                QueueConfig(
+                    name=name,
+                    priority=node.priority,
+                    reclaimable=node.reclaimable,
+                    quota=node.capability,
+                    card_quota=node.card_quota,
+                    parent=node.parent,
+                    nominal=node.nominal,
+                    lending_limit=node.lending_limit,
+                    fair_weight=node.fair_weight,
+                    invalid_reason=f"{source}: {'; '.join(problems)}" if problems else None,
+                ),
+                node.meta,
+                label,
+            )
+            continue
+        problems = list(node.problems)
+        nominal = node.nominal
+        if nominal is not None:
+            given = res.total(kid.nominal or {} for kid in kids)
+            own = res.subtract(nominal, {k: v for k, v in given.items() if k in nominal})
+            for resource in sorted(own):
+                if own[resource] < 0:
+                    names = ", ".join(sorted(kid.meta.name for kid in kids))
+                    total = format_quantity(resource, given[resource])
+                    own_total = format_quantity(resource, nominal[resource])
+                    problems.append(
+                        f"its children ({names}) are guaranteed {total} {resource} in all, "
+                        f"more than its own {own_total}"
+                    )
+            nominal = {k: max(v, 0) for k, v in own.items()}
+        family.cohorts[name] = _definition(
+            CohortConfig(
+                name=name,
+                parent=node.parent,
+                quota=node.capability,
+                card_quota=node.card_quota,
+                nominal=nominal,
+                lending_limit=node.lending_limit,
+                fair_weight=node.fair_weight,
+                invalid_reason=f"{source}: {'; '.join(problems)}" if problems else None,
+            ),
+            node.meta,
+            label,
+        )
+    return family
