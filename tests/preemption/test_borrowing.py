@@ -7,9 +7,7 @@ an Event. When A submits, B's borrowing gang is preempted whole (not the one wit
 nominal), A is admitted within its nominal, and B's gang waits on its quota without
 preempting back.
 
-The watcher does not read the queue-tree fields yet, so the queues and the cohort are published
-on their config subjects as the watcher will (the Queue objects do not exist in Kubernetes:
-nothing tombstones them).
+The Queues and the Cohort are Kubernetes objects; the watcher publishes them.
 """
 
 from collections.abc import AsyncIterator
@@ -18,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tidegate.kube import EVENTS, JOBS
+from tidegate.kube import COHORTS, EVENTS, JOBS, QUEUES
 from tidegate.model import (
     Admitted,
     CohortConfig,
@@ -26,7 +24,6 @@ from tidegate.model import (
     Preempted,
     PreemptRequested,
     QueueConfig,
-    QueuePreemption,
     Released,
     subjects,
 )
@@ -60,17 +57,35 @@ def team_job(name: str, queue: str, *, pods: int = 2, gpus: int = 8) -> dict[str
     }
 
 
-async def publish_tree(h: Harness) -> None:
-    cohort = CohortConfig(name="research")
-    await h.publish(subjects.cohort(h.cluster, "research"), cohort)
+async def create_tree(h: Harness) -> None:
+    """Cohort ``research`` and Queues ``team-a`` (reclaims with ``Any``) and ``team-b``, 16
+    GPUs nominal each, as Kubernetes objects the watcher publishes."""
+    cohort = {"apiVersion": "tidegate.io/v1alpha1", "kind": "Cohort"}
+    await h.create(COHORTS, {**cohort, "metadata": {"name": "research"}, "spec": {}}, None)
     for name, reclaim in (("team-a", "Any"), ("team-b", "Never")):
-        queue = QueueConfig(
-            name=name,
-            parent="research",
-            nominal={GPU: 16},
-            preemption=QueuePreemption(reclaim_within_cohort=reclaim),  # type: ignore[arg-type]
+        spec = {
+            "cohort": "research",
+            "nominalQuota": {GPU: "16"},
+            "preemption": {"reclaimWithinCohort": reclaim},
+        }
+        body = {
+            "apiVersion": "tidegate.io/v1alpha1",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        await h.create(QUEUES, body, namespace=None)
+
+    def published() -> bool:
+        queues = [h.state.get(subjects.queue(h.cluster, n)) for n in ("team-a", "team-b")]
+        return isinstance(
+            h.state.get(subjects.cohort(h.cluster, "research")), CohortConfig
+        ) and all(
+            isinstance(q, QueueConfig) and q.parent == "research" and q.nominal == {GPU: 16}
+            for q in queues
         )
-        await h.publish(subjects.queue(h.cluster, name), queue)
+
+    await h.until(published, within=15, what="the queue tree on the bus")
 
 
 async def events_of(h: Harness, reason: str) -> dict[str, str]:
@@ -92,7 +107,7 @@ async def test_a_team_borrows_idle_gpus_and_gives_them_back_whole_when_the_lende
     cluster: Harness,
 ) -> None:
     h = cluster
-    await publish_tree(h)
+    await create_tree(h)
 
     # Team B: 16 GPUs within its nominal, then 16 more on team A's idle GPUs.
     await h.create(JOBS, team_job("b-own", "team-b"))
