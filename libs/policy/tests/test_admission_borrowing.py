@@ -1,6 +1,8 @@
 """Admission on a queue tree: borrowing a cohort's idle quota, fair order between the queues
 that share it, Invalid trees, and reclaim requests (docs/queues.md, "The queue tree")."""
 
+import msgspec
+
 from tidegate.model import (
     Admitted,
     CapacityNode,
@@ -249,3 +251,20 @@ def test_lower_priority_reclaims_only_from_lower_priority_gangs() -> None:
     assert isinstance(asked, PreemptRequested)
     assert asked.workload == "ns/a2"
     assert asked.reclaim
+
+
+def test_the_growth_of_an_admitted_workload_stays_within_what_its_tree_can_give() -> None:
+    # a's nominal 8 and b's idle 8: a may hold 16 in all, so of 4 more pods of 4 GPUs only 2.
+    admission = cluster(*two_racks(), queues=[team("a", 8), team("b", 8)])
+    state = msg.workload("w", msg.podset(count=2, gpus=4), queue="a", service_type="inference")
+    admission.set_workload(state)
+    assert list(admitted_of(bodies(admission.cycle(now=1.0)))) == ["ns/w"]
+    grown = msgspec.structs.replace(state, podsets=[msg.podset(count=6, gpus=4)])
+    admission.set_workload(grown)
+    decisions = bodies(admission.cycle(now=2.0) + admission.cycle(now=3.0))
+    resized = admitted_of(decisions)["ns/w"]
+    assert resized.charged[GPU] == 16
+    assert pending_of(decisions)["ns/w"].reason == "ExceedsQuota"
+    assert "2 more pods of workers: queue a: nvidia.com/gpu 16 in use" in (
+        pending_of(decisions)["ns/w"].message
+    )

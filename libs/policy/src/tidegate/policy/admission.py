@@ -847,6 +847,7 @@ class Admission:
                 extra,
                 queue=queue,
                 usage=self.quota,
+                check=self._quota_failure,
                 capacity=self.capacity,
                 topology=topology,
                 profile=profile,
@@ -1139,16 +1140,9 @@ class Admission:
             cards={m: n for m, n in demand.cards.items() if n},
             card_resources=demand.card_resources,
         )
-        fit: QuotaFit | None = None
-        tree = self.tree() if in_tree(queue) else None
-        if tree is not None:
-            fit = check_admission(tree, self._tree_usage(tree), queue.name, request)
-            if not fit.fits:
-                return Failure(fit.reason or "ExceedsQuota", fit.message or "over quota")
-        else:
-            verdict = self.quota.check(queue, request)
-            if verdict is not None:
-                return Failure(verdict.reason, verdict.message)
+        fit = self._check_quota(queue, request)
+        if isinstance(fit, Failure):
+            return fit
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
         placement = PlacementRequest(podsets=restricted, profile=profile)
         result = self.capacity.place(topology, placement)
@@ -1160,6 +1154,24 @@ class Admission:
         return self._commit(
             workload, queue, restricted, result, request, demand, nominated, now, fit=fit
         )
+
+    def _check_quota(self, queue: QueueConfig, request: QuotaRequest) -> Failure | QuotaFit | None:
+        """Whether ``request`` fits ``queue``'s quota now: why not, or how (what it borrows)
+        for a queue in a tree, or None for a queue in no tree (``capability`` and
+        ``cardQuota`` alone)."""
+        tree = self.tree() if in_tree(queue) else None
+        if tree is not None:
+            fit = check_admission(tree, self._tree_usage(tree), queue.name, request)
+            if not fit.fits:
+                return Failure(fit.reason or "ExceedsQuota", fit.message or "over quota")
+            return fit
+        verdict = self.quota.check(queue, request)
+        return Failure(verdict.reason, verdict.message) if verdict is not None else None
+
+    def _quota_failure(self, queue: QueueConfig, request: QuotaRequest) -> Failure | None:
+        """:meth:`_check_quota` as a yes or why not (for the growth of admitted workloads)."""
+        fit = self._check_quota(queue, request)
+        return fit if isinstance(fit, Failure) else None
 
     def _commit(
         self,
