@@ -154,6 +154,23 @@ async def test_explain_says_when_and_why_slots_were_moved(nats_url: str, cluster
     assert "slots moved 2 times because the scheduler found no room" in text
 
 
+async def test_explain_says_what_an_admission_borrows_from_its_cohort(
+    nats_url: str, cluster_id: str
+) -> None:
+    async with connected(nats_url, cluster_id) as bus:
+        h = ServiceHarness(bus, cluster_id, nats_url)
+        await h.send(QueueConfig(name="team-b", parent="research", nominal={GPU: 8}))
+        await h.send(msg.workload("big", MAIN, queue="team-b", created_at=1.0))
+        admitted = msg.admitted("big", ON_TWO_NODES, sequence=1, queue="team-b")
+        await h.send(msgspec.structs.replace(admitted, borrowed={GPU: 8}, cohort="research"))
+        view = await fill_view(bus, cluster_id, pods_of="ns")
+
+    answer = explain(view, "ns/big")
+    assert answer is not None
+    assert answer["borrowing"] == "borrowing 8 GPUs from cohort research"
+    assert "quota      borrowing 8 GPUs from cohort research" in render(answer)
+
+
 async def test_queues_sum_usage_of_admitted_and_count_pending_by_reason(
     nats_url: str, cluster_id: str
 ) -> None:

@@ -25,6 +25,7 @@ from tidegate.model.pods import gated
 from tidegate.model.quantity import format_quantity
 from tidegate.model.replica import Seen
 from tidegate.policy.ordering import order_workloads
+from tidegate.policy.queuetree import borrowing_summary
 
 if TYPE_CHECKING:  # the bus (and nats) is imported only when a command runs
     from tidegate.bus import BusSettings
@@ -244,6 +245,9 @@ def explain(view: "BusView", key: str) -> dict[str, Any] | None:
             out["charged_cards"] = dict(admitted.charged_cards)
         if admitted.nominated_by:
             out["nominated_by"] = admitted.nominated_by
+        borrowing = borrowing_summary(admitted)
+        if borrowing is not None:
+            out["borrowing"] = borrowing
         if admitted.replaces is not None and admitted.replace_cause is not None:
             out["moved"] = {"replaces": admitted.replaces, "cause": admitted.replace_cause}
         if admitted.unschedulable_moves:
@@ -309,6 +313,8 @@ def render(answer: Mapping[str, Any]) -> str:
     lines.extend(f"placement  {line}" for line in answer.get("placement") or [])
     if answer.get("charged"):
         lines.append(f"charged    {answer['charged']}")
+    if answer.get("borrowing"):
+        lines.append(f"quota      {answer['borrowing']}")
     moved = answer.get("moved")
     if isinstance(moved, dict):
         lines.append(f"moved      replacing decision #{moved['replaces']} ({moved['cause']})")

@@ -59,6 +59,7 @@ EventReason = Literal[
     "Suspended",
     "PreemptionBlocked",
     "PreemptionAbortFailed",
+    "Borrowing",
     "BypassedGate",
 ]
 """Reasons of the Kubernetes Events tidegate records on a workload's owner (the ungater's,
@@ -493,6 +494,13 @@ class Admitted(_Body, frozen=True, kw_only=True, tag="admitted"):
     their pods (``replace_cause`` ``Unschedulable``), counted along the chain of replacements
     and carried over when such a move found no room and the gang was re-queued; 0 on a first
     admission. The ungater waits longer before each further move (docs/ungater.md)."""
+    borrowed: dict[str, int] = msgspec.field(default_factory=dict)
+    """Per resource, the part of ``charged`` above its queue's remaining nominal quota: lent
+    by its cohort (docs/queues.md, "The queue tree"); empty when it borrows nothing."""
+    borrowed_cards: dict[str, int] = msgspec.field(default_factory=dict)
+    """The same per card model, of ``charged_cards``."""
+    cohort: str | None = None
+    """The cohort it borrows from (its queue's ``parent``); set only when it borrows."""
 
     def chain_start(self) -> int:
         """The sequence of the first admission this one continues (its own when it is one)."""
@@ -528,6 +536,10 @@ class PreemptRequested(_Body, frozen=True, kw_only=True, tag="preempt-requested"
     domain (the room to free); empty: the whole workload, as it is not admitted yet."""
     admitted_sequence: int | None = None
     """For a growth request: the sequence of the admission in force that grows."""
+    reclaim: bool = False
+    """The workload fits the free capacity's rules but not its queue's quota now, and its
+    queue may get lent quota back: preempt whole gangs that borrow from its cohort
+    (:func:`tidegate.policy.queuetree.plan_reclaim`) rather than free room on nodes."""
 
 
 class LostAdmission(_Base, frozen=True, kw_only=True):

@@ -15,13 +15,20 @@ One cycle, in order (docs/queues.md has the user's view):
 1. Workloads that are not in a usable queue wait: ``Invalid`` (the workload's own
    ``invalid_reason``, or its queue's), ``QueueNotFound`` (no queue named, or no such queue).
 2. Queues by priority (then name); within a queue by workload priority, creation time, key.
+   Queues of one queue tree (:func:`~tidegate.policy.queuetree.in_tree`) are tried together,
+   at the place of the first of them: their heads compete by
+   :func:`~tidegate.policy.queuetree.fair_order` (weighted share, then priority, FIFO, key).
 3. For each workload: its Topology (the queue's, else the workload's, else the only one or
    ``default``), its card demand, its quota check, then gang placement of every podset at once
    on the live view. If that fails and the gang has a minimum (``min_members`` or podset
    ``min_count``), the same again with the minimum. Admitted: the capacity is taken from the
-   view at once (the next workload of the cycle cannot have it) and the quota charged.
-4. Otherwise why: quota (``ExceedsQuota``, ``CardQuotaExceeded``); placement that fails even
-   on an empty cluster of the Topology (``TopologyPlacementFailed``); else lack of capacity:
+   view at once (the next workload of the cycle cannot have it) and the quota charged. In a
+   queue tree the quota check is :func:`~tidegate.policy.queuetree.check_admission`, and the
+   admission says what it borrows from its cohort.
+4. Otherwise why: quota (``ExceedsQuota``, ``CardQuotaExceeded``; in a tree, a workload whose
+   queue may reclaim what its cohort lent asks preemption to, ``PreemptRequested`` with
+   ``reclaim``); placement that fails even on an empty cluster of the Topology
+   (``TopologyPlacementFailed``); else lack of capacity:
    an inference workload asks for preemption (``PreemptRequested``, then
    ``WaitingForPreemption`` while the request or its nomination lasts), anything else
    ``WaitingForCapacity``.
@@ -43,6 +50,7 @@ reason ``Suspended`` (``Deleted`` for the namespace). One suspended for tidegate
 (``resume_on_admission``, Kueue's way) is queued and admitted like any other.
 """
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -51,6 +59,7 @@ import msgspec
 
 from tidegate.model import (
     Admitted,
+    CohortConfig,
     NodeName,
     Pending,
     PendingReason,
@@ -82,7 +91,22 @@ from tidegate.policy.elastic import (
 )
 from tidegate.policy.elastic import growth as growth_of
 from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
-from tidegate.policy.quota import Charge, QuotaLedger, QuotaRequest, gang_resources
+from tidegate.policy.queuetree import (
+    SERVICE_RECLAIM,
+    Contender,
+    Holder,
+    NodeId,
+    Preemptor,
+    QueueTree,
+    QuotaFit,
+    ReclaimPlan,
+    build_services_tree,
+    check_admission,
+    fair_order,
+    in_tree,
+    plan_reclaim,
+)
+from tidegate.policy.quota import Charge, QueueUsage, QuotaLedger, QuotaRequest, gang_resources
 from tidegate.policy.replacement import (
     ReplacementError,
     lost_slots_cause,
@@ -96,6 +120,7 @@ __all__ = [
     "Decision",
     "Nomination",
     "WorkloadRecord",
+    "in_tree",
     "minimum_podsets",
     "queue_problem",
     "stopped",
@@ -206,6 +231,11 @@ class Admission:
         self.capacity = ClusterCapacity()
         self.quota = QuotaLedger()
         self._queues: dict[str, QueueConfig] = {}
+        self._cohorts: dict[str, CohortConfig] = {}
+        self._tree: QueueTree | None = None
+        """The queue tree of the queues and cohorts known, built on first use after a change
+        (:meth:`tree`)."""
+        self._tree_stale = True
         self.records: dict[WorkloadKey, WorkloadRecord] = {}
         """What admission knows, one record per workload."""
         self.decisions = Replica()
@@ -238,11 +268,34 @@ class Admission:
         if self._queues.get(queue.name) != queue:
             self._queues[queue.name] = queue
             self._growth += 1
+            self._tree_stale = True
 
     def remove_queue(self, name: str) -> None:
         """A Queue was deleted: its waiting workloads become QueueNotFound."""
         if self._queues.pop(name, None) is not None:
             self._growth += 1
+            self._tree_stale = True
+
+    def set_cohort(self, cohort: CohortConfig) -> None:
+        """A Cohort was created or changed."""
+        if self._cohorts.get(cohort.name) != cohort:
+            self._cohorts[cohort.name] = cohort
+            self._growth += 1
+            self._tree_stale = True
+
+    def remove_cohort(self, name: str) -> None:
+        """A Cohort was deleted (a queue naming it then shares through an implicit cohort)."""
+        if self._cohorts.pop(name, None) is not None:
+            self._growth += 1
+            self._tree_stale = True
+
+    def tree(self) -> QueueTree | None:
+        """The queue tree of the queues known, or None while no queue is :func:`in_tree` (then
+        quota is ``capability`` and ``cardQuota`` alone, as before trees existed)."""
+        if self._tree_stale:
+            self._tree_stale = False
+            self._tree = build_services_tree(self._queues.values(), self._cohorts.values())
+        return self._tree
 
     def set_workload(self, workload: WorkloadState) -> list[Decision]:
         """A workload appeared or changed. A new object under an admitted name (another uid)
@@ -564,6 +617,7 @@ class Admission:
         self._expire(now)
         out: list[Decision] = []
         self._grow_all(out, now)
+        tree = self.tree()
         by_queue: dict[str, list[WorkloadState]] = {}
         for key in sorted(self.records):
             record = self.records[key]
@@ -582,30 +636,137 @@ class Admission:
                 self._wait(out, workload, name, "QueueNotFound", f"queue {name} does not exist")
             elif (problem := queue_problem(queue)) is not None:
                 self._wait(out, workload, name, "Invalid", f"queue {name} is invalid: {problem}")
+            elif (blocked := self._tree_blocked(tree, queue)) is not None:
+                self._wait(
+                    out, workload, name, "Invalid", f"queue {name} cannot be used: {blocked}"
+                )
             else:
                 by_queue.setdefault(name, []).append(workload)
 
         growth = self._growth + self.capacity.version
-        for queue in order_queues(self._queues[name] for name in by_queue):
-            blocked_by: WorkloadKey | None = None
-            for workload in order_workloads(by_queue[queue.name]):
-                key = key_of(workload)
-                record = self.records[key]
-                if blocked_by is not None:
-                    message = f"queue {queue.name} is StrictFIFO and waits for {blocked_by}"
-                    self._wait(out, workload, queue.name, "WaitingForCapacity", message)
-                    record.tried_at = None
-                    continue
-                remembered = record.reason
-                if record.tried_at == growth and remembered is not None:
-                    reason: PendingReason | None = remembered
-                else:
-                    reason = self._try(out, workload, queue, now)
-                    if reason is not None:
-                        record.tried_at = growth
-                if reason is not None and blocks_queue(queue, reason):
-                    blocked_by = key
+        for group in self._groups(tree, order_queues(self._queues[name] for name in by_queue)):
+            if len(group) == 1 or tree is None:
+                for queue in group:
+                    self._run_queue(out, queue, order_workloads(by_queue[queue.name]), now, growth)
+            else:
+                self._run_cohort(out, tree, group, by_queue, now, growth)
         return out
+
+    def _groups(
+        self, tree: QueueTree | None, queues: Sequence[QueueConfig]
+    ) -> list[list[QueueConfig]]:
+        """``queues`` (in queue order) grouped for the cycle: the queues of one tree together,
+        at the place of the first of them; every other queue alone, in its place."""
+        groups: list[list[QueueConfig]] = []
+        at: dict[NodeId, int] = {}
+        for queue in queues:
+            node = tree.queue(queue.name) if tree is not None and in_tree(queue) else None
+            if tree is None or node is None:
+                groups.append([queue])
+                continue
+            root = tree.root(node.id)
+            if root in at:
+                groups[at[root]].append(queue)
+            else:
+                at[root] = len(groups)
+                groups.append([queue])
+        return groups
+
+    def _run_queue(
+        self,
+        out: list[Decision],
+        queue: QueueConfig,
+        workloads: Sequence[WorkloadState],
+        now: float,
+        growth: int,
+    ) -> None:
+        """Try ``workloads`` of ``queue`` in order, under its queueing strategy."""
+        blocked_by: WorkloadKey | None = None
+        for workload in workloads:
+            if blocked_by is not None:
+                self._strict_wait(out, workload, queue, blocked_by)
+                continue
+            reason = self._consider(out, workload, queue, now, growth)
+            if reason is not None and blocks_queue(queue, reason):
+                blocked_by = key_of(workload)
+
+    def _run_cohort(
+        self,
+        out: list[Decision],
+        tree: QueueTree,
+        group: Sequence[QueueConfig],
+        by_queue: Mapping[str, list[WorkloadState]],
+        now: float,
+        growth: int,
+    ) -> None:
+        """Try the workloads of queues sharing one tree: the heads of the queues compete, the
+        next tried is the first by :func:`~tidegate.policy.queuetree.fair_order` on the usage
+        as it is after every admission so far (weighted dominant-resource share, then
+        priority, creation time, key); each queue keeps its own order and strategy."""
+        heads = {q.name: deque(order_workloads(by_queue[q.name])) for q in group}
+        queues = {q.name: q for q in group}
+        while heads:
+            contenders = [
+                Contender(
+                    queue=name,
+                    key=key_of(pending[0]),
+                    priority=pending[0].priority,
+                    created_at=pending[0].created_at,
+                    request=_gang_request(pending[0]),
+                )
+                for name, pending in sorted(heads.items())
+            ]
+            first = fair_order(tree, self._tree_usage(tree), contenders)[0]
+            queue = queues[first.queue]
+            workload = heads[queue.name].popleft()
+            reason = self._consider(out, workload, queue, now, growth)
+            if reason is not None and blocks_queue(queue, reason):
+                for behind in heads.pop(queue.name):
+                    self._strict_wait(out, behind, queue, key_of(workload))
+            elif not heads[queue.name]:
+                del heads[queue.name]
+
+    def _strict_wait(
+        self, out: list[Decision], workload: WorkloadState, queue: QueueConfig, head: WorkloadKey
+    ) -> None:
+        """``workload`` waits behind ``head`` of its StrictFIFO queue."""
+        message = f"queue {queue.name} is StrictFIFO and waits for {head}"
+        self._wait(out, workload, queue.name, "WaitingForCapacity", message)
+        self.records[key_of(workload)].tried_at = None
+
+    def _consider(
+        self,
+        out: list[Decision],
+        workload: WorkloadState,
+        queue: QueueConfig,
+        now: float,
+        growth: int,
+    ) -> PendingReason | None:
+        """Try ``workload`` unless it was tried in vain since nothing moved; the reason it
+        waits, or None when admitted."""
+        record = self.records[key_of(workload)]
+        remembered = record.reason
+        if record.tried_at == growth and remembered is not None:
+            return remembered
+        reason = self._try(out, workload, queue, now)
+        if reason is not None:
+            record.tried_at = growth
+        return reason
+
+    def _tree_blocked(self, tree: QueueTree | None, queue: QueueConfig) -> str | None:
+        """Why ``queue``'s tree keeps it from admitting (it or a cohort above it is Invalid)."""
+        if tree is None or not in_tree(queue):
+            return None
+        node = tree.queue(queue.name)
+        return tree.blocked(node.id) if node is not None else None
+
+    def _tree_usage(self, tree: QueueTree) -> dict[str, QueueUsage]:
+        """What each queue of ``tree`` holds now (admissions and pods that bypassed the gate)."""
+        return {
+            node_id.name: self.quota.usage(node_id.name)
+            for node_id in tree.nodes
+            if node_id.kind == "queue"
+        }
 
     # ------------------------------------------------------------------ elastic workloads
 
@@ -686,6 +847,7 @@ class Admission:
                 extra,
                 queue=queue,
                 usage=self.quota,
+                check=self._quota_failure,
                 capacity=self.capacity,
                 topology=topology,
                 profile=profile,
@@ -856,6 +1018,15 @@ class Admission:
                 self.capacity.hold(node, amount)
         assert failure is not None  # at least one attempt ran
         if failure.request is None:
+            if failure.reason in ("ExceedsQuota", "CardQuotaExceeded") and in_tree(queue):
+                if record.nomination is not None or record.awaiting is not None:
+                    message = f"waiting for borrowed quota to be reclaimed: {failure.message}"
+                    return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
+                plan = self.plan_reclaim(workload, queue)
+                if plan is not None and plan.outcome == "reclaims":
+                    return self._request_preemption(
+                        out, workload, queue, topology, failure, now, reclaim=True
+                    )
             return self._wait(out, workload, queue.name, failure.reason, failure.message)
 
         ever = self.capacity.place(topology, failure.request, empty=True)
@@ -871,6 +1042,41 @@ class Admission:
         if workload.service_type == "inference":
             return self._request_preemption(out, workload, queue, topology, failure, now)
         return self._wait(out, workload, queue.name, "WaitingForCapacity", failure.message)
+
+    def plan_reclaim(self, workload: WorkloadState, queue: QueueConfig) -> ReclaimPlan | None:
+        """Whether preempting whole gangs that borrow from ``queue``'s cohort would let
+        ``workload`` fit its quota (:func:`~tidegate.policy.queuetree.plan_reclaim` on the
+        admissions held; the preemption service plans again with PodDisruptionBudgets). None
+        when the queue is in no tree."""
+        tree = self.tree() if in_tree(queue) else None
+        if tree is None:
+            return None
+        preemptor = Preemptor(
+            key=key_of(workload),
+            queue=queue.name,
+            request=_gang_request(workload),
+            priority=workload.priority,
+            service_type=workload.service_type,
+            created_at=workload.created_at,
+        )
+        holders = []
+        for key, record in sorted(self.records.items()):
+            admitted, held = record.admitted, record.workload
+            if admitted is None or held is None or tree.queue(admitted.queue) is None:
+                continue
+            holders.append(
+                Holder(
+                    key=key,
+                    queue=admitted.queue,
+                    holds=QuotaRequest(resources=admitted.charged, cards=admitted.charged_cards),
+                    priority=held.priority,
+                    service_type=held.service_type,
+                    admitted_at=float(admitted.chain_start()),
+                    created_at=held.created_at,
+                    preemptable=held.preemptable,
+                )
+            )
+        return plan_reclaim(tree, self._tree_usage(tree), preemptor, holders, SERVICE_RECLAIM)
 
     @staticmethod
     def _take_tries(record: WorkloadRecord) -> int:
@@ -889,6 +1095,7 @@ class Admission:
         *,
         podsets: Sequence[PodSetSpec] = (),
         admitted_sequence: int | None = None,
+        reclaim: bool = False,
     ) -> PendingReason:
         """Ask preemption to free room for an inference workload that does not fit (the
         whole workload, or with ``podsets`` and ``admitted_sequence`` only the extra pods of
@@ -905,10 +1112,12 @@ class Admission:
             topology=topology,
             podsets=list(podsets),
             admitted_sequence=admitted_sequence,
+            reclaim=reclaim,
         )
         tries = self._take_tries(record)
         out.append(Decision(key=key, body=body, workload=workload, tries=tries))
-        message = f"preemption requested: {failure.message}"
+        what = "reclaim of borrowed quota requested" if reclaim else "preemption requested"
+        message = f"{what}: {failure.message}"
         return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
 
     def _admit(
@@ -931,9 +1140,9 @@ class Admission:
             cards={m: n for m, n in demand.cards.items() if n},
             card_resources=demand.card_resources,
         )
-        verdict = self.quota.check(queue, request)
-        if verdict is not None:
-            return Failure(verdict.reason, verdict.message)
+        fit = self._check_quota(queue, request)
+        if isinstance(fit, Failure):
+            return fit
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
         placement = PlacementRequest(podsets=restricted, profile=profile)
         result = self.capacity.place(topology, placement)
@@ -942,7 +1151,27 @@ class Admission:
             return Failure("Invalid", result)
         if not result.fits:
             return Failure("WaitingForCapacity", result.reason or "no room", placement)
-        return self._commit(workload, queue, restricted, result, request, demand, nominated, now)
+        return self._commit(
+            workload, queue, restricted, result, request, demand, nominated, now, fit=fit
+        )
+
+    def _check_quota(self, queue: QueueConfig, request: QuotaRequest) -> Failure | QuotaFit | None:
+        """Whether ``request`` fits ``queue``'s quota now: why not, or how (what it borrows)
+        for a queue in a tree, or None for a queue in no tree (``capability`` and
+        ``cardQuota`` alone)."""
+        tree = self.tree() if in_tree(queue) else None
+        if tree is not None:
+            fit = check_admission(tree, self._tree_usage(tree), queue.name, request)
+            if not fit.fits:
+                return Failure(fit.reason or "ExceedsQuota", fit.message or "over quota")
+            return fit
+        verdict = self.quota.check(queue, request)
+        return Failure(verdict.reason, verdict.message) if verdict is not None else None
+
+    def _quota_failure(self, queue: QueueConfig, request: QuotaRequest) -> Failure | None:
+        """:meth:`_check_quota` as a yes or why not (for the growth of admitted workloads)."""
+        fit = self._check_quota(queue, request)
+        return fit if isinstance(fit, Failure) else None
 
     def _commit(
         self,
@@ -954,10 +1183,13 @@ class Admission:
         demand: CardDemand,
         nominated: Nomination | None,
         now: float,
+        *,
+        fit: QuotaFit | None = None,
     ) -> Decision:
         key = key_of(workload)
         sequence = self._next_sequence()
         usage = {NodeName(node): taken for node, taken in result.usage().items()}
+        borrowed = dict(fit.borrowed) if fit is not None else {}
         body = Admitted(
             workload=key,
             uid=workload.uid,
@@ -971,6 +1203,9 @@ class Admission:
             nominated_by=key if nominated is not None else None,
             requests={name: dict(amounts) for name, amounts in result.requests.items()},
             unschedulable_moves=self._carried_moves(key, workload.uid),
+            borrowed={d.name: a for d, a in sorted(borrowed.items()) if d.kind == "resource"},
+            borrowed_cards={d.name: a for d, a in sorted(borrowed.items()) if d.kind == "card"},
+            cohort=queue.parent if borrowed else None,
         )
         self.capacity.take(sequence, usage, at=now)
         self.quota.charge(
@@ -1076,6 +1311,20 @@ def queue_problem(queue: QueueConfig) -> str | None:
         if cards < 0:
             return f"card_quota[{model!r}]: {cards} is negative"
     return None
+
+
+def _gang_request(workload: WorkloadState) -> QuotaRequest:
+    """What ``workload``'s whole gang would charge (empty when its card request is malformed:
+    it is then Invalid when tried)."""
+    try:
+        demand = card_demand(workload, workload.podsets)
+    except CardError:
+        return QuotaRequest()
+    return QuotaRequest(
+        resources=gang_resources(workload.podsets),
+        cards={m: n for m, n in demand.cards.items() if n},
+        card_resources=demand.card_resources,
+    )
 
 
 def minimum_podsets(workload: WorkloadState) -> list[PodSetSpec] | None:

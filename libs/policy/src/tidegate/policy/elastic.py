@@ -36,7 +36,7 @@ Pure: :class:`tidegate.policy.admission.Admission` calls these with its state (i
 ledger and capacity are read, never changed here: it commits what they return).
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -290,12 +290,14 @@ def grow_podset(
     capacity: ClusterCapacity,
     topology: str,
     profile: str,
+    check: Callable[[QueueConfig, QuotaRequest], Failure | None] | None = None,
 ) -> PodsetGrowth | Failure:
     """Grow podset ``name`` of ``admitted`` by up to ``extra`` pods: the largest count that
     passes ``queue``'s quota (by ``usage``) and placement on ``capacity`` in the first shape
     that takes any (next to its slots, then inside its required domain). Returns that growth,
     or why none could be admitted (with the whole delta as ``request`` when room lacks: what
-    preemption would have to free)."""
+    preemption would have to free). ``check``, when given, is the quota check instead of
+    ``usage``'s (admission's, which knows queue trees)."""
     spec = next(p for p in workload.podsets if p.name == name)
     try:
         shapes = delta_shapes(spec, admitted.assignments.get(name))
@@ -313,7 +315,7 @@ def grow_podset(
             cards=more(charge.cards, admitted.charged_cards),
             card_resources=charge.card_resources,
         )
-        verdict = usage.check(queue, added)
+        verdict = usage.check(queue, added) if check is None else check(queue, added)
         if verdict is not None:
             return Failure(verdict.reason, f"{count} more pods of {name}: {verdict.message}")
         delta = msgspec.structs.replace(shape, count=count)

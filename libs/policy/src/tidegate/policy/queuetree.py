@@ -45,9 +45,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from tidegate.model import CohortConfig, QueueConfig, WorkloadKey, format_quantity
+from tidegate.model import Admitted, CohortConfig, QueueConfig, WorkloadKey, format_quantity
 from tidegate.model.events import ServiceType
 from tidegate.model.replica import QueueTally
+from tidegate.policy.cards import WHOLE_GPU_RESOURCE
 from tidegate.policy.quota import QueueUsage, QuotaRequest, check_quota
 
 MAX_SHARE: Final = 2**63 - 1
@@ -254,6 +255,45 @@ class QueueTree:
     def invalid(self) -> dict[NodeId, str]:
         """Every Invalid node and why (its own reason, not its ancestors')."""
         return {n: node.invalid for n, node in self.nodes.items() if node.invalid is not None}
+
+
+def in_tree(queue: QueueConfig) -> bool:
+    """Whether ``queue``'s quota is decided by its queue tree: it names a cohort or a nominal
+    quota. Admission and preemption bound every other queue by ``capability`` and
+    ``cardQuota`` alone (:mod:`tidegate.policy.quota`), exactly as before trees existed."""
+    return queue.parent is not None or queue.nominal is not None or queue.card_nominal is not None
+
+
+def build_services_tree(
+    queues: Iterable[QueueConfig], cohorts: Iterable[CohortConfig]
+) -> QueueTree | None:
+    """The tree admission and preemption decide quota on: the queues :func:`in_tree` and
+    the cohorts; None when no queue is in a tree."""
+    members = [q for q in queues if in_tree(q)]
+    return QueueTree.build(members, cohorts) if members else None
+
+
+def borrowing_summary(admitted: Admitted) -> str | None:
+    """What an admission borrows, in words: "borrowing 8 GPUs from cohort research" (whole
+    GPUs and card models first, then other resources in name order); None when it borrows
+    nothing. The ungater's Event and ``tidegate explain`` say this."""
+    if not admitted.borrowed and not admitted.borrowed_cards:
+        return None
+    parts: list[str] = []
+    gpus = admitted.borrowed.get(WHOLE_GPU_RESOURCE, 0)
+    if gpus:
+        parts.append(f"{gpus} GPU{'' if gpus == 1 else 's'}")
+    parts.extend(
+        f"{n} {model} card{'' if n == 1 else 's'}"
+        for model, n in sorted(admitted.borrowed_cards.items())
+    )
+    parts.extend(
+        f"{format_quantity(name, amount)} {name}"
+        for name, amount in sorted(admitted.borrowed.items())
+        if name != WHOLE_GPU_RESOURCE
+    )
+    cohort = f" from cohort {admitted.cohort}" if admitted.cohort else ""
+    return f"borrowing {', '.join(parts)}{cohort}"
 
 
 # --------------------------------------------------------------------------- usage and state
@@ -807,6 +847,12 @@ class ReclaimPlan:
     exact: bool = True
     """False when the budget ran out: the set is minimal but maybe not the fewest."""
     message: str | None = None
+
+
+SERVICE_RECLAIM: Final = ReclaimSettings(fair_sharing=False)
+"""How the admission and preemption services plan reclaim: a queue gets back what it lent, up
+to its nominal quota; fair-share preemption (a queue above its nominal taking from a higher
+share) is not wired yet (docs/queues.md, "What is wired today")."""
 
 
 def plan_reclaim(

@@ -172,6 +172,9 @@ class VictimChoice:
     budget_skipped: dict[WorkloadKey, str] = field(default_factory=dict)
     """Gangs that would have been eligible but whose whole eviction a PodDisruptionBudget does
     not allow now, with the budget's words (also in ``ineligible``)."""
+    summary: str | None = None
+    """What the preempted decision says instead of the tidal sentence (reclaim of lent quota,
+    :mod:`tidegate.policy.reclaim`); None: the tidal sentence."""
 
     @property
     def admitted(self) -> bool:
@@ -202,7 +205,9 @@ def preempted_decision(
         lost={str(victim): lost for victim, lost in choice.lost.items()},
         nominated={node: dict(amount) for node, amount in choice.nominated.items()},
         message=(
-            f"{count} training workload{'s' if count > 1 else ''} preempted for {key}: "
+            f"{choice.summary}{skipped}"
+            if choice.summary is not None
+            else f"{count} training workload{'s' if count > 1 else ''} preempted for {key}: "
             f"{', '.join(choice.victims)} (top priority {choice.top_priority}, "
             f"{choice.gpus} GPUs, {choice.gpu_seconds} GPU-seconds lost){skipped}"
         ),
@@ -372,7 +377,7 @@ def select_victims(
     except PlacementError as exc:
         return VictimChoice(outcome="invalid", reason=f"{key}: {exc}")
     if as_is.fits:
-        return VictimChoice(outcome="fits", placement=as_is, nominated=_nominated(as_is))
+        return VictimChoice(outcome="fits", placement=as_is, nominated=nominated_room(as_is))
 
     ineligible: dict[WorkloadKey, str] = {}
     skipped: dict[WorkloadKey, str] = {}
@@ -444,11 +449,12 @@ class _Scope:
     level: str | None
 
 
-def _nominated(result: PlacementResult) -> dict[NodeName, Resources]:
+def nominated_room(result: PlacementResult) -> dict[NodeName, Resources]:
+    """Per node, what ``result`` takes there: the room to hold for the preemptor."""
     return {NodeName(node): dict(amount) for node, amount in sorted(result.usage().items())}
 
 
-def _evicted_view(view: CapacityView, gangs: Iterable[RunningGang]) -> CapacityView:
+def evicted_view(view: CapacityView, gangs: Iterable[RunningGang]) -> CapacityView:
     """A copy of ``view`` with every pod of ``gangs`` gone."""
     copy = view.copy()
     freed: dict[str, Resources] = {}
@@ -472,7 +478,7 @@ def _admit(
     if found.victims is None:
         return None
     gangs = [eligible[i] for i in found.victims]
-    result = place(_evicted_view(view, gangs), request)
+    result = place(evicted_view(view, gangs), request)
     if not result.fits:
         return None
     return VictimChoice(
@@ -485,7 +491,7 @@ def _admit(
             if g.uid and g.admission
         },
         placement=result,
-        nominated=_nominated(result),
+        nominated=nominated_room(result),
         top_priority=max((g.priority for g in gangs), default=None),
         gpu_seconds=sum(g.gpu_seconds for g in gangs),
         gpus=sum(g.gpus for g in gangs),
@@ -597,7 +603,7 @@ def _oracle_search(
 
     def fits(victims: frozenset[int]) -> bool:
         chosen = [eligible[i] for i in sorted(victims)]
-        return place(_evicted_view(view, chosen), request).fits
+        return place(evicted_view(view, chosen), request).fits
 
     return search_with_oracle(candidates, fits, call_budget=budget)
 

@@ -34,6 +34,7 @@ from tidegate.bus import LeaseLost, Received
 from tidegate.model import (
     CapacityDomain,
     CapacityNode,
+    CohortConfig,
     NodeState,
     Preempted,
     QueueConfig,
@@ -87,6 +88,8 @@ class Handlers:
                 self.outbox.extend(admission.set_workload(body))
             case QueueConfig():
                 admission.set_queue(body)
+            case CohortConfig():
+                admission.set_cohort(body)
             case TopologyConfig():
                 admission.capacity.set_topology(body)
             case NodeState():
@@ -98,6 +101,8 @@ class Handlers:
                     self.on_workload_deleted(key, time.time())
             case Tombstone(object_kind="queue", name=name):
                 admission.remove_queue(name)
+            case Tombstone(object_kind="cohort", name=name):
+                admission.remove_cohort(name)
             case Tombstone(object_kind="topology", name=name):
                 admission.capacity.remove_topology(name)
             case Tombstone(object_kind="node", name=name):

@@ -25,6 +25,7 @@ from tidegate.model import (
     Admitted,
     CapacityDomain,
     CapacityNode,
+    CohortConfig,
     DisruptionBudgetState,
     NodeState,
     PodState,
@@ -98,6 +99,10 @@ class Handlers:
                 self._touch(workload_key(namespace, name))
             case Tombstone(object_kind="pod"):
                 view.replica.apply(body)
+            case CohortConfig():
+                view.set_cohort(body)
+            case Tombstone(object_kind="cohort", name=name):
+                view.remove_cohort(name)
             case Tombstone(object_kind="queue", name=name):
                 view.remove_queue(name)
             case Tombstone(object_kind="topology", name=name):

@@ -254,13 +254,23 @@ class Preempter:
 
         started = time.perf_counter()
         in_flight = list(self._ledger.records.values())
-        choice = self._view.choose(
-            workload,
-            in_flight=in_flight,
-            now=now,
-            queue=request.queue,
-            topology=request.topology,
-        )
+        if request.reclaim and not growth:
+            # Its queue's quota, not room on nodes: the gangs that borrow from its cohort.
+            choice = self._view.reclaim(
+                workload,
+                in_flight=in_flight,
+                now=now,
+                queue=request.queue,
+                topology=request.topology,
+            )
+        else:
+            choice = self._view.choose(
+                workload,
+                in_flight=in_flight,
+                now=now,
+                queue=request.queue,
+                topology=request.topology,
+            )
         took = time.perf_counter() - started
         self._metrics.search_seconds.observe(took)
         if not isinstance(choice, Unanswerable):

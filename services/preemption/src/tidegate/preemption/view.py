@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from tidegate.model import (
     Admitted,
     CapacityNode,
+    CohortConfig,
     DisruptionBudgetState,
     NodeName,
     NodeState,
@@ -41,6 +42,7 @@ from tidegate.policy.candidates import in_flight_view, in_force_of, running_gang
 from tidegate.policy.capacity import ClusterCapacity
 from tidegate.policy.common import TopologyProblem, choose_topology
 from tidegate.policy.quota import QueueUsage
+from tidegate.policy.reclaim import select_reclaim_victims
 from tidegate.policy.victims import (
     RunningGang,
     VictimChoice,
@@ -75,6 +77,7 @@ class PreemptionView:
         self.replica = Replica()
         """Workloads, pods and the decisions in force."""
         self._queues: dict[str, QueueConfig] = {}
+        self._cohorts: dict[str, CohortConfig] = {}
         self._budgets: dict[tuple[str, str], DisruptionBudgetState] = {}
         """PodDisruptionBudgets by (namespace, name)."""
         self._nodes_at: dict[tuple[str, ...], set[NodeName]] = {}
@@ -97,6 +100,14 @@ class PreemptionView:
     def remove_queue(self, name: str) -> None:
         """A Queue was deleted."""
         self._queues.pop(name, None)
+
+    def set_cohort(self, cohort: CohortConfig) -> None:
+        """A Cohort appeared or changed."""
+        self._cohorts[cohort.name] = cohort
+
+    def remove_cohort(self, name: str) -> None:
+        """A Cohort was deleted."""
+        self._cohorts.pop(name, None)
 
     def set_topology(self, topology: TopologyConfig) -> None:
         """A Topology appeared or changed."""
@@ -225,6 +236,43 @@ class PreemptionView:
             usage=usage,
             settings=self.victim_settings,
             queue_name=queue,
+        )
+
+    def reclaim(
+        self,
+        preemptor: WorkloadState,
+        *,
+        in_flight: Sequence[PreemptionRecord],
+        now: float,
+        queue: str,
+        topology: str | None = None,
+    ) -> VictimChoice | Unanswerable:
+        """Which gangs that borrow from ``queue``'s cohort to preempt so ``preemptor`` fits
+        its queue's quota (:func:`~tidegate.policy.reclaim.select_reclaim_victims`); victims
+        of preemptions ``in_flight`` are not candidates again."""
+        if topology is None or self.capacity.levels(topology) is None:
+            chosen = self.topology_for(preemptor, queue=queue)
+            view = None if isinstance(chosen, Unanswerable) else self.capacity.view(chosen)
+        else:
+            self.capacity.expire_overlay(before=now - self.overlay_grace_seconds)
+            own = workload_key(preemptor.namespace, preemptor.name)
+            base = self.capacity.view(topology)
+            assert base is not None  # its levels are known
+            view = in_flight_view(base, in_flight, self.replica, preemptor=own)
+        busy = {victim.key for record in in_flight for victim in record.victims}
+        usage = {}
+        for name in self._queues:
+            resources, cards = self.replica.usage(name)
+            usage[name] = QueueUsage(resources=resources, cards=cards)
+        return select_reclaim_victims(
+            preemptor,
+            queue_name=queue,
+            queues=dict(self._queues),
+            cohorts=dict(self._cohorts),
+            running=self.running(now=now, exclude=busy),
+            admissions=self.replica.admissions(),
+            usage=usage,
+            view=view,
         )
 
     # ------------------------------------------------------------------ internals

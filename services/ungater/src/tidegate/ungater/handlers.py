@@ -63,6 +63,7 @@ from tidegate.model.names import RESUME_ANNOTATION, RESUME_MANUAL
 from tidegate.policy.bypass import BypassNotices, bypass_message
 from tidegate.policy.clusterview import ClusterView
 from tidegate.policy.podgroup import placement_summary
+from tidegate.policy.queuetree import borrowing_summary
 from tidegate.telemetry import inject
 
 log = logging.getLogger(__name__)
@@ -201,6 +202,9 @@ class Reporter:
             await self._event(workload, "Replaced", f"{lost}; now {summary}")
         else:
             await self._event(workload, "Admitted", f"admitted to {summary}")
+        borrowing = borrowing_summary(body)
+        if borrowing is not None:
+            await self._event(workload, "Borrowing", f"admitted to queue {body.queue} {borrowing}")
         resource = owner_resource(workload)
         if resource is not None:
             carrier: dict[str, str] = {}
