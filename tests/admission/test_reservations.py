@@ -98,11 +98,12 @@ async def test_a_big_gang_is_reserved_a_rack_others_backfill_and_it_starts_after
     await report(harness, {"n3": 8, "n4": 8})
     await harness.until(lambda: harness.of(ReservationDropped, "ns/big"), what="the drop")
     (admitted,) = harness.of(Admitted, "ns/big")
+    assert isinstance(admitted, Admitted)
     assert nodes_of(admitted) == {"n1", "n2"}
     (dropped,) = harness.of(ReservationDropped, "ns/big")
     assert isinstance(dropped, ReservationDropped)
     newest = harness.of(Reserved, "ns/big")[-1]  # re-planned when short took n2, maybe
     assert isinstance(newest, Reserved)
     assert (dropped.reason, dropped.reserved_sequence) == ("Started", newest.sequence)
-    assert dropped.sequence > admitted.sequence  # type: ignore[attr-defined]
+    assert dropped.sequence > admitted.sequence
     assert harness.of(Admitted, "ns/long") == []
