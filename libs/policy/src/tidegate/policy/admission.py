@@ -271,6 +271,9 @@ class Admission:
         self._growth = 0
         self._heads: dict[str, list[WorkloadKey]] = {}
         """Per queue, the workloads left waiting so far this cycle, in the order tried."""
+        self._reserved: dict[str, list[Reserved]] | None = None
+        """The reservations in force per topology, built on first use after a change (every
+        placement reads them)."""
 
     def _record(self, key: WorkloadKey) -> WorkloadRecord:
         """The record of ``key``, made if there is none."""
@@ -583,6 +586,7 @@ class Admission:
         record = self._record(key)
         if record.reservation is None or record.reservation.sequence < reserved.sequence:
             record.reservation = reserved
+            self._reserved = None
         self.sequence = max(self.sequence, reserved.sequence)
 
     def stopped(self) -> dict[WorkloadKey, str]:
@@ -1025,11 +1029,11 @@ class Admission:
 
     def _reservations_on(self, topology: str) -> list[Reserved]:
         """The reservations in force on ``topology`` (their nodes are its nodes)."""
-        return [
-            r.reservation
-            for _, r in sorted(self.records.items())
-            if r.reservation is not None and r.reservation.topology == topology
-        ]
+        if self._reserved is None:
+            self._reserved = {}
+            for _, held in sorted(self.reservations().items()):
+                self._reserved.setdefault(held.topology, []).append(held)
+        return self._reserved.get(topology, [])
 
     def _place_outside(
         self, topology: str, request: PlacementRequest, blockers: Sequence[Reserved]
@@ -1106,6 +1110,7 @@ class Admission:
             return
         body = msgspec.structs.replace(body, sequence=self._next_sequence())
         record.reservation = body
+        self._reserved = None
         self.decisions.apply(body)
         out.append(Decision(key=key, body=body, workload=workload))
 
@@ -1115,6 +1120,7 @@ class Admission:
         """End the reservation ``key`` holds: a ``reservation-dropped`` decision."""
         record = self.records[key]
         held, record.reservation = record.reservation, None
+        self._reserved = None
         assert held is not None
         body = ReservationDropped(
             workload=key,
