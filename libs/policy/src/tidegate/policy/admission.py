@@ -129,7 +129,6 @@ from tidegate.policy.reservation import (
     reservation_allowed,
     reserved_message,
     same_reservation,
-    view_without_reserved,
 )
 
 __all__ = [
@@ -1039,14 +1038,11 @@ class Admission:
         self, topology: str, request: PlacementRequest, blockers: Sequence[Reserved]
     ) -> PlacementResult | str:
         """Place ``request`` on ``topology``'s live view without the nodes of ``blockers``
-        (:func:`~tidegate.policy.reservation.view_without_reserved`)."""
-        if not blockers:
-            result = self.capacity.place(topology, request)
-            assert result is not None  # the topology is known (checked by the caller)
-            return result
-        view = self.capacity.view(topology)
-        assert view is not None
-        return place_or_message(view_without_reserved(view, blockers), request)
+        (what :func:`~tidegate.policy.reservation.view_without_reserved` leaves; answered
+        from memory while the view is unchanged)."""
+        result = self.capacity.place(topology, request, outside=blockers)
+        assert result is not None  # the topology is known (checked by the caller)
+        return result
 
     def _occupants(self) -> list[Occupant]:
         """The admissions held, as reservations see them (docs/reservations.md)."""
