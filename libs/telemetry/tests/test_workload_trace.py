@@ -9,7 +9,10 @@ from tidegate.model import (
     DomainCount,
     Pending,
     PodState,
+    ReservationDropped,
+    Reserved,
     TopologyAssignment,
+    WaitedGang,
     WorkloadKey,
 )
 from tidegate.policy.victims import VictimChoice
@@ -101,6 +104,45 @@ def test_a_pending_decision_is_a_child_of_the_root_with_its_reason_and_numbers(
     assert attributes["tidegate.reason.best_domain_fits"] == 5
     assert attributes["tidegate.reason.limited_by"] == "nvidia.com/gpu"
     assert attributes["tidegate.admission.tries"] == 3
+
+
+def test_reservations_and_their_drops_are_decisions_in_the_workloads_trace(
+    recorded: tuple[Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = recorded
+    w = msg.workload("train", MAIN)
+    reserved = Reserved(
+        workload="ns/train",
+        uid="u-1",
+        queue="offline",
+        sequence=7,
+        topology="default",
+        level="tidegate.io/rack",
+        domain=["r3"],
+        nodes=["n5", "n6"],
+        expected_start=5_000.0,
+        waits_for=[WaitedGang(workload="ns/x", expected_end=5_000.0)],
+        message="rack r3 reserved; expected start 01:23 UTC when ns/x ends",
+    )
+    dropped = ReservationDropped(
+        workload="ns/train",
+        uid="u-1",
+        queue="offline",
+        reason="Started",
+        sequence=9,
+        reserved_sequence=7,
+    )
+    for body in (reserved, dropped):
+        with decision_span(body, w, tracer=tracer):
+            pass
+    first, second = (dict(s.attributes or {}) for s in exporter.get_finished_spans())
+    assert first["tidegate.decision.kind"] == "reserved"
+    assert first["tidegate.reason"] == "Reserved"
+    assert first["tidegate.reservation.nodes"] == ("n5", "n6")
+    assert first["tidegate.reservation.waits_for"] == ("ns/x",)
+    assert second["tidegate.decision.kind"] == "reservation-dropped"
+    assert second["tidegate.reason"] == "Started"
+    assert second["tidegate.reservation.sequence"] == 7
 
 
 def test_an_admission_names_its_domains(recorded: tuple[Tracer, InMemorySpanExporter]) -> None:

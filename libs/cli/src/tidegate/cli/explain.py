@@ -26,6 +26,7 @@ from tidegate.model.quantity import format_quantity
 from tidegate.model.replica import Seen
 from tidegate.policy.ordering import order_workloads
 from tidegate.policy.queuetree import borrowing_summary
+from tidegate.policy.reservation import reserved_for_you
 
 if TYPE_CHECKING:  # the bus (and nats) is imported only when a command runs
     from tidegate.bus import BusSettings
@@ -237,6 +238,17 @@ def explain(view: "BusView", key: str) -> dict[str, Any] | None:
         if position is not None:
             out["position"] = {"place": position + 1, "waiting": len(waiting)}
             out["ahead"] = [f"{w.namespace}/{w.name}" for w in waiting[:position][:5]]
+    reservation = view.replica.reservation(WorkloadKey(key))
+    if reservation is not None:
+        out["reservation"] = {
+            "message": reserved_for_you(reservation),
+            "level": reservation.level,
+            "domain": list(reservation.domain),
+            "nodes": list(reservation.nodes),
+            "expected_start": _when(reservation.expected_start),
+            "waits_for": [w.workload for w in reservation.waits_for],
+            "sequence": reservation.sequence,
+        }
     admitted = view.replica.in_force(WorkloadKey(key))
     if admitted is not None:
         out["placement"] = placement_lines(admitted)
@@ -296,6 +308,9 @@ def render(answer: Mapping[str, Any]) -> str:
         ahead = answer.get("ahead") or []
         behind = f"; ahead: {', '.join(map(str, ahead))}" if ahead else ""
         lines.append(f"position   {position['place']} of {position['waiting']} waiting{behind}")
+    reservation = answer.get("reservation")
+    if isinstance(reservation, dict):
+        lines.append(f"reserved   {reservation['message']}")
     for podset in answer.get("podsets") or []:
         topology = " ".join(f"{k}={v}" for k, v in podset["topology"].items()) or "no topology"
         lines.append(

@@ -51,6 +51,10 @@ class LedgerRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     admitted: Admitted
     node_usage: dict[str, Resources] = msgspec.field(default_factory=dict)
+    admitted_at: float | None = None
+    """When the first admission of the chain was made (Unix seconds): a reserved gang's wait
+    counts the workload's declared runtime from here (docs/reservations.md). None: written
+    by an older leader (a successor then counts from its takeover)."""
 
 
 class SequenceRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -26,6 +26,8 @@ from tidegate.model.events import (
     Preempted,
     PreemptRequested,
     Released,
+    ReservationDropped,
+    Reserved,
     Tombstone,
     WorkloadState,
 )
@@ -49,7 +51,7 @@ WorkloadPhase = Literal[
 ]
 """Where a workload stands by the decisions in force (what ``tidegate explain`` shows)."""
 
-B = TypeVar("B", Admitted, Pending, PreemptRequested, Released, Preempted)
+B = TypeVar("B", Admitted, Pending, PreemptRequested, Released, Preempted, Reserved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +160,10 @@ class _Record:
     requested: dict[str, Seen[PreemptRequested]] = field(default_factory=dict)
     preemptions: list[Seen[Preempted]] = field(default_factory=list)
     """Preemptions naming this workload a victim (bounded by :data:`PREEMPTIONS_KEPT`)."""
+    reserved: dict[str, Seen[Reserved]] = field(default_factory=dict)
+    """Per object, its newest reservation by sequence."""
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Per object, the highest ``reserved_sequence`` a ``reservation-dropped`` ended."""
     members: set[PodKey] = field(default_factory=set)
 
 
@@ -238,6 +244,19 @@ class Replica:
                 if not self._departed_object(key, body.uid):
                     seen_request = Seen(body, stream_sequence, time, n)
                     _newest(self._record(key).requested, body.uid, seen_request)
+                    touched.add(key)
+            case Reserved():
+                key = WorkloadKey(body.workload)
+                if not self._departed_object(key, body.uid):
+                    _newest(
+                        self._record(key).reserved, body.uid, Seen(body, stream_sequence, time, n)
+                    )
+                    touched.add(key)
+            case ReservationDropped():
+                key = WorkloadKey(body.workload)
+                if not self._departed_object(key, body.uid):
+                    dropped = self._record(key).dropped
+                    dropped[body.uid] = max(dropped.get(body.uid, 0), body.reserved_sequence)
                     touched.add(key)
             case Preempted():
                 for victim in body.victims:
@@ -330,6 +349,19 @@ class Replica:
     def in_force(self, key: WorkloadKey) -> Admitted | None:
         """The admission in force for ``key``, if any."""
         return self.verdict(key).admitted
+
+    def reservation(self, key: WorkloadKey) -> Reserved | None:
+        """The reservation in force for ``key`` (docs/reservations.md): its current object's
+        newest ``reserved`` that no ``reservation-dropped`` ended (one naming its sequence or
+        a later one), while the object waits (not admitted, finished or deleted)."""
+        record = self._records.get(key)
+        verdict = self.verdict(key)
+        if record is None or verdict.uid is None or verdict.state not in ("Pending", "Submitted"):
+            return None
+        seen = record.reserved.get(verdict.uid)
+        if seen is None or record.dropped.get(verdict.uid, 0) >= seen.body.sequence:
+            return None
+        return seen.body
 
     def admissions(self) -> dict[WorkloadKey, Admitted]:
         """Every admission in force, by workload."""
@@ -476,7 +508,7 @@ _NOTHING: Final = Verdict(
 
 _EMPTY: Final = QueueTally()
 
-S = TypeVar("S", Admitted, Pending, PreemptRequested, Released)
+S = TypeVar("S", Admitted, Pending, PreemptRequested, Released, Reserved)
 
 
 def _newest(table: dict[str, Seen[S]], uid: str, seen: Seen[S]) -> None:

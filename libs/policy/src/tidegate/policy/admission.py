@@ -69,6 +69,9 @@ from tidegate.model import (
     QueueConfig,
     Released,
     ReplaceRequested,
+    ReservationDropped,
+    ReservationDropReason,
+    Reserved,
     Resources,
     Tombstone,
     WorkloadKey,
@@ -76,7 +79,8 @@ from tidegate.model import (
 )
 from tidegate.model.events import ReleaseReason
 from tidegate.model.replica import Replica
-from tidegate.placement import PlacementRequest, PlacementResult
+from tidegate.placement import PlacementError, PlacementRequest, PlacementResult
+from tidegate.policy.aging import order_with_aging
 from tidegate.policy.capacity import ClusterCapacity, place_or_message
 from tidegate.policy.cards import CardDemand, CardError, card_demand
 from tidegate.policy.common import Failure, TopologyProblem, choose_topology, queue_of, stopped
@@ -113,6 +117,19 @@ from tidegate.policy.replacement import (
     merged_assignments,
     replacement_podsets,
 )
+from tidegate.policy.reservation import (
+    NoEstimate,
+    Occupant,
+    ReservationSettings,
+    backfill_note,
+    blocking,
+    declared_runtime,
+    drop_reason,
+    plan_reservation,
+    reservation_allowed,
+    reserved_message,
+    same_reservation,
+)
 
 __all__ = [
     "Admission",
@@ -129,7 +146,7 @@ __all__ = [
 DEFAULT_PROFILE: Final = "best-fit"
 """Placement profile when neither the workload nor its queue names one."""
 
-DecisionBody = Admitted | Pending | PreemptRequested | Released
+DecisionBody = Admitted | Pending | PreemptRequested | Released | Reserved | ReservationDropped
 """The messages a cycle or an event can produce."""
 
 
@@ -162,6 +179,8 @@ class AdmissionSettings:
     """How long capacity freed by preemption stays reserved for its preemptor."""
     overlay_grace_seconds: float = 30.0
     """How long an overlay entry the cache has applied may wait for its node's report."""
+    reservations: ReservationSettings = field(default_factory=ReservationSettings)
+    """Cluster-wide reservation settings (docs/reservations.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +224,12 @@ class WorkloadRecord:
     moves: tuple[str, int] | None = None
     """After an eviction for want of room for its moved slots: the uid and the
     :attr:`Admitted.unschedulable_moves` its next admission continues from."""
+    admitted_at: float | None = None
+    """When the admission held was first made (its declared runtime counts from here)."""
+    usage: dict[NodeName, Resources] | None = None
+    """What the admission held takes on each node (what a reservation expects back)."""
+    reservation: Reserved | None = None
+    """The reservation in force for it (docs/reservations.md), as published."""
 
     def empty(self) -> bool:
         """Whether nothing is known any more (the record may be dropped)."""
@@ -243,6 +268,11 @@ class Admission:
         services' (``released``, ``preempted``): whether another service's decision ends an
         admission held is this replica's answer, the rule every service reads."""
         self._growth = 0
+        self._heads: dict[str, list[WorkloadKey]] = {}
+        """Per queue, the workloads left waiting so far this cycle, in the order tried."""
+        self._reserved: dict[str, list[Reserved]] | None = None
+        """The reservations in force per topology, built on first use after a change (every
+        placement reads them)."""
 
     def _record(self, key: WorkloadKey) -> WorkloadRecord:
         """The record of ``key``, made if there is none."""
@@ -347,8 +377,11 @@ class Admission:
         self.decisions.apply(Tombstone(object_kind="workload", namespace=namespace, name=name))
         self.decisions.forget(key)
         self._drop_nomination(key)
+        dropped: list[Decision] = []
+        if key in self.records and self.records[key].reservation is not None:
+            self._drop(dropped, key, "Deleted", "the workload was deleted")
         self.records.pop(key, None)
-        return [released] if released is not None else []
+        return [*([released] if released is not None else []), *dropped]
 
     def release(
         self, key: WorkloadKey, reason: ReleaseReason, message: str = ""
@@ -359,6 +392,8 @@ class Admission:
             return None
         admitted, record.admitted = record.admitted, None
         record.no_growth = None
+        record.admitted_at = None
+        record.usage = None
         if admitted is None:
             self._prune(key)
             return None
@@ -499,6 +534,9 @@ class Admission:
         )
         self.capacity.take(sequence, usage, at=now)
         self._hold(key, body)
+        record = self.records[key]
+        kept = {n: u for n, u in (record.usage or {}).items() if n not in request.nodes}
+        record.usage = _merged(kept, usage)
         return [Decision(key=key, body=body, workload=workload, node_usage=usage)]
 
     def _evict(self, key: WorkloadKey, message: str, moves: int) -> list[Decision]:
@@ -517,11 +555,20 @@ class Admission:
         return [Decision(key=key, body=body, workload=released.workload)]
 
     def restore(
-        self, admitted: Admitted, node_usage: Mapping[NodeName, Resources], *, now: float
+        self,
+        admitted: Admitted,
+        node_usage: Mapping[NodeName, Resources],
+        *,
+        now: float,
+        admitted_at: float | None = None,
     ) -> None:
-        """Take over an admission recorded in the ledger by a previous leader (idempotent)."""
+        """Take over an admission recorded in the ledger by a previous leader (idempotent);
+        ``admitted_at``: when it was first made, as recorded (else ``now``)."""
         key = WorkloadKey(admitted.workload)
         self._hold(key, admitted)
+        record = self.records[key]
+        record.admitted_at = admitted_at if admitted_at is not None else now
+        record.usage = dict(node_usage)
         self.quota.charge(
             key,
             Charge(queue=admitted.queue, resources=admitted.charged, cards=admitted.charged_cards),
@@ -529,6 +576,17 @@ class Admission:
         self.sequence = max(self.sequence, admitted.sequence)
         self.capacity.take(admitted.sequence, node_usage, at=now)
         self.records[key].reason = None
+
+    def restore_reservation(self, reserved: Reserved) -> None:
+        """Take over a reservation a previous leader published and did not drop (read from
+        the decision stream at takeover). The next cycle drops it if it no longer stands
+        (its gang admitted, gone, or no longer its queue's head) and re-plans it otherwise."""
+        key = WorkloadKey(reserved.workload)
+        record = self._record(key)
+        if record.reservation is None or record.reservation.sequence < reserved.sequence:
+            record.reservation = reserved
+            self._reserved = None
+        self.sequence = max(self.sequence, reserved.sequence)
 
     def stopped(self) -> dict[WorkloadKey, str]:
         """Workloads kept out only on a decision's word (aborted victims, finished by another
@@ -586,6 +644,15 @@ class Admission:
         """Whether ``key`` is admitted."""
         return self._held(key) is not None
 
+    def admitted_at(self, key: WorkloadKey) -> float | None:
+        """When the admission ``key`` holds was first made (what the ledger keeps)."""
+        record = self.records.get(key)
+        return record.admitted_at if record is not None else None
+
+    def reservations(self) -> dict[WorkloadKey, Reserved]:
+        """The reservations in force (docs/reservations.md), by the workload they are for."""
+        return {k: r.reservation for k, r in self.records.items() if r.reservation is not None}
+
     def nominations(self) -> dict[WorkloadKey, Nomination]:
         """Capacity currently held for preemptors."""
         return {k: r.nomination for k, r in self.records.items() if r.nomination is not None}
@@ -616,6 +683,8 @@ class Admission:
         every waiting workload; return its decisions in order."""
         self._expire(now)
         out: list[Decision] = []
+        self._drop_reservations(out, heads=None)
+        self._heads = {}
         self._grow_all(out, now)
         tree = self.tree()
         by_queue: dict[str, list[WorkloadState]] = {}
@@ -647,9 +716,11 @@ class Admission:
         for group in self._groups(tree, order_queues(self._queues[name] for name in by_queue)):
             if len(group) == 1 or tree is None:
                 for queue in group:
-                    self._run_queue(out, queue, order_workloads(by_queue[queue.name]), now, growth)
+                    ordered = order_with_aging(by_queue[queue.name], queue, now=now)
+                    self._run_queue(out, queue, ordered, now, growth)
             else:
                 self._run_cohort(out, tree, group, by_queue, now, growth)
+        self._drop_reservations(out, heads=self._heads)
         return out
 
     def _groups(
@@ -703,7 +774,7 @@ class Admission:
         next tried is the first by :func:`~tidegate.policy.queuetree.fair_order` on the usage
         as it is after every admission so far (weighted dominant-resource share, then
         priority, creation time, key); each queue keeps its own order and strategy."""
-        heads = {q.name: deque(order_workloads(by_queue[q.name])) for q in group}
+        heads = {q.name: deque(order_with_aging(by_queue[q.name], q, now=now)) for q in group}
         queues = {q.name: q for q in group}
         while heads:
             contenders = [
@@ -745,12 +816,16 @@ class Admission:
         """Try ``workload`` unless it was tried in vain since nothing moved; the reason it
         waits, or None when admitted."""
         record = self.records[key_of(workload)]
+        waiting = self._heads.setdefault(queue.name, [])
         remembered = record.reason
         if record.tried_at == growth and remembered is not None:
-            return remembered
-        reason = self._try(out, workload, queue, now)
-        if reason is not None:
-            record.tried_at = growth
+            reason: PendingReason | None = remembered
+        else:
+            reason = self._try(out, workload, queue, now, head=len(waiting))
+            if reason is not None:
+                record.tried_at = growth
+        if reason is not None and reason != "Invalid":
+            waiting.append(key_of(workload))
         return reason
 
     def _tree_blocked(self, tree: QueueTree | None, queue: QueueConfig) -> str | None:
@@ -908,7 +983,9 @@ class Admission:
             key, Charge(queue=admitted.queue, resources=charge.resources, cards=charge.cards)
         )
         self._hold(key, body)
-        self.records[key].reason = None
+        record = self.records[key]
+        record.reason = None
+        record.usage = _merged(record.usage or {}, usage)
         return Decision(key=key, body=body, workload=workload, node_usage=usage)
 
     def _give_back(
@@ -946,6 +1023,142 @@ class Admission:
         self._hold(key, body)
         self._growth += 1
         return [Decision(key=key, body=body, workload=workload)]
+
+    # ------------------------------------------------------------------ reservations
+
+    def _reservations_on(self, topology: str) -> list[Reserved]:
+        """The reservations in force on ``topology`` (their nodes are its nodes)."""
+        if self._reserved is None:
+            self._reserved = {}
+            for _, held in sorted(self.reservations().items()):
+                self._reserved.setdefault(held.topology, []).append(held)
+        return self._reserved.get(topology, [])
+
+    def _place_outside(
+        self, topology: str, request: PlacementRequest, blockers: Sequence[Reserved]
+    ) -> PlacementResult | str:
+        """Place ``request`` on ``topology``'s live view without the nodes of ``blockers``
+        (what :func:`~tidegate.policy.reservation.view_without_reserved` leaves; answered
+        from memory while the view is unchanged)."""
+        result = self.capacity.place(topology, request, outside=blockers)
+        assert result is not None  # the topology is known (checked by the caller)
+        return result
+
+    def _occupants(self) -> list[Occupant]:
+        """The admissions held, as reservations see them (docs/reservations.md)."""
+        occupants = []
+        for key, record in sorted(self.records.items()):
+            workload = record.workload
+            if record.admitted is None or workload is None:
+                continue
+            queue = self._queues.get(record.admitted.queue)
+            occupants.append(
+                Occupant(
+                    key=key,
+                    started_at=record.admitted_at if record.admitted_at is not None else 0.0,
+                    runtime_seconds=declared_runtime(workload, queue),
+                    usage={str(n): u for n, u in (record.usage or {}).items()},
+                )
+            )
+        return occupants
+
+    def _reserve(
+        self,
+        out: list[Decision],
+        workload: WorkloadState,
+        queue: QueueConfig,
+        topology: str,
+        request: PlacementRequest | None,
+        now: float,
+    ) -> None:
+        """``workload``, a head of ``queue``, waits for capacity: plan its reservation and
+        publish it when new or changed (``same_reservation``); a ``NoEstimate`` drops the
+        one it holds. Within the queue's and the cluster's limits."""
+        key = key_of(workload)
+        record = self.records[key]
+        held = record.reservation
+        view = self.capacity.view(topology)
+        if request is None or view is None:
+            return
+        others = [r for k, r in sorted(self.reservations().items()) if k != key]
+        settings = self.settings.reservations
+        if held is None and reservation_allowed(queue, others, settings=settings) is not None:
+            return
+        try:
+            plan = plan_reservation(
+                view,
+                request,
+                self._occupants(),
+                now=now,
+                others=[r for r in others if r.topology == topology],
+                settings=settings,
+            )
+        except PlacementError:
+            return
+        if isinstance(plan, NoEstimate):
+            if held is not None:
+                self._drop(out, key, "NoEstimate", plan.message)
+            return
+        body = reserved_message(
+            plan, workload=workload, queue=queue.name, topology=topology, sequence=0, now=now
+        )
+        if held is not None and same_reservation(held, body):
+            return
+        body = msgspec.structs.replace(body, sequence=self._next_sequence())
+        record.reservation = body
+        self._reserved = None
+        self.decisions.apply(body)
+        out.append(Decision(key=key, body=body, workload=workload))
+
+    def _drop(
+        self, out: list[Decision], key: WorkloadKey, reason: ReservationDropReason, message: str
+    ) -> None:
+        """End the reservation ``key`` holds: a ``reservation-dropped`` decision."""
+        record = self.records[key]
+        held, record.reservation = record.reservation, None
+        self._reserved = None
+        assert held is not None
+        body = ReservationDropped(
+            workload=key,
+            uid=held.uid,
+            queue=held.queue,
+            reason=reason,
+            sequence=self._next_sequence(),
+            reserved_sequence=held.sequence,
+            message=message,
+        )
+        self.decisions.apply(body)
+        out.append(Decision(key=key, body=body, workload=record.workload))
+        self._growth += 1  # its nodes are open again: waiting workloads are tried again
+        self._prune(key)
+
+    def _drop_reservations(
+        self, out: list[Decision], *, heads: Mapping[str, Sequence[WorkloadKey]] | None
+    ) -> None:
+        """Drop the reservations that no longer stand (:func:`~tidegate.policy.reservation.
+        drop_reason`). ``heads``: per queue, the workloads left waiting this cycle in order
+        (a reservation whose gang is not among the first ``max_reservations`` of its queue
+        ends); None before the queues ran (every gang still counts as a head)."""
+        for key in sorted(k for k, r in self.records.items() if r.reservation is not None):
+            record = self.records[key]
+            held = record.reservation
+            assert held is not None
+            workload = record.workload
+            name = queue_of(workload, self.settings.default_queue) if workload else None
+            queue = self._queues.get(name) if name is not None else None
+            if queue is not None and queue_problem(queue) is not None:
+                queue = msgspec.structs.replace(queue, invalid_reason=queue_problem(queue))
+            limit = queue.max_reservations if queue is not None else 0
+            head = heads is None or key in heads.get(held.queue, [])[:limit]
+            reason = drop_reason(
+                held,
+                workload=workload,
+                queue=queue,
+                admitted=record.admitted is not None,
+                head=head,
+            )
+            if reason is not None:
+                self._drop(out, key, reason, _DROP_MESSAGES[reason])
 
     # ------------------------------------------------------------------ internals
 
@@ -987,9 +1200,17 @@ class Admission:
         return [released] if released is not None else []
 
     def _try(
-        self, out: list[Decision], workload: WorkloadState, queue: QueueConfig, now: float
+        self,
+        out: list[Decision],
+        workload: WorkloadState,
+        queue: QueueConfig,
+        now: float,
+        *,
+        head: int = 0,
     ) -> PendingReason | None:
-        """Try to admit one workload; return None if admitted, else the reason it waits."""
+        """Try to admit one workload; return None if admitted, else the reason it waits.
+        ``head``: how many of its queue wait before it this cycle (among the first
+        ``max_reservations`` waiting for capacity, it may be reserved room)."""
         topology = self._topology_for(workload, queue)
         if isinstance(topology, Failure):
             return self._wait(out, workload, queue.name, topology.reason, topology.message)
@@ -1041,7 +1262,10 @@ class Admission:
             return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
         if workload.service_type == "inference":
             return self._request_preemption(out, workload, queue, topology, failure, now)
-        return self._wait(out, workload, queue.name, "WaitingForCapacity", failure.message)
+        reason = self._wait(out, workload, queue.name, "WaitingForCapacity", failure.message)
+        if head < queue.max_reservations:
+            self._reserve(out, workload, queue, topology, failure.request, now)
+        return reason
 
     def plan_reclaim(self, workload: WorkloadState, queue: QueueConfig) -> ReclaimPlan | None:
         """Whether preempting whole gangs that borrow from ``queue``'s cohort would let
@@ -1145,12 +1369,23 @@ class Admission:
             return fit
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
         placement = PlacementRequest(podsets=restricted, profile=profile)
-        result = self.capacity.place(topology, placement)
-        assert result is not None  # the topology is known (checked by the caller)
+        runtime = declared_runtime(workload, queue)
+        blockers = blocking(
+            self._reservations_on(topology),
+            workload=key_of(workload),
+            runtime_seconds=runtime,
+            now=now,
+        )
+        result = self._place_outside(topology, placement, blockers)
         if isinstance(result, str):
             return Failure("Invalid", result)
         if not result.fits:
-            return Failure("WaitingForCapacity", result.reason or "no room", placement)
+            message = result.reason or "no room"
+            anywhere = self.capacity.place(topology, placement) if blockers else None
+            if isinstance(anywhere, PlacementResult) and anywhere.fits:
+                note = backfill_note(blockers[0], runtime_seconds=runtime, now=now)
+                message = f"{message}; {note}"
+            return Failure("WaitingForCapacity", message, placement)
         return self._commit(
             workload, queue, restricted, result, request, demand, nominated, now, fit=fit
         )
@@ -1217,6 +1452,8 @@ class Admission:
         record.awaiting = None
         record.reason = None
         record.tried_at = None
+        record.admitted_at = now
+        record.usage = dict(usage)
         return Decision(key=key, body=body, workload=workload, node_usage=usage)
 
     def _carried_moves(self, key: WorkloadKey, uid: str) -> int:
@@ -1297,6 +1534,27 @@ class Admission:
     def _next_sequence(self) -> int:
         self.sequence += 1
         return self.sequence
+
+
+_DROP_MESSAGES: Final[dict[ReservationDropReason, str]] = {
+    "Started": "the gang was admitted",
+    "Deleted": "the gang was deleted, re-created, finished or became invalid",
+    "QueueDisallows": "its queue no longer allows the reservation (gone, changed, limit, or "
+    "no longer its head)",
+    "NoEstimate": "no start can be estimated any more",
+}
+
+
+def _merged(
+    a: Mapping[NodeName, Resources], b: Mapping[NodeName, Resources]
+) -> dict[NodeName, Resources]:
+    """Per node, what ``a`` and ``b`` take together."""
+    out = {node: dict(amount) for node, amount in a.items()}
+    for node, amount in b.items():
+        into = out.setdefault(node, {})
+        for resource, value in amount.items():
+            into[resource] = into.get(resource, 0) + value
+    return out
 
 
 def queue_problem(queue: QueueConfig) -> str | None:

@@ -24,7 +24,7 @@ view, not one each (docs/admission.md).
 Pure: no I/O; the admission service feeds it messages in the order the bus delivers them.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 import msgspec
@@ -34,6 +34,7 @@ from tidegate.model import (
     CapacityNode,
     NodeName,
     NodeState,
+    Reserved,
     Resources,
     TopologyConfig,
 )
@@ -47,6 +48,7 @@ from tidegate.placement import (
     place,
 )
 from tidegate.policy.overlay import Overlay
+from tidegate.policy.reservation import view_without_reserved
 
 PLACEMENTS_REMEMBERED: Final = 1024
 """Answers :meth:`ClusterCapacity.place` keeps per view (the least recently used go first)."""
@@ -77,8 +79,11 @@ class ClusterCapacity:
         self._watermark = 0
         self._stale: set[tuple[str, NodeName]] = set()
         """(Topology, node) pairs whose entries in the views are behind: rewritten on a read."""
-        self._placements: dict[tuple[str, bool], LRUCache[bytes, PlacementResult | str]] = {}
-        """Per (Topology, empty view?): answers of :meth:`place` while that view is unchanged."""
+        self._placements: dict[
+            tuple[str, bool, frozenset[str]], LRUCache[bytes, PlacementResult | str]
+        ] = {}
+        """Per (Topology, empty view?, nodes left out): answers of :meth:`place` while that
+        view is unchanged."""
         self.version = 0
         """Bumped whenever capacity may have grown (more free room, a node or topology added,
         levels changed), so callers can skip re-trying workloads when nothing grew."""
@@ -168,20 +173,31 @@ class ClusterCapacity:
     # ------------------------------------------------------------------ queries
 
     def place(
-        self, topology: str, request: PlacementRequest, *, empty: bool = False
+        self,
+        topology: str,
+        request: PlacementRequest,
+        *,
+        empty: bool = False,
+        outside: Sequence[Reserved] = (),
     ) -> PlacementResult | str | None:
-        """Place ``request`` on the live view of ``topology`` (``empty``: on its empty view):
+        """Place ``request`` on the live view of ``topology`` (``empty``: on its empty view;
+        ``outside``: on :func:`~tidegate.policy.reservation.view_without_reserved` of these
+        reservations, those the workload may not backfill into):
         the result, an invalid request's message, or None if the Topology is unknown. The same
         request on a view unchanged since is answered from memory."""
         view = self.empty_view(topology) if empty else self.view(topology)
         if view is None:
             return None
-        answers = self._placements.get((topology, empty))
+        without = frozenset(node for reservation in outside for node in reservation.nodes)
+        slot = (topology, empty, without)
+        answers = self._placements.get(slot)
         if answers is None:
-            answers = self._placements[(topology, empty)] = LRUCache(PLACEMENTS_REMEMBERED)
+            answers = self._placements[slot] = LRUCache(PLACEMENTS_REMEMBERED)
         key = _request_key(request)
         answer = answers.get(key)
         if answer is None:
+            if without:
+                view = view_without_reserved(view, outside)
             answer = answers[key] = place_or_message(view, request)
         return answer
 
@@ -220,9 +236,8 @@ class ClusterCapacity:
 
     def _forget_placements(self, topology: str, *, empty: bool) -> None:
         """The live view of ``topology`` changed (``empty``: its empty view too)."""
-        self._placements.pop((topology, False), None)
-        if empty:
-            self._placements.pop((topology, True), None)
+        for slot in [s for s in self._placements if s[0] == topology and (empty or not s[1])]:
+            del self._placements[slot]
 
     def _rebuild(self, topology: str) -> None:
         self._forget_placements(topology, empty=True)

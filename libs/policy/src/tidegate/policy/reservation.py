@@ -408,6 +408,24 @@ def plan_message(plan: ReservationPlan, *, now: float) -> str:
     return text
 
 
+def reserved_for_you(reservation: Reserved) -> str:
+    """What ``tidegate explain`` says of a reservation in force, e.g. "rack r3 reserved for
+    you; expected start 14:05 UTC when research/sft-12 ends" (no "in …": it is read later)."""
+    where = describe_domain(reservation.level, reservation.domain)
+    text = f"{where} reserved for you; expected start {_clock(reservation.expected_start)}"
+    names = [w.workload for w in reservation.waits_for]
+    if names:
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        text += f" when {shown} {'ends' if len(names) == 1 else 'end'}"
+    overdue = [w.workload for w in reservation.waits_for if w.overdue]
+    if overdue:
+        text += (
+            f"; {', '.join(overdue[:3])} outlived {'its' if len(overdue) == 1 else 'their'} "
+            "declared runtime, so the estimate moves"
+        )
+    return text
+
+
 def reserved_message(
     plan: ReservationPlan,
     *,

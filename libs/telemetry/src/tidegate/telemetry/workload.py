@@ -44,6 +44,8 @@ from tidegate.model import (
     PodState,
     PreemptRequested,
     Released,
+    ReservationDropped,
+    Reserved,
     Resources,
     WorkloadKey,
     WorkloadState,
@@ -260,7 +262,7 @@ def quota_attributes(admission: "Admission", queue: str) -> dict[str, AttributeV
     return attributes
 
 
-DecisionBody = Admitted | Pending | PreemptRequested | Released
+DecisionBody = Admitted | Pending | PreemptRequested | Released | Reserved | ReservationDropped
 
 
 def decision_attributes(
@@ -285,6 +287,16 @@ def decision_attributes(
         attributes["tidegate.reason"] = body.reason
         attributes["tidegate.reason.message"] = body.message
         attributes.update(reason_numbers(body.message))
+    elif isinstance(body, Reserved):
+        attributes["tidegate.reason"] = "Reserved"
+        attributes["tidegate.reason.message"] = body.message
+        attributes["tidegate.reservation.nodes"] = list(body.nodes)
+        attributes["tidegate.reservation.expected_start"] = body.expected_start
+        attributes["tidegate.reservation.waits_for"] = [w.workload for w in body.waits_for]
+    elif isinstance(body, ReservationDropped):
+        attributes["tidegate.reason"] = body.reason
+        attributes["tidegate.reason.message"] = body.message
+        attributes["tidegate.reservation.sequence"] = body.reserved_sequence
     else:
         attributes["tidegate.reason"] = "PreemptRequested"
         attributes["tidegate.reason.message"] = body.message
@@ -299,6 +311,8 @@ _KIND: Final[dict[type, str]] = {
     Pending: "pending",
     PreemptRequested: "preempt-requested",
     Released: "released",
+    Reserved: "reserved",
+    ReservationDropped: "reservation-dropped",
 }
 
 

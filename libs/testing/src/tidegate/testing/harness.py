@@ -27,6 +27,8 @@ from tidegate.model import (
     QueueConfig,
     Released,
     ReplaceRequested,
+    ReservationDropped,
+    Reserved,
     Tombstone,
     TopologyConfig,
     WorkloadState,
@@ -57,6 +59,8 @@ _DECISION_KINDS: Mapping[type, subjects.DecisionKind] = {
     Preempted: "preempted",
     Released: "released",
     ReplaceRequested: "replace-requested",
+    Reserved: "reserved",
+    ReservationDropped: "reservation-dropped",
 }
 
 
@@ -87,7 +91,15 @@ def subject_of(cluster: str, body: Message) -> str:
         case Preempted():
             namespace, _, name = body.preemptor.partition("/")
             return subjects.decision(cluster, "preempted", namespace, name)
-        case Admitted() | Pending() | PreemptRequested() | Released() | ReplaceRequested():
+        case (
+            Admitted()
+            | Pending()
+            | PreemptRequested()
+            | Released()
+            | ReplaceRequested()
+            | Reserved()
+            | ReservationDropped()
+        ):
             namespace, _, name = body.workload.partition("/")
             return subjects.decision(cluster, _DECISION_KINDS[type(body)], namespace, name)
     raise ValueError(f"no single subject for {type(body).__name__}")

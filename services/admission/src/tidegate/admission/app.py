@@ -64,12 +64,14 @@ from tidegate.model import (
     Pending,
     PreemptRequested,
     Released,
+    ReservationDropped,
+    Reserved,
     WorkloadKey,
     subjects,
 )
 from tidegate.model.ledger import stored_or_superseded
 from tidegate.model.subjects import DecisionKind
-from tidegate.policy.admission import Admission, Decision
+from tidegate.policy.admission import Admission, Decision, DecisionBody
 from tidegate.runtime import ServiceContext
 from tidegate.telemetry import decision_span
 
@@ -244,7 +246,7 @@ class Leader:
         now = time.time()
         for record in records:
             usage = {NodeName(n): dict(u) for n, u in record.node_usage.items()}
-            admission.restore(record.admitted, usage, now=now)
+            admission.restore(record.admitted, usage, now=now, admitted_at=record.admitted_at)
         self._queue_metrics.restored(r.admitted for r in records)
         admission.sequence = max(
             admission.sequence, high.sequence if high else 0, admission.capacity.watermark()
@@ -261,10 +263,11 @@ class Leader:
         self._unsent = outbox
         await self.commit(released)  # also stores which workloads stay kept out
         await self._send()
+        reservations = await self._restore_reservations()
         log.info(
             "admission: took over epoch %d: %d admitted restored, %d outbox decisions "
             "re-published (%d never committed, dropped; %d stored already), %d released, "
-            "%d nominations restored, %d kept out, sequence %d",
+            "%d nominations restored, %d kept out, %d reservations restored, sequence %d",
             admission.epoch,
             len(records),
             len(outbox),
@@ -273,8 +276,39 @@ class Leader:
             len(released),
             len(nominated),
             len(kept_out),
+            reservations,
             admission.sequence,
         )
+
+    async def _restore_reservations(self) -> int:
+        """Take over the reservations in force on the decision stream (after the outbox was
+        sent, so a predecessor's last ones are there): per workload, the newest ``reserved``
+        that no ``reservation-dropped`` ends. The next cycle drops those that no longer stand
+        (their gang started, is gone or no longer its queue's head)."""
+        bus, cluster = self._ctx.bus, self._ctx.cluster
+        stream = layout.decisions_stream(cluster)
+        prefix = f"tg.{cluster}.decision."
+        found = await bus.subjects_in(stream, f"{prefix}reserved.>")
+        restored = 0
+        for subject in sorted(found):
+            last = await bus.last_on(stream, subject)
+            body = last.envelope.body if last is not None else None
+            if not isinstance(body, Reserved):
+                continue
+            dropped_on = (
+                prefix + "reservation-dropped." + subject.removeprefix(prefix + "reserved.")
+            )
+            drop = await bus.last_on(stream, dropped_on)
+            ended = drop.envelope.body if drop is not None else None
+            if (
+                isinstance(ended, ReservationDropped)
+                and ended.uid == body.uid
+                and ended.reserved_sequence >= body.sequence
+            ):
+                continue
+            self._admission.restore_reservation(body)
+            restored += 1
+        return restored
 
     async def _stored_already(self, outbox: Sequence[OutboxEntry]) -> list[OutboxEntry]:
         """The entries of a predecessor's ``outbox`` whose subject ends with them or a later
@@ -353,7 +387,10 @@ class Leader:
         for decision in decisions:
             if isinstance(decision.body, Admitted):
                 usage = {str(n): u for n, u in decision.node_usage.items()}
-                changes.append(LedgerRecord(admitted=decision.body, node_usage=usage))
+                at = admission.admitted_at(decision.key)
+                changes.append(
+                    LedgerRecord(admitted=decision.body, node_usage=usage, admitted_at=at)
+                )
             elif isinstance(decision.body, Released):
                 changes.append(decision.key)
         await self._ledger.commit(changes)
@@ -372,9 +409,7 @@ class Leader:
         await self._send({e.envelope.event_id: d for e, d in zip(entries, decisions, strict=True)})
         self._queue_metrics.committed(decisions, now=time.time())
 
-    def _entry(
-        self, body: Admitted | Pending | PreemptRequested | Released, epoch: int
-    ) -> OutboxEntry:
+    def _entry(self, body: DecisionBody, epoch: int) -> OutboxEntry:
         namespace, _, name = body.workload.partition("/")
         subject = subjects.decision(self._ctx.cluster, _KINDS[type(body)], namespace, name)
         envelope = Envelope(
@@ -423,4 +458,6 @@ _KINDS: dict[type, DecisionKind] = {
     Pending: "pending",
     PreemptRequested: "preempt-requested",
     Released: "released",
+    Reserved: "reserved",
+    ReservationDropped: "reservation-dropped",
 }

@@ -8,6 +8,11 @@ handed to :class:`tidegate.policy.admission.AdmissionSettings` unchanged.
 from dataclasses import dataclass
 
 from tidegate.policy.admission import AdmissionSettings
+from tidegate.policy.reservation import (
+    DEFAULT_MAX_RESERVATIONS_PER_CLUSTER,
+    DEFAULT_OVERRUN_SECONDS,
+    ReservationSettings,
+)
 from tidegate.runtime import ServiceSettings, SettingsError
 
 
@@ -38,6 +43,11 @@ class Settings(ServiceSettings):
     leader purges them (:mod:`tidegate.admission.retention`)."""
     decisions_sweep_seconds: float = 60.0
     """How often the leader looks for decisions to purge."""
+    reservations_max_per_cluster: int = DEFAULT_MAX_RESERVATIONS_PER_CLUSTER
+    """Most reservations in force in the cluster at once; 0 turns reservations off
+    (docs/reservations.md)."""
+    reservation_overrun_seconds: float = DEFAULT_OVERRUN_SECONDS
+    """How far past now a gang that outlived its declared runtime is expected to end."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -48,6 +58,7 @@ class Settings(ServiceSettings):
             "nomination_timeout_seconds": self.nomination_timeout_seconds,
             "overlay_grace_seconds": self.overlay_grace_seconds,
             "decisions_sweep_seconds": self.decisions_sweep_seconds,
+            "reservation_overrun_seconds": self.reservation_overrun_seconds,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -58,6 +69,8 @@ class Settings(ServiceSettings):
             )
         if self.decisions_kept_after_delete_seconds < 0:
             raise SettingsError("decisions_kept_after_delete_seconds", "must not be negative")
+        if self.reservations_max_per_cluster < 0:
+            raise SettingsError("reservations_max_per_cluster", "must not be negative")
         if self.cycle_coalesce_seconds < 0:
             raise SettingsError("cycle_coalesce_seconds", "must not be negative")
         if self.default_queue is not None and not self.default_queue.strip():
@@ -71,4 +84,8 @@ class Settings(ServiceSettings):
             preemption_timeout_seconds=self.preemption_timeout_seconds,
             nomination_timeout_seconds=self.nomination_timeout_seconds,
             overlay_grace_seconds=self.overlay_grace_seconds,
+            reservations=ReservationSettings(
+                overrun_seconds=self.reservation_overrun_seconds,
+                max_per_cluster=self.reservations_max_per_cluster,
+            ),
         )

@@ -1,0 +1,271 @@
+"""Reservations and backfill in the admission cycle (docs/reservations.md, issue 32).
+
+Two racks of two 8-GPU nodes. Gang g1 holds one node of rack r1 for an hour, g2 the whole of
+rack r2 for two; a 16-GPU gang that requires a rack then fits nowhere and is reserved r1, whose
+room comes back first. Workloads behind it may use r1's free node only when they declare they
+are gone before the expected start.
+"""
+
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
+
+import msgspec
+import pytest
+
+from tidegate.model import (
+    Admitted,
+    Pending,
+    QueueAging,
+    QueueConfig,
+    ReservationDropped,
+    Reserved,
+    WorkloadKey,
+    WorkloadState,
+)
+from tidegate.policy.admission import Admission, AdmissionSettings, Decision
+from tidegate.policy.reservation import ReservationSettings
+
+from .test_admission import RACK, cluster, msg
+
+HOUR = 3600.0
+NODES = {"n1": ("b1", "r1"), "n2": ("b1", "r1"), "n3": ("b1", "r2"), "n4": ("b1", "r2")}
+
+
+T = TypeVar("T", Admitted, Pending, Reserved, ReservationDropped)
+
+
+def only(decisions: Sequence[Decision], kind: type[T]) -> list[T]:
+    return [d.body for d in decisions if isinstance(d.body, kind)]
+
+
+def K(name: str) -> WorkloadKey:
+    return WorkloadKey(f"ns/{name}")
+
+
+def finish(admission: Admission, name: str, how: str = "Completed") -> list[Decision]:
+    workload = admission.workload(K(name))
+    assert workload is not None
+    return admission.set_workload(msgspec.structs.replace(workload, finished=how))
+
+
+def report(admission: Admission, used: dict[str, int]) -> None:
+    """The topology-cache reports every node with ``used`` GPUs taken, having applied every
+    decision so far."""
+    for node, (block, rack) in NODES.items():
+        admission.capacity.update(
+            msg.capacity_node(
+                node, block, rack, free_gpus=8 - used.get(node, 0), applied=admission.sequence
+            )
+        )
+
+
+def job(
+    name: str, pods: int, *, runtime: float | None, created: float, required: str | None = None
+) -> WorkloadState:
+    return msg.workload(
+        name,
+        msg.podset(count=pods, gpus=8, required=required),
+        max_runtime_seconds=runtime,
+        created_at=created,
+    )
+
+
+def nodes_of(admitted: Admitted) -> set[str]:
+    return {d.values[-1] for a in admitted.assignments.values() for d in a.domains}
+
+
+def scene(queues: Iterable[QueueConfig] = (QueueConfig(name="q"),), **settings: int) -> Admission:
+    """g1 on n1 (ends at 1 h), g2 on n3 and n4 (ends at 2 h), admitted at time 0."""
+    admission = cluster(
+        *(msg.capacity_node(n, b, r) for n, (b, r) in NODES.items()),
+        queues=queues,
+        settings=AdmissionSettings(reservations=ReservationSettings(**settings)),
+    )
+    admission.set_workload(job("g1", 1, runtime=HOUR, created=0.0))
+    admission.set_workload(job("g2", 2, runtime=2 * HOUR, created=0.0, required=RACK))
+    admitted = only(admission.cycle(now=0.0), Admitted)
+    assert [a.workload for a in admitted] == ["ns/g1", "ns/g2"]
+    report(admission, {"n1": 8, "n3": 8, "n4": 8})
+    return admission
+
+
+def big() -> WorkloadState:
+    return job("big", 2, runtime=None, created=100.0, required=RACK)
+
+
+def test_a_big_gang_reserves_a_small_one_backfills_one_without_runtime_waits_and_the_gang_starts() -> (
+    None
+):
+    admission = scene()
+    admission.set_workload(big())
+    admission.set_workload(job("long", 1, runtime=None, created=150.0))
+    admission.set_workload(job("short", 1, runtime=1800.0, created=160.0))
+    decisions = admission.cycle(now=200.0)
+
+    # The big gang waits and is reserved rack r1, whose room comes back first (g1 at 1 h).
+    (reserved,) = only(decisions, Reserved)
+    assert isinstance(reserved, Reserved)
+    assert (reserved.workload, reserved.level, reserved.domain) == ("ns/big", RACK, ["b1", "r1"])
+    assert reserved.nodes == ["n1", "n2"]
+    assert reserved.expected_start == HOUR
+    assert [w.workload for w in reserved.waits_for] == ["ns/g1"]
+    assert reserved.message.startswith("rack r1 reserved; expected start 01:00 UTC")
+    assert admission.reservations() == {"ns/big": reserved}
+    pending = {p.workload: p for p in only(decisions, Pending)}
+    assert pending["ns/big"].reason == "WaitingForCapacity"
+
+    # One declaring no runtime is kept off r1 (n2 is free) and says why; the short one
+    # backfills onto n2: it ends at 200 + 1800 s, before the expected start.
+    assert pending["ns/long"].reason == "WaitingForCapacity"
+    assert "reserved for ns/big" in pending["ns/long"].message
+    assert "declares no runtime" in pending["ns/long"].message
+    (short,) = only(decisions, Admitted)
+    assert isinstance(short, Admitted)
+    assert (short.workload, nodes_of(short)) == ("ns/short", {"n2"})
+
+    # Nothing moved: nothing is published again.
+    report(admission, {"n1": 8, "n2": 8, "n3": 8, "n4": 8})
+    admission.cycle(now=300.0)  # the gang is tried again (capacity moved)
+    held = admission.reservations()[K("big")]
+    assert admission.cycle(now=400.0) == []
+    assert admission.reservations()[K("big")] == held
+
+    # The short job and g1 end; the big gang starts on r1 and its reservation is dropped.
+    finish(admission, "short")
+    finish(admission, "g1")
+    report(admission, {"n3": 8, "n4": 8})
+    decisions = admission.cycle(now=HOUR)
+    (started,) = [a for a in only(decisions, Admitted) if a.workload == "ns/big"]
+    assert nodes_of(started) == {"n1", "n2"}
+    (dropped,) = only(decisions, ReservationDropped)
+    assert isinstance(dropped, ReservationDropped)
+    assert (dropped.workload, dropped.reason, dropped.reserved_sequence) == (
+        "ns/big",
+        "Started",
+        held.sequence,
+    )
+    assert admission.reservations() == {}
+    # The one without a runtime was never admitted onto the reserved rack meanwhile.
+    assert not admission.is_admitted(K("long"))
+
+
+def test_a_job_ending_exactly_at_the_expected_start_does_not_backfill() -> None:
+    admission = scene()
+    admission.set_workload(big())
+    admission.set_workload(job("edge", 1, runtime=HOUR - 200.0, created=160.0))
+    decisions = admission.cycle(now=200.0)
+    assert only(decisions, Admitted) == []
+    (pending,) = [p for p in only(decisions, Pending) if p.workload == "ns/edge"]
+    assert "would end at 01:00 UTC" in pending.message
+
+
+def test_the_queue_default_runtime_lets_a_job_backfill() -> None:
+    admission = scene(queues=[QueueConfig(name="q", default_max_runtime_seconds=600.0)])
+    admission.set_workload(big())
+    admission.set_workload(job("small", 1, runtime=None, created=160.0))
+    decisions = admission.cycle(now=200.0)
+    assert [a.workload for a in only(decisions, Admitted)] == ["ns/small"]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ("deleted", "Deleted"),
+        ("finished", "Deleted"),
+        ("recreated", "Deleted"),
+        ("queue-off", "QueueDisallows"),
+        ("queue-gone", "QueueDisallows"),
+        ("not-head", "QueueDisallows"),
+    ],
+)
+def test_a_reservation_is_dropped_when_its_gang_or_queue_no_longer_allows_it(
+    change: str, reason: str
+) -> None:
+    admission = scene()
+    admission.set_workload(big())
+    (reserved,) = only(admission.cycle(now=200.0), Reserved)
+    assert isinstance(reserved, Reserved)
+    out: list[Decision] = []
+    gang = admission.workload(K("big"))
+    assert gang is not None
+    if change == "deleted":
+        out += admission.remove_workload(K("big"))
+    elif change == "finished":
+        out += finish(admission, "big", "Failed")
+    elif change == "recreated":
+        out += admission.set_workload(msgspec.structs.replace(gang, uid="other"))
+    elif change == "queue-off":
+        admission.set_queue(QueueConfig(name="q", max_reservations=0))
+    elif change == "queue-gone":
+        admission.remove_queue("q")
+    else:  # a higher-priority gang is now the queue's head
+        vip = job("vip", 2, runtime=None, created=300.0, required=RACK)
+        admission.set_workload(msgspec.structs.replace(vip, priority=5))
+    out += admission.cycle(now=300.0)
+    dropped = [d for d in only(out, ReservationDropped) if d.workload == "ns/big"]
+    assert [(d.reason, d.reserved_sequence) for d in dropped] == [(reason, reserved.sequence)]
+    if change == "recreated":  # the new object, still the head, is reserved anew
+        assert admission.reservations()[K("big")].uid == "other"
+    else:
+        assert "ns/big" not in admission.reservations()
+
+
+@pytest.mark.parametrize(
+    ("per_queue", "per_cluster", "reserved"),
+    [(1, 4, ["ns/a"]), (2, 4, ["ns/a", "ns/b"]), (2, 1, ["ns/a"]), (0, 4, []), (2, 0, [])],
+)
+def test_limits_per_queue_and_per_cluster_hold_in_the_cycle(
+    per_queue: int, per_cluster: int, reserved: list[str]
+) -> None:
+    admission = scene(
+        queues=[QueueConfig(name="q", max_reservations=per_queue)], max_per_cluster=per_cluster
+    )
+    admission.set_workload(job("a", 2, runtime=None, created=100.0, required=RACK))
+    admission.set_workload(job("b", 2, runtime=None, created=110.0, required=RACK))
+    decisions = admission.cycle(now=200.0)
+    assert [r.workload for r in only(decisions, Reserved)] == reserved
+    assert sorted(admission.reservations()) == reserved
+
+
+def test_two_reservations_never_share_nodes() -> None:
+    admission = scene(queues=[QueueConfig(name="q", max_reservations=2)])
+    admission.set_workload(job("a", 2, runtime=None, created=100.0, required=RACK))
+    admission.set_workload(job("b", 2, runtime=None, created=110.0, required=RACK))
+    a, b = only(admission.cycle(now=200.0), Reserved)
+    assert (a.domain, b.domain) == (["b1", "r1"], ["b1", "r2"])
+    assert (a.expected_start, b.expected_start) == (HOUR, 2 * HOUR)
+
+
+def test_aging_orders_the_queue_so_an_old_gang_becomes_the_head_that_reserves() -> None:
+    aging = QueueAging(step_seconds=60.0, max_boost=3)
+    admission = scene(queues=[QueueConfig(name="q", aging=aging)])
+    old = job("old", 2, runtime=None, created=0.0, required=RACK)
+    admission.set_workload(old)
+    admission.set_workload(
+        msgspec.structs.replace(
+            job("new", 2, runtime=None, created=590.0, required=RACK), priority=2
+        )
+    )
+    # At 600 s the old gang has waited ten steps (boost 3 > 2); the new one none.
+    (reserved,) = only(admission.cycle(now=600.0), Reserved)
+    assert reserved.workload == "ns/old"
+
+
+def test_a_successor_takes_over_a_reservation_and_drops_it_once_its_gang_started() -> None:
+    admission = scene()
+    admission.set_workload(big())
+    (reserved,) = only(admission.cycle(now=200.0), Reserved)
+    assert isinstance(reserved, Reserved)
+    successor = scene()
+    successor.set_workload(big())
+    successor.restore_reservation(reserved)
+    assert successor.sequence >= reserved.sequence
+    assert successor.reservations() == {"ns/big": reserved}
+    # Unchanged: the successor publishes nothing new about it.
+    assert only(successor.cycle(now=300.0), Reserved) == []
+    finish(successor, "g1")
+    report(successor, {"n3": 8, "n4": 8})
+    decisions = successor.cycle(now=HOUR)
+    assert [(d.reason, d.reserved_sequence) for d in only(decisions, ReservationDropped)] == [
+        ("Started", reserved.sequence)
+    ]
