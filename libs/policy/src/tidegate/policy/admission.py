@@ -96,6 +96,7 @@ from tidegate.policy.queuetree import (
     Contender,
     Holder,
     NodeId,
+    NodeReport,
     Preemptor,
     QueueTree,
     QuotaFit,
@@ -105,6 +106,7 @@ from tidegate.policy.queuetree import (
     fair_order,
     in_tree,
     plan_reclaim,
+    report,
 )
 from tidegate.policy.quota import Charge, QueueUsage, QuotaLedger, QuotaRequest, gang_resources
 from tidegate.policy.replacement import (
@@ -296,6 +298,13 @@ class Admission:
             self._tree_stale = False
             self._tree = build_services_tree(self._queues.values(), self._cohorts.values())
         return self._tree
+
+    def tree_report(self) -> list[NodeReport]:
+        """Every node of :meth:`tree` with its quota, usage, borrowed amounts and share
+        (:func:`~tidegate.policy.queuetree.report`) on the usage in force; empty without a
+        tree. The admission service's Kueue-named tree metrics read this."""
+        tree = self.tree()
+        return report(tree, self._tree_usage(tree)) if tree is not None else []
 
     def set_workload(self, workload: WorkloadState) -> list[Decision]:
         """A workload appeared or changed. A new object under an admitted name (another uid)

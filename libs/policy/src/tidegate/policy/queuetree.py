@@ -737,6 +737,8 @@ class NodeReport:
     share: int
     """Its weighted dominant-resource share (:func:`weighted_share`)."""
     dominant: Dim | None
+    limits: Mapping[Dim, Limits] = field(default_factory=dict)
+    """Its definition per dimension: nominal, borrowing and lending limits."""
 
 
 def report(tree: QueueTree, usage: Mapping[str, QueueUsage] | TreeState) -> list[NodeReport]:
@@ -770,6 +772,7 @@ def report(tree: QueueTree, usage: Mapping[str, QueueUsage] | TreeState) -> list
                 lendable=lendable,
                 share=share,
                 dominant=dominant,
+                limits=dict(sorted(node.limits.items())),
             )
         )
         for child in node.children:
