@@ -48,14 +48,26 @@ def test_a_queue_borrows_its_cohorts_idle_gpus_and_the_lender_is_named(
 ) -> None:
     doc = {
         "cohorts": [{"name": "research"}],
-        "queues": [team("a", 8, borrowing_limit={GPU: "8"}), team("b", 8)],
+        "queues": [
+            team("a", 8, borrowing_limit={GPU: "8"}),
+            team("b", 8),
+            {"name": "alone", "capability": {GPU: "8"}, "priority": -1},
+        ],
         "pending": [
             gang("big", "a", 16, created="2026-11-29T10:00:00Z"),
             gang("bigger", "a", 8, created="2026-11-29T10:01:00Z"),
+            gang("apart", "alone", 8, created="2026-11-29T09:00:00Z"),
         ],
     }
     out = admit(doc, capsys, tmp_path)
-    assert out["admitted"] == [
+    # A queue outside any tree is bounded by its capability alone, in its turn (priority -1).
+    assert out["admitted"][-1] == {
+        "workload": "default/apart",
+        "queue": "alone",
+        "borrowed": {},
+        "placement": None,
+    }
+    assert out["admitted"][:-1] == [
         {
             "workload": "default/big",
             "queue": "a",

@@ -60,7 +60,7 @@ def _amounts(amounts: "dict[Dim, int] | Any") -> dict[str, str]:
 def decide(scenario: "AdmitScenario") -> dict[str, Any]:
     """The answer of the module docstring, as a JSON-ready dict."""
     from tidegate.model import PendingReason, QueueConfig, WorkloadState
-    from tidegate.policy.ordering import blocks_queue, key_of, order_workloads
+    from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
     from tidegate.policy.queuetree import (
         SERVICE_RECLAIM,
         Contender,
@@ -69,6 +69,7 @@ def decide(scenario: "AdmitScenario") -> dict[str, Any]:
         TreeState,
         build_services_tree,
         check_admission,
+        cycle_groups,
         dims_of,
         fair_order,
         in_tree,
@@ -115,7 +116,9 @@ def decide(scenario: "AdmitScenario") -> dict[str, Any]:
                 waiting[key] = {"reason": exceeded.reason, "message": exceeded.message}
                 return exceeded.reason
             take(queue.name, request)
-            admitted.append({"workload": key, "queue": queue.name, "borrowed": {}})
+            admitted.append(
+                {"workload": key, "queue": queue.name, "borrowed": {}, "placement": None}
+            )
             return None
         state = TreeState(tree, leaf)
         fit = check_admission(tree, state, queue.name, request)
@@ -194,33 +197,37 @@ def decide(scenario: "AdmitScenario") -> dict[str, Any]:
                 continue
             by_queue.setdefault(workload.queue, []).append(workload)
             requests[key] = request
-        heads = {name: deque(order_workloads(items)) for name, items in sorted(by_queue.items())}
-        while heads:
-            contenders = [
-                Contender(
-                    queue=name,
-                    key=key_of(items[0]),
-                    priority=items[0].priority,
-                    created_at=items[0].created_at,
-                    request=requests[key_of(items[0])],
-                )
-                for name, items in sorted(heads.items())
-            ]
-            first = (
-                fair_order(tree, TreeState(tree, leaf), contenders)[0] if tree else contenders[0]
-            )
-            queue = queues[first.queue]
-            workload = heads[queue.name].popleft()
-            reason = attempt(workload, requests[key_of(workload)], queue)
-            if reason is not None and blocks_queue(queue, reason):
-                for behind in heads.pop(queue.name):
-                    waiting[key_of(behind)] = {
-                        "reason": "WaitingForCapacity",
-                        "message": f"queue {queue.name} is StrictFIFO and waits for "
-                        f"{key_of(workload)}",
-                    }
-            elif not heads[queue.name]:
-                del heads[queue.name]
+        ordered = order_queues(queues[name] for name in by_queue)
+        for group in cycle_groups(tree, ordered):
+            heads = {q.name: deque(order_workloads(by_queue[q.name])) for q in group}
+            while heads:
+                contenders = [
+                    Contender(
+                        queue=name,
+                        key=key_of(items[0]),
+                        priority=items[0].priority,
+                        created_at=items[0].created_at,
+                        request=requests[key_of(items[0])],
+                    )
+                    for name, items in sorted(heads.items())
+                ]
+                # A tree's queues take turns by fair share; a lone queue keeps its order.
+                if tree is not None and len(group) > 1:
+                    first = fair_order(tree, TreeState(tree, leaf), contenders)[0]
+                else:
+                    first = contenders[0]
+                queue = queues[first.queue]
+                workload = heads[queue.name].popleft()
+                reason = attempt(workload, requests[key_of(workload)], queue)
+                if reason is not None and blocks_queue(queue, reason):
+                    for behind in heads.pop(queue.name):
+                        waiting[key_of(behind)] = {
+                            "reason": "WaitingForCapacity",
+                            "message": f"queue {queue.name} is StrictFIFO and waits for "
+                            f"{key_of(workload)}",
+                        }
+                elif not heads[queue.name]:
+                    del heads[queue.name]
         done = {entry["workload"] for entry in admitted}
         todo = [(w, r) for w, r in todo if key_of(w) not in done]
         if not scenario.until_stable or len(admitted) == before or not todo:

@@ -95,7 +95,6 @@ from tidegate.policy.queuetree import (
     SERVICE_RECLAIM,
     Contender,
     Holder,
-    NodeId,
     NodeReport,
     Preemptor,
     QueueTree,
@@ -103,6 +102,7 @@ from tidegate.policy.queuetree import (
     ReclaimPlan,
     build_services_tree,
     check_admission,
+    cycle_groups,
     fair_order,
     in_tree,
     plan_reclaim,
@@ -664,22 +664,9 @@ class Admission:
     def _groups(
         self, tree: QueueTree | None, queues: Sequence[QueueConfig]
     ) -> list[list[QueueConfig]]:
-        """``queues`` (in queue order) grouped for the cycle: the queues of one tree together,
-        at the place of the first of them; every other queue alone, in its place."""
-        groups: list[list[QueueConfig]] = []
-        at: dict[NodeId, int] = {}
-        for queue in queues:
-            node = tree.queue(queue.name) if tree is not None and in_tree(queue) else None
-            if tree is None or node is None:
-                groups.append([queue])
-                continue
-            root = tree.root(node.id)
-            if root in at:
-                groups[at[root]].append(queue)
-            else:
-                at[root] = len(groups)
-                groups.append([queue])
-        return groups
+        """``queues`` (in queue order) grouped for the cycle
+        (:func:`~tidegate.policy.queuetree.cycle_groups`)."""
+        return cycle_groups(tree, queues)
 
     def _run_queue(
         self,
