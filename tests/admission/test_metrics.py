@@ -146,3 +146,52 @@ async def test_leader_reports_kueue_like_metrics_and_a_standby_none(harness: Har
     )
     assert at(samples, usage, queue="q", resource=GPU) == 16
     assert at(samples, cards, queue="q", card=H200) == 16
+
+
+async def test_queue_tree_gauges_carry_kueue_names_and_what_is_borrowed(harness: Harness) -> None:
+    """Queues a and b share cohort research: a's 12-GPU gang borrows 4 of b's idle GPUs, and
+    the Kueue-named tree gauges say so, per queue and per cohort (from the tree's report)."""
+    await h200_cluster(harness)
+    await harness.queue(
+        QueueConfig(name="a", parent="research", nominal={GPU: 8}, borrowing_limit={GPU: 8})
+    )
+    await harness.queue(
+        QueueConfig(
+            name="b",
+            parent="research",
+            nominal={GPU: 8},
+            lending_limit={GPU: 6},
+            card_nominal={H200: 8},
+        )
+    )
+    leader = await harness.start_admission(lease_holder="leader")
+    await harness.workload(workload("g", workers(2, 6), queue="a"))
+    await harness.until(lambda: harness.of(Admitted, "ns/g"), what="g admitted")
+    borrowed = "tidegate_cluster_queue_resource_borrowed"
+    samples = await scrape_until(
+        leader, lambda s: bool(named(s, borrowed)), what="a borrowing reported"
+    )
+    a = {"cohort": "research", "cluster_queue": "a", "flavor": "", "resource": GPU}
+    b = {"cohort": "research", "cluster_queue": "b", "flavor": "", "resource": GPU}
+    assert at(samples, "tidegate_cluster_queue_nominal_quota", **a) == 8
+    assert at(samples, "tidegate_cluster_queue_borrowing_limit", **a) == 8
+    assert at(samples, "tidegate_cluster_queue_lending_limit", **a) is None  # none set
+    assert at(samples, "tidegate_cluster_queue_lending_limit", **b) == 6
+    assert at(samples, borrowed, **a) == 4
+    assert at(samples, borrowed, **b) is None
+    b_cards = {**b, "flavor": H200, "resource": "cards"}
+    assert at(samples, "tidegate_cluster_queue_nominal_quota", **b_cards) == 8
+    share = "tidegate_cluster_queue_weighted_share"
+    # a borrows 4 of the 8 + 6 the cohort can lend: 285 thousandths at weight 1.
+    assert at(samples, share, cohort="research", cluster_queue="a") == 4 * 1000 // 14
+    assert at(samples, share, cohort="research", cluster_queue="b") == 0
+    research = {"cohort": "research", "flavor": "", "resource": GPU}
+    assert at(samples, "tidegate_cohort_resource_usage", **research) == 12
+    assert at(samples, "tidegate_cohort_subtree_quota", **research) == 14
+    assert at(samples, "tidegate_cohort_weighted_share", cohort="research") == 0  # a root
+    # Queues outside any tree have no tree gauges.
+    assert not [
+        k
+        for k in samples
+        if k[0].startswith("tidegate_cluster_") and ("cluster_queue", "q") in k[1]
+    ]

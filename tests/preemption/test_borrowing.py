@@ -136,6 +136,8 @@ async def test_a_team_borrows_idle_gpus_and_gives_them_back_whole_when_the_lende
         [f"{NAMESPACE}/b-borrow"],
     )
     assert "borrowed quota of cohort research reclaimed for queue team-a" in preempted.message
+    assert preempted.reclaimed == {f"{NAMESPACE}/b-borrow": "InCohortReclamation"}
+    assert preempted.cohort == "research"
     (asked,) = decisions_about(h, PreemptRequested, "a-job")
     assert isinstance(asked, PreemptRequested)
     assert asked.reclaim

@@ -240,3 +240,62 @@ async def test_an_admitted_workload_whose_growth_waits_is_admitted_and_the_defau
     assert stray is not None
     assert stray["queue"] == "default"
     assert stray["position"] == {"place": 1, "waiting": 1}
+
+
+async def test_explain_says_when_quota_was_reclaimed_by_whom_and_who_waits_to_borrow(
+    nats_url: str, cluster_id: str
+) -> None:
+    """team-a's serve reclaimed the quota team-b's borrow had borrowed from cohort research;
+    team-b's next gang waits for borrowable capacity, team-a's next asked for reclaim."""
+    async with connected(nats_url, cluster_id) as bus:
+        h = ServiceHarness(bus, cluster_id, nats_url)
+        await h.send(QueueConfig(name="team-a", parent="research", nominal={GPU: 16}))
+        await h.send(QueueConfig(name="team-b", parent="research", nominal={GPU: 16}))
+        for name, queue in (("borrow", "team-b"), ("serve", "team-a"), ("more", "team-b")):
+            await h.send(msg.workload(name, MAIN, queue=queue, created_at=1.0))
+        await h.send(msg.workload("next", MAIN, queue="team-a", created_at=2.0))
+        await h.send(msg.admitted("borrow", ON_TWO_NODES, sequence=1, queue="team-b"))
+        await h.send(
+            msg.preempted(
+                "serve",
+                ["borrow"],
+                message="borrowed quota of cohort research reclaimed for queue team-a",
+                reclaimed={"ns/borrow": "InCohortReclamation"},
+                cohort="research",
+            )
+        )
+        await h.send(
+            msg.pending(
+                "more",
+                sequence=2,
+                queue="team-b",
+                reason="ExceedsQuota",
+                message="queue team-b: nvidia.com/gpu 16 in use + 16 requested > 16 available "
+                "now (nominal 16; the rest is what cohort research can lend while others use it)",
+            )
+        )
+        await h.send(msg.preempt_requested("next", sequence=3, queue="team-a", reclaim=True))
+        view = await fill_view(bus, cluster_id, pods_of="ns")
+
+    victim = explain(view, "ns/borrow")
+    assert victim is not None
+    assert victim["state"] == "Preempted"
+    why = "evicted by ns/serve: quota lent by cohort research reclaimed (InCohortReclamation)"
+    assert victim["message"] == why
+    assert victim["preempted_by"][0]["reclaimed"] == "InCohortReclamation"
+    assert victim["preempted_by"][0]["cohort"] == "research"
+    assert why in render(victim)
+    serve = explain(view, "ns/serve")
+    assert serve is not None
+    assert serve["preempted"]["reclaimed"] == {"ns/borrow": "InCohortReclamation"}
+    assert "reclaimed  quota lent by cohort research: ns/borrow (InCohortReclamation)" in render(
+        serve
+    )
+    more = explain(view, "ns/more")
+    assert more is not None
+    assert more["borrowing"] == "waits for borrowable capacity in cohort research"
+    assert "quota      waits for borrowable capacity in cohort research" in render(more)
+    following = explain(view, "ns/next")
+    assert following is not None
+    assert following["reason"] == "WaitingForPreemption"
+    assert following["borrowing"].startswith("waits for cohort research to give back quota")

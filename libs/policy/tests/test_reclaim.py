@@ -78,6 +78,8 @@ def test_the_youngest_borrowing_gang_is_preempted_whole_and_its_room_nominated()
         "borrowed quota of cohort research reclaimed for queue team-a: 1 gang preempted for "
         "default/serve: default/borrow (InCohortReclamation)"
     )
+    assert body.reclaimed == {"default/borrow": "InCohortReclamation"}
+    assert body.cohort == "research"
 
 
 def test_a_gang_its_budget_protects_is_skipped_and_named() -> None:

@@ -20,12 +20,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from tidegate.model import Admitted, Pending, PodState, WorkloadKey, WorkloadState
+from tidegate.model import (
+    Admitted,
+    Pending,
+    PodState,
+    Preempted,
+    PreemptRequested,
+    WorkloadKey,
+    WorkloadState,
+)
 from tidegate.model.pods import gated
 from tidegate.model.quantity import format_quantity
 from tidegate.model.replica import Seen
 from tidegate.policy.ordering import order_workloads
-from tidegate.policy.queuetree import borrowing_summary
+from tidegate.policy.queuetree import borrowing_summary, in_tree
 from tidegate.policy.reservation import reserved_for_you
 
 if TYPE_CHECKING:  # the bus (and nats) is imported only when a command runs
@@ -98,10 +106,42 @@ def state_of(view: "BusView", key: str) -> tuple[str, str | None, str]:
             released = verdict.released.body
             return "Released", released.reason, released.message
         case "Preempted" if verdict.ended_by is not None:
-            return "Preempted", None, f"evicted by {verdict.ended_by.body.preemptor}"
+            return "Preempted", None, eviction_text(verdict.ended_by.body, key)
         case "Submitted":
             return "Submitted", None, "no decision yet"
     return verdict.state, None, ""
+
+
+def eviction_text(preempted: Preempted, victim: str) -> str:
+    """Why ``victim`` was evicted by ``preempted``: "evicted by ns/p", and when its quota was
+    reclaimed, whose lent quota and under which reason."""
+    why = preempted.reclaimed.get(victim)
+    if why is None:
+        return f"evicted by {preempted.preemptor}"
+    cohort = f"cohort {preempted.cohort}" if preempted.cohort else "its cohort"
+    return f"evicted by {preempted.preemptor}: quota lent by {cohort} reclaimed ({why})"
+
+
+def waiting_to_borrow(
+    view: "BusView", queue: str, reason: str | None, waiting: object
+) -> str | None:
+    """When a workload of ``queue`` waits for quota its cohort could lend, in words: reclaim
+    requested (a ``preempt-requested`` with ``reclaim``), or waiting for borrowable capacity
+    (``ExceedsQuota`` / ``CardQuotaExceeded`` in a queue of a tree that is not lasting); None
+    otherwise."""
+    config = view.queues.get(queue)
+    if config is None or not in_tree(config) or config.parent is None:
+        return None
+    if isinstance(waiting, PreemptRequested) and waiting.reclaim:
+        return (
+            f"waits for cohort {config.parent} to give back quota it lent: reclaim of "
+            "borrowing gangs requested"
+        )
+    if reason in ("ExceedsQuota", "CardQuotaExceeded") and isinstance(waiting, Pending):
+        if "can ever give" in waiting.message:
+            return None  # lasting: no borrowing cures it
+        return f"waits for borrowable capacity in cohort {config.parent}"
+    return None
 
 
 def last_decision(view: "BusView", key: str) -> Seen[Any] | None:
@@ -232,6 +272,12 @@ def explain(view: "BusView", key: str) -> dict[str, Any] | None:
                 "message": BYPASSED_MESSAGE,
             }
         out["trace_id"] = _trace_id(workload)
+    if state == "Pending":
+        borrow = waiting_to_borrow(
+            view, queue_in(view, key), reason, view.replica.verdict(WorkloadKey(key)).waiting
+        )
+        if borrow is not None:
+            out["borrowing"] = borrow
     if state in ("Pending", "Submitted") and reason not in NOT_COMPETING and workload:
         waiting = waiting_in(view, queue_in(view, key))
         position = next((i for i, w in enumerate(waiting) if w.uid == workload.uid), None)
@@ -272,10 +318,23 @@ def explain(view: "BusView", key: str) -> dict[str, Any] | None:
             "at": _when(mine.time),
             "message": mine.body.message,
         }
+        if mine.body.reclaimed:
+            out["preempted"]["reclaimed"] = dict(mine.body.reclaimed)
+            out["preempted"]["cohort"] = mine.body.cohort
     suffered = view.replica.preemptions_of(WorkloadKey(key))
     if suffered:
         out["preempted_by"] = [
-            {"preemptor": p.body.preemptor, "at": _when(p.time), "message": p.body.message}
+            {
+                "preemptor": p.body.preemptor,
+                "at": _when(p.time),
+                "message": p.body.message,
+                "why": eviction_text(p.body, key),
+                **(
+                    {"reclaimed": p.body.reclaimed[key], "cohort": p.body.cohort}
+                    if key in p.body.reclaimed
+                    else {}
+                ),
+            }
             for p in suffered
         ]
     out["pods"] = pods_summary(view.replica.members(WorkloadKey(key)))
@@ -345,8 +404,14 @@ def render(answer: Mapping[str, Any]) -> str:
             f"{v} ({preempted['modes'].get(v, 'restart')})" for v in preempted["victims"]
         )
         lines.append(f"preempted  {victims} at {preempted['at']}")
+        if preempted.get("reclaimed"):
+            lines.append(
+                f"reclaimed  quota lent by cohort {preempted.get('cohort') or '?'}: "
+                + ", ".join(f"{v} ({why})" for v, why in preempted["reclaimed"].items())
+            )
     lines.extend(
-        f"evicted by {by['preemptor']} at {by['at']}" for by in answer.get("preempted_by") or []
+        f"{by.get('why') or 'evicted by ' + str(by['preemptor'])} at {by['at']}"
+        for by in answer.get("preempted_by") or []
     )
     pods = answer.get("pods")
     if isinstance(pods, dict):

@@ -14,6 +14,7 @@ from typing import Final
 
 COMMANDS: Final[dict[str, str]] = {
     # command name -> module under tidegate.cli
+    "admit": "admit",
     "console": "console",
     "demo": "demo",
     "explain": "explain",

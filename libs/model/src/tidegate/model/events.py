@@ -573,6 +573,13 @@ class Preempted(_Body, frozen=True, kw_only=True, tag="preempted"):
     request_sequence: int | None = None
     """The ``sequence`` of the ``preempt-requested`` this answers: orders the decisions on the
     preemptor's subject (None from writers older than this field)."""
+    reclaimed: dict[str, str] = msgspec.field(default_factory=dict)
+    """Victim key → why its gang was taken to give quota back to the preemptor's queue, under
+    Kueue's reason names (``InCohortReclamation``, ``InClusterQueue``, …); empty for a tidal
+    preemption (room on nodes for inference)."""
+    cohort: str | None = None
+    """Set with ``reclaimed``: the cohort whose lent quota is reclaimed (the preemptor's
+    queue's ``parent``)."""
 
     def ends(
         self,

@@ -99,16 +99,18 @@ from tidegate.policy.queuetree import (
     SERVICE_RECLAIM,
     Contender,
     Holder,
-    NodeId,
+    NodeReport,
     Preemptor,
     QueueTree,
     QuotaFit,
     ReclaimPlan,
     build_services_tree,
     check_admission,
+    cycle_groups,
     fair_order,
     in_tree,
     plan_reclaim,
+    report,
 )
 from tidegate.policy.quota import Charge, QueueUsage, QuotaLedger, QuotaRequest, gang_resources
 from tidegate.policy.replacement import (
@@ -326,6 +328,13 @@ class Admission:
             self._tree_stale = False
             self._tree = build_services_tree(self._queues.values(), self._cohorts.values())
         return self._tree
+
+    def tree_report(self) -> list[NodeReport]:
+        """Every node of :meth:`tree` with its quota, usage, borrowed amounts and share
+        (:func:`~tidegate.policy.queuetree.report`) on the usage in force; empty without a
+        tree. The admission service's Kueue-named tree metrics read this."""
+        tree = self.tree()
+        return report(tree, self._tree_usage(tree)) if tree is not None else []
 
     def set_workload(self, workload: WorkloadState) -> list[Decision]:
         """A workload appeared or changed. A new object under an admitted name (another uid)
@@ -726,22 +735,9 @@ class Admission:
     def _groups(
         self, tree: QueueTree | None, queues: Sequence[QueueConfig]
     ) -> list[list[QueueConfig]]:
-        """``queues`` (in queue order) grouped for the cycle: the queues of one tree together,
-        at the place of the first of them; every other queue alone, in its place."""
-        groups: list[list[QueueConfig]] = []
-        at: dict[NodeId, int] = {}
-        for queue in queues:
-            node = tree.queue(queue.name) if tree is not None and in_tree(queue) else None
-            if tree is None or node is None:
-                groups.append([queue])
-                continue
-            root = tree.root(node.id)
-            if root in at:
-                groups[at[root]].append(queue)
-            else:
-                at[root] = len(groups)
-                groups.append([queue])
-        return groups
+        """``queues`` (in queue order) grouped for the cycle
+        (:func:`~tidegate.policy.queuetree.cycle_groups`)."""
+        return cycle_groups(tree, queues)
 
     def _run_queue(
         self,

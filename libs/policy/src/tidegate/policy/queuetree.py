@@ -273,6 +273,25 @@ def build_services_tree(
     return QueueTree.build(members, cohorts) if members else None
 
 
+def cycle_groups(tree: QueueTree | None, queues: Sequence[QueueConfig]) -> list[list[QueueConfig]]:
+    """``queues`` (in queue order) grouped for an admission cycle: the queues of one tree
+    together, at the place of the first of them; every other queue alone, in its place."""
+    groups: list[list[QueueConfig]] = []
+    at: dict[NodeId, int] = {}
+    for queue in queues:
+        node = tree.queue(queue.name) if tree is not None and in_tree(queue) else None
+        if tree is None or node is None:
+            groups.append([queue])
+            continue
+        root = tree.root(node.id)
+        if root in at:
+            groups[at[root]].append(queue)
+        else:
+            at[root] = len(groups)
+            groups.append([queue])
+    return groups
+
+
 def borrowing_summary(admitted: Admitted) -> str | None:
     """What an admission borrows, in words: "borrowing 8 GPUs from cohort research" (whole
     GPUs and card models first, then other resources in name order); None when it borrows
@@ -737,6 +756,8 @@ class NodeReport:
     share: int
     """Its weighted dominant-resource share (:func:`weighted_share`)."""
     dominant: Dim | None
+    limits: Mapping[Dim, Limits] = field(default_factory=dict)
+    """Its definition per dimension: nominal, borrowing and lending limits."""
 
 
 def report(tree: QueueTree, usage: Mapping[str, QueueUsage] | TreeState) -> list[NodeReport]:
@@ -770,6 +791,7 @@ def report(tree: QueueTree, usage: Mapping[str, QueueUsage] | TreeState) -> list
                 lendable=lendable,
                 share=share,
                 dominant=dominant,
+                limits=dict(sorted(node.limits.items())),
             )
         )
         for child in node.children:

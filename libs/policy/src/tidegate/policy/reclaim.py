@@ -176,6 +176,8 @@ def select_reclaim_victims(
         exact=plan.exact,
         ineligible=ineligible,
         budget_skipped=skipped,
+        reclaimed={v: plan.reasons[v] for v in plan.victims if v in plan.reasons},
+        cohort=queue.parent,
         summary=(
             f"borrowed quota of cohort {queue.parent} reclaimed for queue {queue_name}: "
             + (plan.message or "")

@@ -175,6 +175,10 @@ class VictimChoice:
     summary: str | None = None
     """What the preempted decision says instead of the tidal sentence (reclaim of lent quota,
     :mod:`tidegate.policy.reclaim`); None: the tidal sentence."""
+    reclaimed: dict[WorkloadKey, str] = field(default_factory=dict)
+    """Victim → Kueue's reason its quota is reclaimed (:mod:`tidegate.policy.reclaim`)."""
+    cohort: str | None = None
+    """The cohort whose lent quota is reclaimed (set with ``reclaimed``)."""
 
     @property
     def admitted(self) -> bool:
@@ -212,6 +216,8 @@ def preempted_decision(
             f"{choice.gpus} GPUs, {choice.gpu_seconds} GPU-seconds lost){skipped}"
         ),
         request_sequence=request_sequence,
+        reclaimed={str(victim): why for victim, why in sorted(choice.reclaimed.items())},
+        cohort=choice.cohort,
     )
 
 

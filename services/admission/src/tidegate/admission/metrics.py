@@ -6,10 +6,21 @@ tidegate                                      Kueue
 ``tidegate_pending_workloads{queue,reason}``  ``kueue_pending_workloads{cluster_queue,status}``
 ``tidegate_admission_wait_time_seconds``      ``kueue_admission_wait_time_seconds``
 ``tidegate_queue_resource_usage``             ``kueue_cluster_queue_resource_usage``
-``tidegate_queue_resource_quota``             ``kueue_cluster_queue_nominal_quota``
+``tidegate_queue_resource_quota``             (capability: Kueue has no hard ceiling)
 ``tidegate_queue_card_usage`` / ``_quota``    (none: Kueue has no card models)
 ``tidegate_evicted_workloads_total``          ``kueue_evicted_workloads_total``
+``tidegate_cluster_queue_nominal_quota``      ``kueue_cluster_queue_nominal_quota``
+``tidegate_cluster_queue_borrowing_limit``    ``kueue_cluster_queue_borrowing_limit``
+``tidegate_cluster_queue_lending_limit``      ``kueue_cluster_queue_lending_limit``
+``tidegate_cluster_queue_weighted_share``     ``kueue_cluster_queue_weighted_share``
+``tidegate_cluster_queue_resource_borrowed``  (none: what a queue uses above its quota)
+``tidegate_cohort_*``                         the same for cohorts, plus usage and subtree
 ============================================  ===========================================
+
+The queue-tree gauges (``cluster_queue`` and ``cohort``) are one rule's output:
+:meth:`~tidegate.policy.admission.Admission.tree_report`, the same
+:func:`~tidegate.policy.queuetree.report` that ``tidegate queues`` shows. Their labels are
+Kueue's: ``flavor`` is the card model (``resource`` is then ``cards``), empty for a resource.
 
 The gauges are read from the policy object (:class:`tidegate.policy.admission.Admission`) when
 ``/metrics`` is scraped, by a collector on the service's registry: no bookkeeping of ours can
@@ -23,7 +34,7 @@ Amounts are in the resource's own unit, like Kueue's: cpu in cores (``0.5``), me
 devices as counts. This module only observes; it decides nothing.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, get_args
 
 from cachetools import LRUCache
@@ -34,6 +45,7 @@ from prometheus_client.registry import Collector
 from tidegate.model import Admitted, PendingReason, Released
 from tidegate.model.quantity import MILLI_RESOURCES
 from tidegate.policy.admission import Admission, Decision
+from tidegate.policy.queuetree import Dim, NodeKind, NodeReport
 
 REASONS: Final[tuple[PendingReason, ...]] = get_args(PendingReason)
 """Every pending reason token: each known queue reports all of them (zeros included)."""
@@ -88,6 +100,108 @@ def usage_samples(admission: Admission) -> dict[str, list[tuple[str, str, float]
             samples["card_usage"].append((name, model, float(usage.cards.get(model, 0))))
         for model, cards in sorted(card_quota.items()):
             samples["card_quota"].append((name, model, float(cards)))
+    return samples
+
+
+TREE_GAUGES: Final[dict[tuple[NodeKind, str], tuple[str, str]]] = {
+    ("queue", "nominal"): (
+        "tidegate_cluster_queue_nominal_quota",
+        "A queue's nominal (guaranteed) quota per resource and card model it names "
+        "(kueue_cluster_queue_nominal_quota).",
+    ),
+    ("queue", "borrowing_limit"): (
+        "tidegate_cluster_queue_borrowing_limit",
+        "The most a queue may borrow from its cohort, where a limit is set "
+        "(kueue_cluster_queue_borrowing_limit).",
+    ),
+    ("queue", "lending_limit"): (
+        "tidegate_cluster_queue_lending_limit",
+        "The most of a queue's unused quota its cohort may lend, where a limit is set "
+        "(kueue_cluster_queue_lending_limit).",
+    ),
+    ("queue", "borrowed"): (
+        "tidegate_cluster_queue_resource_borrowed",
+        "What a queue uses above its quota, borrowed from its cohort.",
+    ),
+    ("queue", "share"): (
+        "tidegate_cluster_queue_weighted_share",
+        "A queue's weighted dominant-resource share, in thousandths; 0 while it borrows "
+        "nothing (kueue_cluster_queue_weighted_share).",
+    ),
+    ("cohort", "nominal"): (
+        "tidegate_cohort_nominal_quota",
+        "A cohort's own nominal quota per resource and card model it names.",
+    ),
+    ("cohort", "borrowing_limit"): (
+        "tidegate_cohort_borrowing_limit",
+        "The most a cohort's subtree may borrow from its parent, where a limit is set.",
+    ),
+    ("cohort", "lending_limit"): (
+        "tidegate_cohort_lending_limit",
+        "The most of a cohort's unused quota its parent may lend, where a limit is set.",
+    ),
+    ("cohort", "borrowed"): (
+        "tidegate_cohort_resource_borrowed",
+        "What a cohort's subtree uses above its subtree quota, borrowed from its parent.",
+    ),
+    ("cohort", "share"): (
+        "tidegate_cohort_weighted_share",
+        "A cohort's weighted dominant-resource share in its parent, in thousandths.",
+    ),
+    ("cohort", "usage"): (
+        "tidegate_cohort_resource_usage",
+        "What the admitted workloads of a cohort's subtree hold.",
+    ),
+    ("cohort", "quota"): (
+        "tidegate_cohort_subtree_quota",
+        "A cohort's subtree quota: its nominal plus what its children lend to it.",
+    ),
+}
+"""The queue-tree gauges, by (node kind, :class:`NodeReport` quantity): metric name and help.
+A queue's usage is ``tidegate_queue_resource_usage`` / ``tidegate_queue_card_usage``."""
+
+TreeSample = tuple[tuple[str, ...], float]
+"""A tree gauge's labels (Kueue's, see :func:`tree_samples`) and value."""
+
+
+def dim_labels(dim: Dim) -> tuple[str, str]:
+    """A dimension as Kueue's (``flavor``, ``resource``) labels: a card model is a flavor of
+    ``cards``; a resource has no flavor."""
+    return (dim.name, "cards") if dim.kind == "card" else ("", dim.name)
+
+
+def dim_value(dim: Dim, amount: int) -> float:
+    """An amount of ``dim`` in its unit (cpu in cores, cards as counts)."""
+    return in_unit(dim.name, amount) if dim.kind == "resource" else float(amount)
+
+
+def tree_samples(reports: Sequence[NodeReport]) -> dict[str, list[TreeSample]]:
+    """The queue-tree gauges' samples by metric name, from the tree's report (one rule). A
+    queue's labels are (``cohort``, ``cluster_queue``, ``flavor``, ``resource``), its cohort
+    the one above it (``""`` at a root); a cohort's are (``cohort``, ``flavor``,
+    ``resource``); the weighted shares drop ``flavor`` and ``resource``."""
+    samples: dict[str, list[TreeSample]] = {metric: [] for metric, _ in TREE_GAUGES.values()}
+    for node in reports:
+        kind = node.id.kind
+        owner: tuple[str, ...] = (node.id.name,)
+        if kind == "queue":
+            owner = (node.parent.name if node.parent else "", node.id.name)
+        amounts: dict[str, Mapping[Dim, int | None]] = {
+            "nominal": node.nominal,
+            "borrowing_limit": {d: lim.borrowing_limit for d, lim in node.limits.items()},
+            "lending_limit": {d: lim.lending_limit for d, lim in node.limits.items()},
+            "borrowed": node.borrowed,
+            "usage": node.usage,
+            "quota": node.quota,
+        }
+        for quantity, by_dim in amounts.items():
+            if (kind, quantity) not in TREE_GAUGES:
+                continue
+            rows = samples[TREE_GAUGES[(kind, quantity)][0]]
+            for dim, amount in by_dim.items():
+                if amount is not None:
+                    rows.append(((*owner, *dim_labels(dim)), dim_value(dim, amount)))
+        samples[TREE_GAUGES[(kind, "share")][0]].append((owner, float(node.share)))
     return samples
 
 
@@ -186,6 +300,12 @@ class _QueueCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         families, pending, gauges = self._families()
+        names = {metric for metric, _ in TREE_GAUGES.values()}
+        tree = {
+            family.name: family
+            for family in families
+            if isinstance(family, GaugeMetricFamily) and family.name in names
+        }
         if self._metrics.leading:
             admission = self._metrics.admission
             for (queue, reason), count in sorted(pending_counts(admission).items()):
@@ -193,6 +313,9 @@ class _QueueCollector(Collector):
             for name, samples in usage_samples(admission).items():
                 for queue, label, value in samples:
                     gauges[name].add_metric([queue, label], value)
+            for metric, rows in tree_samples(admission.tree_report()).items():
+                for labels, value in rows:
+                    tree[metric].add_metric(list(labels), value)
         return families
 
     @staticmethod
@@ -207,5 +330,16 @@ class _QueueCollector(Collector):
             name: GaugeMetricFamily(metric, text, labels=["queue", label])
             for name, (metric, text, label) in _GAUGES.items()
         }
-        families: list[Metric] = [pending, *gauges.values()]
+        families: list[Metric] = [pending, *gauges.values(), *_tree_families()]
         return families, pending, gauges
+
+
+def _tree_families() -> list[GaugeMetricFamily]:
+    """The queue-tree gauges of :func:`tree_samples`, empty."""
+    out: list[GaugeMetricFamily] = []
+    for (kind, quantity), (metric, text) in TREE_GAUGES.items():
+        labels = ["cohort", "cluster_queue"] if kind == "queue" else ["cohort"]
+        if quantity != "share":
+            labels += ["flavor", "resource"]
+        out.append(GaugeMetricFamily(metric, text, labels=labels))
+    return out
