@@ -356,6 +356,39 @@ def test_in_a_managed_namespace_every_pod_started_ungated_bypassed_the_gate(k8s:
     assert message.bypassed_pods == 1
 
 
+def test_the_cards_of_pods_that_bypassed_the_gate_are_counted_by_their_nodes_gpu_model(
+    k8s: Any,
+) -> None:
+    """Issue 29: a bypassing pod's GPUs are cards of its node's ``nvidia.com/gpu.product``
+    model, so that admission charges them to the queue's card quota; a node's label seen late
+    (or changed) counts them again."""
+    index = ClusterIndex()
+    index.apply("Topology", "ADDED", k8s.topology("default", ["tidegate.io/rack"]))
+    index.apply("Node", "ADDED", k8s.node("h1", labels={"nvidia.com/gpu.product": "H200"}))
+    owner = k8s.owner_ref("Job", "j")
+    queue = {"kueue.x-k8s.io/queue-name": "q"}
+    gpu_pod = {"containers": [k8s.container(gpu=2, limits=True)]}
+    index.apply("Job", "ADDED", k8s.job("j", parallelism=2, labels=queue))
+    for name, node in (("j-0", "h1"), ("j-1", "a1")):
+        pod = k8s.pod(
+            name, owner=owner, gated=False, labels=queue, nodeName=node, phase="Running",
+            **gpu_pod,
+        )  # fmt: skip
+        index.apply("Pod", "ADDED", pod)
+    message = index.desired(wkey("j")).message
+    assert isinstance(message, WorkloadState)
+    assert message.bypassed_pods == 2
+    assert message.bypassed_cards == {"H200": 2}  # node a1 not seen yet: no model known
+    a1 = k8s.node("a1", labels={"nvidia.com/gpu.product": "A100"})
+    assert wkey("j") in index.apply("Node", "ADDED", a1).affected
+    message = index.desired(wkey("j")).message
+    assert isinstance(message, WorkloadState)
+    assert message.bypassed_cards == {"H200": 2, "A100": 2}
+    # A node change that leaves its GPU model alone touches no workload.
+    a1_again = k8s.node("a1", labels={"nvidia.com/gpu.product": "A100"}, unschedulable=True)
+    assert wkey("j") not in index.apply("Node", "MODIFIED", a1_again).affected
+
+
 def k8s_requests(index: ClusterIndex, name: str) -> dict[str, int]:
     message = index.desired(pkey(name)).message
     assert isinstance(message, PodState)

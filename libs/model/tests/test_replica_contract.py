@@ -448,6 +448,21 @@ def test_decision_sequences(row: Row) -> None:
     assert set(replica.admissions()) == ({KEY} if row.in_force is not None else set())
 
 
+def test_cards_of_bypassed_pods_count_in_their_queue_until_an_admission_replaces_them() -> None:
+    replica = Replica()
+    bypassing = msg.workload(
+        "train",
+        queue="q",
+        bypassed_pods=2,
+        bypassed_requests={GPU: 2},
+        bypassed_cards={"H200": 2},
+    )
+    replica.apply_all([bypassing, msg.pending(KEY, sequence=3)])
+    assert (replica.tally("q").usage, replica.tally("q").cards) == ({GPU: 2}, {"H200": 2})
+    replica.apply(msg.admitted(KEY, sequence=5), stream_sequence=3)
+    assert replica.tally("q").cards == {"H200": 8}  # the admission's charge, not added to
+
+
 def test_queue_usage_sums_workloads_and_follows_each_change() -> None:
     replica = Replica()
     replica.apply_all(

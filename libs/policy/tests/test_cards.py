@@ -8,6 +8,7 @@ from tidegate.policy.cards import (
     CardError,
     CardModel,
     card_demand,
+    cards_on_node,
     parse_card_name,
 )
 from tidegate.testing.messages import Messages
@@ -137,3 +138,11 @@ def test_conflicting_node_selector_is_an_error() -> None:
     demand = card_demand(msg.workload("w", podset))
     with pytest.raises(CardError, match="conflicts with card model NVIDIA-H200"):
         demand.restrict([podset])
+
+
+def test_a_pod_holds_whole_cards_of_its_nodes_gpu_model() -> None:
+    gpus = {"cpu": 1000, "nvidia.com/gpu": 2}
+    assert cards_on_node(gpus, "NVIDIA-H200") == {"NVIDIA-H200": 2}
+    assert cards_on_node(gpus, None) == {}
+    assert cards_on_node({"cpu": 1000}, "NVIDIA-H200") == {}
+    assert cards_on_node({"nvidia.com/mig-1g.18gb": 1}, "NVIDIA-H200") == {}

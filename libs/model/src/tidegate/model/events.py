@@ -268,6 +268,10 @@ class WorkloadState(_Body, frozen=True, kw_only=True, tag="workload"):
     requests to the queue while the workload holds no admission."""
     bypassed_requests: Resources = msgspec.field(default_factory=dict)
     """The requests of those pods, summed."""
+    bypassed_cards: dict[str, int] = msgspec.field(default_factory=dict)
+    """The GPU cards those pods hold, per card model (the ``nvidia.com/gpu.product`` label of
+    the node each runs on; :func:`tidegate.policy.cards.cards_on_node`), summed. Admission
+    charges them to the queue's card quota with ``bypassed_requests``."""
     max_runtime_seconds: float | None = None
     """How long it declares it runs once started (``tidegate.io/max-runtime``, else a Job's
     ``activeDeadlineSeconds``; the shorter when both are set): its expected end, for

@@ -113,7 +113,7 @@ class Verdict:
 class Share:
     """What one workload adds to its queue: admitted (holding ``resources`` and ``cards``), or
     pending for ``reason`` ("" when it does not wait) with ``bypassed`` pods that started
-    without passing the gate holding ``resources``."""
+    without passing the gate holding ``resources`` and ``cards``."""
 
     queue: str
     admitted: bool
@@ -133,6 +133,7 @@ class QueueTally:
     usage: Resources = field(default_factory=dict)
     """What its admissions in force charged, and what pods that bypassed the gate request."""
     cards: dict[str, int] = field(default_factory=dict)
+    """The same per GPU card model."""
     bypassed: int = 0
     """Pods of workloads without an admission that started without passing the gate."""
 
@@ -637,5 +638,6 @@ def _share_of(verdict: Verdict) -> Share | None:
         admitted=False,
         reason=reason,
         resources=res.non_zero(workload.bypassed_requests) if bypassed else {},
+        cards=res.non_zero(workload.bypassed_cards) if bypassed else {},
         bypassed=bypassed,
     )

@@ -370,11 +370,15 @@ class Admission:
 
     def _bypass_charge(self, workload: WorkloadState) -> Charge | None:
         """What the workload's pods that bypassed the gate hold against its queue (issue 29):
-        their requests, while it has not finished; None when there are none."""
+        their requests and cards, while it has not finished; None when there are none."""
         queue = queue_of(workload, self.settings.default_queue)
         if not workload.bypassed_pods or workload.finished is not None or queue is None:
             return None
-        return Charge(queue=queue, resources=dict(workload.bypassed_requests))
+        return Charge(
+            queue=queue,
+            resources=dict(workload.bypassed_requests),
+            cards=dict(workload.bypassed_cards),
+        )
 
     def remove_workload(self, key: WorkloadKey) -> list[Decision]:
         """A workload was deleted: its quota is released (if admitted) and it is forgotten."""

@@ -26,7 +26,7 @@ card name                                 resource counted          node label n
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -204,3 +204,12 @@ def card_demand(workload: WorkloadState, podsets: Sequence[PodSetSpec] | None = 
     cards = {name: amount for name, amount in counted.items() if name not in requested}
     cards.update(workload.card_request or {})
     return CardDemand(cards=cards, podset_models=models)
+
+
+def cards_on_node(requests: Mapping[str, int], product: str | None) -> dict[str, int]:
+    """The cards a pod requesting ``requests`` holds on a node whose ``nvidia.com/gpu.product``
+    label is ``product`` (None: no label, no cards): its whole cards (``nvidia.com/gpu``), of
+    the model named like the product. Used for pods that bypassed the gate, whose cards no card
+    request declares (issue 29); MIG slices are not counted as cards here."""
+    gpus = requests.get(WHOLE_GPU_RESOURCE, 0)
+    return {product: gpus} if product and gpus > 0 else {}

@@ -17,7 +17,8 @@ Rules kept here:
   bound and ungated while it names a queue (a label or annotation) or sits in a namespace
   labelled ``tidegate.io/managed=true``: it was created while the webhook was down (or not sent
   to it) and *bypassed the gate*; its workload carries those pods (``bypassed_pods``,
-  ``bypassed_requests``) so that admission charges them to the queue. DaemonSet and mirror pods
+  ``bypassed_requests``, and ``bypassed_cards`` by the GPU model label of each pod's node) so
+  that admission charges them to the queue, its card quota included. DaemonSet and mirror pods
   are never counted (the webhook never gates them).
 - A Job or JobSet created suspended that names a queue, Kueue's way, is managed from the
   start, without pods (it has none until tidegate unsuspends it; :mod:`tidegate.kube.read.suspend`).
@@ -75,6 +76,7 @@ from tidegate.model.events import (
 )
 from tidegate.model.names import MANAGED_NAMESPACE_LABEL
 from tidegate.model.pods import bypassed_gate
+from tidegate.policy.cards import GPU_PRODUCT_LABEL, cards_on_node
 from tidegate.policy.service_type import DEFAULT_OWNER_KIND_SERVICE_TYPES
 
 ObjectKind = Literal[
@@ -344,6 +346,7 @@ class ClusterIndex:
     def _apply_node(
         self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
     ) -> None:
+        product = self._gpu_product(meta.name)
         if deleted:
             self.nodes.pop(meta.name, None)
         else:
@@ -353,6 +356,12 @@ class ClusterIndex:
                 applied.problems.append(f"Node {meta.name}: {describe_error(exc)}")
                 return
         applied.affected.add(StateKey("node", None, meta.name))
+        if self._gpu_product(meta.name) != product:
+            # The cards its bypassing pods hold are of another model now (or of none).
+            for key, pod in self.pods.items():
+                resolution = self._resolution.get(key)
+                if pod.spec.node_name == meta.name and resolution and resolution.workload:
+                    applied.affected.add(StateKey("workload", *resolution.workload))
 
     def _apply_topology(
         self,
@@ -819,9 +828,18 @@ class ClusterIndex:
                 message,
                 bypassed_pods=len(bypassing),
                 bypassed_requests=res.total(state.requests for state in bypassing),
+                bypassed_cards=res.total(
+                    cards_on_node(state.requests, self._gpu_product(state.node_name))
+                    for state in bypassing
+                ),
             )
         problems = (message.invalid_reason,) if message.invalid_reason else ()
         return Desired(message, message.uid, problems)
+
+    def _gpu_product(self, node_name: str | None) -> str | None:
+        """The GPU model label of the node ``node_name`` (None: unknown node, or no label)."""
+        node = self.nodes.get(node_name) if node_name else None
+        return None if node is None else node.metadata.labels.get(GPU_PRODUCT_LABEL)
 
     def _rollout_replicas(self, owner: Owner) -> int | None:
         """For a Deployment: the replicas of its ReplicaSets summed (old ones included while
