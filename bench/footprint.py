@@ -1,7 +1,7 @@
 """Benchmark of each service's memory and start-up replay with a large cluster mirrored on the bus.
 
     python bench/footprint.py [--nodes 16384] [--pods 100000] [--managed-jobs 50]
-                              [--json] [--out FILE]
+                              [--churn-rounds 5] [--churn-jobs 500] [--json] [--out FILE]
 
 Sizing the Deployments needs each service's resident memory as a function of the cluster it
 mirrors, and how long a restarted service takes to replay the streams before it is ready. This
@@ -19,9 +19,22 @@ this process; racks of 32 nodes of 8 GPUs, blocks of 8 racks), then:
    pod runs and the watcher has published them all (the state stream holds at least one
    message per node and pod), the services settle for ``--settle`` seconds and each one's
    resident and peak memory are read again. Per pod = (loaded − nodes only) / pods.
-3. **replay**: each service in turn is stopped (SIGTERM) and started again; the seconds until
-   its ``/readyz`` answers (it replays the state and capacity streams first) and its resident
-   memory once ready.
+3. **churn**: ``--churn-rounds`` rounds, each creating ``--churn-jobs`` managed Jobs of 2
+   one-GPU pods that run for a second, through the whole pipeline (queue, admission,
+   ungating, completion), then deleting them (and their pods) once every pod succeeded; after
+   each round, once the deletions reached the services (``--churn-settle`` seconds), each
+   service's resident memory. Per service, the least-squares slope of that memory over the
+   workloads seen so far (``churn_rss_slope_kib_per_1000_workloads``): a service that keeps
+   something per workload it ever saw grows by that much per 1,000 workloads, one whose
+   tables forget deleted workloads stays near 0 (issue 29, seam 8). Caches bounded by a count
+   (the ungater's remembered pending reasons and admission's admitted uids, 65,536 each; the
+   Event cache of every Kubernetes client, 4,096) grow until full, so below those counts the
+   slope includes them. The first round's reading is left out
+   of the slope (it pays the first-use costs of the churn path); ``--churn-rounds 0`` skips
+   the step. The decision stream's kinds after it are reported (``decisions_after_churn``).
+4. **replay**: each service in turn is stopped (SIGTERM) and started again; the seconds until
+   its ``/readyz`` answers (it replays the state and capacity streams first, the churned
+   Jobs' tombstones included) and its resident memory once ready.
 
 The streams' sizes (messages, bytes) are reported too. The memory model it supports is
 ``RSS ≈ base + a × nodes + b × pods`` per service: this run gives ``base + a × nodes`` (step 1)
@@ -35,6 +48,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -61,6 +75,10 @@ CLUSTER = "footprint"
 MANAGED = "bench"
 TENANTS = "tenants"
 PODS_PER_JOB = 1000
+CHURN_PODS = 2
+"""Pods (one GPU each) of a churned Job."""
+CHURN_SECONDS = 1.0
+"""How long each churned pod runs."""
 
 
 def rss(stack: LocalStack) -> dict[str, dict[str, float]]:
@@ -70,6 +88,19 @@ def rss(stack: LocalStack) -> dict[str, dict[str, float]]:
         for name, service in stack.processes.items()
         if service.process is not None and service.running
     }
+
+
+def rss_kib(stack: LocalStack) -> dict[str, int]:
+    """Each service's resident memory in KiB (``VmRSS``, unrounded: the churn step's slopes
+    are a few KiB per round)."""
+    found: dict[str, int] = {}
+    for name, service in stack.processes.items():
+        if service.process is None or not service.running:
+            continue
+        for line in Path(f"/proc/{service.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                found[name] = int(line.split()[1])
+    return found
 
 
 def tenant_job(name: str, pods: int) -> dict[str, Any]:
@@ -133,6 +164,25 @@ async def create_managed(kube: KubeClient, jobs: int) -> None:
         await kube.create(JOBS, workload_object(spec.entry(), MANAGED), namespace=MANAGED)
 
 
+async def create_churn(kube: KubeClient, round_: int, jobs: int) -> list[str]:
+    """One churn round's Jobs (managed, short); their names."""
+    names = [f"churn-{round_:03d}-{index:04d}" for index in range(jobs)]
+    for name in names:
+        spec = JobSpec(
+            name=name, at=0.0, pods=CHURN_PODS, gpus=1, topology="none", duration=CHURN_SECONDS
+        )
+        await kube.create(JOBS, workload_object(spec.entry(), MANAGED), namespace=MANAGED)
+    return names
+
+
+def rss_slope(workloads: list[int], rss: list[int]) -> float | None:
+    """KiB of resident memory per 1,000 workloads seen: the least-squares slope of ``rss``
+    (KiB) over ``workloads`` (None with fewer than two points)."""
+    if len(set(workloads)) < 2:
+        return None
+    return round(statistics.linear_regression(workloads, rss).slope * 1000, 1)
+
+
 async def decision_kinds(bus: Bus) -> dict[str, int]:
     """Messages on the decision stream per kind (``admitted``, ``replace-requested``, …): a
     ``replace-requested`` means a gang's slots had to be placed again (docs/ungater.md)."""
@@ -152,6 +202,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "shape": node_shape(args.nodes),
         "pods": args.pods,
         "managed_jobs": args.managed_jobs,
+        "churn_rounds": args.churn_rounds,
+        "churn_jobs": args.churn_jobs,
     }
     expected_pods = args.pods + 8 * args.managed_jobs
     with tempfile.TemporaryDirectory(prefix="tidegate-footprint-") as scratch:
@@ -242,6 +294,54 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             figures["streams"] = streams
             figures["decisions"] = await decision_kinds(bus)
 
+            def churn_pods(prefix: str) -> dict[str, int]:
+                found: dict[str, int] = {}
+                for pod in stack.sim.store.objects(PODS.key):
+                    metadata = pod.get("metadata")
+                    if not isinstance(metadata, dict) or metadata.get("namespace") != MANAGED:
+                        continue
+                    if not str(metadata.get("name", "")).startswith(prefix):
+                        continue
+                    status = pod.get("status")
+                    phase = str(status.get("phase")) if isinstance(status, dict) else "None"
+                    found[phase] = found.get(phase, 0) + 1
+                return found
+
+            churn: list[dict[str, Any]] = []
+            seen = 0
+            for round_ in range(args.churn_rounds):
+                prefix = f"churn-{round_:03d}-"
+                begun = time.monotonic()
+                names = await create_churn(kube, round_, args.churn_jobs)
+                wanted = CHURN_PODS * args.churn_jobs
+
+                async def succeeded(prefix: str = prefix, wanted: int = wanted) -> bool:
+                    found = churn_pods(prefix)
+                    if args.verbose:
+                        print(f"  churn {prefix}: {found}", file=sys.stderr, flush=True)
+                    return found.get("Succeeded", 0) >= wanted
+
+                await until(f"churn round {round_} succeeding", succeeded, args.timeout, 0.5)
+                for name in names:
+                    await kube.delete(JOBS, name, namespace=MANAGED, propagation="Background")
+
+                async def gone(prefix: str = prefix) -> bool:
+                    return not churn_pods(prefix)
+
+                await until(f"churn round {round_} deleted", gone, args.timeout, 0.5)
+                await asyncio.sleep(args.churn_settle)
+                seen += args.churn_jobs
+                churn.append(
+                    {
+                        "workloads_seen": seen,
+                        "seconds": round(time.monotonic() - begun, 2),
+                        "rss_kib": rss_kib(stack),
+                    }
+                )
+            figures["churn"] = churn
+            if churn:  # the churned Jobs went through admission: their decisions, by kind
+                figures["decisions_after_churn"] = await decision_kinds(bus)
+
             replay: dict[str, float] = {}
             after: dict[str, dict[str, float]] = {}
             for name in SERVICES:
@@ -266,6 +366,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "replay_s": replay.get(name),
             "rss_after_replay_mib": after.get(name, {}).get("rss_mib"),
             "cpu_s_before_restart": loaded.get(name, {}).get("cpu_s"),
+            "rss_after_churn_rounds_kib": [r["rss_kib"].get(name) for r in churn],
+            "churn_rss_slope_kib_per_1000_workloads": rss_slope(
+                [r["workloads_seen"] for r in churn[1:] if name in r["rss_kib"]],
+                [r["rss_kib"][name] for r in churn[1:] if name in r["rss_kib"]],
+            ),
         }
     figures["services"] = services
     figures["cpus"] = len(os.sched_getaffinity(0))
@@ -279,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=16384)
     parser.add_argument("--pods", type=int, default=100_000)
     parser.add_argument("--managed-jobs", type=int, default=50)
+    parser.add_argument("--churn-rounds", type=int, default=5, help="0: no churn step")
+    parser.add_argument("--churn-jobs", type=int, default=500, help="Jobs created per round")
+    parser.add_argument(
+        "--churn-settle", type=float, default=2.0, help="seconds after a round's deletions"
+    )
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before measuring")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per waiting step")
     parser.add_argument("--verbose", action="store_true", help="progress on stderr")
@@ -304,6 +414,22 @@ def main(argv: list[str] | None = None) -> int:
             f"MiB loaded (peak {s['peak_rss_mib']}), {s['per_pod_kib']} KiB/pod; replay "
             f"{s['replay_s']} s, then {s['rss_after_replay_mib']} MiB"
         )
+    if figures["churn"]:
+        seen = figures["churn"][-1]["workloads_seen"]
+        print(
+            f"  churn: {figures['churn_rounds']} rounds of {figures['churn_jobs']} Jobs "
+            f"({seen} workloads created, run and deleted, "
+            f"{', '.join(str(r['seconds']) for r in figures['churn'])} s); RSS slope over the "
+            "rounds after the first, KiB per 1,000 workloads seen:"
+        )
+        for name, s in figures["services"].items():
+            after = ", ".join(str(k) for k in s["rss_after_churn_rounds_kib"])
+            print(
+                f"    {name:<15} {s['churn_rss_slope_kib_per_1000_workloads']} "
+                f"(RSS after each round: {after} KiB)"
+            )
+        kinds = figures["decisions_after_churn"].items()
+        print("  decisions after the churn: " + ", ".join(f"{n} {kind}" for kind, n in kinds))
     for stream, size in figures["streams"].items():
         print(f"  {stream}: {size['messages']} messages, {size['mib']} MiB")
     print("  decisions: " + ", ".join(f"{n} {kind}" for kind, n in figures["decisions"].items()))

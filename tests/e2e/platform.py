@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidegate.cli.demo_trace import QueueEntry, queue_object
+from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry, queue_object, workload_object
 from tidegate.kube import PODS, QUEUES, KubeClient
 from tidegate.testing import until_async
 
@@ -71,6 +71,14 @@ class Platform:
         spec = {"cardQuota": {"NVIDIA-H200": 64}}
         await self.kube.create(QUEUES, queue_object(QueueEntry(name=name, spec=spec)))
         return name
+
+
+def submitted(entry: WorkloadEntry) -> JsonObject:
+    """The object the demo trace's ``entry`` submits, without a namespace (a test creates it in
+    its platform's)."""
+    body = workload_object(entry, "")
+    del body["metadata"]["namespace"]
+    return body
 
 
 async def live_pods(platform: Platform, app: str) -> list[JsonObject]:

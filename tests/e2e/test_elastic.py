@@ -27,7 +27,6 @@ from tidegate.cli.demo_trace import (
     WorkloadEntry,
     priority_class_object,
     queue_object,
-    workload_object,
 )
 from tidegate.kube import (
     DEPLOYMENTS,
@@ -39,7 +38,7 @@ from tidegate.kube import (
 from tidegate.model import Admitted, Preempted
 
 from .invariants import distinct, gated
-from .platform import JsonObject, Platform, live_pods, wait
+from .platform import Platform, live_pods, submitted, wait
 from .real import RealTidegate
 from .system import running_system
 
@@ -95,14 +94,6 @@ def rolled_out(platform: Platform, name: str, replicas: int) -> Callable[[], Awa
     return check
 
 
-def deployment(queue: str) -> JsonObject:
-    """Deployment ``web``: 2 replicas of a 1-GPU pod that runs until deleted."""
-    entry = WorkloadEntry(name="web", kind="Deployment", queue=queue, pods=2, requests=POD)
-    body = workload_object(entry, "")
-    del body["metadata"]["namespace"]
-    return body
-
-
 async def scenario(platform: Platform, queue: str) -> None:
     kube, ns = platform.kube, platform.namespace
 
@@ -110,7 +101,8 @@ async def scenario(platform: Platform, queue: str) -> None:
         await kube.patch(DEPLOYMENTS, "web", {"spec": {"replicas": replicas}}, namespace=ns)
 
     # 1. two replicas.
-    await kube.create(DEPLOYMENTS, deployment(queue), namespace=ns)
+    web = WorkloadEntry(name="web", kind="Deployment", queue=queue, pods=2, requests=POD)
+    await kube.create(DEPLOYMENTS, submitted(web), namespace=ns)
     await wait(platform, running(platform, "web", 2), "2 pods of web running")
     await wait(platform, usage(platform, queue, 2), "queue usage 2 GPUs")
 
@@ -146,9 +138,7 @@ async def growth_preempts(platform: Platform, online: str, offline: str) -> None
     train = WorkloadEntry(
         name="train", queue=offline, priority_class="batch", pods=1, requests={"nvidia.com/gpu": 8}
     )
-    body = workload_object(train, "")
-    del body["metadata"]["namespace"]
-    await kube.create(JOBS, body, namespace=ns)
+    await kube.create(JOBS, submitted(train), namespace=ns)
     await wait(platform, running(platform, "train", 1), "train running")
     serve = WorkloadEntry(
         name="serve",
@@ -158,9 +148,7 @@ async def growth_preempts(platform: Platform, online: str, offline: str) -> None
         pods=2,
         requests={"nvidia.com/gpu": 4},
     )
-    body = workload_object(serve, "")
-    del body["metadata"]["namespace"]
-    await kube.create(DEPLOYMENTS, body, namespace=ns)
+    await kube.create(DEPLOYMENTS, submitted(serve), namespace=ns)
     await wait(platform, running(platform, "serve", 2), "serve running on the other node")
     await kube.patch(DEPLOYMENTS, "serve", {"spec": {"replicas": 4}}, namespace=ns)
     await wait(platform, running(platform, "serve", 4), "serve grown to 4 pods by preempting train")

@@ -18,24 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry, queue_object, workload_object
+from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry, queue_object
 from tidegate.kube import DEPLOYMENTS, JOBS, QUEUES
 from tidegate.model import Admitted
 
 from .invariants import distinct
-from .platform import JsonObject, Platform, wait
+from .platform import Platform, submitted, wait
 from .real import RealTidegate
 from .system import running_system
 from .test_elastic import NODES, POD, QUEUE_SPEC, resized, rolled_out, running, usage
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-
-
-def submitted(entry: WorkloadEntry) -> JsonObject:
-    """The object ``entry`` submits, without a namespace (the test's is used)."""
-    body = workload_object(entry, "")
-    del body["metadata"]["namespace"]
-    return body
 
 
 async def kinds_scenario(platform: Platform, queue: str) -> None:

@@ -21,6 +21,7 @@ import pytest
 from tidegate.kube import JOBS, NAMESPACES, PODS, KubeClient, KubeSettings, NotFound, connect
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.testing import until_async
+from tidegate.testing.manifests import Builders
 
 
 @pytest.fixture(params=["sim", pytest.param("real", marks=pytest.mark.real_k8s)])
@@ -53,23 +54,10 @@ async def namespace(kube: KubeClient) -> AsyncIterator[str]:
             await kube.delete(NAMESPACES, name)
 
 
-def plain_job(name: str) -> dict[str, Any]:
-    """Two pods, no podFailurePolicy, the default backoffLimit: the Job a new user writes."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "parallelism": 2,
-            "completions": 2,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "trainer:1"}],
-                }
-            },
-        },
-    }
+k8s = Builders(server_fields=False)
+PLAIN = k8s.template(containers=[{"name": "main", "image": "trainer:1"}], restartPolicy="Never")
+"""The pods of the Job a new user writes (with two pods, no podFailurePolicy, the default
+backoffLimit)."""
 
 
 async def live_pods(kube: KubeClient, namespace: str, job: str) -> list[dict[str, Any]]:
@@ -84,7 +72,9 @@ async def status(kube: KubeClient, namespace: str, job: str) -> dict[str, Any]:
 async def test_evicted_pods_are_failures_and_their_replacements_wait_the_backoff(
     kube: KubeClient, namespace: str
 ) -> None:
-    await kube.create(JOBS, plain_job("evicted"), namespace=namespace)
+    await kube.create(
+        JOBS, k8s.job("evicted", parallelism=2, completions=2, template=PLAIN), namespace=namespace
+    )
     first = await until_async(
         lambda: _exactly(live_pods(kube, namespace, "evicted"), 2), within=30, what="2 pods"
     )
@@ -106,7 +96,9 @@ async def test_evicted_pods_are_failures_and_their_replacements_wait_the_backoff
 async def test_pods_deleted_for_a_suspension_are_no_failures(
     kube: KubeClient, namespace: str
 ) -> None:
-    await kube.create(JOBS, plain_job("queued"), namespace=namespace)
+    await kube.create(
+        JOBS, k8s.job("queued", parallelism=2, completions=2, template=PLAIN), namespace=namespace
+    )
     await until_async(
         lambda: _exactly(live_pods(kube, namespace, "queued"), 2), within=30, what="2 pods"
     )

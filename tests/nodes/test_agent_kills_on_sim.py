@@ -10,7 +10,6 @@ docs/simulator.md lists this catch beside the simulator's own kubelet
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,6 +18,7 @@ from tidegate.kube import PODS, KubeClient, KubeSettings, connect
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.store import WatchEvent
 from tidegate.testing import until_async
+from tidegate.testing.manifests import Builders
 
 BARE = SimSettings(nodes=None, kubelet=False, admission_gate=False)
 
@@ -35,24 +35,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[SimCluster, Path, KubeC
             await kube.close()
 
 
-def gpu_pod(name: str) -> Any:
-    gpus = {"nvidia.com/gpu": "8"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox",
-                    "resources": {"requests": gpus, "limits": gpus},
-                }
-            ],
-        },
-    }
+k8s = Builders(server_fields=False)
 
 
 async def test_an_evicted_pod_is_marked_failed_before_the_agent_removes_it(
@@ -74,7 +57,17 @@ async def test_an_evicted_pod_is_marked_failed_before_the_agent_removes_it(
     try:
         async with fake_nodes(kubeconfig, AgentSettings(nodes="1x1x1x8gpu")) as agent:
             await agent.wait_ready(timeout_seconds=30)
-            await kube.create(PODS, gpu_pod("victim"), namespace="default")
+            await kube.create(
+                PODS,
+                k8s.pod(
+                    "victim",
+                    gated=False,
+                    containers=[k8s.container(None, None, limits=True, gpu="8")],
+                    restartPolicy="Never",
+                    terminationGracePeriodSeconds=1,
+                ),
+                namespace="default",
+            )
 
             async def running() -> bool:
                 pod = await kube.get(PODS, "victim", namespace="default")

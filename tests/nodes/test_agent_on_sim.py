@@ -29,6 +29,7 @@ from tidegate.kube import JOBS, NODES, PODS, KubeClient, KubeSettings, NotFound,
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.names import parse_rfc3339
 from tidegate.testing import until_async
+from tidegate.testing.manifests import Builders
 
 BARE = SimSettings(nodes=None, kubelet=False, admission_gate=False)
 SHAPE = "1x2x2x8gpu"
@@ -46,35 +47,9 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[SimCluster, Path, KubeC
             await kube.close()
 
 
-def job(name: str, pods: int, *, seconds: float, policy: str = "Never", code: int = 0) -> Any:
-    """A Job of ``pods`` GPU-full pods that each run ``seconds`` and exit with ``code``."""
-    annotations = {"tidegate.io/sim-duration-seconds": f"{seconds:g}"}
-    if code:
-        annotations["tidegate.io/sim-exit-code"] = str(code)
-    gpus = {"nvidia.com/gpu": "8"}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "completions": pods,
-            "parallelism": pods,
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"annotations": annotations},
-                "spec": {
-                    "restartPolicy": policy,
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {"requests": gpus, "limits": gpus},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+k8s = Builders(server_fields=False)
+GPU_FULL = [k8s.container(None, None, limits=True, gpu="8")]
+"""A container asking for a whole node's 8 GPUs."""
 
 
 async def pods_of(kube: KubeClient, name: str) -> list[Any]:
@@ -112,10 +87,46 @@ async def test_job_pods_run_then_succeed_or_fail_following_restart_policy(
     _, kubeconfig, kube = cluster
     async with fake_nodes(kubeconfig, AgentSettings(nodes=SHAPE)) as agent:
         await agent.wait_ready(timeout_seconds=30)
-        await kube.create(JOBS, job("ok", 2, seconds=1), namespace="default")
-        await kube.create(JOBS, job("bad", 1, seconds=1, code=3), namespace="default")
         await kube.create(
-            JOBS, job("flaky", 1, seconds=0.5, policy="OnFailure", code=1), namespace="default"
+            JOBS,
+            k8s.job(
+                "ok",
+                parallelism=2,
+                completions=2,
+                backoffLimit=0,
+                template=k8s.template(
+                    annotations=k8s.runs(1), containers=GPU_FULL, restartPolicy="Never"
+                ),
+            ),
+            namespace="default",
+        )
+        await kube.create(
+            JOBS,
+            k8s.job(
+                "bad",
+                parallelism=1,
+                completions=1,
+                backoffLimit=0,
+                template=k8s.template(
+                    annotations=k8s.runs(1, exit_code=3), containers=GPU_FULL, restartPolicy="Never"
+                ),
+            ),
+            namespace="default",
+        )
+        await kube.create(
+            JOBS,
+            k8s.job(
+                "flaky",
+                parallelism=1,
+                completions=1,
+                backoffLimit=0,
+                template=k8s.template(
+                    annotations=k8s.runs(0.5, exit_code=1),
+                    containers=GPU_FULL,
+                    restartPolicy="OnFailure",
+                ),
+            ),
+            namespace="default",
         )
 
         async def phases(name: str) -> list[str]:
@@ -155,7 +166,19 @@ async def test_a_graceful_deletion_stays_terminating_for_its_grace_then_ends(
     _, kubeconfig, kube = cluster
     async with fake_nodes(kubeconfig, AgentSettings(nodes=SHAPE)) as agent:
         await agent.wait_ready(timeout_seconds=30)
-        await kube.create(JOBS, job("svc", 1, seconds=3600), namespace="default")
+        await kube.create(
+            JOBS,
+            k8s.job(
+                "svc",
+                parallelism=1,
+                completions=1,
+                backoffLimit=0,
+                template=k8s.template(
+                    annotations=k8s.runs(3600), containers=GPU_FULL, restartPolicy="Never"
+                ),
+            ),
+            namespace="default",
+        )
 
         async def running_pod() -> Any:
             pods = await pods_of(kube, "svc")
@@ -214,7 +237,19 @@ async def test_watch_history_lost_is_answered_by_a_relist(tmp_path: Path) -> Non
             fake_nodes(kubeconfig, AgentSettings(nodes=SHAPE)) as agent,
         ):
             await agent.wait_ready(timeout_seconds=30)
-            await kube.create(JOBS, job("before", 1, seconds=0.5), namespace="default")
+            await kube.create(
+                JOBS,
+                k8s.job(
+                    "before",
+                    parallelism=1,
+                    completions=1,
+                    backoffLimit=0,
+                    template=k8s.template(
+                        annotations=k8s.runs(0.5), containers=GPU_FULL, restartPolicy="Never"
+                    ),
+                ),
+                namespace="default",
+            )
             sim.store.compact()
 
             async def relisted() -> bool:
@@ -222,7 +257,19 @@ async def test_watch_history_lost_is_answered_by_a_relist(tmp_path: Path) -> Non
                 return agent.stats.relists >= 2
 
             await until_async(relisted, within=30, what="both watches to relist", interval=0.3)
-            await kube.create(JOBS, job("after", 2, seconds=0.5), namespace="default")
+            await kube.create(
+                JOBS,
+                k8s.job(
+                    "after",
+                    parallelism=2,
+                    completions=2,
+                    backoffLimit=0,
+                    template=k8s.template(
+                        annotations=k8s.runs(0.5), containers=GPU_FULL, restartPolicy="Never"
+                    ),
+                ),
+                namespace="default",
+            )
 
             async def done() -> bool:
                 phases = [p["status"].get("phase") for p in await pods_of(kube, "after")]
@@ -251,7 +298,19 @@ async def test_a_restarted_agent_adopts_its_nodes_and_keeps_their_pods(
     _, kubeconfig, kube = cluster
     async with fake_nodes(kubeconfig, AgentSettings(nodes=SHAPE)) as agent:
         await agent.wait_ready(timeout_seconds=30)
-        await kube.create(JOBS, job("long", 1, seconds=3), namespace="default")
+        await kube.create(
+            JOBS,
+            k8s.job(
+                "long",
+                parallelism=1,
+                completions=1,
+                backoffLimit=0,
+                template=k8s.template(
+                    annotations=k8s.runs(3), containers=GPU_FULL, restartPolicy="Never"
+                ),
+            ),
+            namespace="default",
+        )
 
         async def running() -> bool:
             pods = await pods_of(kube, "long")

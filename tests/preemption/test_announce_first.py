@@ -13,11 +13,13 @@ import asyncio
 from typing import Any
 
 from tidegate.kube import DEPLOYMENTS
-from tidegate.model import DomainCount, NodeState, PodState, Preempted, TopologyAssignment
+from tidegate.model import NodeState, PodState, Preempted, TopologyAssignment
+from tidegate.testing.messages import Messages
 
 from .conftest import GATE, NAMESPACE, Harness, training_deployment
 from .test_preemption_service import evicted_record, gated, inference_arrives, live
 
+msg = Messages(namespace=NAMESPACE)
 SETTLE_SECONDS = 1.0
 """How long the ungater (rounds every 0.05 s) is given to act on the last replacement."""
 
@@ -30,13 +32,8 @@ def nodes_on_the_bus(h: Harness) -> list[NodeState]:
 def one_pod_per_node(h: Harness) -> TopologyAssignment:
     """An assignment of one pod to every node of the simulated cluster, at hostname level."""
     levels = h.sim.levels
-    return TopologyAssignment(
-        levels=levels,
-        domains=[
-            DomainCount(values=[node.labels[level] for level in levels], count=1)
-            for node in nodes_on_the_bus(h)
-        ],
-    )
+    hosts = [(tuple(n.labels[level] for level in levels), 1) for n in nodes_on_the_bus(h)]
+    return msg.assignment(hosts, levels)
 
 
 def train_pods(h: Harness) -> list[PodState]:

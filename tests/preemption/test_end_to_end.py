@@ -30,12 +30,14 @@ from tidegate.model import (
     WorkloadState,
 )
 from tidegate.testing import service_process
+from tidegate.testing.manifests import Builders
 
 from .conftest import (
     NAMESPACE,
     Harness,
     environment,
     inference_deployment,
+    pod_template,
     training_deployment,
     training_job,
 )
@@ -163,15 +165,6 @@ async def test_inference_reclaims_a_training_job_that_comes_back_later(cluster: 
     assert len(h.of(Preempted)) == 1
 
 
-def plain_job(name: str, *, pods: int, gpus: int) -> dict[str, Any]:
-    """A training Job as a new user writes it: not Indexed, no podFailurePolicy, the default
-    backoffLimit (6)."""
-    job = training_job(name, pods=pods, gpus=gpus)
-    for field in ("completionMode", "backoffLimit"):
-        del job["spec"][field]
-    return job
-
-
 async def job_status(h: Harness, name: str) -> dict[str, Any]:
     return dict((await h.kube.get(JOBS, name, namespace=NAMESPACE)).get("status") or {})
 
@@ -184,7 +177,16 @@ async def test_a_plain_job_preempted_once_runs_again_at_once_and_does_not_fail(
     backoffLimit of 6: the Job failed for good (and short of that, its replacements waited
     out the pod failure backoff, up to 10 minutes). Suspended instead, it spends nothing."""
     h = cluster
-    await h.create(JOBS, plain_job("train", pods=8, gpus=4))
+    # A training Job as a new user writes it: not Indexed, no podFailurePolicy, the default
+    # backoffLimit (6).
+    plain = Builders(server_fields=False).job(
+        "train",
+        parallelism=8,
+        completions=8,
+        annotations={"tidegate.io/queue": "offline"},
+        template=pod_template(queue="offline", priority_class="low", gpus=4),
+    )
+    await h.create(JOBS, plain)
     await h.until(lambda: running(h, "train", 8), within=30, what="the training Job running")
     first_run = {p.uid for p in running(h, "train", 8)}
 

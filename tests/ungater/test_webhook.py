@@ -14,6 +14,7 @@ from tidegate.bus.server import free_port
 from tidegate.kube import PODS
 from tidegate.sim import SimSettings
 from tidegate.sim.patching import json_patch
+from tidegate.testing.manifests import Builders
 
 from .conftest import NAMESPACE, Env, environment, gated
 
@@ -33,34 +34,9 @@ def trusting(ca: trustme.CA) -> ssl.SSLContext:
     return context
 
 
-def review(obj: object, uid: str = "review-1") -> dict[str, Any]:
-    """An AdmissionReview v1 as the API server sends it for a pod CREATE."""
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": NAMESPACE,
-            "operation": "CREATE",
-            "object": obj,
-        },
-    }
-
-
-def bare_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    """A pod as a user creates it (no gate)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
-        "spec": {
-            "containers": [
-                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
-            ]
-        },
-    }
+k8s = Builders(server_fields=False)
+"""Pods as a user creates them (no gate: only the webhook adds it)."""
+REQUESTS_A_CPU = [k8s.container("1", None)]
 
 
 @pytest.fixture
@@ -102,11 +78,20 @@ async def test_the_webhook_gates_pods_that_then_run_where_admitted(
     # Not trusted without the CA: the API server verifies with the chart's caBundle.
     with pytest.raises(aiohttp.ClientConnectorCertificateError):
         await call(
-            url, json.dumps(review(bare_pod("x", {}))).encode(), ssl.create_default_context()
+            url,
+            json.dumps(
+                k8s.admission_review(
+                    k8s.pod("x", gated=False, labels={}, containers=REQUESTS_A_CPU),
+                    namespace=NAMESPACE,
+                )
+            ).encode(),
+            ssl.create_default_context(),
         )
 
-    pod = bare_pod("solo", {"tidegate.io/queue": "q"})
-    status, answer = await call(url, json.dumps(review(pod)).encode(), trusting(ca))
+    pod = k8s.pod("solo", gated=False, labels={"tidegate.io/queue": "q"}, containers=REQUESTS_A_CPU)
+    status, answer = await call(
+        url, json.dumps(k8s.admission_review(pod, namespace=NAMESPACE)).encode(), trusting(ca)
+    )
     assert status == 200
     assert answer["response"]["uid"] == "review-1"
     assert answer["response"]["allowed"] is True
@@ -115,7 +100,14 @@ async def test_the_webhook_gates_pods_that_then_run_where_admitted(
     created = await env.create(PODS, json_patch(pod, patch))
     assert gated(created)
     status, answer = await call(
-        url, json.dumps(review(bare_pod("plain", {"app": "web"}))).encode(), trusting(ca)
+        url,
+        json.dumps(
+            k8s.admission_review(
+                k8s.pod("plain", gated=False, labels={"app": "web"}, containers=REQUESTS_A_CPU),
+                namespace=NAMESPACE,
+            )
+        ).encode(),
+        trusting(ca),
     )
     assert answer["response"] == {"uid": "review-1", "allowed": True}
 
@@ -139,7 +131,9 @@ async def test_failure_policy_and_odd_input(bare_env: Env, tmp_path: Path) -> No
     url = await start_webhook(env, ca, certs, webhook_failure_policy="Fail")
     trusted = trusting(ca)
     bad = {"metadata": {"labels": ["not", "a", "map"]}, "spec": {}}
-    status, answer = await call(url, json.dumps(review(bad)).encode(), trusted)
+    status, answer = await call(
+        url, json.dumps(k8s.admission_review(bad, namespace=NAMESPACE)).encode(), trusted
+    )
     assert status == 200
     assert answer["response"]["allowed"] is False
     assert "metadata.labels" in answer["response"]["status"]["message"]
@@ -148,7 +142,16 @@ async def test_failure_policy_and_odd_input(bare_env: Env, tmp_path: Path) -> No
         assert status == 400
         assert "unreadable AdmissionReview" in answer["error"]
     # Still serving after all that.
-    status, answer = await call(url, json.dumps(review(bare_pod("ok", {}))).encode(), trusted)
+    status, answer = await call(
+        url,
+        json.dumps(
+            k8s.admission_review(
+                k8s.pod("ok", gated=False, labels={}, containers=REQUESTS_A_CPU),
+                namespace=NAMESPACE,
+            )
+        ).encode(),
+        trusted,
+    )
     assert (status, answer["response"]["allowed"]) == (200, True)
 
 
@@ -159,7 +162,11 @@ async def test_a_rotated_certificate_is_used_without_a_restart(
     first, second = trustme.CA(), trustme.CA()
     certs = tmp_path / "webhook-tls"
     url = await start_webhook(env, first, certs, webhook_cert_reload_seconds=0.1)
-    body = json.dumps(review(bare_pod("p", {}))).encode()
+    body = json.dumps(
+        k8s.admission_review(
+            k8s.pod("p", gated=False, labels={}, containers=REQUESTS_A_CPU), namespace=NAMESPACE
+        )
+    ).encode()
     assert (await call(url, body, trusting(first)))[0] == 200
     write_pair(second, certs)
 

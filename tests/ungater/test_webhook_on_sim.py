@@ -173,3 +173,59 @@ async def test_ignore_lets_pods_through_ungated_and_tidegate_charges_and_reports
     assert any(isinstance(d, Admitted) and d.workload == f"{NAMESPACE}/ran" for d in env.decisions)
     await asyncio.sleep(2)
     assert await running() is not None
+
+
+async def test_pods_that_bypassed_the_gate_get_a_warning_event_and_count_in_the_queue_status(
+    hooked: Env, tmp_path: Path
+) -> None:
+    env = hooked
+    ca = trustme.CA()
+    certs = tmp_path / "webhook-tls"
+    port = free_port()
+    webhook = {
+        "webhook": "on",
+        "webhook_port": port,
+        "webhook_cert_dir": certs,
+        "queue_status_interval_seconds": 0.2,
+    }
+    await serve_webhook(env, ca, certs, port, chart_webhooks(ca, failure_policy="Ignore"))
+    await start_pipeline(env, **webhook)
+    # A quota of 1 GPU: the Job of 2 is never admitted, so what its running pods hold shows in
+    # the Queue's usage only if the bypassing pods count there.
+    await env.kube.patch(QUEUES, "q", {"spec": {"capability": {"nvidia.com/gpu": "1"}}})
+    await env.stop("ungater")
+    job = await env.job("ran", 2)
+
+    async def running() -> bool:
+        pods = [p for p in await env.pods() if p["metadata"]["name"].startswith("ran-")]
+        return len(pods) == 2 and all(p.get("status", {}).get("phase") == "Running" for p in pods)
+
+    await env.until_async(running, within=30, what="the ungated pods running")
+    await env.start_ungater(**webhook)
+
+    async def charged() -> dict[str, Any] | None:
+        found = await env.kube.get(QUEUES, "q")
+        status = dict(found.get("status") or {})
+        return status if status.get("usage", {}).get("nvidia.com/gpu") == "2" else None
+
+    status = await env.until_async(charged, within=30, what="the Queue's usage counting them")
+    assert status["admitted"] == 0
+    assert not any(
+        isinstance(d, Admitted) and d.workload == f"{NAMESPACE}/ran" for d in env.decisions
+    )
+
+    async def warned() -> dict[str, Any] | None:
+        return (await env.events("ran")).get("BypassedGate")
+
+    event = await env.until_async(warned, within=30, what="the BypassedGate Event on the Job")
+    assert event["type"] == "Warning"
+    assert event["involvedObject"]["kind"] == "Job"
+    assert event["involvedObject"]["uid"] == job["metadata"]["uid"]
+    assert event["message"].startswith(
+        "2 pods started without passing the gate (webhook down?), charged to queue q"
+    ), event["message"]
+
+    # Once, not every round: still one Event, counted once, a few rounds later.
+    await asyncio.sleep(1.5)
+    again = (await env.events("ran"))["BypassedGate"]
+    assert again.get("count", 1) == 1, again

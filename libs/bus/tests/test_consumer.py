@@ -25,8 +25,10 @@ from tidegate.bus import (
 )
 from tidegate.bus.message import DEADLETTER_DELIVERIES, DEADLETTER_REASON, DEADLETTER_SUBJECT
 from tidegate.model import NodeState, codec, subjects
+from tidegate.testing.bus import envelope as enveloped
+from tidegate.testing.messages import Messages
 
-from .conftest import MakeNode
+msg = Messages()
 
 
 @pytest.fixture
@@ -51,10 +53,11 @@ def decisions(cluster: str, **overrides: object) -> ConsumerSettings:
     return ConsumerSettings(**options)  # type: ignore[arg-type]
 
 
-async def publish_decisions(bus: Bus, cluster: str, make_node: MakeNode, count: int) -> None:
+async def publish_decisions(bus: Bus, cluster: str, count: int) -> None:
     for index in range(count):
         await bus.publish(
-            subjects.decision(cluster, "released", "ns", f"w{index}"), make_node(f"w{index}")
+            subjects.decision(cluster, "released", "ns", f"w{index}"),
+            enveloped(cluster, msg.node(f"w{index}")),
         )
 
 
@@ -85,10 +88,8 @@ def name_of(message: Received) -> str:
     return body.name
 
 
-async def test_every_message_is_handled_once_and_acked(
-    bus: Bus, cluster_id: str, make_node: MakeNode
-) -> None:
-    await publish_decisions(bus, cluster_id, make_node, 25)
+async def test_every_message_is_handled_once_and_acked(bus: Bus, cluster_id: str) -> None:
+    await publish_decisions(bus, cluster_id, 25)
     seen: list[str] = []
 
     async def handle(message: Received) -> None:
@@ -101,9 +102,9 @@ async def test_every_message_is_handled_once_and_acked(
 
 
 async def test_a_consumer_that_dies_before_acking_gets_the_message_again(
-    bus: Bus, second_bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, second_bus: Bus, cluster_id: str
 ) -> None:
-    await publish_decisions(bus, cluster_id, make_node, 3)
+    await publish_decisions(bus, cluster_id, 3)
     # The handler is idempotent: it records the outcome by event id, so running twice on the
     # same message leaves the same state as running once.
     applied: dict[str, str] = {}
@@ -139,9 +140,9 @@ async def test_a_consumer_that_dies_before_acking_gets_the_message_again(
 
 
 async def test_a_restarted_consumer_resumes_where_it_left_off(
-    bus: Bus, second_bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, second_bus: Bus, cluster_id: str
 ) -> None:
-    await publish_decisions(bus, cluster_id, make_node, 10)
+    await publish_decisions(bus, cluster_id, 10)
     first_run: list[str] = []
 
     async def first(message: Received) -> None:
@@ -151,7 +152,8 @@ async def test_a_restarted_consumer_resumes_where_it_left_off(
     await second_bus.drain()  # the service stops ...
     for index in range(10, 15):  # ... work arrives while it is down ...
         await bus.publish(
-            subjects.decision(cluster_id, "released", "ns", f"w{index}"), make_node(f"w{index}")
+            subjects.decision(cluster_id, "released", "ns", f"w{index}"),
+            enveloped(cluster_id, msg.node(f"w{index}")),
         )
     second_run: list[str] = []
 
@@ -164,9 +166,9 @@ async def test_a_restarted_consumer_resumes_where_it_left_off(
 
 
 async def test_retry_naks_with_a_delay_and_the_message_comes_back(
-    bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, cluster_id: str
 ) -> None:
-    await publish_decisions(bus, cluster_id, make_node, 1)
+    await publish_decisions(bus, cluster_id, 1)
     deliveries: list[tuple[int, float]] = []
 
     async def handle(message: Received) -> Outcome | None:
@@ -182,9 +184,9 @@ async def test_retry_naks_with_a_delay_and_the_message_comes_back(
 
 
 async def test_retryable_exceptions_use_the_backoff_and_end_in_the_dead_letter_stream(
-    bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, cluster_id: str
 ) -> None:
-    await publish_decisions(bus, cluster_id, make_node, 1)
+    await publish_decisions(bus, cluster_id, 1)
     deliveries: list[int] = []
 
     async def handle(message: Received) -> None:
@@ -200,9 +202,9 @@ async def test_retryable_exceptions_use_the_backoff_and_end_in_the_dead_letter_s
 
 
 async def test_without_max_deliver_a_failing_message_comes_back_until_it_is_handled(
-    bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, cluster_id: str
 ) -> None:
-    await publish_decisions(bus, cluster_id, make_node, 1)
+    await publish_decisions(bus, cluster_id, 1)
     deliveries: list[int] = []
 
     async def handle(message: Received) -> None:
@@ -221,9 +223,9 @@ async def test_without_max_deliver_a_failing_message_comes_back_until_it_is_hand
     ids=["returned-reject", "raised-permanent"],
 )
 async def test_permanent_failures_are_terminated_and_dead_lettered(
-    bus: Bus, cluster_id: str, make_node: MakeNode, outcome: Reject | Permanent
+    bus: Bus, cluster_id: str, outcome: Reject | Permanent
 ) -> None:
-    await publish_decisions(bus, cluster_id, make_node, 2)
+    await publish_decisions(bus, cluster_id, 2)
     seen: list[str] = []
 
     async def handle(message: Received) -> Outcome | None:
@@ -246,11 +248,11 @@ async def test_permanent_failures_are_terminated_and_dead_lettered(
 
 
 async def test_an_undecodable_message_is_dead_lettered_with_its_json_path(
-    bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, cluster_id: str
 ) -> None:
     subject = subjects.decision(cluster_id, "released", "ns", "bad")
     await bus.jetstream.publish(subject, b'{"event_id": 7}')
-    await publish_decisions(bus, cluster_id, make_node, 1)
+    await publish_decisions(bus, cluster_id, 1)
     seen: list[str] = []
 
     async def handle(message: Received) -> None:
@@ -274,11 +276,11 @@ async def dead_letters(bus: Bus, cluster: str) -> list[dict[str, str]]:
 
 
 async def test_lease_lost_in_a_handler_ends_the_consumer_and_hands_the_messages_back(
-    bus: Bus, second_bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, second_bus: Bus, cluster_id: str
 ) -> None:
     """A deposed leader's consumer stops (LeaseLost escapes ``run``) instead of nak-ing the
     message with a backoff until it is dead-lettered; the new leader gets every message."""
-    await publish_decisions(bus, cluster_id, make_node, 3)
+    await publish_decisions(bus, cluster_id, 3)
     deposed_runs: list[str] = []
 
     async def deposed(message: Received) -> None:
@@ -310,12 +312,12 @@ async def test_lease_lost_in_a_handler_ends_the_consumer_and_hands_the_messages_
 
 
 async def test_a_cancellation_swallowed_below_the_loop_still_stops_the_consumer(
-    bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, cluster_id: str
 ) -> None:
     # Stands in for nats-py's fetch, whose asyncio.wait_for (Python 3.11) can return the
     # result when the cancellation arrives as the wait completes: a handler that swallows
     # the cancellation. The consumer must end cancelled, not run on inside a cancelled task.
-    await publish_decisions(bus, cluster_id, make_node, 2)
+    await publish_decisions(bus, cluster_id, 2)
     handling = asyncio.Event()
 
     async def swallowing(message: Received) -> Outcome | None:

@@ -6,14 +6,13 @@ from tidegate.bus import Bus, BusError, DurableConsumer, Received, Reject, layou
 from tidegate.bus.message import DEADLETTER_DELIVERIES
 from tidegate.testing.waiting import until_async
 
-from .conftest import MakeNode
 from .test_consumer import dead_letters, decisions, publish_decisions
 
 
 async def test_a_failed_dead_letter_publish_naks_the_message_and_a_later_delivery_stores_it(
-    bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, cluster_id: str
 ) -> None:
-    await publish_decisions(bus, cluster_id, make_node, 1)
+    await publish_decisions(bus, cluster_id, 1)
     # No stream takes the dead-letter subjects: the dead-letter publish fails.
     await bus.jetstream.delete_stream(layout.deadletter_stream(cluster_id))
     deliveries: list[int] = []

@@ -7,18 +7,25 @@ import msgspec
 
 from tidegate.bus import Bus, Received, StateFollower, layout
 from tidegate.model import NodeState, Tombstone, subjects
+from tidegate.testing.bus import envelope as enveloped
+from tidegate.testing.messages import Messages
 
-from .conftest import MakeNode
+msg = Messages()
 
 
 async def test_replays_last_value_per_subject_including_deletions_then_follows(
-    bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, cluster_id: str
 ) -> None:
     for cpu in (1000, 2000, 3000):
-        await bus.publish(subjects.node(cluster_id, "a"), make_node("a", cpu=cpu))
-    await bus.publish(subjects.node(cluster_id, "b"), make_node("b"))
-    await bus.publish(subjects.node(cluster_id, "b"), make_node("b", deleted=True))
-    await bus.publish(subjects.queue(cluster_id, "ignored"), make_node("q"))
+        await bus.publish(
+            subjects.node(cluster_id, "a"),
+            enveloped(cluster_id, msg.node("a", allocatable={"cpu": cpu})),
+        )
+    await bus.publish(subjects.node(cluster_id, "b"), enveloped(cluster_id, msg.node("b")))
+    await bus.publish(
+        subjects.node(cluster_id, "b"), enveloped(cluster_id, msg.tombstone("node", "b"))
+    )
+    await bus.publish(subjects.queue(cluster_id, "ignored"), enveloped(cluster_id, msg.node("q")))
 
     seen: list[Received] = []
     third = asyncio.Event()
@@ -45,7 +52,7 @@ async def test_replays_last_value_per_subject_including_deletions_then_follows(
         assert node_a.allocatable == {"cpu": 3000}
         assert isinstance(bodies[subjects.node(cluster_id, "b")], Tombstone)
 
-        await bus.publish(subjects.pod(cluster_id, "ns", "p"), make_node("p"))
+        await bus.publish(subjects.pod(cluster_id, "ns", "p"), enveloped(cluster_id, msg.node("p")))
         async with asyncio.timeout(10):
             await third.wait()
         assert seen[-1].subject == subjects.pod(cluster_id, "ns", "p")
@@ -76,13 +83,13 @@ async def test_an_empty_stream_is_replayed_at_once(bus: Bus, cluster_id: str) ->
 
 
 async def test_a_bad_message_is_skipped_and_a_failing_handler_retried_not_skipped(
-    bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, cluster_id: str
 ) -> None:
     """Issue 12 finding 7: a handler that raised was logged and its message skipped for good
     (a decision the topology-cache failed to apply was never applied)."""
     await bus.jetstream.publish(subjects.node(cluster_id, "junk"), b'{"not": "an envelope"}')
-    await bus.publish(subjects.node(cluster_id, "boom"), make_node("boom"))
-    await bus.publish(subjects.node(cluster_id, "fine"), make_node("fine"))
+    await bus.publish(subjects.node(cluster_id, "boom"), enveloped(cluster_id, msg.node("boom")))
+    await bus.publish(subjects.node(cluster_id, "fine"), enveloped(cluster_id, msg.node("fine")))
     names: list[str] = []
     attempts = 0
 
@@ -115,14 +122,14 @@ async def test_a_bad_message_is_skipped_and_a_failing_handler_retried_not_skippe
 
 
 async def test_a_cancellation_swallowed_by_the_handler_still_stops_the_follower(
-    bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, cluster_id: str
 ) -> None:
     """A handler that swallows the cancellation (as nats-py's ``asyncio.wait_for`` can in
     Python 3.11): the follower must end cancelled, not wait for its next message for ever
     inside a cancelled TaskGroup (an ungater that never stopped, in CI)."""
     stream = layout.state_stream(cluster_id)
     subject = subjects.node(cluster_id, "n1")
-    await bus.publish(subject, make_node("n1"))
+    await bus.publish(subject, enveloped(cluster_id, msg.node("n1")))
     handling = asyncio.Event()
 
     async def swallowing(received: Received) -> None:
@@ -140,10 +147,8 @@ async def test_a_cancellation_swallowed_by_the_handler_still_stops_the_follower(
     assert running.cancelled(), results
 
 
-async def test_the_lag_is_the_age_of_the_last_message_followed(
-    bus: Bus, cluster_id: str, make_node: MakeNode
-) -> None:
-    await bus.publish(subjects.node(cluster_id, "old"), make_node("old"))
+async def test_the_lag_is_the_age_of_the_last_message_followed(bus: Bus, cluster_id: str) -> None:
+    await bus.publish(subjects.node(cluster_id, "old"), enveloped(cluster_id, msg.node("old")))
     handled = asyncio.Event()
 
     async def handle(message: Received) -> None:
@@ -161,7 +166,7 @@ async def test_the_lag_is_the_age_of_the_last_message_followed(
         async with asyncio.timeout(10):
             await follower.replayed.wait()
         assert follower.lag_seconds == 0.0  # replayed history is no lag
-        late = make_node("late")
+        late = enveloped(cluster_id, msg.node("late"))
         late = msgspec.structs.replace(late, time=late.time - 30)
         await bus.publish(subjects.node(cluster_id, "late"), late)
         async with asyncio.timeout(10):

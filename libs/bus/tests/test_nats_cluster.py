@@ -25,8 +25,10 @@ from tidegate.bus import (
 from tidegate.bus.connection import _LeaderWaitingJetStream
 from tidegate.bus.server import NatsCluster
 from tidegate.model import subjects
+from tidegate.testing.bus import envelope as enveloped
+from tidegate.testing.messages import Messages
 
-from .conftest import MakeNode
+msg = Messages()
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +67,14 @@ async def test_the_layout_is_replicated_on_every_server(
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_publishes_wait_for_the_new_leader_after_the_leader_dies(
-    nats_cluster: NatsCluster, cluster_id: str, make_node: MakeNode
+    nats_cluster: NatsCluster, cluster_id: str
 ) -> None:
     setup = await clustered_bus(nats_cluster, cluster_id)
     state = layout.state_stream(cluster_id)
     try:
-        await setup.publish(subjects.node(cluster_id, "before"), make_node("before"))
+        await setup.publish(
+            subjects.node(cluster_id, "before"), enveloped(cluster_id, msg.node("before"))
+        )
         leader = await setup.stream_leader(state)
     finally:
         await setup.close()
@@ -83,11 +87,15 @@ async def test_publishes_wait_for_the_new_leader_after_the_leader_dies(
     dead.kill()
     try:
         # At once, while the stream has no leader: one publish and a batch.
-        first = await bus.publish(subjects.node(cluster_id, "during"), make_node("during"))
+        first = await bus.publish(
+            subjects.node(cluster_id, "during"), enveloped(cluster_id, msg.node("during"))
+        )
         async with Publisher(bus) as publisher:
             for index in range(20):
                 name = f"batch-{index}"
-                await publisher.submit(subjects.node(cluster_id, name), make_node(name))
+                await publisher.submit(
+                    subjects.node(cluster_id, name), enveloped(cluster_id, msg.node(name))
+                )
         assert publisher.stats.stored == 20
         assert publisher.stats.failed == 0
         assert not first.duplicate
@@ -102,16 +110,16 @@ async def test_publishes_wait_for_the_new_leader_after_the_leader_dies(
 
 
 async def test_on_a_single_server_a_subject_without_a_stream_fails_at_once(
-    nats_url: str, make_node: MakeNode
+    nats_url: str, cluster_id: str
 ) -> None:
     # Were the no-responder reply waited out as a leader election, this would take an hour.
     bus = await connect(BusSettings(servers=(nats_url,), leaderless_wait_seconds=3600))
     try:
         async with asyncio.timeout(60):
             with pytest.raises(Unavailable):
-                await bus.publish("nostream.here", make_node())
+                await bus.publish("nostream.here", enveloped(cluster_id, msg.node("node-a")))
             publisher = Publisher(bus)
-            await publisher.submit("nostream.here", make_node())
+            await publisher.submit("nostream.here", enveloped(cluster_id, msg.node("node-a")))
             with pytest.raises(PublishError):
                 await publisher.flush()
             await publisher.close()

@@ -16,16 +16,16 @@ from tidegate.bus import (
 )
 from tidegate.bus.server import NatsServerProcess
 from tidegate.model import subjects
+from tidegate.testing.bus import envelope as enveloped
 from tidegate.testing.faultproxy import nats_fault_proxy
+from tidegate.testing.messages import Messages
 
-from .conftest import MakeNode
+msg = Messages()
 
 
-async def test_a_duplicate_publish_is_dropped(
-    bus: Bus, cluster_id: str, make_node: MakeNode
-) -> None:
+async def test_a_duplicate_publish_is_dropped(bus: Bus, cluster_id: str) -> None:
     subject = subjects.decision(cluster_id, "released", "ns", "job")
-    envelope = make_node(event_id="evt-1")
+    envelope = enveloped(cluster_id, msg.node("node-a"), event_id="evt-1")
     first = await bus.publish(subject, envelope)
     retry = await bus.publish(subject, envelope)
     assert not first.duplicate
@@ -34,59 +34,68 @@ async def test_a_duplicate_publish_is_dropped(
     assert await bus.last_sequence(layout.decisions_stream(cluster_id)) == first.sequence
 
 
-async def test_last_on_reads_the_newest_message_of_one_subject(
-    bus: Bus, cluster_id: str, make_node: MakeNode
-) -> None:
+async def test_last_on_reads_the_newest_message_of_one_subject(bus: Bus, cluster_id: str) -> None:
     stream = layout.decisions_stream(cluster_id)
     subject = subjects.decision(cluster_id, "released", "ns", "job")
     assert await bus.last_on(stream, subject) is None
-    await bus.publish(subject, make_node(event_id="evt-1"))
-    second = await bus.publish(subject, make_node(event_id="evt-2"))
-    await bus.publish(subjects.decision(cluster_id, "released", "ns", "other"), make_node())
+    await bus.publish(subject, enveloped(cluster_id, msg.node("node-a"), event_id="evt-1"))
+    second = await bus.publish(subject, enveloped(cluster_id, msg.node("node-a"), event_id="evt-2"))
+    await bus.publish(
+        subjects.decision(cluster_id, "released", "ns", "other"),
+        enveloped(cluster_id, msg.node("node-a")),
+    )
     last = await bus.last_on(stream, subject)
     assert last is not None
     assert (last.envelope.event_id, last.stream_sequence) == ("evt-2", second.sequence)
 
 
 async def test_expected_last_subject_sequence_rejects_a_stale_writer(
-    bus: Bus, cluster_id: str, make_node: MakeNode
+    bus: Bus, cluster_id: str
 ) -> None:
     subject = subjects.node(cluster_id, "n1")
-    created = await bus.publish(subject, make_node("n1"), expected_last_subject_sequence=0)
+    created = await bus.publish(
+        subject, enveloped(cluster_id, msg.node("n1")), expected_last_subject_sequence=0
+    )
     with pytest.raises(Conflict):
-        await bus.publish(subject, make_node("n1"), expected_last_subject_sequence=0)
+        await bus.publish(
+            subject, enveloped(cluster_id, msg.node("n1")), expected_last_subject_sequence=0
+        )
     updated = await bus.publish(
-        subject, make_node("n1"), expected_last_subject_sequence=created.sequence
+        subject,
+        enveloped(cluster_id, msg.node("n1")),
+        expected_last_subject_sequence=created.sequence,
     )
     assert updated.sequence > created.sequence
 
 
-async def test_publisher_stores_everything_and_counts_duplicates(
-    bus: Bus, cluster_id: str, make_node: MakeNode
-) -> None:
+async def test_publisher_stores_everything_and_counts_duplicates(bus: Bus, cluster_id: str) -> None:
     subject = subjects.decision(cluster_id, "admitted", "ns", "w")
     async with Publisher(bus, max_in_flight=64) as publisher:
         for index in range(500):
-            await publisher.submit(subject, make_node(event_id=f"e{index}"))
+            await publisher.submit(
+                subject, enveloped(cluster_id, msg.node("node-a"), event_id=f"e{index}")
+            )
             assert publisher.in_flight <= 64
-        await publisher.submit(subject, make_node(event_id="e0"))
+        await publisher.submit(subject, enveloped(cluster_id, msg.node("node-a"), event_id="e0"))
     assert publisher.in_flight == 0
     assert publisher.stats.stored == 501
     assert publisher.stats.duplicates == 1
     assert await bus.last_sequence(layout.decisions_stream(cluster_id)) == 500
 
 
-async def test_publisher_reports_what_was_not_stored(
-    bus: Bus, cluster_id: str, make_node: MakeNode
-) -> None:
+async def test_publisher_reports_what_was_not_stored(bus: Bus, cluster_id: str) -> None:
     subject = subjects.node(cluster_id, "n2")
     async with Publisher(bus) as publisher:
         await publisher.submit(
-            subject, make_node("n2", event_id="a"), expected_last_subject_sequence=0
+            subject,
+            enveloped(cluster_id, msg.node("n2"), event_id="a"),
+            expected_last_subject_sequence=0,
         )
         await publisher.flush()
         await publisher.submit(
-            subject, make_node("n2", event_id="b"), expected_last_subject_sequence=0
+            subject,
+            enveloped(cluster_id, msg.node("n2"), event_id="b"),
+            expected_last_subject_sequence=0,
         )
         with pytest.raises(PublishError) as caught:
             await publisher.flush()
@@ -97,11 +106,9 @@ async def test_publisher_reports_what_was_not_stored(
         await publisher.flush()  # failures are reported once
 
 
-async def test_publisher_fails_cleanly_where_no_stream_listens(
-    bus: Bus, make_node: MakeNode
-) -> None:
+async def test_publisher_fails_cleanly_where_no_stream_listens(bus: Bus, cluster_id: str) -> None:
     async with Publisher(bus) as publisher:
-        await publisher.submit("nowhere.at.all", make_node())
+        await publisher.submit("nowhere.at.all", enveloped(cluster_id, msg.node("node-a")))
         with pytest.raises(PublishError) as caught:
             await publisher.flush()
     assert isinstance(caught.value.failures[0].error, Unavailable)
@@ -120,7 +127,7 @@ async def test_layout_is_idempotent_and_applies_new_limits(bus: Bus, cluster_id:
 
 
 async def test_a_publish_whose_answer_is_lost_with_its_connection_fails_after_the_reconnect(
-    nats_server: NatsServerProcess, cluster_id: str, make_node: MakeNode
+    nats_server: NatsServerProcess, cluster_id: str
 ) -> None:
     # The server stores the message, then the proxy drops the connection before the answer.
     # Without the reconnect watch the publish would wait out the request timeout (an hour
@@ -134,7 +141,7 @@ async def test_a_publish_whose_answer_is_lost_with_its_connection_fails_after_th
         try:
             await bus.ensure_layout(cluster_id)
             subject = subjects.decision(cluster_id, "released", "ns", "job")
-            envelope = make_node(event_id="lost-answer")
+            envelope = enveloped(cluster_id, msg.node("node-a"), event_id="lost-answer")
             proxy.drop_after_publish(subject)
             with pytest.raises(Unavailable):
                 async with asyncio.timeout(60):

@@ -1,7 +1,6 @@
 """Bounded state: tombstones expire, so a replay after the retention reads live objects only."""
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -16,8 +15,10 @@ from tidegate.bus import (
     connect,
     layout,
 )
-from tidegate.model import Envelope, PodState, Tombstone, subjects
+from tidegate.model import PodState, Tombstone, subjects
 from tidegate.testing import until_async
+from tidegate.testing.bus import envelope as enveloped
+from tidegate.testing.messages import Messages
 
 
 @pytest.fixture
@@ -30,19 +31,7 @@ async def short_retention(nats_url: str, cluster_id: str) -> AsyncIterator[Bus]:
     await connection.close()
 
 
-def pod(cluster: str, name: str, *, deleted: bool = False) -> Envelope:
-    body = (
-        Tombstone(object_kind="pod", namespace="batch", name=name, uid=f"u-{name}")
-        if deleted
-        else PodState(namespace="batch", name=name, uid=f"u-{name}")
-    )
-    return Envelope(
-        event_id=f"{name}-{'deleted' if deleted else 'created'}",
-        cluster=cluster,
-        source="test",
-        time=time.time(),
-        body=body,
-    )
+msg = Messages(namespace="batch")
 
 
 async def test_deleted_pods_leave_the_state_stream_after_the_retention(
@@ -53,13 +42,24 @@ async def test_deleted_pods_leave_the_state_stream_after_the_retention(
     names = [f"finished-{i}" for i in range(200)]
     async with Publisher(bus) as publisher:
         for name in names:
-            await publisher.submit(subjects.pod(cluster_id, "batch", name), pod(cluster_id, name))
+            await publisher.submit(
+                subjects.pod(cluster_id, "batch", name),
+                enveloped(cluster_id, msg.pod(name), event_id=f"{name}-created"),
+            )
         for name in names[:190]:  # a batch cluster: most pods finish and are deleted
             await publisher.submit(
-                subjects.pod(cluster_id, "batch", name), pod(cluster_id, name, deleted=True)
+                subjects.pod(cluster_id, "batch", name),
+                enveloped(
+                    cluster_id,
+                    msg.tombstone("pod", name, "batch", uid=f"uid-{name}"),
+                    event_id=f"{name}-deleted",
+                ),
             )
         for name in names[190:]:
-            await bus.publish(subjects.pod(cluster_id, "batch", name), pod(cluster_id, name))
+            await bus.publish(
+                subjects.pod(cluster_id, "batch", name),
+                enveloped(cluster_id, msg.pod(name), event_id=f"{name}-created"),
+            )
 
     async def only_live_left() -> bool:
         info = await bus.jetstream.stream_info(stream)
@@ -113,7 +113,11 @@ async def test_a_follower_that_is_running_sees_every_deletion(bus: Bus, cluster_
         for deleted in (False, True):
             arrived.clear()
             await bus.publish(
-                subjects.pod(cluster_id, "batch", "p"), pod(cluster_id, "p", deleted=deleted)
+                subjects.pod(cluster_id, "batch", "p"),
+                enveloped(
+                    cluster_id,
+                    msg.tombstone("pod", "p", "batch", uid="uid-p") if deleted else msg.pod("p"),
+                ),
             )
             async with asyncio.timeout(10):
                 await arrived.wait()

@@ -15,10 +15,9 @@ import json
 from typing import Any
 
 import aiohttp
-import msgspec
 import pytest
 
-from tidegate.bus import Bus, BusSettings, servers_from_url
+from tidegate.bus import BusSettings, servers_from_url
 from tidegate.cli.busview import fill_view
 from tidegate.cli.console_server import Access, ConsoleError, access_for, serving
 from tidegate.cli.console_view import ConsoleView
@@ -26,22 +25,13 @@ from tidegate.cli.explain import explain
 from tidegate.cli.explain import render as render_explain
 from tidegate.cli.queues import queue_table
 from tidegate.model import (
-    Admitted,
     CohortConfig,
-    DomainCount,
-    Message,
-    NodeState,
-    Pending,
-    PodSetSpec,
-    PodState,
     QueueConfig,
-    TopologyAssignment,
-    TopologyConfig,
-    WorkloadState,
-    subjects,
 )
 from tidegate.telemetry import workload_trace_context
-from tidegate.testing.bus import connected, envelope
+from tidegate.testing.bus import connected
+from tidegate.testing.harness import ServiceHarness
+from tidegate.testing.messages import Messages
 
 GPU = "nvidia.com/gpu"
 RACK = "tidegate.io/rack"
@@ -50,102 +40,49 @@ TOKEN = "s3cret-token"
 TRACES = "https://traces.example/trace/{trace_id}"
 
 
-def node(name: str, rack: str, *, ready: bool = True) -> NodeState:
-    labels = {RACK: rack, HOST: name, "nvidia.com/gpu.product": "NVIDIA-H200"}
-    return NodeState(name=name, labels=labels, allocatable={GPU: 8, "cpu": 64000}, ready=ready)
-
-
-def job(name: str) -> WorkloadState:
-    return WorkloadState(
-        namespace="ns",
-        name=name,
-        uid=f"uid-{name}",
-        owner_kind="Job",
-        queue="research",
-        podsets=[PodSetSpec(name="main", count=2, requests={GPU: 8, "cpu": 1000})],
-        created_at=10.0,
-        trace_context=workload_trace_context(f"uid-{name}"),
-    )
-
-
-def admitted(name: str, sequence: int, nodes: tuple[str, str]) -> Admitted:
-    return Admitted(
-        workload=f"ns/{name}",
-        uid=f"uid-{name}",
-        queue="research",
-        sequence=sequence,
-        epoch=1,
-        assignments={
-            "main": TopologyAssignment(
-                levels=[RACK, HOST],
-                domains=[
-                    DomainCount(values=["r1" if n < "n3" else "r2", n], count=1) for n in nodes
-                ],
-            )
+msg = Messages(
+    namespace="ns",
+    levels=[RACK, HOST],
+    queue="research",
+    node_labels={"nvidia.com/gpu.product": "NVIDIA-H200"},
+    defaults={
+        "workload": {"created_at": 10.0},
+        "admitted": {
+            "podset": "main",
+            "charged": {GPU: 16, "cpu": 2000},
+            "per_pod": {GPU: 8, "cpu": 1000},
         },
-        charged={GPU: 16, "cpu": 2000},
-        requests={"main": {GPU: 8, "cpu": 1000}},
-    )
+        "pod": {"gpus": 8, "workload": "ns/train", "podset": "main"},
+    },
+)
+"""Jobs of two 8-GPU pods in queue research; nodes of 8 H200s in racks."""
 
 
-def pod(index: int, node_name: str, phase: str) -> PodState:
-    return PodState(
-        namespace="ns",
-        name=f"train-{index}",
-        uid=f"pod-{index}",
-        node_name=node_name,
-        phase=phase,
-        requests={GPU: 8, "cpu": 1000},
-        workload="ns/train",
-        podset="main",
-    )
-
-
-async def put(bus: Bus, cluster: str, subject: str, body: Message) -> None:
-    await bus.publish(subject, envelope(cluster, body))
-
-
-async def cluster_on_the_bus(bus: Bus, cluster: str) -> None:
-    await put(
-        bus,
-        cluster,
-        subjects.topology(cluster, "default"),
-        TopologyConfig(name="default", levels=[RACK, HOST]),
-    )
-    await put(
-        bus,
-        cluster,
-        subjects.queue(cluster, "research"),
-        QueueConfig(name="research", quota={GPU: 24}),
-    )
-    for name, rack, ready in (
-        ("n1", "r1", True),
-        ("n2", "r1", True),
-        ("n3", "r2", True),
-        ("n4", "r2", False),
+async def cluster_on_the_bus(h: ServiceHarness) -> None:
+    """Two racks of two nodes (n4 NotReady); train admitted to n1 and n2, one pod running
+    and one bound but not running; wait waiting for capacity."""
+    main = msg.podset("main", 2, gpus=8)
+    for body in (
+        msg.topology(),
+        msg.queue_config(quota={GPU: 24}),
+        msg.node("n1", "r1"),
+        msg.node("n2", "r1"),
+        msg.node("n3", "r2"),
+        msg.node("n4", "r2", ready=False),
+        *(
+            msg.workload(name, main, trace_context=workload_trace_context(f"uid-{name}"))
+            for name in ("train", "wait")
+        ),
+        msg.admitted("train", {("r1", "n1"): 1, ("r1", "n2"): 1}, sequence=1),
+        msg.pending(
+            "wait",
+            message="main: needs 2 pods; the cluster fits 1 (limited by nvidia.com/gpu)",
+            sequence=2,
+        ),
+        msg.pod("train-0", "n1", uid="pod-0", phase="Running"),
+        msg.pod("train-1", "n2", uid="pod-1", phase="Pending"),
     ):
-        await put(bus, cluster, subjects.node(cluster, name), node(name, rack, ready=ready))
-    for name in ("train", "wait"):
-        await put(bus, cluster, subjects.workload(cluster, "ns", name), job(name))
-    await put(
-        bus,
-        cluster,
-        subjects.decision(cluster, "admitted", "ns", "train"),
-        admitted("train", 1, ("n1", "n2")),
-    )
-    pending = Pending(
-        workload="ns/wait",
-        uid="uid-wait",
-        queue="research",
-        reason="WaitingForCapacity",
-        message="main: needs 2 pods; the cluster fits 1 (limited by nvidia.com/gpu)",
-        sequence=2,
-    )
-    await put(bus, cluster, subjects.decision(cluster, "pending", "ns", "wait"), pending)
-    for index, (where, phase) in enumerate((("n1", "Running"), ("n2", "Pending"))):
-        await put(
-            bus, cluster, subjects.pod(cluster, "ns", f"train-{index}"), pod(index, where, phase)
-        )
+        await h.send(body)
 
 
 def test_a_token_or_basic_auth_is_required_off_loopback() -> None:
@@ -179,7 +116,8 @@ async def test_the_console_shows_what_queues_and_explain_show(
     nats_url: str, cluster_id: str
 ) -> None:
     async with connected(nats_url, cluster_id) as bus:
-        await cluster_on_the_bus(bus, cluster_id)
+        h = ServiceHarness(bus, cluster_id, nats_url)
+        await cluster_on_the_bus(h)
         reference = await fill_view(bus, cluster_id, pods_of="ns")
         settings = BusSettings(servers=tuple(servers_from_url(nats_url)), name="console-test")
         view = ConsoleView(cluster=cluster_id, trace_url_template=TRACES)
@@ -241,12 +179,8 @@ async def test_the_console_shows_what_queues_and_explain_show(
                     first = await read_events(stream, 2)
                     assert [name for name, _ in first] == ["decisions", "snapshot"]
                     assert [d["workload"] for d in first[0][1]] == ["ns/train", "ns/wait"]
-                    await put(
-                        bus,
-                        cluster_id,
-                        subjects.decision(cluster_id, "admitted", "ns", "wait"),
-                        admitted("wait", 3, ("n3", "n3")),
-                    )
+                    n3 = ("r2", "n3")
+                    await h.send(msg.admitted("wait", [(n3, 1), (n3, 1)], sequence=3))
                     later = await read_events(stream, 1)
                     while later and later[0][0] != "decision":
                         later = await read_events(stream, 1)
@@ -302,10 +236,10 @@ def test_the_queue_tree_shows_what_a_queue_borrows_from_its_cohort() -> None:
         CohortConfig(name="pool"),
         QueueConfig(name="a", parent="pool", nominal={GPU: 8}),
         QueueConfig(name="b", parent="pool", nominal={GPU: 16}),
-        job("train"),
+        msg.workload("train", msg.podset("main", 2, gpus=8)),
     ):
         view.apply_state(body, stream_sequence=1, time=1.0)
-    admission = msgspec.structs.replace(admitted("train", 1, ("n1", "n2")), queue="a")
+    admission = msg.admitted("train", {("r1", "n1"): 1, ("r1", "n2"): 1}, sequence=1, queue="a")
     view.apply_decision(admission, stream_sequence=2, time=2.0)
     (pool,) = view.queue_tree()
     assert (pool["kind"], pool["name"]) == ("cohort", "pool")

@@ -19,23 +19,13 @@ from tidegate.cli.demo_report import (
 )
 from tidegate.model import (
     Admitted,
-    DomainCount,
     Pending,
     Preempted,
     Released,
-    TopologyAssignment,
 )
+from tidegate.testing.messages import Messages
 
-LEVELS = ["block", "rack", "host"]
-
-
-def assignment(*hosts: tuple[str, str, str, int]) -> dict[str, TopologyAssignment]:
-    return {
-        "main": TopologyAssignment(
-            levels=LEVELS,
-            domains=[DomainCount(values=[b, r, h], count=n) for b, r, h, n in hosts],
-        )
-    }
+msg = Messages(levels=["block", "rack", "host"])
 
 
 def record_with(*keys: str) -> DemoRecord:
@@ -49,7 +39,11 @@ def record_with(*keys: str) -> DemoRecord:
 
 def test_placement_summary_counts_pods_per_domain_above_the_host() -> None:
     summary = placement_summary(
-        assignment(("b1", "r1", "h1", 2), ("b1", "r1", "h2", 2), ("b1", "r2", "h3", 1))
+        {
+            "main": msg.assignment(
+                {("b1", "r1", "h1"): 2, ("b1", "r1", "h2"): 2, ("b1", "r2", "h3"): 1}
+            )
+        }
     )
     assert summary == "5 pods in 2 rack [b1/r1 x4, b1/r2 x1]"
 
@@ -62,7 +56,7 @@ def test_a_workload_s_life_is_recorded_from_decisions() -> None:
         queue="q",
         sequence=1,
         epoch=1,
-        assignments=assignment(("b", "r", "h", 2)),
+        assignments={"main": msg.assignment({("b", "r", "h"): 2})},
     )
     assert record.decision(5.0, admitted) is not None
     record.decision(
@@ -146,9 +140,9 @@ def test_gpu_use_by_service_type_per_period_from_samples() -> None:
 
 def test_gang_locality_counts_gangs_inside_one_rack_and_one_block() -> None:
     record = record_with("ns/a", "ns/b", "ns/c")
-    in_one_rack = assignment(("b1", "r1", "h1", 2), ("b1", "r1", "h2", 2))
-    two_racks = assignment(("b1", "r1", "h1", 2), ("b1", "r2", "h3", 2))
-    single_pod = assignment(("b2", "r9", "h9", 1))
+    in_one_rack = {"main": msg.assignment({("b1", "r1", "h1"): 2, ("b1", "r1", "h2"): 2})}
+    two_racks = {"main": msg.assignment({("b1", "r1", "h1"): 2, ("b1", "r2", "h3"): 2})}
+    single_pod = {"main": msg.assignment({("b2", "r9", "h9"): 1})}
     for key, placed in (("ns/a", in_one_rack), ("ns/b", two_racks), ("ns/c", single_pod)):
         record.decision(
             1.0,
@@ -163,7 +157,7 @@ def test_gang_locality_counts_gangs_inside_one_rack_and_one_block() -> None:
 
 def test_domains_are_full_paths() -> None:
     # Two racks named alike in two blocks are two racks.
-    placed = assignment(("b1", "r1", "h1", 1), ("b2", "r1", "h2", 1))
+    placed = {"main": msg.assignment({("b1", "r1", "h1"): 1, ("b2", "r1", "h2"): 1})}
     assert domains_per_level(placed) == {"block": 2, "rack": 2, "host": 2}
 
 
@@ -195,7 +189,7 @@ def test_gpu_hours_lost_to_preemption() -> None:
             queue="q",
             sequence=1,
             epoch=1,
-            assignments=assignment(("b", "r", "h", 2)),
+            assignments={"main": msg.assignment({("b", "r", "h"): 2})},
         ),
     )
     record.decision(
@@ -235,7 +229,7 @@ def test_a_re_placement_is_no_new_admission_nor_gang() -> None:
         queue="q",
         sequence=1,
         epoch=1,
-        assignments=assignment(("b", "r1", "h", 2)),
+        assignments={"main": msg.assignment({("b", "r1", "h"): 2})},
     )
     grown = Admitted(
         workload="ns/serve",
@@ -244,7 +238,7 @@ def test_a_re_placement_is_no_new_admission_nor_gang() -> None:
         sequence=2,
         epoch=1,
         replaces=1,
-        assignments=assignment(("b", "r1", "h", 2), ("b", "r2", "h2", 2)),
+        assignments={"main": msg.assignment({("b", "r1", "h"): 2, ("b", "r2", "h2"): 2})},
     )
     record.decision(2.0, first)
     line = record.decision(50.0, grown)

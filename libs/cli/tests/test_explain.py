@@ -8,112 +8,48 @@ import json
 import msgspec
 import pytest
 
-from tidegate.bus import Bus
 from tidegate.cli.busview import fill_view
 from tidegate.cli.explain import explain, render
 from tidegate.cli.main import main
 from tidegate.cli.queues import queue_table
 from tidegate.cli.queues import render as render_queues
 from tidegate.model import (
-    Admitted,
-    DomainCount,
-    Message,
-    Pending,
-    PodSetSpec,
-    PodState,
-    Preempted,
     QueueConfig,
-    Released,
-    TopologyAssignment,
-    TopologyRequest,
-    WorkloadState,
-    subjects,
 )
 from tidegate.model.names import ADMISSION_GATE
-from tidegate.model.subjects import DecisionKind
 from tidegate.telemetry import workload_trace_context
-from tidegate.testing.bus import connected, envelope
+from tidegate.testing.bus import connected
+from tidegate.testing.harness import ServiceHarness
+from tidegate.testing.messages import Messages
 
 GPU = "nvidia.com/gpu"
 
 
-def workload(name: str, *, queue: str, priority: int, created: float) -> WorkloadState:
-    return WorkloadState(
-        namespace="ns",
-        name=name,
-        uid=f"uid-{name}",
-        owner_kind="Job",
-        queue=queue,
-        priority=priority,
-        service_type="inference" if name == "serve" else "training",
-        podsets=[
-            PodSetSpec(
-                name="main",
-                count=2,
-                requests={"cpu": 8000, GPU: 8},
-                topology=TopologyRequest(required="tidegate.io/rack"),
-            )
-        ],
-        created_at=created,
-        trace_context=workload_trace_context(f"uid-{name}"),
-    )
-
-
-def admitted(name: str, queue: str, sequence: int) -> Admitted:
-    levels = ["tidegate.io/rack", "kubernetes.io/hostname"]
-    return Admitted(
-        workload=f"ns/{name}",
-        uid=f"uid-{name}",
-        queue=queue,
-        sequence=sequence,
-        epoch=1,
-        assignments={
-            "main": TopologyAssignment(
-                levels=levels,
-                domains=[
-                    DomainCount(values=["r1", "n1"], count=1),
-                    DomainCount(values=["r1", "n2"], count=1),
-                ],
-            )
+RACK = "tidegate.io/rack"
+msg = Messages(
+    namespace="ns",
+    levels=[RACK, "kubernetes.io/hostname"],
+    defaults={
+        "workload": {"service_type": "training"},
+        "admitted": {
+            "podset": "main",
+            "charged": {"cpu": 16000, GPU: 16},
+            "charged_cards": {"H200": 16},
         },
-        charged={"cpu": 16000, GPU: 16},
-        charged_cards={"H200": 16},
-    )
+        "pending": {
+            "message": "main: needs 2 pods in one rack; the best rack fits 1 (limited by nvidia.com/gpu)"
+        },
+    },
+)
+"""Workloads of two 8-GPU pods in one rack, admitted on n1 and n2 of rack r1."""
+MAIN = msg.podset("main", 2, cpu=8000, gpus=8, required=RACK)
+ON_TWO_NODES = {("r1", "n1"): 1, ("r1", "n2"): 1}
 
 
-def pending(name: str, queue: str, sequence: int, reason: str = "WaitingForCapacity") -> Pending:
-    return Pending(
-        workload=f"ns/{name}",
-        uid=f"uid-{name}",
-        queue=queue,
-        reason=reason,  # type: ignore[arg-type]
-        message="main: needs 2 pods in one rack; the best rack fits 1 (limited by nvidia.com/gpu)",
-        sequence=sequence,
-    )
-
-
-async def put(bus: Bus, cluster: str, subject: str, body: Message) -> None:
-    await bus.publish(subject, envelope(cluster, body))
-
-
-async def decide(bus: Bus, cluster: str, kind: DecisionKind, name: str, body: Message) -> None:
-    await put(bus, cluster, subjects.decision(cluster, kind, "ns", name), body)
-
-
-async def scenario(bus: Bus, cluster: str) -> None:
+async def scenario(h: ServiceHarness) -> None:
     """serve (online) evicted train-a (offline) and runs; train-b, train-c wait in offline."""
-    await put(
-        bus,
-        cluster,
-        subjects.queue(cluster, "online"),
-        QueueConfig(name="online", priority=100, reclaimable=False, quota={GPU: 64}),
-    )
-    await put(
-        bus,
-        cluster,
-        subjects.queue(cluster, "offline"),
-        QueueConfig(name="offline", priority=10, quota={GPU: 64}, card_quota={"H200": 32}),
-    )
+    await h.send(QueueConfig(name="online", priority=100, reclaimable=False, quota={GPU: 64}))
+    await h.send(QueueConfig(name="offline", priority=10, quota={GPU: 64}, card_quota={"H200": 32}))
     for name, queue, priority, created in (
         ("serve", "online", 100, 30.0),
         ("train-a", "offline", 10, 10.0),
@@ -121,40 +57,44 @@ async def scenario(bus: Bus, cluster: str) -> None:
         ("train-c", "offline", 5, 5.0),
         ("broken", "offline", 50, 1.0),
     ):
-        body = workload(name, queue=queue, priority=priority, created=created)
-        await put(bus, cluster, subjects.workload(cluster, "ns", name), body)
-    await decide(bus, cluster, "admitted", "train-a", admitted("train-a", "offline", 1))
-    await decide(bus, cluster, "pending", "broken", pending("broken", "offline", 1, "Invalid"))
-    await decide(bus, cluster, "pending", "train-b", pending("train-b", "offline", 2))
-    await decide(bus, cluster, "pending", "serve", pending("serve", "online", 3))
-    preempted = Preempted(
-        preemptor="ns/serve", preemptor_uid="uid-serve", victims=["ns/train-a"], message="m"
-    )
-    await decide(bus, cluster, "preempted", "serve", preempted)
-    released = Released(
-        workload="ns/train-a", uid="uid-train-a", queue="offline", reason="Evicted", sequence=4
-    )
-    await decide(bus, cluster, "released", "train-a", released)
-    await decide(bus, cluster, "pending", "train-a", pending("train-a", "offline", 5))
-    await decide(bus, cluster, "admitted", "serve", admitted("serve", "online", 6))
-    for index, (node, gates) in enumerate(((None, [ADMISSION_GATE]), ("n1", []))):
-        pod = PodState(
-            namespace="ns",
-            name=f"serve-{index}",
-            uid=f"p{index}",
-            node_name=node,
-            scheduling_gates=gates,
-            workload="ns/serve",
-            phase="Running" if node else "Pending",
+        body = msg.workload(
+            name,
+            MAIN,
+            queue=queue,
+            priority=priority,
+            created_at=created,
+            service_type="inference" if name == "serve" else "training",
+            trace_context=workload_trace_context(f"uid-{name}"),
         )
-        await put(bus, cluster, subjects.pod(cluster, "ns", pod.name), pod)
+        await h.send(body)
+    await h.send(msg.admitted("train-a", ON_TWO_NODES, sequence=1, queue="offline"))
+    await h.send(msg.pending("broken", sequence=1, queue="offline", reason="Invalid"))
+    await h.send(msg.pending("train-b", sequence=2, queue="offline"))
+    await h.send(msg.pending("serve", sequence=3, queue="online"))
+    await h.send(msg.preempted("serve", ["train-a"], message="m"))
+    await h.send(msg.released("train-a", queue="offline", reason="Evicted", sequence=4))
+    await h.send(msg.pending("train-a", sequence=5, queue="offline"))
+    await h.send(msg.admitted("serve", ON_TWO_NODES, sequence=6, queue="online"))
+    for index, (node, gates) in enumerate(((None, [ADMISSION_GATE]), ("n1", []))):
+        phase = "Running" if node else "Pending"
+        await h.send(
+            msg.pod(
+                f"serve-{index}",
+                node,
+                uid=f"p{index}",
+                requests={},
+                scheduling_gates=gates,
+                workload="ns/serve",
+                phase=phase,
+            )
+        )
 
 
 async def test_explain_names_state_reason_position_placement_preemption_pods_and_trace(
     nats_url: str, cluster_id: str
 ) -> None:
     async with connected(nats_url, cluster_id) as bus:
-        await scenario(bus, cluster_id)
+        await scenario(ServiceHarness(bus, cluster_id, nats_url))
         view = await fill_view(bus, cluster_id, pods_of="ns")
 
     serve = explain(view, "ns/serve")
@@ -188,13 +128,12 @@ async def test_explain_names_state_reason_position_placement_preemption_pods_and
 
 async def test_explain_says_when_and_why_slots_were_moved(nats_url: str, cluster_id: str) -> None:
     async with connected(nats_url, cluster_id) as bus:
-        await put(
-            bus, cluster_id, subjects.queue(cluster_id, "offline"), QueueConfig(name="offline")
-        )
-        body = workload("stuck", queue="offline", priority=10, created=1.0)
-        await put(bus, cluster_id, subjects.workload(cluster_id, "ns", "stuck"), body)
-        first = admitted("stuck", "offline", 1)
-        await decide(bus, cluster_id, "admitted", "stuck", first)
+        h = ServiceHarness(bus, cluster_id, nats_url)
+        await h.send(QueueConfig(name="offline"))
+        body = msg.workload("stuck", MAIN, queue="offline", priority=10, created_at=1.0)
+        await h.send(body)
+        first = msg.admitted("stuck", ON_TWO_NODES, sequence=1, queue="offline")
+        await h.send(first)
         moved = msgspec.structs.replace(
             first,
             sequence=2,
@@ -203,7 +142,7 @@ async def test_explain_says_when_and_why_slots_were_moved(nats_url: str, cluster
             replace_cause="Unschedulable",
             unschedulable_moves=2,
         )
-        await decide(bus, cluster_id, "admitted", "stuck", moved)
+        await h.send(moved)
         view = await fill_view(bus, cluster_id, pods_of="ns")
 
     answer = explain(view, "ns/stuck")
@@ -219,7 +158,7 @@ async def test_queues_sum_usage_of_admitted_and_count_pending_by_reason(
     nats_url: str, cluster_id: str
 ) -> None:
     async with connected(nats_url, cluster_id) as bus:
-        await scenario(bus, cluster_id)
+        await scenario(ServiceHarness(bus, cluster_id, nats_url))
         view = await fill_view(bus, cluster_id)
     rows = {row["queue"]: row for row in queue_table(view)}
     assert rows["online"]["admitted"] == 1
@@ -238,7 +177,7 @@ async def test_the_commands_print_json_and_say_when_a_workload_is_unknown(
     nats_url: str, cluster_id: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with connected(nats_url, cluster_id) as bus:
-        await scenario(bus, cluster_id)
+        await scenario(ServiceHarness(bus, cluster_id, nats_url))
     bus_options = ["--cluster", cluster_id, "--nats-url", nats_url]
     # main() runs its own event loop: run it off this test's loop.
     assert await asyncio.to_thread(main, ["explain", "ns/serve", "--json", *bus_options]) == 0
@@ -257,16 +196,17 @@ async def test_an_admitted_workload_whose_growth_waits_is_admitted_and_the_defau
     from ``explain`` and its usage from ``queues``; a workload naming no queue waits in the
     one admission chose (its default queue), not in "no queue"."""
     async with connected(nats_url, cluster_id) as bus:
-        body = workload("grows", queue="offline", priority=10, created=1.0)
-        await put(bus, cluster_id, subjects.workload(cluster_id, "ns", "grows"), body)
-        await decide(bus, cluster_id, "admitted", "grows", admitted("grows", "offline", 1))
-        growth = pending("grows", "offline", 2, "ExceedsQuota")
-        await decide(bus, cluster_id, "pending", "grows", growth)
+        h = ServiceHarness(bus, cluster_id, nats_url)
+        body = msg.workload("grows", MAIN, queue="offline", priority=10, created_at=1.0)
+        await h.send(body)
+        await h.send(msg.admitted("grows", ON_TWO_NODES, sequence=1, queue="offline"))
+        growth = msg.pending("grows", sequence=2, queue="offline", reason="ExceedsQuota")
+        await h.send(growth)
         lost = msgspec.structs.replace(
-            workload("stray", queue="offline", priority=1, created=2.0), queue=None
+            msg.workload("stray", MAIN, queue="offline", priority=1, created_at=2.0), queue=None
         )
-        await put(bus, cluster_id, subjects.workload(cluster_id, "ns", "stray"), lost)
-        await decide(bus, cluster_id, "pending", "stray", pending("stray", "default", 3))
+        await h.send(lost)
+        await h.send(msg.pending("stray", sequence=3, queue="default"))
         view = await fill_view(bus, cluster_id, pods_of="ns")
 
     answer = explain(view, "ns/grows")

@@ -8,19 +8,8 @@ from tidegate.model import DisruptionBudgetState
 KEY = StateKey("pdb", "default", "keep")
 
 
-def budget(selector: dict[str, Any], allowed: int = 0) -> dict[str, Any]:
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "keep", "namespace": "default", "uid": "uid-keep"},
-        "spec": {"minAvailable": 2, "selector": selector},
-        "status": {
-            "disruptionsAllowed": allowed,
-            "expectedPods": 2,
-            "currentHealthy": 2,
-            "desiredHealthy": 2,
-        },
-    }
+TWO_HEALTHY = {"expectedPods": 2, "currentHealthy": 2, "desiredHealthy": 2}
+"""A budget's status: two of two pods healthy."""
 
 
 def published(index: ClusterIndex) -> DisruptionBudgetState:
@@ -31,7 +20,10 @@ def published(index: ClusterIndex) -> DisruptionBudgetState:
 
 def test_a_budget_counts_the_managed_pods_it_selects_by_workload(k8s: Any) -> None:
     index = ClusterIndex()
-    index.apply("PodDisruptionBudget", "ADDED", budget({"matchLabels": {"team": "a"}}, 1))
+    keep = k8s.disruption_budget(
+        "keep", {"team": "a"}, min_available=2, status={**TWO_HEALTHY, "disruptionsAllowed": 1}
+    )
+    index.apply("PodDisruptionBudget", "ADDED", keep)
     assert published(index).workloads == {}
     owner = k8s.owner_ref("Job", "train")
     index.apply("Job", "ADDED", k8s.job("train", parallelism=3))
@@ -45,14 +37,21 @@ def test_a_budget_counts_the_managed_pods_it_selects_by_workload(k8s: Any) -> No
     assert (message.disruptions_allowed, message.desired_healthy) == (1, 2)
     index.apply("Pod", "DELETED", k8s.pod("train-1", owner=owner, labels={"team": "a"}))
     assert published(index).workloads == {"default/train": 1}
-    index.apply("PodDisruptionBudget", "DELETED", budget({}))
+    index.apply("PodDisruptionBudget", "DELETED", keep)
     assert index.desired(KEY).message is None
 
 
 def test_match_expressions(k8s: Any) -> None:
     index = ClusterIndex()
-    selector = {"matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "c"]}]}
-    index.apply("PodDisruptionBudget", "ADDED", budget(selector))
+    expressions = [{"key": "team", "operator": "In", "values": ["a", "c"]}]
+    keep = k8s.disruption_budget(
+        "keep",
+        {},
+        min_available=2,
+        expressions=expressions,
+        status={**TWO_HEALTHY, "disruptionsAllowed": 0},
+    )
+    index.apply("PodDisruptionBudget", "ADDED", keep)
     owner = k8s.owner_ref("Job", "j")
     index.apply("Job", "ADDED", k8s.job("j", parallelism=2))
     index.apply("Pod", "ADDED", k8s.pod("j-0", owner=owner, labels={"team": "c"}))

@@ -4,18 +4,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidegate.model import LostAdmission, Preempted
+from tidegate.testing.messages import Messages
 
 VICTIM = "team/train"
 
-
-def preempted(uid: str, sequence: int, *, mode: str = "restart") -> Preempted:
-    return Preempted(
-        preemptor="team/serve",
-        preemptor_uid="p",
-        victims=[VICTIM],
-        mode={VICTIM: "abort" if mode == "abort" else "restart"},
-        lost={VICTIM: LostAdmission(uid=uid, sequence=sequence)},
-    )
+msg = Messages(namespace="team", defaults={"preempted": {"uid": "p", "mode": {VICTIM: "restart"}}})
 
 
 @given(
@@ -27,13 +20,13 @@ def preempted(uid: str, sequence: int, *, mode: str = "restart") -> Preempted:
 def test_only_the_named_admission_its_elders_and_its_replacement_end(
     named: int, held: int, replaces: int | None, same_uid: bool
 ) -> None:
-    event = preempted("u1", named)
+    event = msg.preempted("serve", [VICTIM], lost={VICTIM: LostAdmission(uid="u1", sequence=named)})
     ends = event.ends(VICTIM, uid="u1" if same_uid else "u2", sequence=held, replaces=replaces)
     assert ends == (same_uid and (held <= named or replaces == named))
 
 
 def test_a_later_admission_of_the_victim_never_ends() -> None:
-    event = preempted("u1", 5)
+    event = msg.preempted("serve", [VICTIM], lost={VICTIM: LostAdmission(uid="u1", sequence=5)})
     assert event.ends(VICTIM, uid="u1", sequence=5)
     assert not event.ends(VICTIM, uid="u1", sequence=9)  # admitted again since
     assert event.ends(VICTIM, uid="u1", sequence=9, replaces=5)  # the named one, moved
@@ -48,17 +41,26 @@ def test_a_victim_not_named_in_lost_loses_whatever_it_holds() -> None:
 
 
 def test_abort_applies_to_the_named_object_only() -> None:
-    event = preempted("u1", 5, mode="abort")
+    event = msg.preempted(
+        "serve",
+        [VICTIM],
+        mode={VICTIM: "abort"},
+        lost={VICTIM: LostAdmission(uid="u1", sequence=5)},
+    )
     assert event.aborts(VICTIM, uid="u1")
     assert not event.aborts(VICTIM, uid="u2")
-    assert not preempted("u1", 5).aborts(VICTIM, uid="u1")
+    assert not msg.preempted(
+        "serve", [VICTIM], lost={VICTIM: LostAdmission(uid="u1", sequence=5)}
+    ).aborts(VICTIM, uid="u1")
 
 
 def test_the_named_admission_ends_after_any_number_of_resizes() -> None:
     """Issue 15: admitted at 5, resized at 7 (replaces 5) and again at 9 (replaces 7) before
     the preemption that named 5 arrives: the chain's origin says 9 continues 5. Before, only
     one level of ``replaces`` was known, so the victim's quota stayed held while its pods went."""
-    named_first = preempted("u1", 5)
+    named_first = msg.preempted(
+        "serve", [VICTIM], lost={VICTIM: LostAdmission(uid="u1", sequence=5)}
+    )
     assert named_first.ends(VICTIM, uid="u1", sequence=9, replaces=7, origin=5)
     assert named_first.ends(VICTIM, uid="u1", sequence=13, replaces=11, origin=5)
     assert not named_first.ends(VICTIM, uid="u1", sequence=9, replaces=7, origin=8)

@@ -10,85 +10,35 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidegate.model import (
-    Admitted,
     LostAdmission,
     Message,
     Pending,
     PodState,
     Preempted,
-    PreemptRequested,
     Released,
     Tombstone,
     WorkloadKey,
-    WorkloadState,
 )
 from tidegate.model.names import ADMISSION_GATE
 from tidegate.model.replica import GONE_KEPT, Replica, Seen
+from tidegate.testing.messages import Messages
 
 KEY = WorkloadKey("team/train")
 OTHER = WorkloadKey("team/other")
+GPU = "nvidia.com/gpu"
 
-
-def workload(uid: str = "u1", *, name: str = "train", **fields: object) -> WorkloadState:
-    return WorkloadState(namespace="team", name=name, uid=uid, owner_kind="Job", **fields)  # type: ignore[arg-type]
-
-
-def admitted(
-    sequence: int,
-    *,
-    uid: str = "u1",
-    key: str = KEY,
-    queue: str = "q",
-    gpu: int = 8,
-    epoch: int = 1,
-    replaces: int | None = None,
-    origin: int | None = None,
-    resized: bool = False,
-) -> Admitted:
-    return Admitted(
-        workload=key,
-        uid=uid,
-        queue=queue,
-        sequence=sequence,
-        epoch=epoch,
-        assignments={},
-        charged={"nvidia.com/gpu": gpu},
-        charged_cards={"H200": gpu},
-        replaces=replaces,
-        origin=origin,
-        resized=resized,
-    )
-
-
-def released(sequence: int, *, uid: str = "u1", reason: str = "Evicted") -> Released:
-    return Released(workload=KEY, uid=uid, queue="q", reason=reason, sequence=sequence)  # type: ignore[arg-type]
-
-
-def pending(
-    sequence: int, *, uid: str = "u1", queue: str | None = "q", reason: str = "WaitingForCapacity"
-) -> Pending:
-    return Pending(workload=KEY, uid=uid, queue=queue, reason=reason, message="", sequence=sequence)  # type: ignore[arg-type]
-
-
-def requested(sequence: int, *, uid: str = "u1", grows: int | None = None) -> PreemptRequested:
-    return PreemptRequested(
-        workload=KEY, uid=uid, queue="q", sequence=sequence, admitted_sequence=grows
-    )
-
-
-def preempted(
-    sequence: int | None, *, uid: str = "u1", origin: int | None = None, mode: str = "restart"
-) -> Preempted:
-    lost: dict[str, LostAdmission] = (
-        {} if sequence is None else {KEY: LostAdmission(uid=uid, sequence=sequence, origin=origin)}
-    )
-    return Preempted(
-        preemptor="team/serve",
-        preemptor_uid="p",
-        victims=[KEY],
-        mode={KEY: "abort" if mode == "abort" else "restart"},
-        lost=lost,
-    )
+msg = Messages(
+    namespace="team",
+    defaults={
+        "workload": {"uid": "u1", "queue": None},
+        "admitted": {"uid": "u1", "charged": {GPU: 8}, "charged_cards": {"H200": 8}},
+        "released": {"uid": "u1", "reason": "Evicted"},
+        "pending": {"uid": "u1"},
+        "preempt_requested": {"uid": "u1"},
+        "preempted": {"uid": "p", "mode": {KEY: "restart"}},
+    },
+)
+"""Messages about team/train (uid u1, 8 GPUs charged), preempted by team/serve."""
 
 
 @dataclass(frozen=True)
@@ -107,31 +57,68 @@ class Row:
 
 
 ROWS: dict[str, Row] = {
-    "admitted": Row([workload(), admitted(5)], "Admitted", 5, {"nvidia.com/gpu": 8}, 1),
-    "nothing-decided": Row([workload()], "Submitted", None),
+    "admitted": Row(
+        [msg.workload("train"), msg.admitted(KEY, sequence=5)],
+        "Admitted",
+        5,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
+    "nothing-decided": Row([msg.workload("train")], "Submitted", None),
     "redelivered-admission-counts-once": Row(
-        [workload(), admitted(5), admitted(5), admitted(5)], "Admitted", 5, {"nvidia.com/gpu": 8}, 1
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.admitted(KEY, sequence=5),
+            msg.admitted(KEY, sequence=5),
+        ],
+        "Admitted",
+        5,
+        {"nvidia.com/gpu": 8},
+        1,
     ),
     "reordered-replacement-before-its-original": Row(
-        [workload(), admitted(8, replaces=5, origin=5, gpu=4), admitted(5)],
+        [
+            msg.workload("train"),
+            msg.admitted(
+                KEY, sequence=8, charged={GPU: 4}, charged_cards={"H200": 4}, replaces=5, origin=5
+            ),
+            msg.admitted(KEY, sequence=5),
+        ],
         "Admitted",
         8,
         {"nvidia.com/gpu": 4},
         1,
     ),
-    "released": Row([workload(), admitted(5), released(7)], "Released", None),
+    "released": Row(
+        [msg.workload("train"), msg.admitted(KEY, sequence=5), msg.released(KEY, sequence=7)],
+        "Released",
+        None,
+    ),
     "replay-meets-the-release-before-a-republished-admission": Row(
-        [workload(), released(7), admitted(5)], "Released", None
+        [msg.workload("train"), msg.released(KEY, sequence=7), msg.admitted(KEY, sequence=5)],
+        "Released",
+        None,
     ),
     "release-before-a-readmission-ends-nothing": Row(
-        [workload(), admitted(5), released(7), pending(8), admitted(9)],
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.released(KEY, sequence=7),
+            msg.pending(KEY, sequence=8),
+            msg.admitted(KEY, sequence=9),
+        ],
         "Admitted",
         9,
         {"nvidia.com/gpu": 8},
         1,
     ),
     "release-of-another-object-ends-nothing": Row(
-        [workload("u2"), admitted(5, uid="u2"), released(9, uid="u1")],
+        [
+            msg.workload("train", uid="u2"),
+            msg.admitted(KEY, sequence=5, uid="u2"),
+            msg.released(KEY, sequence=9, uid="u1"),
+        ],
         "Admitted",
         5,
         {"nvidia.com/gpu": 8},
@@ -140,10 +127,19 @@ ROWS: dict[str, Row] = {
     # Seam 3: the superseded outbox entry republished at takeover is the newest message.
     "failover-republishes-a-superseded-admission": Row(
         [
-            workload(),
-            admitted(5, gpu=8),
-            admitted(9, gpu=4, replaces=5, origin=5, resized=True, epoch=2),
-            admitted(5, gpu=8),
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5, charged={GPU: 8}, charged_cards={"H200": 8}),
+            msg.admitted(
+                KEY,
+                sequence=9,
+                charged={GPU: 4},
+                charged_cards={"H200": 4},
+                replaces=5,
+                origin=5,
+                resized=True,
+                epoch=2,
+            ),
+            msg.admitted(KEY, sequence=5, charged={GPU: 8}, charged_cards={"H200": 8}),
         ],
         "Admitted",
         9,
@@ -153,7 +149,11 @@ ROWS: dict[str, Row] = {
     # The ungater ordered by (epoch, sequence): a copy from an older leader stored after a
     # newer leader's decision must not win, nor one with a higher epoch and older sequence.
     "sequence-not-epoch-orders-admissions": Row(
-        [workload(), admitted(9, epoch=1, gpu=4), admitted(7, epoch=2)],
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=9, charged={GPU: 4}, charged_cards={"H200": 4}, epoch=1),
+            msg.admitted(KEY, sequence=7, epoch=2),
+        ],
         "Admitted",
         9,
         {"nvidia.com/gpu": 4},
@@ -162,21 +162,41 @@ ROWS: dict[str, Row] = {
     # busview: "the newest decision is an Admitted" showed this as Pending, and queues
     # dropped its usage.
     "elastic-growth-waits-while-admitted": Row(
-        [workload(), admitted(5), pending(6, reason="ExceedsQuota")],
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.pending(KEY, sequence=6, reason="ExceedsQuota"),
+        ],
         "Admitted",
         5,
         {"nvidia.com/gpu": 8},
         1,
     ),
     "elastic-growth-asks-for-preemption-while-admitted": Row(
-        [workload(), admitted(5), requested(6, grows=5)], "Admitted", 5, {"nvidia.com/gpu": 8}, 1
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.preempt_requested(KEY, sequence=6, admitted_sequence=5),
+        ],
+        "Admitted",
+        5,
+        {"nvidia.com/gpu": 8},
+        1,
     ),
     "elastic-growth-admitted": Row(
         [
-            workload(),
-            admitted(5),
-            pending(6),
-            admitted(7, replaces=5, origin=5, resized=True, gpu=12),
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.pending(KEY, sequence=6),
+            msg.admitted(
+                KEY,
+                sequence=7,
+                charged={GPU: 12},
+                charged_cards={"H200": 12},
+                replaces=5,
+                origin=5,
+                resized=True,
+            ),
         ],
         "Admitted",
         7,
@@ -184,39 +204,78 @@ ROWS: dict[str, Row] = {
         1,
     ),
     "preemption-ends-the-named-admission": Row(
-        [workload(), admitted(5), preempted(5)], "Preempted", None
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.preempted("serve", [KEY], lost={KEY: LostAdmission(uid="u1", sequence=5)}),
+        ],
+        "Preempted",
+        None,
     ),
     "preemption-ends-the-replacement-that-continues-it": Row(
-        [workload(), admitted(5), admitted(7, replaces=5, origin=5), preempted(5, origin=5)],
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.admitted(KEY, sequence=7, replaces=5, origin=5),
+            msg.preempted(
+                "serve", [KEY], lost={KEY: LostAdmission(uid="u1", sequence=5, origin=5)}
+            ),
+        ],
         "Preempted",
         None,
     ),
     "preemption-of-an-older-admission-leaves-the-readmission": Row(
-        [workload(), admitted(5), preempted(5), released(6), pending(7), admitted(9)],
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.preempted("serve", [KEY], lost={KEY: LostAdmission(uid="u1", sequence=5)}),
+            msg.released(KEY, sequence=6),
+            msg.pending(KEY, sequence=7),
+            msg.admitted(KEY, sequence=9),
+        ],
         "Admitted",
         9,
         {"nvidia.com/gpu": 8},
         1,
     ),
     "repeated-preemption-leaves-the-readmission": Row(
-        [workload(), admitted(5), preempted(5), released(6), admitted(9), preempted(5)],
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.preempted("serve", [KEY], lost={KEY: LostAdmission(uid="u1", sequence=5)}),
+            msg.released(KEY, sequence=6),
+            msg.admitted(KEY, sequence=9),
+            msg.preempted("serve", [KEY], lost={KEY: LostAdmission(uid="u1", sequence=5)}),
+        ],
         "Admitted",
         9,
         {"nvidia.com/gpu": 8},
         1,
     ),
     "preemption-of-another-object-ends-nothing": Row(
-        [workload("u2"), admitted(5, uid="u2"), preempted(5, uid="u1")],
+        [
+            msg.workload("train", uid="u2"),
+            msg.admitted(KEY, sequence=5, uid="u2"),
+            msg.preempted("serve", [KEY], lost={KEY: LostAdmission(uid="u1", sequence=5)}),
+        ],
         "Admitted",
         5,
         {"nvidia.com/gpu": 8},
         1,
     ),
     "preemption-from-an-older-writer-ends-what-came-before-it": Row(
-        [workload(), admitted(5), preempted(None)], "Preempted", None
+        [msg.workload("train"), msg.admitted(KEY, sequence=5), msg.preempted("serve", [KEY])],
+        "Preempted",
+        None,
     ),
     "preemption-from-an-older-writer-leaves-a-later-admission": Row(
-        [workload(), admitted(5), preempted(None), released(6), admitted(9)],
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.preempted("serve", [KEY]),
+            msg.released(KEY, sequence=6),
+            msg.admitted(KEY, sequence=9),
+        ],
         "Admitted",
         9,
         {"nvidia.com/gpu": 8},
@@ -224,65 +283,120 @@ ROWS: dict[str, Row] = {
     ),
     # preemption's view read sequence 0 as "any admission", a later one included.
     "unsequenced-release-ends-what-came-before-it": Row(
-        [workload(), admitted(5), released(0)], "Released", None
+        [msg.workload("train"), msg.admitted(KEY, sequence=5), msg.released(KEY, sequence=0)],
+        "Released",
+        None,
     ),
     "unsequenced-release-leaves-a-later-admission": Row(
-        [workload(), released(0), admitted(9)], "Admitted", 9, {"nvidia.com/gpu": 8}, 1
+        [msg.workload("train"), msg.released(KEY, sequence=0), msg.admitted(KEY, sequence=9)],
+        "Admitted",
+        9,
+        {"nvidia.com/gpu": 8},
+        1,
     ),
     # preemption's view ignored `finished`.
     "finished-holds-nothing": Row(
-        [workload(), admitted(5), workload(finished="Completed")], "Finished", None
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.workload("train", finished="Completed"),
+        ],
+        "Finished",
+        None,
     ),
     "finished-holds-nothing-whatever-came-later": Row(
-        [workload(finished="Failed"), admitted(5)], "Finished", None
+        [msg.workload("train", finished="Failed"), msg.admitted(KEY, sequence=5)], "Finished", None
     ),
     "deleted-holds-nothing": Row(
         [
-            workload(),
-            admitted(5),
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
             Tombstone(object_kind="workload", name="train", namespace="team", uid="u1"),
         ],
         "Deleted",
         None,
     ),
     "recreated-under-the-name-holds-nothing-yet": Row(
-        [workload(), admitted(5), workload("u2")], "Submitted", None
+        [msg.workload("train"), msg.admitted(KEY, sequence=5), msg.workload("train", uid="u2")],
+        "Submitted",
+        None,
     ),
     "recreated-and-admitted": Row(
-        [workload(), admitted(5), workload("u2"), released(6), admitted(9, uid="u2")],
-        "Admitted",
-        9,
-        {"nvidia.com/gpu": 8},
-        1,
-    ),
-    "replayed-admission-of-a-deleted-object": Row(
-        [(workload("u2", created_at=100.0), 0.0), (admitted(5, uid="u1"), 50.0)], "Submitted", None
-    ),
-    "new-object-admitted-before-its-state-arrives": Row(
         [
-            (workload("u1", created_at=10.0), 0.0),
-            (admitted(5), 20.0),
-            (released(6, reason="Deleted"), 30.0),
-            (admitted(9, uid="u2"), 40.0),
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.workload("train", uid="u2"),
+            msg.released(KEY, sequence=6),
+            msg.admitted(KEY, sequence=9, uid="u2"),
         ],
         "Admitted",
         9,
         {"nvidia.com/gpu": 8},
         1,
     ),
-    "decisions-without-state": Row([admitted(5)], "Admitted", 5, {"nvidia.com/gpu": 8}, 1),
-    "waits-in-the-queue-admission-chose": Row(
-        [workload(), pending(3, queue="default")], "Pending", None, pending={"default": 1}
+    "replayed-admission-of-a-deleted-object": Row(
+        [
+            (msg.workload("train", uid="u2", created_at=100.0), 0.0),
+            (msg.admitted(KEY, sequence=5, uid="u1"), 50.0),
+        ],
+        "Submitted",
+        None,
     ),
-    "waits-for-preemption": Row([workload(), requested(3)], "Pending", None, pending={"q": 1}),
+    "new-object-admitted-before-its-state-arrives": Row(
+        [
+            (msg.workload("train", uid="u1", created_at=10.0), 0.0),
+            (msg.admitted(KEY, sequence=5), 20.0),
+            (msg.released(KEY, sequence=6, reason="Deleted"), 30.0),
+            (msg.admitted(KEY, sequence=9, uid="u2"), 40.0),
+        ],
+        "Admitted",
+        9,
+        {"nvidia.com/gpu": 8},
+        1,
+    ),
+    "decisions-without-state": Row(
+        [msg.admitted(KEY, sequence=5)], "Admitted", 5, {"nvidia.com/gpu": 8}, 1
+    ),
+    "waits-in-the-queue-admission-chose": Row(
+        [msg.workload("train"), msg.pending(KEY, sequence=3, queue="default")],
+        "Pending",
+        None,
+        pending={"default": 1},
+    ),
+    "waits-for-preemption": Row(
+        [msg.workload("train"), msg.preempt_requested(KEY, sequence=3)],
+        "Pending",
+        None,
+        pending={"q": 1},
+    ),
     "pending-older-than-the-admission-is-not-waiting": Row(
-        [workload(), admitted(5), pending(3), released(7)], "Released", None
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.pending(KEY, sequence=3),
+            msg.released(KEY, sequence=7),
+        ],
+        "Released",
+        None,
     ),
     "evicted-and-told-why-it-waits": Row(
-        [workload(), admitted(5), released(7), pending(8)], "Pending", None, pending={"q": 1}
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.released(KEY, sequence=7),
+            msg.pending(KEY, sequence=8),
+        ],
+        "Pending",
+        None,
+        pending={"q": 1},
     ),
     "bypassed-pods-of-a-waiting-workload-count-in-its-queue": Row(
-        [workload(queue="q", bypassed_pods=2, bypassed_requests={"nvidia.com/gpu": 2}), pending(3)],
+        [
+            msg.workload(
+                "train", queue="q", bypassed_pods=2, bypassed_requests={"nvidia.com/gpu": 2}
+            ),
+            msg.pending(KEY, sequence=3),
+        ],
         "Pending",
         None,
         {"nvidia.com/gpu": 2},
@@ -290,15 +404,21 @@ ROWS: dict[str, Row] = {
     ),
     "bypassed-pods-of-an-admitted-workload-are-its-admission": Row(
         [
-            workload(queue="q", bypassed_pods=2, bypassed_requests={"nvidia.com/gpu": 2}),
-            admitted(5),
+            msg.workload(
+                "train", queue="q", bypassed_pods=2, bypassed_requests={"nvidia.com/gpu": 2}
+            ),
+            msg.admitted(KEY, sequence=5),
         ],
         "Admitted",
         5,
         {"nvidia.com/gpu": 8},
         1,
     ),
-    "finished-does-not-wait": Row([workload(finished="Completed"), pending(3)], "Finished", None),
+    "finished-does-not-wait": Row(
+        [msg.workload("train", finished="Completed"), msg.pending(KEY, sequence=3)],
+        "Finished",
+        None,
+    ),
 }
 
 
@@ -332,15 +452,18 @@ def test_queue_usage_sums_workloads_and_follows_each_change() -> None:
     replica = Replica()
     replica.apply_all(
         [
-            workload(),
-            workload("v1", name="other"),
-            admitted(5, gpu=8),
-            admitted(6, key=OTHER, uid="v1", gpu=2),
+            msg.workload("train"),
+            msg.workload("other", uid="v1"),
+            msg.admitted(KEY, sequence=5, charged={GPU: 8}, charged_cards={"H200": 8}),
+            msg.admitted(OTHER, sequence=6, charged={GPU: 2}, charged_cards={"H200": 2}, uid="v1"),
         ]
     )
     assert replica.tally("q").usage == {"nvidia.com/gpu": 10}
     assert replica.tally("q").admitted == 2
-    replica.apply(preempted(5), stream_sequence=10)
+    replica.apply(
+        msg.preempted("serve", [KEY], lost={KEY: LostAdmission(uid="u1", sequence=5)}),
+        stream_sequence=10,
+    )
     assert replica.tally("q").usage == {"nvidia.com/gpu": 2}
     assert replica.share(KEY) is None
     assert replica.queues() == ["q"]
@@ -364,14 +487,16 @@ def test_a_forgotten_workload_ignores_its_late_decisions_and_memory_is_bounded()
     replica = Replica()
     replica.apply_all(
         [
-            workload(),
-            admitted(5),
-            released(6),
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.released(KEY, sequence=6),
             Tombstone(object_kind="workload", name="train", namespace="team", uid="u1"),
         ]
     )
     assert replica.forget(KEY)
-    replica.apply(admitted(5), stream_sequence=99)  # redelivered after the record went
+    replica.apply(
+        msg.admitted(KEY, sequence=5), stream_sequence=99
+    )  # redelivered after the record went
     assert replica.recorded() == []
     assert replica.in_force(KEY) is None
     for n in range(GONE_KEPT + 10):
@@ -384,14 +509,22 @@ def test_a_forgotten_workload_ignores_its_late_decisions_and_memory_is_bounded()
 
 def test_an_admission_in_force_is_not_forgotten() -> None:
     replica = Replica()
-    replica.apply_all([admitted(5)])
+    replica.apply_all([msg.admitted(KEY, sequence=5)])
     assert not replica.forget(KEY)
     assert replica.in_force(KEY) is not None
 
 
 def test_the_preemption_that_ends_it_is_named() -> None:
     replica = Replica()
-    replica.apply_all([workload(), admitted(5), preempted(5, mode="abort")])
+    replica.apply_all(
+        [
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
+            msg.preempted(
+                "serve", [KEY], mode={KEY: "abort"}, lost={KEY: LostAdmission(uid="u1", sequence=5)}
+            ),
+        ]
+    )
     verdict = replica.verdict(KEY)
     assert verdict.ended_by is not None
     assert isinstance(verdict.ended_by, Seen)
@@ -414,11 +547,18 @@ def _messages(draw: st.DrawFn) -> Message:
     )
     if kind == "state":
         finished = draw(st.sampled_from([None, None, "Completed"]))
-        return workload(uid, name=name, queue=queue, finished=finished)
+        return msg.workload(name, uid=uid, queue=queue, finished=finished)
     if kind == "tombstone":
         return Tombstone(object_kind="workload", name=name, namespace="team", uid=uid)
     if kind == "admitted":
-        return admitted(sequence, uid=uid, key=key, queue=queue, gpu=draw(st.integers(1, 8)))
+        return msg.admitted(
+            key,
+            sequence=sequence,
+            charged={GPU: draw(st.integers(1, 8))},
+            charged_cards={"H200": draw(st.integers(1, 8))},
+            uid=uid,
+            queue=queue,
+        )
     if kind == "released":
         return Released(workload=key, uid=uid, queue=queue, reason="Evicted", sequence=sequence)
     if kind == "pending":
@@ -460,15 +600,17 @@ def test_queue_tallies_always_equal_a_recount_of_the_verdicts(messages: list[Mes
 
 def test_a_workload_never_deleted_is_not_forgotten_and_a_new_objects_decisions_count() -> None:
     replica = Replica()
-    replica.apply_all([pending(3, uid="u9")])
+    replica.apply_all([msg.pending(KEY, sequence=3, uid="u9")])
     assert not replica.forget(KEY)  # no tombstone: its state may still be on its way
     replica.apply_all(
         [
-            workload(),
-            admitted(5),
+            msg.workload("train"),
+            msg.admitted(KEY, sequence=5),
             Tombstone(object_kind="workload", name="train", namespace="team", uid="u1"),
         ]
     )
     assert replica.forget(KEY)
-    replica.apply(admitted(9, uid="u2"))  # the re-created object's, before its state
+    replica.apply(
+        msg.admitted(KEY, sequence=9, uid="u2")
+    )  # the re-created object's, before its state
     assert replica.in_force(KEY) is not None

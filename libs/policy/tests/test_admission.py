@@ -22,35 +22,16 @@ from tidegate.model import (
     WorkloadState,
 )
 from tidegate.policy.admission import Admission, AdmissionSettings, Decision, minimum_podsets
+from tidegate.testing.messages import Messages
 
 BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
 PRODUCT = "nvidia.com/gpu.product"
 
-
-def node(
-    name: str,
-    rack: str,
-    *,
-    gpus: int = 8,
-    free_gpus: int | None = None,
-    block: str = "b1",
-    topology: str = "default",
-    applied: int = 0,
-    cpu: int = 64_000,
-) -> CapacityNode:
-    allocatable = {"cpu": cpu, GPU: gpus, "pods": 110}
-    free = dict(allocatable)
-    if free_gpus is not None:
-        free[GPU] = free_gpus
-    return CapacityNode(
-        topology=topology,
-        node=name,
-        domain=[block, rack, name],
-        allocatable=allocatable,
-        free=free,
-        applied_sequence=applied,
-    )
+msg = Messages(
+    namespace="ns", levels=[BLOCK, RACK, HOST], defaults={"workload": {"service_type": "training"}}
+)
+"""This suite's messages: workloads in namespace ns, queue q, of training."""
 
 
 def cluster(
@@ -59,7 +40,7 @@ def cluster(
     settings: AdmissionSettings | None = None,
 ) -> Admission:
     admission = Admission(settings, epoch=3)
-    admission.capacity.set_topology(TopologyConfig(name="default", levels=[BLOCK, RACK, HOST]))
+    admission.capacity.set_topology(msg.topology())
     for report in nodes:
         admission.capacity.update(report)
     for queue in queues:
@@ -70,45 +51,11 @@ def cluster(
 def two_racks(gpus: int = 8) -> list[CapacityNode]:
     """Two racks of two nodes with ``gpus`` GPUs each."""
     return [
-        node("n1", "r1", gpus=gpus),
-        node("n2", "r1", gpus=gpus),
-        node("n3", "r2", gpus=gpus),
-        node("n4", "r2", gpus=gpus),
+        msg.capacity_node("n1", "b1", "r1", gpus=gpus),
+        msg.capacity_node("n2", "b1", "r1", gpus=gpus),
+        msg.capacity_node("n3", "b1", "r2", gpus=gpus),
+        msg.capacity_node("n4", "b1", "r2", gpus=gpus),
     ]
-
-
-def workload(
-    name: str,
-    *podsets: PodSetSpec,
-    queue: str | None = "q",
-    created_at: float = 0.0,
-    priority: int = 0,
-    service_type: str = "training",
-    **extra: object,
-) -> WorkloadState:
-    return WorkloadState(
-        namespace="ns",
-        name=name,
-        uid=f"uid-{name}",
-        owner_kind="Job",
-        queue=queue,
-        created_at=created_at,
-        priority=priority,
-        service_type=service_type,  # type: ignore[arg-type]
-        podsets=list(podsets) or [workers(1, 1)],
-        **extra,  # type: ignore[arg-type]
-    )
-
-
-def workers(count: int, gpus: int, *, rack: bool = False, **extra: object) -> PodSetSpec:
-    topology = TopologyRequest(required=RACK) if rack else TopologyRequest()
-    return PodSetSpec(
-        name="workers",
-        count=count,
-        requests={"cpu": 1000, GPU: gpus},
-        topology=topology,
-        **extra,  # type: ignore[arg-type]
-    )
 
 
 def bodies(decisions: list[Decision]) -> list[object]:
@@ -125,7 +72,7 @@ def pending_reasons(decisions: list[Decision]) -> dict[str, str]:
 
 def test_a_gang_that_fits_is_admitted_with_assignments_charge_sequence_and_epoch() -> None:
     admission = cluster(*two_racks())
-    admission.set_workload(workload("a", workers(2, 8, rack=True)))
+    admission.set_workload(msg.workload("a", msg.podset(count=2, gpus=8, required=RACK)))
     (decision,) = admission.cycle(now=1.0)
     body = decision.body
     assert isinstance(body, Admitted)
@@ -147,9 +94,9 @@ def test_a_gang_that_fits_is_admitted_with_assignments_charge_sequence_and_epoch
 
 
 def test_capacity_taken_in_a_cycle_is_gone_for_the_next_workload() -> None:
-    admission = cluster(node("n1", "r1", gpus=8))
-    admission.set_workload(workload("a", workers(1, 8), created_at=1))
-    admission.set_workload(workload("b", workers(1, 8), created_at=2))
+    admission = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8))
+    admission.set_workload(msg.workload("a", msg.podset(count=1, gpus=8), created_at=1))
+    admission.set_workload(msg.workload("b", msg.podset(count=1, gpus=8), created_at=2))
     decisions = admission.cycle(now=1.0)
     assert [type(b).__name__ for b in bodies(decisions)] == ["Admitted", "Pending"]
     assert pending_reasons(decisions) == {"ns/b": "WaitingForCapacity"}
@@ -159,9 +106,9 @@ def test_capacity_taken_in_a_cycle_is_gone_for_the_next_workload() -> None:
 
 
 def test_gang_is_all_or_nothing_across_podsets() -> None:
-    admission = cluster(node("n1", "r1", gpus=16, free_gpus=8))
+    admission = cluster(msg.capacity_node("n1", "b1", "r1", gpus=16, free_gpus=8))
     launcher = PodSetSpec(name="launcher", count=1, requests={"cpu": 1000})
-    gang = workload("a", launcher, workers(2, 8))
+    gang = msg.workload("a", launcher, msg.podset(count=2, gpus=8))
     admission.set_workload(gang)
     decisions = admission.cycle(now=1.0)
     assert pending_reasons(decisions) == {"ns/a": "WaitingForCapacity"}
@@ -172,8 +119,8 @@ def test_gang_is_all_or_nothing_across_podsets() -> None:
 
 
 def test_min_members_admits_the_minimum_when_the_whole_gang_does_not_fit() -> None:
-    admission = cluster(node("n1", "r1", gpus=8))
-    admission.set_workload(workload("a", workers(4, 4), min_members=2))
+    admission = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8))
+    admission.set_workload(msg.workload("a", msg.podset(count=4, gpus=4), min_members=2))
     (decision,) = admission.cycle(now=1.0)
     assert isinstance(decision.body, Admitted)
     assert sum(d.count for d in decision.body.assignments["workers"].domains) == 2
@@ -181,7 +128,7 @@ def test_min_members_admits_the_minimum_when_the_whole_gang_does_not_fit() -> No
 
 
 def test_minimum_podsets_cuts_from_the_last_podset() -> None:
-    gang = workload(
+    gang = msg.workload(
         "a",
         PodSetSpec(name="launcher", count=1),
         PodSetSpec(name="workers", count=4, min_count=3),
@@ -191,16 +138,20 @@ def test_minimum_podsets_cuts_from_the_last_podset() -> None:
     minimum = minimum_podsets(gang)
     assert minimum is not None
     assert [(p.name, p.count) for p in minimum] == [("launcher", 1), ("workers", 2)]
-    assert minimum_podsets(workload("b", PodSetSpec(name="w", count=2))) is None
+    assert minimum_podsets(msg.workload("b", PodSetSpec(name="w", count=2))) is None
     with pytest.raises(ValueError, match="min_members: 5 is not between 1 and the workload's 2"):
-        minimum_podsets(workload("c", PodSetSpec(name="w", count=2), min_members=5))
+        minimum_podsets(msg.workload("c", PodSetSpec(name="w", count=2), min_members=5))
 
 
 def test_exceeds_quota_with_numbers() -> None:
     queue = QueueConfig(name="online", quota={"cpu": 100_000, GPU: 16})
     admission = cluster(*two_racks(), queues=[queue])
-    admission.set_workload(workload("a", workers(3, 4), queue="online", created_at=1))
-    admission.set_workload(workload("b", workers(2, 4), queue="online", created_at=2))
+    admission.set_workload(
+        msg.workload("a", msg.podset(count=3, gpus=4), queue="online", created_at=1)
+    )
+    admission.set_workload(
+        msg.workload("b", msg.podset(count=2, gpus=4), queue="online", created_at=2)
+    )
     decisions = admission.cycle(now=1.0)
     (pending,) = only(decisions, Pending)
     assert isinstance(pending, Pending)
@@ -225,8 +176,8 @@ def test_card_quota_and_card_restriction_with_mig_names() -> None:
             )
         )
     serve = PodSetSpec(name="serve", count=3, requests={"cpu": 100, mig: 1}, card_name=model)
-    admission.set_workload(workload("a", serve, queue="online", created_at=1))
-    admission.set_workload(workload("b", serve, queue="online", created_at=2))
+    admission.set_workload(msg.workload("a", serve, queue="online", created_at=1))
+    admission.set_workload(msg.workload("b", serve, queue="online", created_at=2))
     decisions = admission.cycle(now=1.0)
     admitted, pending = bodies(decisions)
     assert isinstance(admitted, Admitted)
@@ -241,16 +192,20 @@ def test_card_quota_and_card_restriction_with_mig_names() -> None:
 def test_card_model_missing_from_card_quota_has_quota_zero() -> None:
     queue = QueueConfig(name="q", card_quota={"NVIDIA-A100": 8})
     admission = cluster(*two_racks(), queues=[queue])
-    admission.set_workload(workload("a", workers(1, 1), card_request={"NVIDIA-H200": 1}))
+    admission.set_workload(
+        msg.workload("a", msg.podset(count=1, gpus=1), card_request={"NVIDIA-H200": 1})
+    )
     decisions = admission.cycle(now=1.0)
     assert pending_reasons(decisions) == {"ns/a": "CardQuotaExceeded"}
 
 
 def test_never_fits_in_this_topology_versus_waiting_for_capacity() -> None:
     admission = cluster(*two_racks())
-    admission.set_workload(workload("huge", workers(3, 8, rack=True)))
-    admission.set_workload(workload("busy", workers(2, 8, rack=True), created_at=1))
-    admission.set_workload(workload("first", workers(4, 8), created_at=0))
+    admission.set_workload(msg.workload("huge", msg.podset(count=3, gpus=8, required=RACK)))
+    admission.set_workload(
+        msg.workload("busy", msg.podset(count=2, gpus=8, required=RACK), created_at=1)
+    )
+    admission.set_workload(msg.workload("first", msg.podset(count=4, gpus=8), created_at=0))
     decisions = admission.cycle(now=1.0)
     reasons = pending_reasons(decisions)
     assert reasons == {"ns/huge": "TopologyPlacementFailed", "ns/busy": "WaitingForCapacity"}
@@ -266,18 +221,20 @@ def test_invalid_workloads_queues_and_unknown_queues_wait_with_a_reason() -> Non
         QueueConfig(name="broken", invalid_reason="spec.capability.cpu: 'x' is not a quantity"),
     ]
     admission = cluster(*two_racks(), queues=queues)
-    admission.set_workload(workload("bad", invalid_reason="volcano.sh/card.request: not JSON"))
-    admission.set_workload(workload("lost", queue="nope"))
-    admission.set_workload(workload("none", queue=None))
-    admission.set_workload(workload("in-broken", queue="broken"))
     admission.set_workload(
-        workload(
+        msg.workload("bad", msg.podset(), invalid_reason="volcano.sh/card.request: not JSON")
+    )
+    admission.set_workload(msg.workload("lost", msg.podset(), queue="nope"))
+    admission.set_workload(msg.workload("none", msg.podset(), queue=None))
+    admission.set_workload(msg.workload("in-broken", msg.podset(), queue="broken"))
+    admission.set_workload(
+        msg.workload(
             "level",
             PodSetSpec(name="w", count=1, topology=TopologyRequest(required="no/such-level")),
         )
     )
-    admission.set_workload(workload("neg", PodSetSpec(name="w", count=-1)))
-    admission.set_workload(workload("ok"))
+    admission.set_workload(msg.workload("neg", PodSetSpec(name="w", count=-1)))
+    admission.set_workload(msg.workload("ok", msg.podset()))
     decisions = admission.cycle(now=1.0)
     messages = {
         b.workload: (b.reason, b.message)
@@ -299,7 +256,7 @@ def test_invalid_workloads_queues_and_unknown_queues_wait_with_a_reason() -> Non
 
 def test_a_queue_with_a_negative_quota_is_invalid() -> None:
     admission = cluster(*two_racks(), queues=[QueueConfig(name="q", quota={"cpu": -5})])
-    admission.set_workload(workload("a"))
+    admission.set_workload(msg.workload("a", msg.podset()))
     (decision,) = admission.cycle(now=1.0)
     assert isinstance(decision.body, Pending)
     assert (decision.body.reason, decision.body.message) == (
@@ -310,19 +267,20 @@ def test_a_queue_with_a_negative_quota_is_invalid() -> None:
 
 def test_a_default_queue_takes_workloads_that_name_none() -> None:
     admission = cluster(*two_racks(), settings=AdmissionSettings(default_queue="q"))
-    admission.set_workload(workload("a", queue=None))
+    admission.set_workload(msg.workload("a", msg.podset(), queue=None))
     assert isinstance(admission.cycle(now=1.0)[0].body, Admitted)
 
 
 def test_pending_is_republished_only_when_the_reason_changes() -> None:
     admission = cluster(
-        node("n1", "r1", gpus=8), queues=[QueueConfig(name="q", quota={"cpu": 10**6, GPU: 8})]
+        msg.capacity_node("n1", "b1", "r1", gpus=8),
+        queues=[QueueConfig(name="q", quota={"cpu": 10**6, GPU: 8})],
     )
-    admission.set_workload(workload("a", workers(1, 8), created_at=1))
-    admission.set_workload(workload("b", workers(1, 8), created_at=2))
+    admission.set_workload(msg.workload("a", msg.podset(count=1, gpus=8), created_at=1))
+    admission.set_workload(msg.workload("b", msg.podset(count=1, gpus=8), created_at=2))
     first = admission.cycle(now=1.0)
     assert pending_reasons(first) == {"ns/b": "ExceedsQuota"}
-    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=8, applied=0))
+    admission.capacity.update(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=8, applied=0))
     assert admission.cycle(now=2.0) == []
     admission.set_queue(QueueConfig(name="q", quota={"cpu": 10**6, GPU: 16}))
     assert pending_reasons(admission.cycle(now=3.0)) == {"ns/b": "WaitingForCapacity"}
@@ -331,16 +289,16 @@ def test_pending_is_republished_only_when_the_reason_changes() -> None:
 
 def test_a_decision_counts_the_tries_since_the_previous_one() -> None:
     """Cycles that find the reason unchanged publish nothing; the next decision counts them."""
-    admission = cluster(node("n1", "r1", gpus=8, free_gpus=0))
-    admission.set_workload(workload("a", workers(1, 8)))
+    admission = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=0))
+    admission.set_workload(msg.workload("a", msg.podset(count=1, gpus=8)))
     [waiting] = admission.cycle(now=1.0)
     assert isinstance(waiting.body, Pending)
     assert waiting.tries == 1
     for free in (2, 4, 6):  # capacity changes, still not enough: tried again, nothing said
-        admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=free))
+        admission.capacity.update(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=free))
         assert admission.cycle(now=2.0) == []
     assert admission.cycle(now=3.0) == []  # nothing changed: not even tried
-    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=8))
+    admission.capacity.update(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=8))
     [admitted] = admission.cycle(now=4.0)
     assert isinstance(admitted.body, Admitted)
     assert admitted.tries == 4
@@ -349,9 +307,11 @@ def test_a_decision_counts_the_tries_since_the_previous_one() -> None:
 def test_strict_fifo_head_blocks_its_queue_best_effort_lets_later_ones_go() -> None:
     for strategy, admitted in (("StrictFIFO", []), ("BestEffortFIFO", ["ns/small"])):
         queue = QueueConfig(name="q", strategy=strategy)  # type: ignore[arg-type]
-        admission = cluster(node("n1", "r1", gpus=8, free_gpus=4), queues=[queue])
-        admission.set_workload(workload("big", workers(1, 8), created_at=1))
-        admission.set_workload(workload("small", workers(1, 4), created_at=2))
+        admission = cluster(
+            msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=4), queues=[queue]
+        )
+        admission.set_workload(msg.workload("big", msg.podset(count=1, gpus=8), created_at=1))
+        admission.set_workload(msg.workload("small", msg.podset(count=1, gpus=4), created_at=2))
         decisions = admission.cycle(now=1.0)
         assert [
             b.workload for b in only(decisions, Admitted) if isinstance(b, Admitted)
@@ -367,8 +327,10 @@ def test_strict_fifo_head_blocks_its_queue_best_effort_lets_later_ones_go() -> N
 
 def test_strict_fifo_is_not_blocked_by_an_invalid_head() -> None:
     admission = cluster(*two_racks(), queues=[QueueConfig(name="q", strategy="StrictFIFO")])
-    admission.set_workload(workload("bad", workers(1, 1), created_at=1, invalid_reason="broken"))
-    admission.set_workload(workload("good", workers(1, 1), created_at=2))
+    admission.set_workload(
+        msg.workload("bad", msg.podset(count=1, gpus=1), created_at=1, invalid_reason="broken")
+    )
+    admission.set_workload(msg.workload("good", msg.podset(count=1, gpus=1), created_at=2))
     assert [
         b.workload for b in only(admission.cycle(now=1.0), Admitted) if isinstance(b, Admitted)
     ] == ["ns/good"]
@@ -379,11 +341,15 @@ def test_higher_priority_queue_and_workload_go_first() -> None:
         QueueConfig(name="offline", priority=20000),
         QueueConfig(name="online", priority=80000),
     ]
-    admission = cluster(node("n1", "r1", gpus=8), queues=queues)
-    admission.set_workload(workload("old-offline", workers(1, 8), queue="offline", created_at=0))
-    admission.set_workload(workload("low", workers(1, 8), queue="online", created_at=1, priority=1))
+    admission = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8), queues=queues)
     admission.set_workload(
-        workload("high", workers(1, 8), queue="online", created_at=2, priority=9)
+        msg.workload("old-offline", msg.podset(count=1, gpus=8), queue="offline", created_at=0)
+    )
+    admission.set_workload(
+        msg.workload("low", msg.podset(count=1, gpus=8), queue="online", created_at=1, priority=1)
+    )
+    admission.set_workload(
+        msg.workload("high", msg.podset(count=1, gpus=8), queue="online", created_at=2, priority=9)
     )
     decisions = admission.cycle(now=1.0)
     assert [b.workload for b in only(decisions, Admitted) if isinstance(b, Admitted)] == ["ns/high"]
@@ -391,11 +357,13 @@ def test_higher_priority_queue_and_workload_go_first() -> None:
 
 def test_inference_asks_for_preemption_once_and_again_after_the_timeout() -> None:
     admission = cluster(
-        node("n1", "r1", gpus=8, free_gpus=0),
+        msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=0),
         settings=AdmissionSettings(preemption_timeout_seconds=10),
     )
-    admission.set_workload(workload("serve", workers(1, 8), service_type="inference"))
-    admission.set_workload(workload("train", workers(1, 8), created_at=1))
+    admission.set_workload(
+        msg.workload("serve", msg.podset(count=1, gpus=8), service_type="inference")
+    )
+    admission.set_workload(msg.workload("train", msg.podset(count=1, gpus=8), created_at=1))
     decisions = admission.cycle(now=1.0)
     (request,) = only(decisions, PreemptRequested)
     assert isinstance(request, PreemptRequested)
@@ -413,21 +381,25 @@ def test_inference_asks_for_preemption_once_and_again_after_the_timeout() -> Non
 
 def test_a_training_gang_never_asks_for_preemption_nor_does_a_quota_shortage() -> None:
     queue = QueueConfig(name="q", quota={"cpu": 10**6, GPU: 4})
-    admission = cluster(node("n1", "r1", gpus=8, free_gpus=0), queues=[queue])
-    admission.set_workload(workload("serve", workers(1, 8), service_type="inference"))
+    admission = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=0), queues=[queue])
+    admission.set_workload(
+        msg.workload("serve", msg.podset(count=1, gpus=8), service_type="inference")
+    )
     assert only(admission.cycle(now=1.0), PreemptRequested) == []
 
 
 def preempt_scene() -> tuple[Admission, WorkloadState]:
     """A victim admitted on n1 (8 GPUs), a preemptor of 8 GPUs waiting for it."""
-    admission = cluster(node("n1", "r1", gpus=8))
-    victim = workload("victim", workers(1, 8), created_at=0)
+    admission = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8))
+    victim = msg.workload("victim", msg.podset(count=1, gpus=8), created_at=0)
     admission.set_workload(victim)
     (admitted,) = admission.cycle(now=1.0)
     assert isinstance(admitted.body, Admitted)
     # The cache applies the admission: n1 is full.
-    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=0, applied=1))
-    serve = workload("serve", workers(1, 8), service_type="inference", created_at=5)
+    admission.capacity.update(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=0, applied=1))
+    serve = msg.workload(
+        "serve", msg.podset(count=1, gpus=8), service_type="inference", created_at=5
+    )
     admission.set_workload(serve)
     assert len(only(admission.cycle(now=2.0), PreemptRequested)) == 1
     return admission, serve
@@ -448,9 +420,13 @@ def test_preempted_victims_release_quota_and_the_room_is_held_for_the_preemptor(
     assert (body.workload, body.reason) == ("ns/victim", "Evicted")
     assert admission.quota.usage("q").resources == {}
     # The victim's pods are gone: the cache reports n1 free again.
-    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=8, applied=body.sequence))
+    admission.capacity.update(
+        msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=8, applied=body.sequence)
+    )
     # A newcomer of higher priority must not take the nominated room; the preemptor does.
-    admission.set_workload(workload("sneaky", workers(1, 8), created_at=0, priority=100))
+    admission.set_workload(
+        msg.workload("sneaky", msg.podset(count=1, gpus=8), created_at=0, priority=100)
+    )
     decisions = admission.cycle(now=4.0)
     admitted = [b for b in only(decisions, Admitted) if isinstance(b, Admitted)]
     assert [(a.workload, a.nominated_by) for a in admitted] == [("ns/serve", "ns/serve")]
@@ -473,7 +449,7 @@ def test_aborted_victims_are_not_admitted_again() -> None:
         ),
         now=3.0,
     )
-    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=16, applied=10))
+    admission.capacity.update(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=16, applied=10))
     decisions = admission.cycle(now=4.0)
     assert "ns/victim" not in {d.key for d in decisions}
 
@@ -493,17 +469,19 @@ def test_a_nomination_lapses_after_its_timeout() -> None:
 
 
 def test_overlay_keeps_room_taken_until_the_view_reports_the_decision() -> None:
-    admission = cluster(node("n1", "r1", gpus=8))
-    admission.set_workload(workload("a", workers(1, 8)))
+    admission = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8))
+    admission.set_workload(msg.workload("a", msg.podset(count=1, gpus=8)))
     (decision,) = admission.cycle(now=1.0)
     assert isinstance(decision.body, Admitted)
     sequence = decision.body.sequence
     # A report made before the decision was applied still shows n1 empty: the overlay holds.
-    admission.capacity.update(node("n1", "r1", gpus=8, applied=sequence - 1))
-    admission.set_workload(workload("b", workers(1, 8)))
+    admission.capacity.update(msg.capacity_node("n1", "b1", "r1", gpus=8, applied=sequence - 1))
+    admission.set_workload(msg.workload("b", msg.podset(count=1, gpus=8)))
     assert pending_reasons(admission.cycle(now=2.0)) == {"ns/b": "WaitingForCapacity"}
     # The report that applied it shows n1 full; the overlay entry is dropped, nothing doubles.
-    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=0, applied=sequence))
+    admission.capacity.update(
+        msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=0, applied=sequence)
+    )
     assert len(admission.capacity.overlay) == 0
     view = admission.capacity.view("default")
     assert view is not None
@@ -513,8 +491,8 @@ def test_overlay_keeps_room_taken_until_the_view_reports_the_decision() -> None:
 def test_deletion_releases_quota_and_lets_the_next_one_in() -> None:
     queue = QueueConfig(name="q", quota={"cpu": 10**6, GPU: 8})
     admission = cluster(*two_racks(), queues=[queue])
-    admission.set_workload(workload("a", workers(1, 8), created_at=1))
-    admission.set_workload(workload("b", workers(1, 8), created_at=2))
+    admission.set_workload(msg.workload("a", msg.podset(count=1, gpus=8), created_at=1))
+    admission.set_workload(msg.workload("b", msg.podset(count=1, gpus=8), created_at=2))
     admission.cycle(now=1.0)
     (released,) = admission.remove_workload(WorkloadKey("ns/a"))
     assert isinstance(released.body, Released)
@@ -526,16 +504,16 @@ def test_deletion_releases_quota_and_lets_the_next_one_in() -> None:
 
 
 def test_a_successor_restored_from_the_ledger_admits_nothing_twice() -> None:
-    first = cluster(node("n1", "r1", gpus=8))
-    gang = workload("a", workers(1, 8))
+    first = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8))
+    gang = msg.workload("a", msg.podset(count=1, gpus=8))
     first.set_workload(gang)
     (decision,) = first.cycle(now=1.0)
     assert isinstance(decision.body, Admitted)
 
-    second = cluster(node("n1", "r1", gpus=8))
+    second = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8))
     second.restore(decision.body, decision.node_usage, now=2.0)
     second.set_workload(gang)
-    second.set_workload(workload("b", workers(1, 8)))
+    second.set_workload(msg.workload("b", msg.podset(count=1, gpus=8)))
     decisions = second.cycle(now=3.0)
     assert only(decisions, Admitted) == []
     assert pending_reasons(decisions) == {"ns/b": "WaitingForCapacity"}
@@ -545,10 +523,15 @@ def test_a_successor_restored_from_the_ledger_admits_nothing_twice() -> None:
 
 def test_a_new_object_under_an_admitted_name_releases_the_old_one() -> None:
     admission = cluster(*two_racks())
-    admission.set_workload(workload("a"))
+    admission.set_workload(msg.workload("a", msg.podset()))
     admission.cycle(now=1.0)
     recreated = WorkloadState(
-        namespace="ns", name="a", uid="other", owner_kind="Job", queue="q", podsets=[workers(1, 1)]
+        namespace="ns",
+        name="a",
+        uid="other",
+        owner_kind="Job",
+        queue="q",
+        podsets=[msg.podset(count=1, gpus=1)],
     )
     (released,) = admission.set_workload(recreated)
     assert isinstance(released.body, Released)
@@ -562,8 +545,8 @@ def test_topology_choice_queue_then_workload_then_only_or_default() -> None:
     admission = cluster(
         *two_racks(), queues=[QueueConfig(name="q", topology="default"), QueueConfig(name="free")]
     )
-    admission.set_workload(workload("conflict", topology="other"))
-    admission.set_workload(workload("missing", queue="free", topology="other"))
+    admission.set_workload(msg.workload("conflict", msg.podset(), topology="other"))
+    admission.set_workload(msg.workload("missing", msg.podset(), queue="free", topology="other"))
     decisions = admission.cycle(now=1.0)
     messages = {
         b.workload: (b.reason, b.message)
@@ -577,8 +560,8 @@ def test_topology_choice_queue_then_workload_then_only_or_default() -> None:
     assert messages["ns/missing"] == ("TopologyPlacementFailed", "topology other does not exist")
 
     admission.capacity.set_topology(TopologyConfig(name="second", levels=[BLOCK, HOST]))
-    admission.capacity.set_topology(TopologyConfig(name="default", levels=[BLOCK, RACK, HOST]))
-    admission.set_workload(workload("pick", queue="free"))
+    admission.capacity.set_topology(msg.topology())
+    admission.set_workload(msg.workload("pick", msg.podset(), queue="free"))
     (picked,) = only(admission.cycle(now=2.0), Admitted)
     assert isinstance(picked, Admitted)
     assert picked.assignments["workers"].levels == [BLOCK, RACK, HOST]
@@ -589,7 +572,7 @@ def test_no_topology_to_choose_from() -> None:
     admission.set_queue(QueueConfig(name="q"))
     admission.capacity.set_topology(TopologyConfig(name="a", levels=[HOST]))
     admission.capacity.set_topology(TopologyConfig(name="b", levels=[HOST]))
-    admission.set_workload(workload("w"))
+    admission.set_workload(msg.workload("w", msg.podset()))
     (decision,) = admission.cycle(now=1.0)
     assert isinstance(decision.body, Pending)
     assert decision.body.reason == "TopologyPlacementFailed"
@@ -597,18 +580,18 @@ def test_no_topology_to_choose_from() -> None:
 
 
 def test_a_waiting_workload_is_retried_only_when_room_may_have_grown() -> None:
-    admission = cluster(node("n1", "r1", gpus=8, free_gpus=0))
-    admission.set_workload(workload("a", workers(1, 8)))
+    admission = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=0))
+    admission.set_workload(msg.workload("a", msg.podset(count=1, gpus=8)))
     assert pending_reasons(admission.cycle(now=1.0)) == {"ns/a": "WaitingForCapacity"}
-    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=0))
+    admission.capacity.update(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=0))
     assert admission.cycle(now=2.0) == []
-    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=8))
+    admission.capacity.update(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=8))
     assert isinstance(admission.cycle(now=3.0)[0].body, Admitted)
 
 
 def test_release_by_another_service_checks_uid_and_sequence_and_finishes_completed_ones() -> None:
     admission = cluster(*two_racks())
-    admission.set_workload(workload("a"))
+    admission.set_workload(msg.workload("a", msg.podset()))
     (admitted,) = admission.cycle(now=1.0)
     assert isinstance(admitted.body, Admitted)
     key = WorkloadKey("ns/a")
@@ -620,7 +603,12 @@ def test_release_by_another_service_checks_uid_and_sequence_and_finishes_complet
     assert released.body.reason == "Completed"
     assert admission.cycle(now=2.0) == []  # finished: not admitted again
     recreated = WorkloadState(
-        namespace="ns", name="a", uid="new", owner_kind="Job", queue="q", podsets=[workers(1, 1)]
+        namespace="ns",
+        name="a",
+        uid="new",
+        owner_kind="Job",
+        queue="q",
+        podsets=[msg.podset(count=1, gpus=1)],
     )
     admission.set_workload(recreated)
     (again,) = admission.cycle(now=3.0)
@@ -645,7 +633,9 @@ def test_a_repeated_preempted_leaves_the_victims_later_admission_alone() -> None
     assert isinstance(released, Released)
     # The preemptor is deleted; the victim, re-queued (restart), is admitted again.
     admission.remove_workload(WorkloadKey("ns/serve"))
-    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=8, applied=released.sequence))
+    admission.capacity.update(
+        msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=8, applied=released.sequence)
+    )
     again = [b for b in bodies(admission.cycle(now=4.0)) if isinstance(b, Admitted)]
     assert [a.workload for a in again] == ["ns/victim"]
     # The same decision once more: it names the admission that already ended.
@@ -669,7 +659,7 @@ def test_an_aborted_victim_is_kept_out_by_a_successor_that_restores_it() -> None
         now=3.0,
     )
     assert admission.stopped() == {"ns/victim": "uid-victim"}
-    successor = cluster(node("n1", "r1", gpus=8, free_gpus=16, applied=10))
+    successor = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=16, applied=10))
     victim = admission.workload(WorkloadKey("ns/victim"))
     assert victim is not None
     successor.set_workload(victim)

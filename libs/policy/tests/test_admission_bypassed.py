@@ -5,7 +5,7 @@ import msgspec
 from tidegate.model import Admitted, Pending, QueueConfig, WorkloadKey
 from tidegate.policy.quota import Charge, QuotaLedger
 
-from .test_admission import GPU, cluster, only, two_racks, workers, workload
+from .test_admission import GPU, cluster, msg, only, two_racks
 
 
 def test_pods_that_bypassed_the_gate_count_against_the_quota_until_the_workload_is_admitted() -> (
@@ -15,11 +15,15 @@ def test_pods_that_bypassed_the_gate_count_against_the_quota_until_the_workload_
     admission = cluster(*two_racks(), queues=[queue])
     # 3 pods of 4 GPUs started ungated while the webhook was down: 12 GPUs in use, uncharged
     # before; now charged, so a gang of 8 GPUs waits.
-    bypassing = workload(
-        "ran", workers(3, 4), created_at=1, bypassed_pods=3, bypassed_requests={GPU: 12}
+    bypassing = msg.workload(
+        "ran",
+        msg.podset(count=3, gpus=4),
+        created_at=1,
+        bypassed_pods=3,
+        bypassed_requests={GPU: 12},
     )
     admission.set_workload(bypassing)
-    admission.set_workload(workload("next", workers(2, 4), created_at=2))
+    admission.set_workload(msg.workload("next", msg.podset(count=2, gpus=4), created_at=2))
     (pending, *_) = [p for p in only(admission.cycle(now=1.0), Pending) if p.workload == "ns/next"]
     assert isinstance(pending, Pending)
     assert pending.reason == "ExceedsQuota"

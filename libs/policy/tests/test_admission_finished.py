@@ -7,7 +7,7 @@ import pytest
 from tidegate.model import Admitted, Pending, PreemptRequested, QueueConfig, Released, WorkloadKey
 from tidegate.policy.admission import Admission, Decision
 
-from .test_admission import cluster, node, only, pending_reasons, two_racks, workers, workload
+from .test_admission import cluster, msg, only, pending_reasons, two_racks
 
 KEY = WorkloadKey("ns/a")
 
@@ -28,9 +28,9 @@ def test_a_finished_workload_releases_its_quota_and_the_next_one_is_admitted(
     outcome: str,
 ) -> None:
     admission = one_gang_queue()
-    gang = workload("a", workers(1, 8), created_at=1)
+    gang = msg.workload("a", msg.podset(count=1, gpus=8), created_at=1)
     admission.set_workload(gang)
-    admission.set_workload(workload("b", workers(1, 8), created_at=2))
+    admission.set_workload(msg.workload("b", msg.podset(count=1, gpus=8), created_at=2))
     first = admission.cycle(now=1.0)
     assert admitted_ids(first) == ["ns/a"]
     assert pending_reasons(first) == {"ns/b": "ExceedsQuota"}
@@ -51,7 +51,7 @@ def test_a_finished_workload_releases_its_quota_and_the_next_one_is_admitted(
 
 def test_a_finished_workload_is_released_once_and_never_admitted_again() -> None:
     admission = cluster(*two_racks())
-    gang = workload("a", workers(1, 8))
+    gang = msg.workload("a", msg.podset(count=1, gpus=8))
     admission.set_workload(gang)
     admission.cycle(now=1.0)
     done = msgspec.structs.replace(gang, finished="Completed")
@@ -66,21 +66,21 @@ def test_a_finished_workload_is_released_once_and_never_admitted_again() -> None
 
 
 def test_a_workload_that_finished_while_waiting_stops_waiting_and_publishes_nothing() -> None:
-    admission = cluster(node("n1", "r1", gpus=8, free_gpus=0))
-    serve = workload("a", workers(1, 8), service_type="inference")
+    admission = cluster(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=0))
+    serve = msg.workload("a", msg.podset(count=1, gpus=8), service_type="inference")
     admission.set_workload(serve)
     waiting = admission.cycle(now=1.0)
     assert [type(d.body) for d in waiting] == [PreemptRequested, Pending]
     # E.g. a Job whose activeDeadlineSeconds ran out while its pods were gated.
     assert admission.set_workload(msgspec.structs.replace(serve, finished="Failed")) == []
-    admission.capacity.update(node("n1", "r1", gpus=8, free_gpus=8, applied=10))
+    admission.capacity.update(msg.capacity_node("n1", "b1", "r1", gpus=8, free_gpus=8, applied=10))
     assert admission.cycle(now=100.0) == []  # not admitted, no new preemption request
     assert admission.last_reason(KEY) is None
 
 
 def test_a_successor_releases_a_workload_that_finished_while_nobody_led_exactly_once() -> None:
     leader = cluster(*two_racks())
-    gang = workload("a", workers(1, 8))
+    gang = msg.workload("a", msg.podset(count=1, gpus=8))
     leader.set_workload(gang)
     (decision,) = leader.cycle(now=1.0)
     assert isinstance(decision.body, Admitted)
@@ -100,15 +100,17 @@ def test_a_successor_releases_a_workload_that_finished_while_nobody_led_exactly_
 
 def test_finished_applies_to_its_own_uid_only() -> None:
     admission = cluster(*two_racks())
-    admission.set_workload(workload("a"))
+    admission.set_workload(msg.workload("a", msg.podset()))
     admission.cycle(now=1.0)
     # The old object is replaced by a new one that has already finished (a bare Pod re-created
     # and run to the end while admission was not looking): the old admission is Deleted.
-    recreated = msgspec.structs.replace(workload("a"), uid="new", finished="Completed")
+    recreated = msgspec.structs.replace(
+        msg.workload("a", msg.podset()), uid="new", finished="Completed"
+    )
     (released,) = admission.set_workload(recreated)
     assert isinstance(released.body, Released)
     assert (released.body.uid, released.body.reason) == ("uid-a", "Deleted")
     assert admission.cycle(now=2.0) == []
     # A third object under the name, not finished, is admitted: "done" belonged to a uid.
-    admission.set_workload(msgspec.structs.replace(workload("a"), uid="third"))
+    admission.set_workload(msgspec.structs.replace(msg.workload("a", msg.podset()), uid="third"))
     assert admitted_ids(admission.cycle(now=3.0)) == ["ns/a"]

@@ -6,7 +6,7 @@ import msgspec
 from tidegate.model import Admitted, QueueConfig, Released, WorkloadKey
 from tidegate.policy.admission import stopped
 
-from .test_admission import cluster, only, pending_reasons, two_racks, workers, workload
+from .test_admission import cluster, msg, only, pending_reasons, two_racks
 from .test_admission_finished import admitted_ids
 
 KEY = WorkloadKey("ns/a")
@@ -14,7 +14,9 @@ KEY = WorkloadKey("ns/a")
 
 def test_a_workload_queued_for_tidegate_is_admitted_while_suspended() -> None:
     admission = cluster(*two_racks())
-    queued = workload("a", workers(1, 8), suspended=True, resume_on_admission=True)
+    queued = msg.workload(
+        "a", msg.podset(count=1, gpus=8), suspended=True, resume_on_admission=True
+    )
     assert not stopped(queued)
     admission.set_workload(queued)
     assert admitted_ids(admission.cycle(now=1.0)) == ["ns/a"]
@@ -26,7 +28,7 @@ def test_a_workload_queued_for_tidegate_is_admitted_while_suspended() -> None:
 
 def test_a_stopped_workload_is_never_admitted_and_does_not_wait() -> None:
     admission = cluster(*two_racks())
-    admission.set_workload(workload("a", workers(1, 8), suspended=True))
+    admission.set_workload(msg.workload("a", msg.podset(count=1, gpus=8), suspended=True))
     assert admission.cycle(now=1.0) == []
     assert admission.waiting() == {}
     assert admission.quota.usage("q").resources == {}
@@ -36,9 +38,9 @@ def test_suspending_an_admitted_workload_releases_it_and_resuming_queues_it_agai
     admission = cluster(
         *two_racks(), queues=[QueueConfig(name="q", quota={"cpu": 10**6, "nvidia.com/gpu": 8})]
     )
-    gang = workload("a", workers(1, 8), created_at=1)
+    gang = msg.workload("a", msg.podset(count=1, gpus=8), created_at=1)
     admission.set_workload(gang)
-    admission.set_workload(workload("b", workers(1, 8), created_at=2))
+    admission.set_workload(msg.workload("b", msg.podset(count=1, gpus=8), created_at=2))
     first = admission.cycle(now=1.0)
     assert admitted_ids(first) == ["ns/a"]
     assert pending_reasons(first) == {"ns/b": "ExceedsQuota"}
@@ -60,7 +62,7 @@ def test_suspending_an_admitted_workload_releases_it_and_resuming_queues_it_agai
 
 def test_a_successor_releases_a_restored_admission_whose_workload_was_suspended() -> None:
     admission = cluster(*two_racks())
-    gang = workload("a", workers(1, 8))
+    gang = msg.workload("a", msg.podset(count=1, gpus=8))
     admission.set_workload(gang)
     (admitted,) = only(admission.cycle(now=1.0), Admitted)
     assert isinstance(admitted, Admitted)
@@ -77,9 +79,9 @@ def test_a_workload_whose_namespace_is_being_deleted_is_never_admitted_and_gives
     # Its objects are about to go; a Job that cannot re-create an evicted pod there (a
     # finalizer held in a namespace being deleted) would otherwise hold room for nothing.
     admission = cluster(*two_racks())
-    doomed = workload("b", workers(1, 8), created_at=2, namespace_deleting=True)
+    doomed = msg.workload("b", msg.podset(count=1, gpus=8), created_at=2, namespace_deleting=True)
     assert stopped(doomed)
-    gang = workload("a", workers(1, 8), created_at=1)
+    gang = msg.workload("a", msg.podset(count=1, gpus=8), created_at=1)
     admission.set_workload(gang)
     admission.set_workload(doomed)
     first = admission.cycle(now=1.0)

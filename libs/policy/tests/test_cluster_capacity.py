@@ -9,7 +9,6 @@ import msgspec
 import pytest
 
 from tidegate.model import (
-    CapacityNode,
     NodeName,
     NodeState,
     PodSetSpec,
@@ -19,19 +18,13 @@ from tidegate.model import (
 )
 from tidegate.placement import CapacityView, NodeCapacity, PlacementRequest, PlacementResult
 from tidegate.policy.capacity import STALE_WRITTEN_AT, ClusterCapacity
+from tidegate.testing.messages import Messages
 
 RACK = "tidegate.io/rack"
 
 
-def report(node: str, *, gpus: int = 8, free: int = 8, rack: str = "r1") -> CapacityNode:
-    """A capacity report of ``node`` in Topology ``t``."""
-    return CapacityNode(
-        topology="t",
-        node=node,
-        domain=[rack],
-        allocatable={"nvidia.com/gpu": gpus},
-        free={"nvidia.com/gpu": free},
-    )
+msg = Messages(levels=[RACK], defaults={"capacity_node": {"topology": "t", "pods": None}})
+"""Capacity records of Topology ``t``, whose one level is the rack."""
 
 
 def nodes(capacity: ClusterCapacity, *, empty: bool) -> dict[str, NodeCapacity]:
@@ -58,14 +51,14 @@ def cluster() -> ClusterCapacity:
     """Topology ``t`` (one level, the rack) with two nodes of 8 GPUs, all free."""
     capacity = ClusterCapacity()
     capacity.set_topology(TopologyConfig(name="t", levels=[RACK]))
-    capacity.update(report("n1"))
-    capacity.update(report("n2"))
+    capacity.update(msg.capacity_node("n1", "r1"))
+    capacity.update(msg.capacity_node("n2", "r1"))
     return capacity
 
 
 def test_a_report_of_less_free_changes_the_live_view_not_the_empty_one() -> None:
     capacity = cluster()
-    capacity.update(report("n1", free=2))
+    capacity.update(msg.capacity_node("n1", "r1", free_gpus=2))
     assert nodes(capacity, empty=False)["n1"].used == {"nvidia.com/gpu": 6}
     assert nodes(capacity, empty=True)["n1"].used == {}
     assert nodes(capacity, empty=True)["n1"].allocatable["nvidia.com/gpu"] == 8
@@ -73,7 +66,7 @@ def test_a_report_of_less_free_changes_the_live_view_not_the_empty_one() -> None
 
 def test_the_empty_view_follows_allocatable_domain_labels_and_taints() -> None:
     capacity = cluster()
-    capacity.update(report("n1", gpus=4, free=4, rack="r2"))
+    capacity.update(msg.capacity_node("n1", "r2", gpus=4, free_gpus=4))
     empty = nodes(capacity, empty=True)["n1"]
     assert empty.allocatable["nvidia.com/gpu"] == 4
     assert empty.labels[RACK] == "r2"
@@ -90,7 +83,7 @@ def test_a_node_that_left_and_came_back_is_in_the_empty_view_again() -> None:
     capacity = cluster()
     capacity.remove("t", "n1")
     assert set(nodes(capacity, empty=True)) == {"n2"}
-    capacity.update(report("n1"))  # the same content as before it left
+    capacity.update(msg.capacity_node("n1", "r1"))  # the same content as before it left
     assert set(nodes(capacity, empty=True)) == {"n1", "n2"}
 
 
@@ -99,7 +92,7 @@ def test_a_topology_removed_and_added_again_is_rebuilt_from_new_reports() -> Non
     capacity.remove_topology("t")
     assert capacity.empty_view("t") is None
     capacity.set_topology(TopologyConfig(name="t", levels=[RACK]))
-    capacity.update(report("n1"))
+    capacity.update(msg.capacity_node("n1", "r1"))
     assert set(nodes(capacity, empty=True)) == {"n1"}
     assert capacity.topologies_of(NodeName("n1")) == ["t"]
 
@@ -135,13 +128,13 @@ def test_every_change_of_the_live_view_forgets_what_was_placed_on_it() -> None:
     assert fits(capacity, gang(2))
     capacity.take(1, {NodeName("n1"): {"nvidia.com/gpu": 8}}, at=0.0)
     assert not fits(capacity, gang(2))
-    capacity.update(msgspec.structs.replace(report("n1", free=8), applied_sequence=1))
+    capacity.update(msgspec.structs.replace(msg.capacity_node("n1", "r1"), applied_sequence=1))
     assert fits(capacity, gang(2))
     capacity.hold(NodeName("n2"), {"nvidia.com/gpu": 1})
     assert not fits(capacity, gang(2))
     capacity.unhold(NodeName("n2"), {"nvidia.com/gpu": 1})
     assert fits(capacity, gang(2))
-    capacity.update(report("n2", free=0))
+    capacity.update(msg.capacity_node("n2", "r1", free_gpus=0))
     assert not fits(capacity, gang(2))
     assert fits(capacity, gang(2), empty=True)  # a report of less free leaves the empty view
 
@@ -149,7 +142,7 @@ def test_every_change_of_the_live_view_forgets_what_was_placed_on_it() -> None:
 def test_every_change_of_the_empty_view_forgets_what_was_placed_on_it() -> None:
     capacity = cluster()
     assert not fits(capacity, gang(3), empty=True)
-    capacity.update(report("n3"))
+    capacity.update(msg.capacity_node("n3", "r1"))
     assert fits(capacity, gang(3), empty=True)
     capacity.remove("t", "n3")
     assert not fits(capacity, gang(3), empty=True)
@@ -170,7 +163,7 @@ def test_reports_between_two_reads_are_written_into_the_views_once(
     assert capacity.view("t") is not None  # the set-up's reports are written
     written = count_writes(monkeypatch)
     for free in (7, 6, 5, 4):
-        capacity.update(report("n1", free=free))
+        capacity.update(msg.capacity_node("n1", "r1", free_gpus=free))
     assert written == []
     assert nodes(capacity, empty=False)["n1"].used == {"nvidia.com/gpu": 4}
     assert written == ["n1"]  # the live view once; the empty view did not change
@@ -186,7 +179,7 @@ def test_a_burst_of_reports_is_written_as_it_comes_so_no_read_pays_for_all_of_it
     written = count_writes(monkeypatch)
     burst = STALE_WRITTEN_AT * 3 + 5
     for index in range(burst):
-        capacity.update(report(f"m{index:05d}", free=index % 9))
+        capacity.update(msg.capacity_node(f"m{index:05d}", "r1", free_gpus=index % 9))
     # New nodes: each goes into the live and the empty view, all but the last few already.
     assert len(written) == 2 * (burst - 5)
     view = capacity.view("t")
@@ -198,12 +191,12 @@ def test_a_burst_of_reports_is_written_as_it_comes_so_no_read_pays_for_all_of_it
 
 def test_a_node_that_left_and_came_back_between_two_reads_is_in_the_views() -> None:
     capacity = cluster()
-    capacity.update(report("n1", free=3))
+    capacity.update(msg.capacity_node("n1", "r1", free_gpus=3))
     capacity.remove("t", "n1")
     assert set(nodes(capacity, empty=False)) == {"n2"}
-    capacity.update(report("n2", free=1))
+    capacity.update(msg.capacity_node("n2", "r1", free_gpus=1))
     capacity.remove("t", "n2")
-    capacity.update(report("n2", free=2))
+    capacity.update(msg.capacity_node("n2", "r1", free_gpus=2))
     assert set(nodes(capacity, empty=False)) == {"n2"}
     assert nodes(capacity, empty=False)["n2"].used == {"nvidia.com/gpu": 6}
     assert set(nodes(capacity, empty=True)) == {"n2"}

@@ -10,7 +10,6 @@ from tidegate.model import (
     Preempted,
     PreemptRequested,
     QueueConfig,
-    ReplaceRequested,
     TopologyAssignment,
     WorkloadKey,
     WorkloadState,
@@ -25,7 +24,7 @@ from tidegate.policy.elastic import (
     surplus,
 )
 
-from .test_admission import GPU, cluster, node, only, workers, workload
+from .test_admission import GPU, RACK, cluster, msg, only
 
 KEY = WorkloadKey("ns/a")
 
@@ -52,12 +51,17 @@ def racks(admitted: Admitted) -> set[str]:
 
 def four_racks() -> Admission:
     """Racks r1 and r2 with two 8-GPU nodes each."""
-    return cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2"))
+    return cluster(
+        msg.capacity_node("n1", "b1", "r1"),
+        msg.capacity_node("n2", "b1", "r1"),
+        msg.capacity_node("n3", "b1", "r2"),
+        msg.capacity_node("n4", "b1", "r2"),
+    )
 
 
 def test_growth_is_a_resize_of_the_delta_next_to_the_pods_it_has() -> None:
     admission = four_racks()
-    state = workload("a", workers(2, 4, rack=True), service_type="inference")
+    state = msg.workload("a", msg.podset(count=2, gpus=4, required=RACK), service_type="inference")
     first = admit(admission, state)
     assert sum(hosts(first).values()) == 2
     admission.set_workload(scaled(state, 4))
@@ -81,7 +85,7 @@ def test_growth_is_seen_after_cycles_that_found_the_workload_not_growing() -> No
     # Cycles remember an admitted workload that does not grow (so they skip comparing it
     # again); a new size must still be seen, each time.
     admission = four_racks()
-    state = workload("a", workers(2, 4, rack=True), service_type="inference")
+    state = msg.workload("a", msg.podset(count=2, gpus=4, required=RACK), service_type="inference")
     first = admit(admission, state)
     assert admission.cycle(now=1.5) == []
     assert admission.cycle(now=1.6) == []
@@ -98,7 +102,7 @@ def test_growth_is_seen_after_cycles_that_found_the_workload_not_growing() -> No
 
 def test_growth_beyond_the_required_rack_is_admitted_per_pod_and_the_rest_waits() -> None:
     admission = four_racks()  # a rack holds four 4-GPU pods
-    state = workload("a", workers(2, 4, rack=True))
+    state = msg.workload("a", msg.podset(count=2, gpus=4, required=RACK))
     first = admit(admission, state)
     admission.set_workload(scaled(state, 6))
     (decision,) = admission.cycle(now=2.0)
@@ -118,7 +122,7 @@ def test_growth_beyond_the_required_rack_is_admitted_per_pod_and_the_rest_waits(
 def test_growth_checks_the_quota_for_the_delta_only() -> None:
     admission = four_racks()
     admission.set_queue(QueueConfig(name="q", quota={GPU: 12}))
-    state = workload("a", workers(2, 4))
+    state = msg.workload("a", msg.podset(count=2, gpus=4))
     admit(admission, state)
     admission.set_workload(scaled(state, 4))
     (grown, pending) = (d.body for d in admission.cycle(now=2.0) + admission.cycle(now=3.0))
@@ -132,7 +136,7 @@ def test_growth_checks_the_quota_for_the_delta_only() -> None:
 
 def test_a_workload_without_a_required_level_grows_elsewhere_when_its_rack_is_full() -> None:
     admission = four_racks()
-    state = workload("a", workers(2, 8))
+    state = msg.workload("a", msg.podset(count=2, gpus=8))
     first = admit(admission, state)
     admission.set_workload(scaled(state, 3))
     (decision,) = admission.cycle(now=2.0)
@@ -142,24 +146,19 @@ def test_a_workload_without_a_required_level_grows_elsewhere_when_its_rack_is_fu
     assert racks(first) < racks(body)
 
 
-def give_back(admitted: Admitted, *domains: DomainCount) -> ReplaceRequested:
-    return ReplaceRequested(
-        workload="ns/a",
-        uid="uid-a",
-        admitted_sequence=admitted.sequence,
-        lost={"workers": list(domains)},
-        give_back=True,
-    )
-
-
 def test_a_shrink_gives_back_only_the_surplus_of_the_slots_named_and_its_quota() -> None:
     admission = four_racks()
-    state = workload("a", workers(4, 4), service_type="inference")
+    state = msg.workload("a", msg.podset(count=4, gpus=4), service_type="inference")
     first = admit(admission, state)
     admission.set_workload(scaled(state, 1))
     assert admission.cycle(now=2.0) == []  # the shrink follows the pods, not the spec
     freed = first.assignments["workers"].domains
-    (decision,) = admission.replace(give_back(first, *freed), now=3.0)
+    (decision,) = admission.replace(
+        msg.replace_requested(
+            "a", {"workers": freed}, admitted_sequence=first.sequence, give_back=True
+        ),
+        now=3.0,
+    )
     body = decision.body
     assert isinstance(body, Admitted)
     assert body.replaces == first.sequence
@@ -168,20 +167,47 @@ def test_a_shrink_gives_back_only_the_surplus_of_the_slots_named_and_its_quota()
     assert body.charged[GPU] == 4
     assert admission.quota.usage("q").resources[GPU] == 4
     # A repeated request names the admission it was about: ignored.
-    assert admission.replace(give_back(first, *freed), now=4.0) == []
+    assert (
+        admission.replace(
+            msg.replace_requested(
+                "a", {"workers": freed}, admitted_sequence=first.sequence, give_back=True
+            ),
+            now=4.0,
+        )
+        == []
+    )
     # Nothing surplus any more: a request about the new admission changes nothing.
-    assert admission.replace(give_back(body, *body.assignments["workers"].domains), now=5) == []
+    assert (
+        admission.replace(
+            msg.replace_requested(
+                "a",
+                {"workers": body.assignments["workers"].domains},
+                admitted_sequence=body.sequence,
+                give_back=True,
+            ),
+            now=5,
+        )
+        == []
+    )
 
 
 def test_freed_quota_admits_a_waiting_workload() -> None:
     admission = four_racks()
     admission.set_queue(QueueConfig(name="q", quota={GPU: 16}))
-    state = workload("a", workers(4, 4))
+    state = msg.workload("a", msg.podset(count=4, gpus=4))
     first = admit(admission, state)
-    admission.set_workload(workload("b", workers(2, 4), created_at=1.0))
+    admission.set_workload(msg.workload("b", msg.podset(count=2, gpus=4), created_at=1.0))
     assert only(admission.cycle(now=2.0), Pending)
     admission.set_workload(scaled(state, 2))
-    admission.replace(give_back(first, *first.assignments["workers"].domains), now=3.0)
+    admission.replace(
+        msg.replace_requested(
+            "a",
+            {"workers": first.assignments["workers"].domains},
+            admitted_sequence=first.sequence,
+            give_back=True,
+        ),
+        now=3.0,
+    )
     (admitted,) = only(admission.cycle(now=4.0), Admitted)
     assert isinstance(admitted, Admitted)
     assert admitted.workload == "ns/b"
@@ -189,7 +215,7 @@ def test_freed_quota_admits_a_waiting_workload() -> None:
 
 def test_a_restored_resize_charges_the_new_size() -> None:
     admission = four_racks()
-    state = workload("a", workers(2, 4))
+    state = msg.workload("a", msg.podset(count=2, gpus=4))
     admit(admission, state)
     admission.set_workload(scaled(state, 3))
     (decision,) = admission.cycle(now=2.0)
@@ -225,21 +251,21 @@ def test_pure_helpers() -> None:
         epoch=1,
         assignments={"workers": assignment},
     )
-    state = workload("a", workers(5, 1))
+    state = msg.workload("a", msg.podset(count=5, gpus=1))
     assert growth(state, admitted) == {"workers": 2}
     assert surplus(state, admitted) == {}
-    state = workload("a", workers(1, 1))
+    state = msg.workload("a", msg.podset(count=1, gpus=1))
     assert growth(state, admitted) == {}
     assert surplus(state, admitted) == {"workers": 2}
 
 
 def test_inference_growth_short_of_room_asks_preemption_for_the_delta_in_its_rack() -> None:
-    admission = cluster(node("n1", "r1"), node("n2", "r1"))
-    state = workload("a", workers(2, 4, rack=True), service_type="inference")
+    admission = cluster(msg.capacity_node("n1", "b1", "r1"), msg.capacity_node("n2", "b1", "r1"))
+    state = msg.workload("a", msg.podset(count=2, gpus=4, required=RACK), service_type="inference")
     first = admit(admission, state)
     (mine,) = set(hosts(first))  # best fit: both pods on one node
     theirs = "n2" if mine == "n1" else "n1"
-    train = workload("t", workers(1, 8), created_at=1.0)
+    train = msg.workload("t", msg.podset(count=1, gpus=8), created_at=1.0)
     train = msgspec.structs.replace(
         train, podsets=[msgspec.structs.replace(train.podsets[0], node_selector={})]
     )
@@ -266,9 +292,9 @@ def test_inference_growth_short_of_room_asks_preemption_for_the_delta_in_its_rac
     )
     (released,) = admission.preempted(preempted, now=3.0)
     assert released.body.workload == "ns/t"
-    admission.capacity.update(node(theirs, "r1", applied=released.body.sequence))
+    admission.capacity.update(msg.capacity_node(theirs, "b1", "r1", applied=released.body.sequence))
     # A newcomer does not get the held room; a's growth does.
-    admission.set_workload(workload("b", workers(1, 8), created_at=2.0))
+    admission.set_workload(msg.workload("b", msg.podset(count=1, gpus=8), created_at=2.0))
     decisions = admission.cycle(now=4.0)
     (grown,) = only(decisions, Admitted)
     assert isinstance(grown, Admitted)
@@ -279,7 +305,7 @@ def test_inference_growth_short_of_room_asks_preemption_for_the_delta_in_its_rac
 
 
 def test_only_workloads_sized_by_their_spec_give_slots_back() -> None:
-    job = workload("a", workers(1, 1))
+    job = msg.workload("a", msg.podset(count=1, gpus=1))
     assert gives_back(job)
     for kind in ("Deployment", "ReplicaSet", "JobSet"):
         assert gives_back(msgspec.structs.replace(job, owner_kind=kind))
@@ -290,7 +316,7 @@ def test_only_workloads_sized_by_their_spec_give_slots_back() -> None:
 def test_a_growth_request_still_wanted_only_while_its_admission_is_in_force_and_it_grows() -> None:
     """Issue 29 seam 2 (the service test: tests/preemption/test_stale_growth.py)."""
     admission = four_racks()
-    state = workload("a", workers(2, 4, rack=True), service_type="inference")
+    state = msg.workload("a", msg.podset(count=2, gpus=4, required=RACK), service_type="inference")
     first = admit(admission, state)
     grown = scaled(state, 5)
     extra = msgspec.structs.replace(grown.podsets[0], count=3)

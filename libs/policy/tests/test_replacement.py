@@ -9,7 +9,6 @@ from tidegate.model import (
     PodSetSpec,
     Released,
     ReplaceRequested,
-    TopologyAssignment,
     TopologyRequest,
     WorkloadKey,
 )
@@ -21,23 +20,14 @@ from tidegate.policy.replacement import (
     required_prefix,
 )
 
-from .test_admission import GPU, cluster, node, only, workers, workload
+from .test_admission import GPU, cluster, msg, only
 
 BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
-LEVELS = [BLOCK, RACK, HOST]
-
-
-def assignment(*hosts: tuple[str, str, int]) -> TopologyAssignment:
-    """(rack, host, count) triples in block b1."""
-    return TopologyAssignment(
-        levels=LEVELS,
-        domains=[DomainCount(values=["b1", r, h], count=c) for r, h, c in hosts],
-    )
 
 
 def admitted_on(admission: Admission) -> Admitted:
     """Admit ``ns/a`` (four 4-GPU workers, required rack) and return the admission."""
-    admission.set_workload(workload("a", workers(4, 4, rack=True)))
+    admission.set_workload(msg.workload("a", msg.podset(count=4, gpus=4, required=RACK)))
     (body,) = only(admission.cycle(now=1.0), Admitted)
     assert isinstance(body, Admitted)
     return body
@@ -46,24 +36,30 @@ def admitted_on(admission: Admission) -> Admitted:
 def lost_in(admitted: Admitted, *hosts: str) -> ReplaceRequested:
     """The request for the slots of ``hosts``."""
     domains = [d for d in admitted.assignments["workers"].domains if d.values[-1] in hosts]
-    return ReplaceRequested(
-        workload="ns/a",
-        uid="uid-a",
-        admitted_sequence=admitted.sequence,
-        lost={"workers": domains},
-        nodes=list(hosts),
+    return msg.replace_requested(
+        "a", {"workers": domains}, admitted_sequence=admitted.sequence, nodes=list(hosts)
     )
 
 
 def three_racks() -> Admission:
     """Rack r1: three 8-GPU nodes; rack r2: one (too small for the gang)."""
-    return cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r1"), node("n4", "r2"))
+    return cluster(
+        msg.capacity_node("n1", "b1", "r1"),
+        msg.capacity_node("n2", "b1", "r1"),
+        msg.capacity_node("n3", "b1", "r1"),
+        msg.capacity_node("n4", "b1", "r2"),
+    )
 
 
 def evicted_without_room() -> tuple[Admission, str, Released]:
     """Two racks of two nodes: ``ns/a`` admitted, then one host found full by the scheduler,
     and no room left in its rack: the admission, that host and the eviction."""
-    admission = cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2"))
+    admission = cluster(
+        msg.capacity_node("n1", "b1", "r1"),
+        msg.capacity_node("n2", "b1", "r1"),
+        msg.capacity_node("n3", "b1", "r2"),
+        msg.capacity_node("n4", "b1", "r2"),
+    )
     first = admitted_on(admission)
     host = first.assignments["workers"].domains[0].values[-1]
     request = msgspec.structs.replace(lost_in(first, host), cause="Unschedulable")
@@ -73,7 +69,7 @@ def evicted_without_room() -> tuple[Admission, str, Released]:
 
 
 def test_required_prefix_per_kind_of_request() -> None:
-    target = assignment(("r1", "n1", 2), ("r1", "n2", 1))
+    target = msg.assignment({("b1", "r1", "n1"): 2, ("b1", "r1", "n2"): 1})
     rack = PodSetSpec(name="w", count=3, topology=TopologyRequest(required=RACK))
     auto = PodSetSpec(name="w", count=3, topology=TopologyRequest(required="auto"))
     free = PodSetSpec(name="w", count=3)
@@ -125,7 +121,11 @@ def test_slots_the_scheduler_found_full_are_moved_and_say_why() -> None:
 
 def test_unschedulable_moves_are_counted_along_the_chain_and_across_an_eviction() -> None:
     admission = cluster(
-        node("n1", "r1"), node("n2", "r1"), node("n3", "r1"), node("n4", "r1"), node("n5", "r2")
+        msg.capacity_node("n1", "b1", "r1"),
+        msg.capacity_node("n2", "b1", "r1"),
+        msg.capacity_node("n3", "b1", "r1"),
+        msg.capacity_node("n4", "b1", "r1"),
+        msg.capacity_node("n5", "b1", "r2"),
     )
     first = admitted_on(admission)
     assert first.unschedulable_moves == 0
@@ -146,7 +146,9 @@ def test_unschedulable_moves_are_counted_along_the_chain_and_across_an_eviction(
     assert isinstance(evicted.body, Released)
     assert evicted.body.evict_pods
     for name, rack in (("n1", "r1"), ("n2", "r1"), ("n3", "r1"), ("n4", "r1"), ("n5", "r2")):
-        admission.capacity.update(node(name, rack, applied=admission.sequence))  # pods gone
+        admission.capacity.update(
+            msg.capacity_node(name, "b1", rack, applied=admission.sequence)
+        )  # pods gone
     (readmitted,) = only(admission.cycle(now=5.0), Admitted)
     assert isinstance(readmitted, Admitted)
     assert (readmitted.replaces, readmitted.unschedulable_moves) == (None, 2)
@@ -155,7 +157,9 @@ def test_unschedulable_moves_are_counted_along_the_chain_and_across_an_eviction(
 def test_a_new_object_of_the_same_name_starts_counting_moves_from_nought() -> None:
     admission, _, _ = evicted_without_room()
     admission.set_workload(
-        msgspec.structs.replace(workload("a", workers(4, 4, rack=True)), uid="uid-b")
+        msgspec.structs.replace(
+            msg.workload("a", msg.podset(count=4, gpus=4, required=RACK)), uid="uid-b"
+        )
     )
     (fresh,) = only(admission.cycle(now=3.0), Admitted)
     assert isinstance(fresh, Admitted)
@@ -163,7 +167,12 @@ def test_a_new_object_of_the_same_name_starts_counting_moves_from_nought() -> No
 
 
 def test_no_room_in_the_required_domain_evicts_the_gang_and_requeues_it() -> None:
-    admission = cluster(node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2"))
+    admission = cluster(
+        msg.capacity_node("n1", "b1", "r1"),
+        msg.capacity_node("n2", "b1", "r1"),
+        msg.capacity_node("n3", "b1", "r2"),
+        msg.capacity_node("n4", "b1", "r2"),
+    )
     admitted = admitted_on(admission)
     rack = admitted.assignments["workers"].domains[0].values[1]
     failed = sorted({d.values[-1] for d in admitted.assignments["workers"].domains})
@@ -176,7 +185,7 @@ def test_no_room_in_the_required_domain_evicts_the_gang_and_requeues_it() -> Non
     assert admission.quota.usage("q").resources == {}
     # Back in its queue: admitted again in the other rack once the failed node is gone.
     admission.capacity.remove("default", failed[0])
-    admission.capacity.update(node(failed[0], rack, free_gpus=0))
+    admission.capacity.update(msg.capacity_node(failed[0], "b1", rack, free_gpus=0))
     (again,) = only(admission.cycle(now=3.0), Admitted)
     assert isinstance(again, Admitted)
     assert again.replaces is None
@@ -189,21 +198,17 @@ def test_merge_keeps_the_rest_and_adds_the_new_domains() -> None:
         queue="q",
         sequence=4,
         epoch=1,
-        assignments={"workers": assignment(("r1", "n1", 2), ("r1", "n2", 2))},
+        assignments={"workers": msg.assignment({("b1", "r1", "n1"): 2, ("b1", "r1", "n2"): 2})},
     )
-    request = ReplaceRequested(
-        workload="ns/a",
-        uid="u",
-        admitted_sequence=4,
-        lost={"workers": [DomainCount(values=["b1", "r1", "n2"], count=2)]},
-    )
-    placed = {"workers": assignment(("r1", "n1", 1), ("r1", "n3", 1))}
+    lost = [DomainCount(values=["b1", "r1", "n2"], count=2)]
+    request = msg.replace_requested("a", {"workers": lost}, admitted_sequence=4, uid="u")
+    placed = {"workers": msg.assignment({("b1", "r1", "n1"): 1, ("b1", "r1", "n3"): 1})}
     merged = merged_assignments(admitted, request, placed)
     assert merged["workers"].domains == [
         DomainCount(values=["b1", "r1", "n1"], count=3),
         DomainCount(values=["b1", "r1", "n3"], count=1),
     ]
-    gang = workload("a", workers(4, 4, rack=True))
+    gang = msg.workload("a", msg.podset(count=4, gpus=4, required=RACK))
     (podset,) = replacement_podsets(gang, admitted, request)
     assert (podset.count, podset.node_selector) == (2, {BLOCK: "b1", RACK: "r1"})
     assert podset.topology.required == RACK

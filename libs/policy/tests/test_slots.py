@@ -6,7 +6,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidegate.model import Admitted, DomainCount, PodState, TopologyAssignment
+from tidegate.model import DomainCount
 from tidegate.model.names import ADMISSION_GATE
 from tidegate.policy.common import evictable, holds_capacity
 from tidegate.policy.slots import (
@@ -23,17 +23,18 @@ from tidegate.policy.slots import (
     stuck_slots,
     unschedulable_wait,
 )
+from tidegate.testing.messages import Messages
 
 LEVELS = ["block", "rack", "host"]
-
-
-def assignment(*counts: tuple[str, int]) -> TopologyAssignment:
-    """Hosts named like "r1/h1" with their counts, all in block b1."""
-    domains = []
-    for name, count in counts:
-        rack, host = name.split("/")
-        domains.append(DomainCount(values=["b1", rack, host], count=count))
-    return TopologyAssignment(levels=LEVELS, domains=domains)
+msg = Messages(
+    namespace="ns",
+    levels=LEVELS,
+    defaults={
+        "pod": {"podset": "main", "phase": "Pending", "requests": {}},
+        "admitted": {"podset": "main", "uid": "w"},
+    },
+)
+"""Pods p<i> (uid u<i>, rank i) of podset "main" of ns/w; hosts in block b1."""
 
 
 def gated(index: int, *, rank: int | None = None) -> Member:
@@ -64,7 +65,7 @@ def hosts(plan_releases: list[object]) -> dict[str, str]:
 
 def test_ranks_fill_domains_in_assignment_order() -> None:
     plan = plan_podset(
-        assignment(("r1/h1", 2), ("r1/h2", 2), ("r2/h3", 2)),
+        msg.assignment([(("b1", "r1", "h1"), 2), (("b1", "r1", "h2"), 2), (("b1", "r2", "h3"), 2)]),
         [gated(i, rank=r) for i, r in enumerate([5, 0, 3, 1, 4, 2])],
     )
     by_rank = {f"p{i}": r for i, r in enumerate([5, 0, 3, 1, 4, 2])}
@@ -77,7 +78,7 @@ def test_ranks_fill_domains_in_assignment_order() -> None:
 def test_a_rank_whose_domain_is_full_goes_to_the_nearest_domain_with_room() -> None:
     # h1 is full already (two released pods), so rank 1 goes to h2, the next slots.
     plan = plan_podset(
-        assignment(("r1/h1", 2), ("r1/h2", 2), ("r2/h3", 2)),
+        msg.assignment([(("b1", "r1", "h1"), 2), (("b1", "r1", "h2"), 2), (("b1", "r2", "h3"), 2)]),
         [released(10, "r1/h1"), released(11, "r1/h1"), gated(1, rank=1), gated(5, rank=5)],
     )
     assert hosts(plan.releases) == {"p1": "r1/h2", "p5": "r2/h3"}
@@ -85,14 +86,15 @@ def test_a_rank_whose_domain_is_full_goes_to_the_nearest_domain_with_room() -> N
 
 def test_unranked_pods_fill_the_first_domains_with_room() -> None:
     plan = plan_podset(
-        assignment(("r1/h1", 1), ("r1/h2", 2)), [gated(3), gated(1), gated(2), gated(4)]
+        msg.assignment([(("b1", "r1", "h1"), 1), (("b1", "r1", "h2"), 2)]),
+        [gated(3), gated(1), gated(2), gated(4)],
     )
     assert hosts(plan.releases) == {"p1": "r1/h1", "p2": "r1/h2", "p3": "r1/h2"}
     assert plan.waiting == 1
 
 
 def test_releases_in_flight_count_until_seen_and_are_not_released_twice() -> None:
-    target = assignment(("r1/h1", 1), ("r1/h2", 1))
+    target = msg.assignment([(("b1", "r1", "h1"), 1), (("b1", "r1", "h2"), 1)])
     first = plan_podset(target, [gated(1, rank=0), gated(2, rank=1)])
     expected = {r.uid: r.domain for r in first.releases}
     # The same events again (nothing seen on the bus yet): nothing new to release.
@@ -104,7 +106,7 @@ def test_releases_in_flight_count_until_seen_and_are_not_released_twice() -> Non
 
 
 def test_finished_or_failed_node_pods_free_their_slot_for_a_replacement() -> None:
-    target = assignment(("r1/h1", 2))
+    target = msg.assignment([(("b1", "r1", "h1"), 2)])
     plan = plan_podset(
         target,
         [released(1, "r1/h1"), released(2, "r1/h1", holds_slot=False), gated(3, rank=1)],
@@ -113,19 +115,19 @@ def test_finished_or_failed_node_pods_free_their_slot_for_a_replacement() -> Non
 
 
 def test_lost_domains_hand_out_nothing() -> None:
-    target = assignment(("r1/h1", 1), ("r1/h2", 1))
+    target = msg.assignment([(("b1", "r1", "h1"), 1), (("b1", "r1", "h2"), 1)])
     plan = plan_podset(target, [gated(1, rank=0), gated(2, rank=1)], lost={("b1", "r1", "h1")})
     assert hosts(plan.releases) == {"p1": "r1/h2"}
     assert plan.waiting == 1
 
 
 def test_released_pods_outside_the_assignment_do_not_count() -> None:
-    plan = plan_podset(assignment(("r1/h1", 1)), [released(1, "r9/h9"), gated(2)])
+    plan = plan_podset(msg.assignment([(("b1", "r1", "h1"), 1)]), [released(1, "r9/h9"), gated(2)])
     assert hosts(plan.releases) == {"p2": "r1/h1"}
 
 
 def test_selectors_and_domains() -> None:
-    target = assignment(("r1/h1", 2), ("r1/h1", 1))
+    target = msg.assignment([(("b1", "r1", "h1"), 2), (("b1", "r1", "h1"), 1)])
     assert assigned(target) == {("b1", "r1", "h1"): 3}
     assert selector_for(LEVELS, ("b1", "r2")) == {"block": "b1", "rack": "r2"}
     domains = [("b1", "r1", "h1"), ("b1", "r1", "h2")]
@@ -135,7 +137,9 @@ def test_selectors_and_domains() -> None:
         "h2",
     )
     assert domain_of(LEVELS, {"block": "b1", "rack": "r1"}, domains) is None
-    lost = failed_domains(assignment(("r1/h1", 2), ("r1/h2", 1)), lambda d: d[2] != "h2")
+    lost = failed_domains(
+        msg.assignment([(("b1", "r1", "h1"), 2), (("b1", "r1", "h2"), 1)]), lambda d: d[2] != "h2"
+    )
     assert lost == [DomainCount(values=["b1", "r1", "h2"], count=1)]
 
 
@@ -154,7 +158,7 @@ def test_never_more_than_assigned_whatever_the_order(
     """Released pods (some outside the assignment), gated pods with and without ranks, in any
     order, planned repeatedly with expectations: no domain ever exceeds its count, and every
     gated pod is released while there is room."""
-    target = assignment(*((f"r1/h{i}", c) for i, c in enumerate(counts)))
+    target = msg.assignment([(("b1", "r1", f"h{i}"), c) for i, c in enumerate(counts)])
     members: list[Member] = []
     for index, (is_gated, rank, host) in enumerate(pods):
         if is_gated:
@@ -189,7 +193,9 @@ def test_never_more_than_assigned_whatever_the_order(
 
 
 def test_consecutive_ranks_share_or_neighbour_domains() -> None:
-    target = assignment(("r1/h1", 3), ("r1/h2", 3), ("r2/h3", 2))
+    target = msg.assignment(
+        [(("b1", "r1", "h1"), 3), (("b1", "r1", "h2"), 3), (("b1", "r2", "h3"), 2)]
+    )
     ranks = list(range(8))
     plan = plan_podset(
         target, [gated(i, rank=r) for i, r in zip(itertools.count(), reversed(ranks))]
@@ -202,7 +208,9 @@ def test_consecutive_ranks_share_or_neighbour_domains() -> None:
 
 
 def test_a_shrunk_podset_gives_back_only_slots_no_pod_holds_newest_first() -> None:
-    target = assignment(("r1/h1", 2), ("r1/h2", 2), ("r2/h3", 2))
+    target = msg.assignment(
+        [(("b1", "r1", "h1"), 2), (("b1", "r1", "h2"), 2), (("b1", "r2", "h3"), 2)]
+    )
     members = [
         released(0, "r1/h1"),
         released(1, "r1/h2"),
@@ -223,45 +231,48 @@ def test_a_shrunk_podset_gives_back_only_slots_no_pod_holds_newest_first() -> No
     assert spare_slots(target, plan.occupied, surplus=0) == []
 
 
-def pod(
-    index: int,
-    *,
-    host: str | None = None,
-    node: str | None = None,
-    phase: str = "Pending",
-    terminating: bool = False,
-    gated: bool = False,
-    unschedulable_since: float | None = None,
-) -> PodState:
-    """Pod p<index> of podset "main"; ``host`` ("r1/h1") is the slot its selector names."""
-    selector = {}
-    if host is not None:
-        rack, name = host.split("/")
-        selector = {"block": "b1", "rack": rack, "host": name}
-    return PodState(
-        namespace="ns",
-        name=f"p{index}",
-        uid=f"u{index}",
-        node_name=node,
-        phase=phase,
-        terminating=terminating,
-        scheduling_gates=[ADMISSION_GATE] if gated else [],
-        node_selector=selector,
-        podset="main",
-        rank=index,
-        unschedulable_since=unschedulable_since,
-    )
-
-
 def test_members_hold_a_slot_while_active_and_on_a_ready_node() -> None:
     pods = [
-        pod(1, host="r1/h1", node="n1", phase="Running"),
-        pod(2, host="r1/h1", node="n1", phase="Succeeded"),
-        pod(3, host="r1/h1", node="n1", phase="Running", terminating=True),
-        pod(4, host="r1/h1", node="down", phase="Running"),
-        pod(5, host="r1/h1"),  # released, not bound yet: holds its slot
-        pod(6, gated=True),
-        pod(7, gated=True, terminating=True),  # never takes a slot: left out
+        msg.pod(
+            "p1",
+            "n1",
+            uid="u1",
+            rank=1,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            phase="Running",
+        ),
+        msg.pod(
+            "p2",
+            "n1",
+            uid="u2",
+            rank=2,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            phase="Succeeded",
+        ),
+        msg.pod(
+            "p3",
+            "n1",
+            uid="u3",
+            rank=3,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            phase="Running",
+            terminating=True,
+        ),
+        msg.pod(
+            "p4",
+            "down",
+            uid="u4",
+            rank=4,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            phase="Running",
+        ),
+        msg.pod(
+            "p5", uid="u5", rank=5, node_selector={"block": "b1", "rack": "r1", "host": "h1"}
+        ),  # released, not bound yet: holds its slot
+        msg.pod("p6", uid="u6", rank=6, scheduling_gates=[ADMISSION_GATE]),
+        msg.pod(
+            "p7", uid="u7", rank=7, scheduling_gates=[ADMISSION_GATE], terminating=True
+        ),  # never takes a slot: left out
     ]
     got = members(pods, lambda node: node != "down")
     assert [(m.name, m.gated, m.holds_slot) for m in got] == [
@@ -277,45 +288,84 @@ def test_members_hold_a_slot_while_active_and_on_a_ready_node() -> None:
     assert not got[2].holds_slot
 
 
-def admitted_at(sequence: int, *hosts: str) -> Admitted:
-    return Admitted(
-        workload="ns/w",
-        uid="w",
-        queue="q",
-        sequence=sequence,
-        epoch=1,
-        assignments={"main": assignment(*((h, 1) for h in hosts))},
-    )
-
-
 def test_an_eviction_removes_the_active_released_pods_released_before_it() -> None:
     pods = [
-        pod(1, host="r1/h1", node="n1", phase="Running"),
-        pod(2, host="r1/h2", node="n2", phase="Running"),
-        pod(3, host="r1/h2", node="n2", phase="Failed"),
-        pod(4, host="r1/h2", node="n2", phase="Running", terminating=True),
-        pod(5, gated=True),
-        pod(6, host="r1/h1"),  # released, not bound yet
+        msg.pod(
+            "p1",
+            "n1",
+            uid="u1",
+            rank=1,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            phase="Running",
+        ),
+        msg.pod(
+            "p2",
+            "n2",
+            uid="u2",
+            rank=2,
+            node_selector={"block": "b1", "rack": "r1", "host": "h2"},
+            phase="Running",
+        ),
+        msg.pod(
+            "p3",
+            "n2",
+            uid="u3",
+            rank=3,
+            node_selector={"block": "b1", "rack": "r1", "host": "h2"},
+            phase="Failed",
+        ),
+        msg.pod(
+            "p4",
+            "n2",
+            uid="u4",
+            rank=4,
+            node_selector={"block": "b1", "rack": "r1", "host": "h2"},
+            phase="Running",
+            terminating=True,
+        ),
+        msg.pod("p5", uid="u5", rank=5, scheduling_gates=[ADMISSION_GATE]),
+        msg.pod(
+            "p6", uid="u6", rank=6, node_selector={"block": "b1", "rack": "r1", "host": "h1"}
+        ),  # released, not bound yet
     ]
     evicted = must_evict(pods, sequence=5, released_under={"u1": 4}, admitted=None)
     assert [p.name for p in evicted] == ["p1", "p2", "p6"]
     assert evicted == [p for p in pods if evictable(p)]
     # Released under a newer admission (this process knows): it stays.
-    kept = must_evict(pods, sequence=5, released_under={"u1": 6}, admitted=admitted_at(6, "r1/h9"))
+    kept = must_evict(
+        pods,
+        sequence=5,
+        released_under={"u1": 6},
+        admitted=msg.admitted("w", [(("b1", "r1", "h9"), 1)], sequence=6),
+    )
     assert [p.name for p in kept] == ["p2", "p6"]
 
 
 def test_after_a_restart_a_pod_in_a_slot_of_the_newer_admission_keeps_it() -> None:
     pods = [
-        pod(1, host="r1/h1", node="n1", phase="Running"),
-        pod(2, host="r1/h2", node="n2", phase="Running"),
+        msg.pod(
+            "p1",
+            "n1",
+            uid="u1",
+            rank=1,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            phase="Running",
+        ),
+        msg.pod(
+            "p2",
+            "n2",
+            uid="u2",
+            rank=2,
+            node_selector={"block": "b1", "rack": "r1", "host": "h2"},
+            phase="Running",
+        ),
     ]
-    newer = admitted_at(7, "r1/h1")
+    newer = msg.admitted("w", [(("b1", "r1", "h1"), 1)], sequence=7)
     assert [p.name for p in must_evict(pods, sequence=5, released_under={}, admitted=newer)] == [
         "p2"
     ]
     # An admission no newer than the eviction keeps nothing.
-    older = admitted_at(5, "r1/h1")
+    older = msg.admitted("w", [(("b1", "r1", "h1"), 1)], sequence=5)
     assert [p.name for p in must_evict(pods, sequence=5, released_under={}, admitted=older)] == [
         "p1",
         "p2",
@@ -328,15 +378,53 @@ def ready(node: str | None) -> bool:
 
 
 def test_stuck_slots_count_released_unbound_pods_marked_unschedulable_long_enough() -> None:
-    target = assignment(("r1/h1", 2), ("r1/h2", 2), ("r1/h3", 1))
+    target = msg.assignment(
+        [(("b1", "r1", "h1"), 2), (("b1", "r1", "h2"), 2), (("b1", "r1", "h3"), 1)]
+    )
     pods = [
-        pod(1, host="r1/h1", node="n1", phase="Running"),
-        pod(2, host="r1/h1", unschedulable_since=100.0),  # stuck since 100
-        pod(3, host="r1/h2", unschedulable_since=100.0),
-        pod(4, host="r1/h2", unschedulable_since=190.0),  # marked, not long enough
-        pod(5, host="r1/h3"),  # released, not tried yet
-        pod(6, gated=True, unschedulable_since=50.0),  # gated pods are never stuck
-        pod(7, host="r1/h3", unschedulable_since=50.0, terminating=True),
+        msg.pod(
+            "p1",
+            "n1",
+            uid="u1",
+            rank=1,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            phase="Running",
+        ),
+        msg.pod(
+            "p2",
+            uid="u2",
+            rank=2,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            unschedulable_since=100.0,
+        ),  # stuck since 100
+        msg.pod(
+            "p3",
+            uid="u3",
+            rank=3,
+            node_selector={"block": "b1", "rack": "r1", "host": "h2"},
+            unschedulable_since=100.0,
+        ),
+        msg.pod(
+            "p4",
+            uid="u4",
+            rank=4,
+            node_selector={"block": "b1", "rack": "r1", "host": "h2"},
+            unschedulable_since=190.0,
+        ),  # marked, not long enough
+        msg.pod(
+            "p5", uid="u5", rank=5, node_selector={"block": "b1", "rack": "r1", "host": "h3"}
+        ),  # released, not tried yet
+        msg.pod(
+            "p6", uid="u6", rank=6, scheduling_gates=[ADMISSION_GATE], unschedulable_since=50.0
+        ),  # gated pods are never stuck
+        msg.pod(
+            "p7",
+            uid="u7",
+            rank=7,
+            node_selector={"block": "b1", "rack": "r1", "host": "h3"},
+            unschedulable_since=50.0,
+            terminating=True,
+        ),
     ]
     assert stuck_slots(target, pods, ready, before=150.0) == [
         DomainCount(values=["b1", "r1", "h1"], count=1),
@@ -349,32 +437,79 @@ def test_stuck_slots_count_released_unbound_pods_marked_unschedulable_long_enoug
 def test_a_stuck_pod_beyond_its_domains_slots_is_stranded_not_stuck() -> None:
     # A replacement moved one of h1's two slots elsewhere: h1 keeps one, held by the bound
     # pod; the stuck pod holds nothing there any more and is the one to evict.
-    moved = assignment(("r1/h1", 1), ("r1/h4", 1))
+    moved = msg.assignment([(("b1", "r1", "h1"), 1), (("b1", "r1", "h4"), 1)])
     pods = [
-        pod(1, host="r1/h1", node="n1", phase="Running"),
-        pod(2, host="r1/h1", unschedulable_since=100.0),
+        msg.pod(
+            "p1",
+            "n1",
+            uid="u1",
+            rank=1,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            phase="Running",
+        ),
+        msg.pod(
+            "p2",
+            uid="u2",
+            rank=2,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            unschedulable_since=100.0,
+        ),
     ]
     assert stuck_slots(moved, pods, ready, before=150.0) == []
     assert [p.name for p in stranded(moved, pods, ready)] == ["p2"]
     # Before the move both hold a slot: nothing is stranded, one slot is stuck.
-    before_move = assignment(("r1/h1", 2))
+    before_move = msg.assignment([(("b1", "r1", "h1"), 2)])
     assert stranded(before_move, pods, ready) == []
     assert stuck_slots(before_move, pods, ready, before=150.0)[0].count == 1
 
 
 def test_stranded_pods_are_only_unbound_ones_the_scheduler_refused() -> None:
-    target = assignment(("r1/h2", 1))
+    target = msg.assignment([(("b1", "r1", "h2"), 1)])
     pods = [
-        pod(1, host="r1/h1", unschedulable_since=30.0),  # domain no longer assigned
-        pod(2, host="r1/h1", unschedulable_since=20.0),
-        pod(3, host="r1/h1"),  # not marked: it may still be placed
-        pod(4, host="r1/h1", node="n1", phase="Running"),  # bound: never evicted here
-        pod(5, host="r1/h2", unschedulable_since=10.0),  # holds h2's slot
-        pod(6, host="r1/h1", node="down", phase="Running"),
+        msg.pod(
+            "p1",
+            uid="u1",
+            rank=1,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            unschedulable_since=30.0,
+        ),  # domain no longer assigned
+        msg.pod(
+            "p2",
+            uid="u2",
+            rank=2,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            unschedulable_since=20.0,
+        ),
+        msg.pod(
+            "p3", uid="u3", rank=3, node_selector={"block": "b1", "rack": "r1", "host": "h1"}
+        ),  # not marked: it may still be placed
+        msg.pod(
+            "p4",
+            "n1",
+            uid="u4",
+            rank=4,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            phase="Running",
+        ),  # bound: never evicted here
+        msg.pod(
+            "p5",
+            uid="u5",
+            rank=5,
+            node_selector={"block": "b1", "rack": "r1", "host": "h2"},
+            unschedulable_since=10.0,
+        ),  # holds h2's slot
+        msg.pod(
+            "p6",
+            "down",
+            uid="u6",
+            rank=6,
+            node_selector={"block": "b1", "rack": "r1", "host": "h1"},
+            phase="Running",
+        ),
     ]
     assert [p.name for p in stranded(target, pods, ready)] == ["p2", "p1"]
     # Within a domain, the pods marked longest ago are left without a slot first.
-    crowded = assignment(("r1/h1", 3))  # the bound pod, the unmarked one, then p1
+    crowded = msg.assignment([(("b1", "r1", "h1"), 3)])  # the bound pod, the unmarked one, then p1
     assert [p.name for p in stranded(crowded, pods[:4], ready)] == ["p2"]
 
 

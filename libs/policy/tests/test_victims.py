@@ -32,6 +32,7 @@ from tidegate.policy.victims import (
     select_victims,
     why_not_victim,
 )
+from tidegate.testing.messages import Messages
 
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
 RACK = LEVELS[1]
@@ -105,34 +106,21 @@ def cluster(nodes: Sequence[NodeCapacity], running: Sequence[RunningGang]) -> Ca
     )
 
 
-def incoming(
-    pods: int,
-    gpus: int,
-    *,
-    rack: bool = False,
-    priority: int = 80_000,
-    service_type: ServiceType = "inference",
-    queue: str = "online",
-    card: str | None = H200,
-) -> WorkloadState:
-    return WorkloadState(
-        namespace="default",
-        name="serve",
-        uid="u-serve",
-        owner_kind="Deployment",
-        queue=queue,
-        priority=priority,
-        service_type=service_type,
-        podsets=[
-            PodSetSpec(
-                name="serve",
-                count=pods,
-                requests={"cpu": 1000, GPU: gpus},
-                topology=TopologyRequest(required=RACK if rack else None),
-                card_name=card,
-            )
-        ],
-    )
+msg = Messages(
+    namespace="default",
+    levels=LEVELS,
+    queue="online",
+    defaults={
+        "workload": {
+            "uid": "u-serve",
+            "owner_kind": "Deployment",
+            "priority": 80_000,
+            "service_type": "inference",
+        },
+        "podset": {"card_name": H200},
+    },
+)
+"""The incoming workload: an inference Deployment of H200 pods in queue online."""
 
 
 FOUR_NODES = [node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "r2")]
@@ -141,7 +129,10 @@ FOUR_NODES = [node("n1", "r1"), node("n2", "r1"), node("n3", "r2"), node("n4", "
 def test_fits_in_free_room_takes_no_victim() -> None:
     running = [gang("a", [("n1", 8), ("n2", 8)]), gang("b", [("n3", 4)])]
     choice = select_victims(
-        incoming(1, 4), view=cluster(FOUR_NODES, running), running=running, queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 1, gpus=4)),
+        view=cluster(FOUR_NODES, running),
+        running=running,
+        queues=QUEUES,
     )
     assert choice.outcome == "fits"
     assert choice.admitted
@@ -159,7 +150,10 @@ def test_evicts_a_whole_lower_priority_training_gang() -> None:
         gang("b", [("n3", 8), ("n4", 8)], priority=40_000),
     ]
     choice = select_victims(
-        incoming(2, 8), view=cluster(FOUR_NODES, running), running=running, queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 2, gpus=8)),
+        view=cluster(FOUR_NODES, running),
+        running=running,
+        queues=QUEUES,
     )
     assert choice.outcome == "preempts"
     assert choice.victims == ("default/a",)
@@ -179,7 +173,7 @@ def test_evicts_a_whole_lower_priority_training_gang() -> None:
 def test_only_inference_reclaims(service_type: ServiceType, reason: str) -> None:
     running = [gang("a", [(n.name, 8) for n in FOUR_NODES])]
     choice = select_victims(
-        incoming(1, 8, service_type=service_type),
+        msg.workload("serve", msg.podset("serve", 1, gpus=8), service_type=service_type),
         view=cluster(FOUR_NODES, running),
         running=running,
         queues=QUEUES,
@@ -193,7 +187,7 @@ def test_only_inference_reclaims(service_type: ServiceType, reason: str) -> None
 
 def test_training_fits_in_free_room_without_preempting() -> None:
     choice = select_victims(
-        incoming(1, 8, service_type="training"),
+        msg.workload("serve", msg.podset("serve", 1, gpus=8), service_type="training"),
         view=cluster(FOUR_NODES, []),
         running=[],
         queues=QUEUES,
@@ -236,7 +230,10 @@ def test_who_may_be_a_victim(victim: RunningGang, why: str | None) -> None:
 def test_ineligible_gangs_are_never_taken(blocker: RunningGang) -> None:
     running = [blocker]
     choice = select_victims(
-        incoming(1, 8), view=cluster(FOUR_NODES, running), running=running, queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 1, gpus=8)),
+        view=cluster(FOUR_NODES, running),
+        running=running,
+        queues=QUEUES,
     )
     assert choice.outcome == "no-victims"
     assert choice.victims == ()
@@ -249,11 +246,16 @@ def test_ineligible_gangs_are_never_taken(blocker: RunningGang) -> None:
 
 def test_queue_must_exist() -> None:
     choice = select_victims(
-        incoming(1, 8, queue="nowhere"), view=cluster(FOUR_NODES, []), running=[], queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 1, gpus=8), queue="nowhere"),
+        view=cluster(FOUR_NODES, []),
+        running=[],
+        queues=QUEUES,
     )
     assert choice.outcome == "queue-not-found"
     assert choice.reason == "queue nowhere does not exist"
-    nameless = msgspec.structs.replace(incoming(1, 8), queue=None)
+    nameless = msgspec.structs.replace(
+        msg.workload("serve", msg.podset("serve", 1, gpus=8)), queue=None
+    )
     choice = select_victims(nameless, view=cluster(FOUR_NODES, []), running=[], queues=QUEUES)
     assert choice.outcome == "queue-not-found"
     assert choice.reason == "default/serve names no queue"
@@ -270,7 +272,10 @@ def test_queue_capability_bounds_the_preemptor() -> None:
     victim = gang("v", [("n3", 8), ("n4", 8)])
     running = [held, victim]
     choice = select_victims(
-        incoming(1, 4, card=None), view=cluster(FOUR_NODES, running), running=running, queues=queues
+        msg.workload("serve", msg.podset("serve", 1, gpus=4, card_name=None)),
+        view=cluster(FOUR_NODES, running),
+        running=running,
+        queues=queues,
     )
     assert choice.outcome == "exceeds-quota"
     assert choice.victims == ()
@@ -286,13 +291,16 @@ def test_card_quota_bounds_the_preemptor() -> None:
     }
     running = [gang("v", [(n.name, 8) for n in FOUR_NODES])]
     choice = select_victims(
-        incoming(2, 8), view=cluster(FOUR_NODES, running), running=running, queues=queues
+        msg.workload("serve", msg.podset("serve", 2, gpus=8)),
+        view=cluster(FOUR_NODES, running),
+        running=running,
+        queues=queues,
     )
     assert choice.outcome == "card-quota-exceeded"
     assert choice.reason == "queue online: NVIDIA-H200 cards 0 in use + 16 requested > card quota 8"
     # Explicit usage (from the admission ledger) is used instead of summing running gangs.
     choice = select_victims(
-        incoming(1, 4),
+        msg.workload("serve", msg.podset("serve", 1, gpus=4)),
         view=cluster(FOUR_NODES, running),
         running=running,
         queues=queues,
@@ -311,14 +319,24 @@ def test_required_rack_frees_room_inside_one_rack() -> None:
         gang("b2", [("n4", 8)], seconds=1000),
     ]
     view = cluster(FOUR_NODES, running)
-    choice = select_victims(incoming(2, 8, rack=True), view=view, running=running, queues=QUEUES)
+    choice = select_victims(
+        msg.workload("serve", msg.podset("serve", 2, gpus=8, required=RACK)),
+        view=view,
+        running=running,
+        queues=QUEUES,
+    )
     assert choice.victims == ("default/a1", "default/a2")  # 1600 GPU-s beats 8080 in rack r2
     assert choice.gpu_seconds == 1600
     assert choice.placement is not None
     (assignment,) = choice.placement.assignments.values()
     assert {d.values[1] for d in assignment.domains} == {"r1"}
     # Unconstrained, the two cheapest gangs anywhere are enough.
-    loose = select_victims(incoming(2, 8), view=view, running=running, queues=QUEUES)
+    loose = select_victims(
+        msg.workload("serve", msg.podset("serve", 2, gpus=8)),
+        view=view,
+        running=running,
+        queues=QUEUES,
+    )
     assert loose.victims == ("default/a1", "default/b1")
 
 
@@ -329,7 +347,10 @@ def test_lowest_priority_band_before_fewest_victims() -> None:
         gang("s4", [("n4", 8)], priority=20_000),
     ]
     choice = select_victims(
-        incoming(2, 8, rack=True), view=cluster(FOUR_NODES, running), running=running, queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 2, gpus=8, required=RACK)),
+        view=cluster(FOUR_NODES, running),
+        running=running,
+        queues=QUEUES,
     )
     assert choice.victims == ("default/s3", "default/s4")
     assert choice.top_priority == 20_000
@@ -342,7 +363,10 @@ def test_fewest_victims_before_gpu_time() -> None:
         gang("s4", [("n4", 8)], seconds=1),
     ]
     choice = select_victims(
-        incoming(2, 8, rack=True), view=cluster(FOUR_NODES, running), running=running, queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 2, gpus=8, required=RACK)),
+        view=cluster(FOUR_NODES, running),
+        running=running,
+        queues=QUEUES,
     )
     assert choice.victims == ("default/big",)
     assert choice.gpu_seconds == 16 * 10_000
@@ -355,7 +379,10 @@ def test_never_over_evicts() -> None:
         gang("b", [("n3", 8), ("n4", 8)], seconds=5),
     ]
     choice = select_victims(
-        incoming(1, 8), view=cluster(FOUR_NODES, running), running=running, queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 1, gpus=8)),
+        view=cluster(FOUR_NODES, running),
+        running=running,
+        queues=QUEUES,
     )
     assert choice.victims == ("default/b",)
 
@@ -365,7 +392,10 @@ def test_free_room_is_used_first() -> None:
     # Both are one victim of the same priority; b holds fewer GPUs even though it ran longer.
     running = [gang("a", [("n1", 8), ("n2", 8)], seconds=100), gang("b", [("n3", 8)], seconds=150)]
     choice = select_victims(
-        incoming(2, 8, rack=True), view=cluster(FOUR_NODES, running), running=running, queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 2, gpus=8, required=RACK)),
+        view=cluster(FOUR_NODES, running),
+        running=running,
+        queues=QUEUES,
     )
     assert choice.victims == ("default/b",)
     assert set(choice.nominated) == {"n3", "n4"}
@@ -375,7 +405,10 @@ def test_card_model_restricts_where_room_counts() -> None:
     nodes = [node("h1", "r1", product="NVIDIA-H100"), node("h2", "r1", product="NVIDIA-H100")]
     running = [gang("a", [("h1", 8), ("h2", 8)])]
     choice = select_victims(
-        incoming(1, 8), view=cluster(nodes, running), running=running, queues=QUEUES
+        msg.workload("serve", msg.podset("serve", 1, gpus=8)),
+        view=cluster(nodes, running),
+        running=running,
+        queues=QUEUES,
     )
     assert choice.outcome == "no-victims"
     assert choice.reason is not None
@@ -388,7 +421,7 @@ def test_card_model_restricts_where_room_counts() -> None:
 def test_abort_mode_is_reported_per_victim() -> None:
     running = [gang("a", [("n1", 8)], abort=True), gang("b", [("n2", 8)])]
     choice = select_victims(
-        incoming(2, 8, rack=True),
+        msg.workload("serve", msg.podset("serve", 2, gpus=8, required=RACK)),
         view=cluster(FOUR_NODES[:2], running),
         running=running,
         queues=QUEUES,
@@ -397,7 +430,7 @@ def test_abort_mode_is_reported_per_victim() -> None:
 
 
 def test_invalid_preemptor_is_reported_not_raised() -> None:
-    bad = incoming(1, 8)
+    bad = msg.workload("serve", msg.podset("serve", 1, gpus=8))
     unknown_level = WorkloadState(
         namespace="default",
         name="serve",
@@ -487,7 +520,7 @@ def test_budget_exhausted_still_answers_minimal() -> None:
     ]
     view = cluster(nodes, running)
     tight = select_victims(
-        incoming(6, 4),
+        msg.workload("serve", msg.podset("serve", 6, gpus=4)),
         view=view,
         running=running,
         queues=QUEUES,
@@ -496,7 +529,12 @@ def test_budget_exhausted_still_answers_minimal() -> None:
     assert tight.outcome == "preempts"
     assert tight.victims == ("default/a", "default/b")
     assert not tight.exact
-    full = select_victims(incoming(6, 4), view=view, running=running, queues=QUEUES)
+    full = select_victims(
+        msg.workload("serve", msg.podset("serve", 6, gpus=4)),
+        view=view,
+        running=running,
+        queues=QUEUES,
+    )
     assert full.victims == ("default/b", "default/c")
     assert full.gpu_seconds == 24
     assert full.exact
@@ -514,7 +552,7 @@ def test_gpu_helpers() -> None:
 
 def test_preempted_decision_names_preemptor_victims_modes_and_nominations() -> None:
     running = [gang("a", [("n1", 8)], abort=True, seconds=10), gang("b", [("n2", 8)])]
-    preemptor = incoming(2, 8, rack=True)
+    preemptor = msg.workload("serve", msg.podset("serve", 2, gpus=8, required=RACK))
     choice = select_victims(
         preemptor, view=cluster(FOUR_NODES[:2], running), running=running, queues=QUEUES
     )
@@ -619,11 +657,11 @@ def scenarios(draw: st.DrawFn) -> tuple[list[NodeCapacity], list[RunningGang], W
                 seconds=draw(st.integers(0, 5)),
             )
         )
-    preemptor = incoming(
-        draw(st.integers(1, 5)),
-        draw(st.sampled_from([2, 4, 8])),
-        rack=draw(st.booleans()),
-        card=None,
+    preemptor = msg.workload(
+        "serve",
+        msg.podset(
+            "serve", draw(st.integers(1, 5)), gpus=draw(st.sampled_from([2, 4, 8])), card_name=None
+        ),
     )
     if draw(st.booleans()):
         # A leader + workers group: the general search, with the placement engine as oracle.

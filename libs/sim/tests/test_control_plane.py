@@ -9,6 +9,7 @@ import pytest
 
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.testing import until
+from tidegate.testing.manifests import Builders
 
 PODS = "/api/v1/namespaces/default/pods"
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
@@ -46,41 +47,11 @@ def pods_of(cluster: SimCluster, label: str) -> list[dict[str, object]]:
     ]
 
 
-def template(
-    *,
-    gpus: int = 8,
-    duration: float | None = None,
-    labels: dict[str, str] | None = None,
-    exit_code: int = 0,
-) -> dict[str, object]:
-    annotations = {}
-    if duration is not None:
-        annotations["tidegate.io/sim-duration-seconds"] = str(duration)
-    if exit_code:
-        annotations["tidegate.io/sim-exit-code"] = str(exit_code)
-    return {
-        "metadata": {"labels": labels or {}, "annotations": annotations},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "trainer",
-                    "resources": {
-                        "requests": {"nvidia.com/gpu": str(gpus)},
-                        "limits": {"nvidia.com/gpu": str(gpus)},
-                    },
-                }
-            ],
-        },
-    }
-
-
-def pod(name: str, *, labels: dict[str, str] | None = None, **kwargs: object) -> dict[str, object]:
-    """A bare pod whose spec and annotations come from :func:`template`."""
-    body = template(labels=labels, **kwargs)  # type: ignore[arg-type]
-    body["metadata"]["name"] = name  # type: ignore[index]
-    return {"apiVersion": "v1", "kind": "Pod", **body}
+k8s = Builders(server_fields=False)
+EIGHT_GPUS = [k8s.container(None, None, limits=True, image="trainer", gpu="8")]
+ONE_GPU = [k8s.container(None, None, limits=True, image="trainer", gpu="1")]
+NO_GPU = [k8s.container(None, None, limits=True, image="trainer", gpu="0")]
+"""Containers asking for a whole node's GPUs, one GPU, none."""
 
 
 async def ungate(http: aiohttp.ClientSession, name: str, selector: dict[str, str]) -> None:
@@ -105,8 +76,11 @@ async def test_indexed_job_gated_then_runs_to_completion(
             "parallelism": 2,
             "completions": 2,
             "completionMode": "Indexed",
-            "template": template(
-                duration=20, labels={"tidegate.io/queue": "research", "app": "train"}
+            "template": k8s.template(
+                labels={"tidegate.io/queue": "research", "app": "train"},
+                annotations=k8s.runs(20),
+                containers=EIGHT_GPUS,
+                restartPolicy="Never",
             ),
         },
     }
@@ -160,7 +134,13 @@ async def test_scheduler_respects_capacity_and_retries(
     cluster: SimCluster, http: aiohttp.ClientSession
 ) -> None:
     for i in range(5):
-        body = pod(f"g{i}", labels={"app": "cap"})
+        body = k8s.pod(
+            f"g{i}",
+            gated=False,
+            labels={"app": "cap"},
+            containers=EIGHT_GPUS,
+            restartPolicy="Never",
+        )
         async with http.post(PODS, json=body) as response:
             assert response.status == 201
     await eventually(
@@ -201,9 +181,9 @@ async def test_taints_tolerations_and_node_selector(
     for node in ("block0-rack0-node0", "block0-rack0-node1"):
         async with http.patch(f"/api/v1/nodes/{node}", data=json.dumps(taint), headers=MERGE) as r:
             assert r.status == 200
-    plain = pod("plain", gpus=1)
+    plain = k8s.pod("plain", gated=False, containers=ONE_GPU, restartPolicy="Never")
     plain["spec"]["nodeSelector"] = {"tidegate.io/rack": "block0-rack0"}  # type: ignore[index]
-    tolerant = pod("tolerant", gpus=1)
+    tolerant = k8s.pod("tolerant", gated=False, containers=ONE_GPU, restartPolicy="Never")
     tolerant["spec"]["nodeSelector"] = {"tidegate.io/rack": "block0-rack0"}  # type: ignore[index]
     tolerant["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "infer"}]  # type: ignore[index]
     for body in (plain, tolerant):
@@ -239,7 +219,12 @@ async def test_failed_pods_are_replaced_until_backoff_limit(
         "metadata": {"name": "flaky"},
         "spec": {
             "backoffLimit": 1,
-            "template": template(gpus=1, duration=1, exit_code=3, labels={"app": "flaky"}),
+            "template": k8s.template(
+                labels={"app": "flaky"},
+                annotations=k8s.runs(1, exit_code=3),
+                containers=ONE_GPU,
+                restartPolicy="Never",
+            ),
         },
     }
     async with http.post(JOBS, json=job) as response:
@@ -277,7 +262,9 @@ async def test_suspend_deletes_active_pods_and_resume_recreates(
         "spec": {
             "parallelism": 2,
             "completions": 2,
-            "template": template(gpus=1, labels={"app": "pause"}),
+            "template": k8s.template(
+                labels={"app": "pause"}, containers=ONE_GPU, restartPolicy="Never"
+            ),
         },
     }
     async with http.post(JOBS, json=job) as response:
@@ -356,7 +343,11 @@ async def test_job_delete_orphans_by_default_and_cascades_in_background(
             "apiVersion": "batch/v1",
             "kind": "Job",
             "metadata": {"name": name},
-            "spec": {"template": template(gpus=1, labels={"app": name})},
+            "spec": {
+                "template": k8s.template(
+                    labels={"app": name}, containers=ONE_GPU, restartPolicy="Never"
+                )
+            },
         }
         async with http.post(JOBS, json=job) as response:
             assert response.status == 201
@@ -380,7 +371,7 @@ async def test_job_delete_orphans_by_default_and_cascades_in_background(
 async def test_node_not_ready_taints_and_evicts_and_node_delete_frees_pods(
     cluster: SimCluster, http: aiohttp.ClientSession
 ) -> None:
-    body = pod("on-node", gpus=1)
+    body = k8s.pod("on-node", gated=False, containers=ONE_GPU, restartPolicy="Never")
     body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "block0-rack0-node0"}  # type: ignore[index]
     async with http.post(PODS, json=body) as response:
         assert response.status == 201
@@ -431,14 +422,17 @@ async def test_namespace_deletion_empties_it(
 ) -> None:
     async with http.post("/api/v1/namespaces", json={"metadata": {"name": "scratch"}}) as response:
         assert response.status == 201
-    held = pod("p", gpus=0)
+    held = k8s.pod("p", gated=False, containers=NO_GPU, restartPolicy="Never")
     held["metadata"]["finalizers"] = ["example.com/hold"]  # type: ignore[index]
     async with http.post("/api/v1/namespaces/scratch/pods", json=held) as response:
         assert response.status == 201
     async with http.delete("/api/v1/namespaces/scratch") as response:
         assert response.status == 200
         assert (await response.json())["status"]["phase"] == "Terminating"
-    async with http.post("/api/v1/namespaces/scratch/pods", json=pod("q", gpus=0)) as response:
+    async with http.post(
+        "/api/v1/namespaces/scratch/pods",
+        json=k8s.pod("q", gated=False, containers=NO_GPU, restartPolicy="Never"),
+    ) as response:
         assert response.status == 403
     # The finalizer holds the pod (marked for deletion) and with it the namespace.
     await eventually(
@@ -457,7 +451,13 @@ async def test_namespace_deletion_empties_it(
 
 async def test_bare_cluster_runs_nothing(bare: SimCluster) -> None:
     async with aiohttp.ClientSession(bare.url) as http:
-        body = pod("idle", labels={"tidegate.io/queue": "q"}, gpus=1)
+        body = k8s.pod(
+            "idle",
+            gated=False,
+            labels={"tidegate.io/queue": "q"},
+            containers=ONE_GPU,
+            restartPolicy="Never",
+        )
         async with http.post(PODS, json=body) as response:
             created = await response.json()
     # No webhook emulation, no scheduler: the pod is neither gated nor bound.
@@ -496,7 +496,12 @@ async def test_jobset_creates_jobs_and_completes(
                         "spec": {
                             "parallelism": 1,
                             "completions": 1,
-                            "template": template(gpus=1, duration=10, labels={"app": "js"}),
+                            "template": k8s.template(
+                                labels={"app": "js"},
+                                annotations=k8s.runs(10),
+                                containers=ONE_GPU,
+                                restartPolicy="Never",
+                            ),
                         }
                     },
                 }
@@ -541,7 +546,12 @@ async def test_a_jobs_pod_events_are_synced_in_batches(
             "spec": {
                 "parallelism": 16,
                 "completions": 16,
-                "template": template(gpus=1, duration=20, labels={"app": "many"}),
+                "template": k8s.template(
+                    labels={"app": "many"},
+                    annotations=k8s.runs(20),
+                    containers=ONE_GPU,
+                    restartPolicy="Never",
+                ),
             },
         }
         async with http.post(JOBS, json=job) as response:

@@ -23,17 +23,13 @@ import pytest
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.store import WatchEvent
 from tidegate.testing import until
+from tidegate.testing.manifests import Builders
+
+k8s = Builders(server_fields=False)
 
 NS = "/api/v1/namespaces"
 PODS = f"{NS}/default/pods"
 SMP = {"Content-Type": "application/strategic-merge-patch+json"}
-
-
-def pod(name: str, **spec: object) -> dict[str, object]:
-    return {
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "main", "image": "pause"}], **spec},
-    }
 
 
 def condition(obj: dict[str, object], kind: str) -> dict[str, object] | None:
@@ -54,7 +50,9 @@ async def whole() -> AsyncIterator[SimCluster]:
 async def test_an_eviction_marks_the_pod_a_disruption_target(
     http: aiohttp.ClientSession,
 ) -> None:
-    bound = pod("ev", nodeName="block0-rack0-node0", terminationGracePeriodSeconds=30)
+    bound = k8s.pod(
+        "ev", gated=False, nodeName="block0-rack0-node0", terminationGracePeriodSeconds=30
+    )
     async with http.post(PODS, json=bound) as response:
         assert response.status == 201
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "ev"}}
@@ -87,7 +85,7 @@ async def test_the_taint_manager_marks_what_it_deletes_a_disruption_target(
         "tolerationSeconds": 1,
     }
     async with aiohttp.ClientSession(whole.url) as http:
-        body = pod("on-node", nodeName=node, tolerations=[brief])
+        body = k8s.pod("on-node", gated=False, nodeName=node, tolerations=[brief])
         async with http.post(PODS, json=body) as response:
             assert response.status == 201
         whole.set_node_ready(node, False)
@@ -118,11 +116,15 @@ async def test_a_create_in_a_terminating_namespace_is_refused_as_kubernetes_refu
         "field": "metadata.namespace",
     }
     refusals = [
-        (f"{NS}/doomed/pods", pod("late"), 'pods "late"'),
-        (f"{NS}/doomed/pods", {**pod(""), "metadata": {"generateName": "x-"}}, "pods"),
+        (f"{NS}/doomed/pods", k8s.pod("late", gated=False), 'pods "late"'),
+        (
+            f"{NS}/doomed/pods",
+            {**k8s.pod("", gated=False), "metadata": {"generateName": "x-"}},
+            "pods",
+        ),
         (
             "/apis/batch/v1/namespaces/doomed/jobs",
-            {"metadata": {"name": "j"}, "spec": {"template": pod("")}},
+            {"metadata": {"name": "j"}, "spec": {"template": k8s.pod("", gated=False)}},
             'jobs.batch "j"',
         ),
     ]
@@ -153,7 +155,10 @@ async def test_a_new_replicaset_starts_within_max_surge(whole: SimCluster) -> No
             "replicas": 2,
             "selector": {"matchLabels": {"app": "roll"}},
             "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {"metadata": {"labels": {"app": "roll"}}, "spec": pod("")["spec"]},
+            "template": {
+                "metadata": {"labels": {"app": "roll"}},
+                "spec": k8s.pod("", gated=False)["spec"],
+            },
         },
     }
     path = "/apis/apps/v1/namespaces/default/deployments"
@@ -179,7 +184,7 @@ async def test_a_new_replicaset_starts_within_max_surge(whole: SimCluster) -> No
 async def test_a_terminating_namespace_says_what_remains_and_what_holds_it(
     whole: SimCluster,
 ) -> None:
-    held = pod("held", terminationGracePeriodSeconds=0)
+    held = k8s.pod("held", gated=False, terminationGracePeriodSeconds=0)
     held["metadata"]["finalizers"] = ["example.com/hold", "example.com/too"]  # type: ignore[index]
     async with aiohttp.ClientSession(whole.url) as http:
         async with http.post(NS, json={"metadata": {"name": "going"}}) as response:
@@ -240,7 +245,7 @@ async def test_the_least_toleration_seconds_of_the_tolerations_used_decides(
     brief = {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1}
     async with aiohttp.ClientSession(whole.url) as http:
         for name, tolerations in (("both", [forever, brief]), ("stays", [forever])):
-            body = pod(name, nodeName=node, tolerations=tolerations)
+            body = k8s.pod(name, gated=False, nodeName=node, tolerations=tolerations)
             async with http.post(PODS, json=body) as response:
                 assert response.status == 201
         whole.set_node_ready(node, False)

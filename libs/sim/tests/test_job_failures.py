@@ -21,7 +21,7 @@ from tidegate.sim.jobfailure import BackoffRecord, backoff_seconds, failure_acti
 from tidegate.sim.store import WatchEvent
 from tidegate.testing import until
 
-from .test_control_plane import JOBS, MERGE, PODS, pods_of, template
+from .test_control_plane import EIGHT_GPUS, JOBS, MERGE, ONE_GPU, PODS, k8s, pods_of
 
 
 def test_backoff_doubles_per_failure_up_to_ten_minutes() -> None:
@@ -91,18 +91,8 @@ async def http(cluster: SimCluster) -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-def job_body(name: str, pods: int, **spec: object) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "template": template(gpus=8, duration=1e6, labels={"app": name}),
-            **spec,
-        },
-    }
+RUNS_LONG = k8s.runs(1e6)
+"""A pod that runs for a long while."""
 
 
 def job_status(cluster: SimCluster, name: str) -> dict[str, Any]:
@@ -145,7 +135,20 @@ def failed_condition(cluster: SimCluster, name: str) -> str | None:
 async def test_evicted_pods_are_failures_that_back_off_and_spend_the_backoff_limit(
     cluster: SimCluster, http: aiohttp.ClientSession
 ) -> None:
-    await http.post(JOBS, json=job_body("plain", 4))
+    await http.post(
+        JOBS,
+        json=k8s.job(
+            "plain",
+            parallelism=4,
+            completions=4,
+            template=k8s.template(
+                labels={"app": "plain"},
+                annotations=RUNS_LONG,
+                containers=EIGHT_GPUS,
+                restartPolicy="Never",
+            ),
+        ),
+    )
     first = await until(lambda: running(cluster, "plain", 4), within=10)
     marked: set[str] = set()
 
@@ -171,7 +174,22 @@ async def test_a_pod_failure_policy_ignoring_disruptions_spends_no_limit_but_sti
     cluster: SimCluster, http: aiohttp.ClientSession
 ) -> None:
     ignore = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
-    await http.post(JOBS, json=job_body("tolerant", 2, backoffLimit=0, podFailurePolicy=ignore))
+    await http.post(
+        JOBS,
+        json=k8s.job(
+            "tolerant",
+            parallelism=2,
+            completions=2,
+            template=k8s.template(
+                labels={"app": "tolerant"},
+                annotations=RUNS_LONG,
+                containers=EIGHT_GPUS,
+                restartPolicy="Never",
+            ),
+            backoffLimit=0,
+            podFailurePolicy=ignore,
+        ),
+    )
     first = await until(lambda: running(cluster, "tolerant", 2), within=10)
     evicted_at = time.monotonic()
     await evict_all(http, first)
@@ -187,7 +205,21 @@ async def test_a_pod_failure_policy_ignoring_disruptions_spends_no_limit_but_sti
 async def test_pods_deleted_by_suspending_the_job_are_not_failures(
     cluster: SimCluster, http: aiohttp.ClientSession
 ) -> None:
-    await http.post(JOBS, json=job_body("queued", 4, backoffLimit=0))
+    await http.post(
+        JOBS,
+        json=k8s.job(
+            "queued",
+            parallelism=4,
+            completions=4,
+            template=k8s.template(
+                labels={"app": "queued"},
+                annotations=RUNS_LONG,
+                containers=EIGHT_GPUS,
+                restartPolicy="Never",
+            ),
+            backoffLimit=0,
+        ),
+    )
     await until(lambda: running(cluster, "queued", 4), within=10)
     for suspend in (True, False):
         async with http.patch(
@@ -208,19 +240,47 @@ async def test_fail_job_rule_and_per_index_limits(
     fail_on_42 = {
         "rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]
     }
-    body = job_body("fatal", 1, podFailurePolicy=fail_on_42)
-    body["spec"]["template"] = template(gpus=1, duration=1, exit_code=42, labels={"app": "fatal"})
+    body = k8s.job(
+        "fatal",
+        parallelism=1,
+        completions=1,
+        template=k8s.template(
+            labels={"app": "fatal"},
+            annotations=RUNS_LONG,
+            containers=EIGHT_GPUS,
+            restartPolicy="Never",
+        ),
+        podFailurePolicy=fail_on_42,
+    )
+    body["spec"]["template"] = k8s.template(
+        labels={"app": "fatal"},
+        annotations=k8s.runs(1, exit_code=42),
+        containers=ONE_GPU,
+        restartPolicy="Never",
+    )
     await http.post(JOBS, json=body)
     assert await until(lambda: failed_condition(cluster, "fatal"), within=10) == "PodFailurePolicy"
 
-    body = job_body(
+    body = k8s.job(
         "perindex",
-        2,
+        parallelism=2,
+        completions=2,
+        template=k8s.template(
+            labels={"app": "perindex"},
+            annotations=RUNS_LONG,
+            containers=EIGHT_GPUS,
+            restartPolicy="Never",
+        ),
         completionMode="Indexed",
         backoffLimitPerIndex=0,
         maxFailedIndexes=0,
     )
-    body["spec"]["template"] = template(gpus=1, duration=1, exit_code=3, labels={"app": "perindex"})
+    body["spec"]["template"] = k8s.template(
+        labels={"app": "perindex"},
+        annotations=k8s.runs(1, exit_code=3),
+        containers=ONE_GPU,
+        restartPolicy="Never",
+    )
     await http.post(JOBS, json=body)
     reason = await until(lambda: failed_condition(cluster, "perindex"), within=10)
     assert reason == "MaxFailedIndexesExceeded"

@@ -15,6 +15,8 @@ import pytest
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.testing import until
 
+from .test_control_plane import ONE_GPU, k8s
+
 PODS = "/api/v1/namespaces/default/pods"
 
 
@@ -30,27 +32,6 @@ async def cluster() -> AsyncIterator[SimCluster]:
 async def http(cluster: SimCluster) -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(cluster.url) as session:
         yield session
-
-
-def running_pod(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "trainer",
-                    "resources": {
-                        "requests": {"nvidia.com/gpu": "1"},
-                        "limits": {"nvidia.com/gpu": "1"},
-                    },
-                }
-            ],
-        },
-    }
 
 
 async def watch_until_deleted(
@@ -83,7 +64,9 @@ async def test_a_deleted_running_pod_is_marked_failed_before_it_is_gone(
     the pod leaves the API server. A Job with a podFailurePolicy replaces a pod only once it is
     terminal: on the real control plane, fake kubelets that removed deleted pods without a
     terminal phase left evicted gangs without replacements for good."""
-    async with http.post(PODS, json=running_pod("victim")) as response:
+    async with http.post(
+        PODS, json=k8s.pod("victim", gated=False, containers=ONE_GPU, restartPolicy="Never")
+    ) as response:
         assert response.status == 201, await response.text()
 
     def running() -> bool:

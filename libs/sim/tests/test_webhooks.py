@@ -16,6 +16,9 @@ from aiohttp import web
 from tidegate.bus.server import free_port
 from tidegate.sim import SimCluster, SimSettings
 from tidegate.sim.kinds import JOBS, PODS
+from tidegate.testing.manifests import Builders
+
+k8s = Builders(server_fields=False)
 
 CONFIGS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 GATE = {"name": "example.com/held"}
@@ -110,15 +113,6 @@ def configuration(
     }
 
 
-def pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
-    }
-
-
 async def post(
     session: aiohttp.ClientSession, path: str, body: dict[str, Any]
 ) -> tuple[int, dict[str, Any]]:
@@ -136,12 +130,16 @@ async def test_a_webhook_is_called_over_https_and_its_patch_applied(
     async with aiohttp.ClientSession(cluster.url) as http:
         # No configuration yet: the built-in emulation of tidegate's webhook gates the pod.
         _, emulated = await post(
-            http, "/api/v1/namespaces/default/pods", pod("e", {"tidegate.io/queue": "q"})
+            http,
+            "/api/v1/namespaces/default/pods",
+            k8s.pod("e", gated=False, labels={"tidegate.io/queue": "q"}),
         )
         assert gates(emulated) == [{"name": "tidegate.io/admission"}]
         assert hook.reviews == []
         assert (await post(http, CONFIGS, configuration(hook)))[0] == 201
-        status, created = await post(http, "/api/v1/namespaces/default/pods", pod("a"))
+        status, created = await post(
+            http, "/api/v1/namespaces/default/pods", k8s.pod("a", gated=False)
+        )
     assert status == 201, created
     assert gates(created) == [GATE]
     request = hook.reviews[0]["request"]
@@ -156,7 +154,9 @@ async def test_a_webhook_is_called_over_https_and_its_patch_applied(
     # The built-in emulation of tidegate's webhook is off while a configuration exists.
     async with aiohttp.ClientSession(cluster.url) as http:
         status, created = await post(
-            http, "/api/v1/namespaces/default/pods", pod("b", {"tidegate.io/queue": "q"})
+            http,
+            "/api/v1/namespaces/default/pods",
+            k8s.pod("b", gated=False, labels={"tidegate.io/queue": "q"}),
         )
     assert gates(created) == [GATE]
 
@@ -176,9 +176,17 @@ async def test_selectors_choose_the_pods_sent(cluster: SimCluster, hook: Hook) -
     }
     async with aiohttp.ClientSession(cluster.url) as http:
         await post(http, CONFIGS, configuration(hook, **selectors))
-        _, plain = await post(http, "/api/v1/namespaces/default/pods", pod("plain"))
-        _, system = await post(http, "/api/v1/namespaces/kube-system/pods", pod("s", {"q": "x"}))
-        _, chosen = await post(http, "/api/v1/namespaces/default/pods", pod("c", {"q": "x"}))
+        _, plain = await post(
+            http, "/api/v1/namespaces/default/pods", k8s.pod("plain", gated=False)
+        )
+        _, system = await post(
+            http,
+            "/api/v1/namespaces/kube-system/pods",
+            k8s.pod("s", gated=False, labels={"q": "x"}),
+        )
+        _, chosen = await post(
+            http, "/api/v1/namespaces/default/pods", k8s.pod("c", gated=False, labels={"q": "x"})
+        )
     assert (gates(plain), gates(system), gates(chosen)) == ([], [], [GATE])
     assert [r["request"]["name"] for r in hook.reviews] == ["c"]
 
@@ -192,7 +200,9 @@ async def test_fail_refuses_the_create_and_ignore_lets_it_through_unmutated(
     hook.answer = broken
     async with aiohttp.ClientSession(cluster.url) as http:
         await post(http, CONFIGS, configuration(hook))
-        status, error = await post(http, "/api/v1/namespaces/default/pods", pod("a"))
+        status, error = await post(
+            http, "/api/v1/namespaces/default/pods", k8s.pod("a", gated=False)
+        )
         assert status == 500
         assert error["reason"] == "InternalError"
         assert error["message"].startswith(
@@ -202,7 +212,9 @@ async def test_fail_refuses_the_create_and_ignore_lets_it_through_unmutated(
         body = configuration(hook, policy="Ignore")
         async with http.put(f"{CONFIGS}/test", json=body) as response:
             assert response.status == 200
-        status, created = await post(http, "/api/v1/namespaces/default/pods", pod("a"))
+        status, created = await post(
+            http, "/api/v1/namespaces/default/pods", k8s.pod("a", gated=False)
+        )
     assert status == 201
     assert gates(created) == []
 
@@ -219,7 +231,9 @@ async def test_a_slow_webhook_times_out_and_a_refusal_is_the_webhooks_message(
         await post(http, CONFIGS, configuration(hook, timeout=1))
         loop = asyncio.get_running_loop()
         started = loop.time()
-        status, error = await post(http, "/api/v1/namespaces/default/pods", pod("a"))
+        status, error = await post(
+            http, "/api/v1/namespaces/default/pods", k8s.pod("a", gated=False)
+        )
         assert status == 500
         assert "context deadline exceeded" in error["message"]
         assert loop.time() - started < 2.5
@@ -233,7 +247,9 @@ async def test_a_slow_webhook_times_out_and_a_refusal_is_the_webhooks_message(
             return web.json_response({**review, "response": response})
 
         hook.answer = refuse
-        status, error = await post(http, "/api/v1/namespaces/default/pods", pod("b"))
+        status, error = await post(
+            http, "/api/v1/namespaces/default/pods", k8s.pod("b", gated=False)
+        )
     assert status == 403
     assert error["message"] == 'admission webhook "gate.example.com" denied the request: no queue'
 
@@ -243,12 +259,16 @@ async def test_a_service_is_called_at_the_url_a_test_gave_it(
 ) -> None:
     async with aiohttp.ClientSession(cluster.url) as http:
         await post(http, CONFIGS, configuration(hook, service=True))
-        status, error = await post(http, "/api/v1/namespaces/default/pods", pod("a"))
+        status, error = await post(
+            http, "/api/v1/namespaces/default/pods", k8s.pod("a", gated=False)
+        )
         assert status == 500
         assert "service tg/hook has no address in the simulator" in error["message"]
         mapping = {"namespace": "tg", "name": "hook", "url": hook.url}
         assert (await post(http, "/sim/v1/webhook-services", mapping))[0] == 201
-        status, created = await post(http, "/api/v1/namespaces/default/pods", pod("a"))
+        status, created = await post(
+            http, "/api/v1/namespaces/default/pods", k8s.pod("a", gated=False)
+        )
     assert status == 201
     assert gates(created) == [GATE]
 

@@ -6,7 +6,6 @@ import logging
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -28,15 +27,6 @@ from tidegate.telemetry import (
 )
 from tidegate.telemetry.messaging import TRANSPORT_ENV, traced_subject
 from tidegate.telemetry.tracing import JsonLinesSpanExporter
-
-
-@pytest.fixture
-def recorded() -> Iterator[tuple[Tracer, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider.get_tracer("test"), exporter
-    provider.shutdown()
 
 
 def test_the_consumer_span_is_a_child_of_the_producer_span_through_headers(

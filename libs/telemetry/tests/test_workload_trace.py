@@ -1,11 +1,6 @@
 """The workload's own trace: its root span has the ids its derived traceparent names, and the
 spans of decisions, victim searches and releases carry the attributes that explain them."""
 
-from collections.abc import Iterator
-
-import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 
@@ -13,12 +8,9 @@ from tidegate.model import (
     Admitted,
     DomainCount,
     Pending,
-    PodSetSpec,
     PodState,
     TopologyAssignment,
-    TopologyRequest,
     WorkloadKey,
-    WorkloadState,
 )
 from tidegate.policy.victims import VictimChoice
 from tidegate.telemetry import (
@@ -33,48 +25,31 @@ from tidegate.telemetry import (
     victim_choice_span,
     workload_trace_context,
 )
-from tidegate.telemetry.tracing import ForcedIdGenerator
 from tidegate.telemetry.workload import reason_numbers
+from tidegate.testing.messages import Messages
 
-
-@pytest.fixture
-def recorded() -> Iterator[tuple[Tracer, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(id_generator=ForcedIdGenerator())
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider.get_tracer("test"), exporter
-    provider.shutdown()
-
-
-def workload(
-    name: str = "train", uid: str = "u-1", trace_context: dict[str, str] | None = None
-) -> WorkloadState:
-    return WorkloadState(
-        namespace="ns",
-        name=name,
-        uid=uid,
-        owner_kind="Job",
-        queue="offline",
-        priority=10,
-        service_type="training",
-        podsets=[
-            PodSetSpec(
-                name="main",
-                count=8,
-                requests={"nvidia.com/gpu": 8},
-                topology=TopologyRequest(required="tidegate.io/rack"),
-            )
-        ],
-        created_at=1_000.0,
-        trace_context=trace_context or workload_trace_context(uid),
-    )
+msg = Messages(
+    namespace="ns",
+    queue="offline",
+    defaults={
+        "workload": {
+            "uid": "u-1",
+            "priority": 10,
+            "service_type": "training",
+            "created_at": 1_000.0,
+            "trace_context": workload_trace_context("u-1"),
+        }
+    },
+)
+"""Training workloads in queue offline, their trace derived from their uid (u-1)."""
+MAIN = msg.podset("main", 8, requests={"nvidia.com/gpu": 8}, required="tidegate.io/rack")
 
 
 def test_the_root_span_has_the_ids_the_derived_traceparent_names(
     recorded: tuple[Tracer, InMemorySpanExporter],
 ) -> None:
     tracer, exporter = recorded
-    w = workload()
+    w = msg.workload("train", MAIN)
     assert export_workload_root(w, now=1_010.0, tracer=tracer)
     (root,) = exporter.get_finished_spans()
     _, trace_id, span_id, _ = w.trace_context["traceparent"].split("-")
@@ -91,7 +66,9 @@ def test_the_root_span_has_the_ids_the_derived_traceparent_names(
         "main: required=tidegate.io/rack",
     )
     # A traceparent the user set names a span of theirs: no root of ours.
-    user = workload(uid="u-2", trace_context={"traceparent": f"00-{'1' * 32}-{'2' * 16}-01"})
+    user = msg.workload(
+        "train", MAIN, uid="u-2", trace_context={"traceparent": f"00-{'1' * 32}-{'2' * 16}-01"}
+    )
     assert not export_workload_root(user, tracer=tracer)
 
 
@@ -99,7 +76,7 @@ def test_a_pending_decision_is_a_child_of_the_root_with_its_reason_and_numbers(
     recorded: tuple[Tracer, InMemorySpanExporter],
 ) -> None:
     tracer, exporter = recorded
-    w = workload()
+    w = msg.workload("train", MAIN)
     message = "main: needs 8 pods in one rack; the best rack fits 5 (limited by nvidia.com/gpu)"
     body = Pending(
         workload="ns/train",
@@ -146,7 +123,7 @@ def test_an_admission_names_its_domains(recorded: tuple[Tracer, InMemorySpanExpo
         },
         charged={"nvidia.com/gpu": 64},
     )
-    with decision_span(body, workload(), tracer=tracer):
+    with decision_span(body, msg.workload("train", MAIN), tracer=tracer):
         pass
     (span,) = exporter.get_finished_spans()
     attributes = dict(span.attributes or {})
@@ -163,14 +140,14 @@ def test_a_victim_search_links_each_victims_trace_and_says_why_others_were_not_c
     recorded: tuple[Tracer, InMemorySpanExporter],
 ) -> None:
     tracer, exporter = recorded
-    victim = workload("victim", "u-v")
+    victim = msg.workload("victim", MAIN, uid="u-v", trace_context=workload_trace_context("u-v"))
     choice = VictimChoice(
         outcome="preempts",
         victims=(WorkloadKey("ns/victim"),),
         ineligible={WorkloadKey("ns/other"): "not preemptable"},
         gpus=64,
     )
-    serve = workload("serve", "u-s")
+    serve = msg.workload("serve", MAIN, uid="u-s", trace_context=workload_trace_context("u-s"))
     victim_choice_span(
         serve, choice, {WorkloadKey("ns/victim"): victim}, start=1_000.0, tracer=tracer
     )
@@ -190,7 +167,7 @@ def test_releases_are_summed_up_per_domain_in_release_order(
     recorded: tuple[Tracer, InMemorySpanExporter],
 ) -> None:
     tracer, exporter = recorded
-    w = workload()
+    w = msg.workload("train", MAIN)
     with release_span("ns/train", w, tracer=tracer):
         for rank, node in ((1, "n2"), (0, "n1")):
             pod = PodState(namespace="ns", name=f"p{rank}", uid=f"p{rank}", rank=rank)
@@ -226,7 +203,7 @@ def test_pods_seen_bound_make_one_span_in_the_workload_trace(
     assert newly_bound(bound, None)
     assert not newly_bound(bound, bound)
     assert not newly_bound(gated, None)
-    w = workload()
+    w = msg.workload("train", MAIN)
     pods_bound_span("ns/train", w, [bound], tracer=tracer)
     (span,) = exporter.get_finished_spans()
     assert span.name == "bind pods"

@@ -6,49 +6,11 @@ import json
 import pytest
 
 from tidegate.model.names import ADMISSION_GATE
+from tidegate.testing.manifests import Builders
 from tidegate.ungater.gate import GateRules, review
 
-
-def pod(
-    *,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    gates: list[dict[str, str]] | None = None,
-    owners: list[dict[str, str]] | None = None,
-    node: str | None = None,
-) -> dict[str, object]:
-    """A pod as the API server sends it for CREATE."""
-    spec: dict[str, object] = {"containers": [{"name": "c", "image": "busybox"}]}
-    if gates is not None:
-        spec["schedulingGates"] = gates
-    if node is not None:
-        spec["nodeName"] = node
-    metadata: dict[str, object] = {"generateName": "train-", "namespace": "team"}
-    if labels:
-        metadata["labels"] = labels
-    if annotations:
-        metadata["annotations"] = annotations
-    if owners:
-        metadata["ownerReferences"] = owners
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
-def request(obj: object, *, operation: str = "CREATE", uid: str = "rev-1") -> bytes:
-    """An AdmissionReview v1 about ``obj``."""
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": "team",
-                "operation": operation,
-                "object": obj,
-            },
-        }
-    ).encode()
+k8s = Builders(server_fields=False)
+"""Pods as a client sends them to be created (what the API server asks the webhook about)."""
 
 
 def answer(body: bytes, rules: GateRules | None = None) -> tuple[int, dict[str, object], str]:
@@ -66,7 +28,9 @@ def patch_of(response: dict[str, object]) -> list[dict[str, object]]:
 
 
 def test_a_pod_without_gates_gets_the_gate_list() -> None:
-    status, response, verdict = answer(request(pod()))
+    status, response, verdict = answer(
+        json.dumps(k8s.admission_review(k8s.pod("train-0", gated=False), uid="rev-1")).encode()
+    )
     assert (status, verdict) == (200, "gated")
     assert response["apiVersion"] == "admission.k8s.io/v1"
     assert response["response"]["uid"] == "rev-1"  # type: ignore[index]
@@ -77,7 +41,11 @@ def test_a_pod_without_gates_gets_the_gate_list() -> None:
 
 
 def test_other_gates_are_kept_and_ours_appended() -> None:
-    _, response, _ = answer(request(pod(gates=[{"name": "example.com/other"}])))
+    _, response, _ = answer(
+        json.dumps(
+            k8s.admission_review(k8s.pod("train-0", gates=["example.com/other"]), uid="rev-1")
+        ).encode()
+    )
     assert patch_of(response) == [
         {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": ADMISSION_GATE}}
     ]
@@ -89,9 +57,21 @@ def test_other_gates_are_kept_and_ours_appended() -> None:
 def test_queue_families_are_gated_when_only_queued_pods_are_wanted(key: str) -> None:
     rules = GateRules(gate_all=False)
     for where in ("labels", "annotations"):
-        _, _, verdict = answer(request(pod(**{where: {key: "q"}})), rules)  # type: ignore[arg-type]
+        _, _, verdict = answer(
+            json.dumps(
+                k8s.admission_review(
+                    k8s.pod("train-0", gated=False, **{where: {key: "q"}}), uid="rev-1"
+                )
+            ).encode(),
+            rules,
+        )  # type: ignore[arg-type]
         assert verdict == "gated"
-    _, response, verdict = answer(request(pod(labels={"app": "x"})), rules)
+    _, response, verdict = answer(
+        json.dumps(
+            k8s.admission_review(k8s.pod("train-0", gated=False, labels={"app": "x"}), uid="rev-1")
+        ).encode(),
+        rules,
+    )
     assert verdict == "passed"
     assert "patch" not in response["response"]  # type: ignore[operator]
 
@@ -99,24 +79,42 @@ def test_queue_families_are_gated_when_only_queued_pods_are_wanted(key: str) -> 
 @pytest.mark.parametrize(
     ("obj", "why"),
     [
-        (pod(gates=[{"name": ADMISSION_GATE}]), "carries the gate already"),
-        (pod(node="n1"), "already bound to a node"),
+        (k8s.pod("train-0", gates=[ADMISSION_GATE]), "carries the gate already"),
+        (k8s.pod("train-0", gated=False, nodeName="n1"), "already bound to a node"),
         (
-            pod(owners=[{"kind": "DaemonSet", "name": "ds", "apiVersion": "apps/v1"}]),
+            k8s.pod(
+                "train-0",
+                gated=False,
+                owner=k8s.owner_ref("DaemonSet", "ds", "apps/v1"),
+            ),
             "a DaemonSet pod",
         ),
-        (pod(annotations={"kubernetes.io/config.mirror": "x"}), "a mirror pod"),
+        (
+            k8s.pod("train-0", gated=False, annotations={"kubernetes.io/config.mirror": "x"}),
+            "a mirror pod",
+        ),
     ],
 )
 def test_pods_that_cannot_wait_pass_unchanged(obj: dict[str, object], why: str) -> None:
-    result = review(request(obj), GateRules())
+    result = review(json.dumps(k8s.admission_review(obj, uid="rev-1")).encode(), GateRules())
     assert (result.verdict, result.reason) == ("passed", why)
     assert json.loads(result.body)["response"] == {"uid": "rev-1", "allowed": True}
 
 
 def test_updates_and_other_kinds_pass() -> None:
-    assert answer(request(pod(), operation="UPDATE"))[2] == "passed"
-    body = json.loads(request(pod()))
+    assert (
+        answer(
+            json.dumps(
+                k8s.admission_review(
+                    k8s.pod("train-0", gated=False), operation="UPDATE", uid="rev-1"
+                )
+            ).encode()
+        )[2]
+        == "passed"
+    )
+    body = json.loads(
+        json.dumps(k8s.admission_review(k8s.pod("train-0", gated=False), uid="rev-1")).encode()
+    )
     body["request"]["kind"]["kind"] = "Service"
     body["request"]["resource"]["resource"] = "services"
     assert answer(json.dumps(body).encode())[2] == "passed"
@@ -152,11 +150,17 @@ def test_unreadable_reviews_get_400_never_an_exception(body: bytes) -> None:
     ],
 )
 def test_a_bad_pod_follows_the_failure_policy(obj: object, field: str) -> None:
-    ignored = review(request(obj), GateRules(failure_policy="Ignore"))
+    ignored = review(
+        json.dumps(k8s.admission_review(obj, uid="rev-1")).encode(),
+        GateRules(failure_policy="Ignore"),
+    )
     response = json.loads(ignored.body)["response"]
     assert (ignored.verdict, response["allowed"]) == ("ignored-error", True)
     assert field in response["warnings"][0]
-    refused = review(request(obj), GateRules(failure_policy="Fail"))
+    refused = review(
+        json.dumps(k8s.admission_review(obj, uid="rev-1")).encode(),
+        GateRules(failure_policy="Fail"),
+    )
     response = json.loads(refused.body)["response"]
     assert (refused.verdict, response["allowed"]) == ("refused", False)
     assert response["status"]["code"] == 400

@@ -59,10 +59,11 @@ EventReason = Literal[
     "Suspended",
     "PreemptionBlocked",
     "PreemptionAbortFailed",
+    "BypassedGate",
 ]
 """Reasons of the Kubernetes Events tidegate records on a workload's owner (the ungater's,
-about its decisions; the preemption service's warnings): users filter on them, never change
-one."""
+about its decisions and pods that bypassed the gate; the preemption service's warnings): users
+filter on them, never change one."""
 
 VictimSearchOutcome = Literal[
     "fits",

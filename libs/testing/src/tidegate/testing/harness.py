@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from tidegate.bus import Bus
+from tidegate.bus import Bus, Received
 from tidegate.kube import KubeClient, ResourceType
 from tidegate.model import (
     Admitted,
@@ -91,6 +91,24 @@ def subject_of(cluster: str, body: Message) -> str:
             namespace, _, name = body.workload.partition("/")
             return subjects.decision(cluster, _DECISION_KINDS[type(body)], namespace, name)
     raise ValueError(f"no single subject for {type(body).__name__}")
+
+
+def received(
+    cluster: str,
+    body: Message,
+    *,
+    subject: str | None = None,
+    stream_sequence: int = 1,
+    event_id: str | None = None,
+) -> Received:
+    """``body`` as a handler receives it: enveloped for ``cluster``, on ``subject`` (default:
+    :func:`subject_of`), at ``stream_sequence``; for feeding a service's handlers without a
+    bus."""
+    return Received(
+        subject=subject or subject_of(cluster, body),
+        envelope=envelope(cluster, body, event_id=event_id),
+        stream_sequence=stream_sequence,
+    )
 
 
 def _tombstone_subject(cluster: str, body: Tombstone) -> str:

@@ -11,6 +11,7 @@ import itertools
 from typing import Any
 
 from tidegate.model.names import ADMISSION_GATE
+from tidegate.sim.podlife import DURATION_ANNOTATION, EXIT_CODE_ANNOTATION
 
 Obj = dict[str, Any]
 
@@ -79,6 +80,17 @@ class Builders:
         }
 
     @staticmethod
+    def runs(seconds: float | None, *, exit_code: int = 0) -> Obj:
+        """The annotations of a pod (template) that runs for ``seconds`` (forever when None)
+        on the simulator's kubelets or the fake-node agent, then exits with ``exit_code``."""
+        annotations: Obj = {}
+        if seconds is not None:
+            annotations[DURATION_ANNOTATION] = f"{seconds:g}"
+        if exit_code:
+            annotations[EXIT_CODE_ANNOTATION] = str(exit_code)
+        return annotations
+
+    @staticmethod
     def owner_of(obj: Obj) -> Obj:
         """A controller ownerReference to ``obj`` as the API server returned it."""
         return {
@@ -110,9 +122,11 @@ class Builders:
         containers: list[Obj] | None = None,
         namespace: str = "default",
         phase: str = "Pending",
+        gates: list[str] | None = None,
         **spec: Any,
     ) -> Obj:
-        """A pod, gated by tidegate unless ``gated=False``."""
+        """A pod, gated by tidegate unless ``gated=False``; ``gates``: exactly these
+        scheduling gates instead (none if empty)."""
         meta = self._meta(
             name,
             namespace,
@@ -121,7 +135,9 @@ class Builders:
             ownerReferences=[owner] if owner else None,
         )
         body: Obj = {"containers": containers or [self.container()], **spec}
-        if gated:
+        if gates is not None:
+            body["schedulingGates"] = [{"name": gate} for gate in gates]
+        elif gated:
             body["schedulingGates"] = [{"name": ADMISSION_GATE}]
         pod: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
         if self.server_fields:
@@ -232,20 +248,29 @@ class Builders:
         *,
         min_available: int | str | None = None,
         max_unavailable: int | str | None = None,
+        expressions: list[Obj] | None = None,
+        status: Obj | None = None,
     ) -> Obj:
-        """A policy/v1 PodDisruptionBudget over the pods with the labels ``selector``."""
+        """A policy/v1 PodDisruptionBudget over the pods with the labels ``selector`` (and
+        matching ``expressions``, a selector's ``matchExpressions``, if given); ``status``
+        as the disruption controller would have written it, if given."""
         spec: Obj = {}
         if min_available is not None:
             spec["minAvailable"] = min_available
         if max_unavailable is not None:
             spec["maxUnavailable"] = max_unavailable
-        spec["selector"] = {"matchLabels": dict(selector)}
-        return {
+        spec["selector"] = {"matchLabels": dict(selector)} if selector or not expressions else {}
+        if expressions:
+            spec["selector"]["matchExpressions"] = list(expressions)
+        budget: Obj = {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
             "metadata": self._meta(name),
             "spec": spec,
         }
+        if status is not None:
+            budget["status"] = dict(status)
+        return budget
 
     def replicaset(
         self, name: str, *, deployment: str | None, replicas: int = 1, template: Obj | None = None
@@ -350,4 +375,23 @@ class Builders:
             "metadata": self._meta(name, None),
             "value": value,
             "globalDefault": global_default,
+        }
+
+    @staticmethod
+    def admission_review(
+        obj: Any, *, operation: str = "CREATE", uid: str = "review-1", namespace: str = "team"
+    ) -> Obj:
+        """An admission.k8s.io/v1 AdmissionReview about the pod ``obj`` in ``namespace``, as
+        the API server sends it to a mutating webhook."""
+        return {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": namespace,
+                "operation": operation,
+                "object": obj,
+            },
         }

@@ -17,14 +17,17 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from tidegate.model import (
     Admitted,
     CapacityNode,
+    DisruptionBudgetState,
     DomainCount,
     NodeState,
     Pending,
     PodSetSpec,
     PodState,
     Preempted,
+    PreemptRequested,
     QueueConfig,
     Released,
+    ReplaceRequested,
     Resources,
     Tombstone,
     TopologyAssignment,
@@ -239,7 +242,8 @@ class Messages:
         **fields: Any,
     ) -> CapacityNode:
         """A node's capacity record (as the topology-cache publishes it), in ``domain``
-        (widest first, the node itself last); all of it free but ``free_gpus`` if given."""
+        (widest first, the node itself last, unless the suite's levels stop above the host:
+        one value per level); all of it free but ``free_gpus`` if given."""
         allocatable: Resources = {"cpu": cpu, self.gpu: gpus}
         if pods is not None:
             allocatable["pods"] = pods
@@ -249,10 +253,33 @@ class Messages:
         return CapacityNode(
             topology=topology,
             node=name,
-            domain=[*domain, name],
+            domain=[*domain, name][: max(len(self.levels), len(domain))],
             allocatable=allocatable,
             free=free,
             applied_sequence=applied,
+            **fields,
+        )
+
+    @_suite_defaults
+    def disruption_budget(
+        self,
+        /,
+        name: str,
+        workloads: Mapping[str, int] | None = None,
+        *,
+        allowed: int = 0,
+        namespace: str | None = None,
+        uid: str | None = None,
+        **fields: Any,
+    ) -> DisruptionBudgetState:
+        """A PodDisruptionBudget as the watcher publishes it: ``allowed`` disruptions now, and
+        how many of each workload's pods (by key) it selects."""
+        return DisruptionBudgetState(
+            namespace=namespace or self.namespace,
+            name=name,
+            uid=uid or f"uid-{name}",
+            disruptions_allowed=allowed,
+            workloads={self.key(key): count for key, count in (workloads or {}).items()},
             **fields,
         )
 
@@ -368,5 +395,50 @@ class Messages:
             preemptor=self.key(preemptor),
             preemptor_uid=uid or f"uid-{_name_of(preemptor)}",
             victims=[self.key(v) for v in victims],
+            **fields,
+        )
+
+    @_suite_defaults
+    def preempt_requested(
+        self,
+        /,
+        workload: str,
+        *,
+        sequence: int,
+        admitted_sequence: int | None = None,
+        uid: str | None = None,
+        queue: str | None = _DEFAULT,
+        **fields: Any,
+    ) -> PreemptRequested:
+        """Admission's request to free room for ``workload`` (a name or a key); for the
+        growth of its admission ``admitted_sequence`` if given."""
+        return PreemptRequested(
+            workload=self.key(workload),
+            uid=uid or f"uid-{_name_of(workload)}",
+            queue=str(self.queue if queue is _DEFAULT else queue),
+            sequence=sequence,
+            admitted_sequence=admitted_sequence,
+            **fields,
+        )
+
+    @_suite_defaults
+    def replace_requested(
+        self,
+        /,
+        workload: str,
+        lost: Mapping[str, Sequence[DomainCount]],
+        *,
+        admitted_sequence: int,
+        uid: str | None = None,
+        **fields: Any,
+    ) -> ReplaceRequested:
+        """The ungater's request for new slots for ``workload`` (a name or a key) in place of
+        the ``lost`` domains of each pod set, under its admission ``admitted_sequence`` (a
+        shrink's surplus given back with ``give_back=True``)."""
+        return ReplaceRequested(
+            workload=self.key(workload),
+            uid=uid or f"uid-{_name_of(workload)}",
+            admitted_sequence=admitted_sequence,
+            lost={podset: list(domains) for podset, domains in lost.items()},
             **fields,
         )

@@ -12,7 +12,9 @@ Start-up, in order:
    workload from its pods' nodeSelectors, so a new leader continues exactly where the last
    one stopped;
 4. consume decisions durably (``ungater``, new decisions only on first creation) for Events
-   and the trace annotation (:class:`~tidegate.ungater.handlers.Reporter`);
+   and the trace annotation (:class:`~tidegate.ungater.handlers.Reporter`); on the leader,
+   a Warning Event for workloads whose pods bypassed the gate, from the view
+   (:class:`~tidegate.ungater.handlers.BypassReporter`);
 5. follow the Queue configs and, on the leader, keep every Queue's status current from the
    same view (:class:`~tidegate.ungater.queue_status.QueueStatusWriter`);
 6. serve the mutating webhook when configured (:mod:`tidegate.ungater.webhook`).
@@ -47,7 +49,7 @@ from tidegate.policy.clusterview import ClusterView
 from tidegate.runtime import ServiceContext
 from tidegate.runtime.leadership import lease_write_guard
 from tidegate.ungater.config import UngaterSettings
-from tidegate.ungater.handlers import Feed, Reporter
+from tidegate.ungater.handlers import BypassReporter, Feed, Reporter
 from tidegate.ungater.queue_status import QueueStatusWriter
 from tidegate.ungater.releaser import Releaser, ReleaserMetrics
 from tidegate.ungater.seen import SeenDecisions
@@ -92,18 +94,20 @@ async def setup(ctx: ServiceContext[UngaterSettings]) -> None:
 
 async def start(
     ctx: ServiceContext[UngaterSettings], kube: KubeClient
-) -> tuple[Releaser, QueueStatusWriter]:
+) -> tuple[Releaser, QueueStatusWriter, BypassReporter]:
     """Everything after the Kubernetes connection (tests call it with their own client)."""
     settings = ctx.settings
     cluster = ctx.cluster
     releaser: Releaser | None = None
     queues: QueueStatusWriter | None = None
+    bypass: BypassReporter | None = None
 
     def changed(keys: Iterable[WorkloadKey]) -> None:
-        if releaser is not None and queues is not None:
+        if releaser is not None and queues is not None and bypass is not None:
             keys = list(keys)
             releaser.mark(keys)
             queues.mark(keys)
+            bypass.mark(keys)
 
     view = ClusterView()
     feed = Feed(view, on_change=changed)
@@ -119,6 +123,7 @@ async def start(
         errors=metrics.errors,
         guard=leader.guard,
     )
+    bypass = BypassReporter(view, leading_kube)
     releaser = Releaser(
         view=view,
         kube=leading_kube,
@@ -151,7 +156,9 @@ async def start(
         ),
     ]
     ctx.spawn(
-        "releaser", _lead_then_release(ctx, leader, releaser, queues, followers), graceful=True
+        "releaser",
+        _lead_then_release(ctx, leader, releaser, (queues, bypass), followers),
+        graceful=True,
     )
     reporter = Reporter(view, kube)
     await ctx.consume(
@@ -187,7 +194,7 @@ async def start(
             settings.webhook,
             settings.webhook_cert_dir,
         )
-    return releaser, queues
+    return releaser, queues, bypass
 
 
 class _Leadership:
@@ -215,11 +222,12 @@ async def _lead_then_release(
     ctx: ServiceContext[UngaterSettings],
     leader: _Leadership,
     releaser: Releaser,
-    queues: QueueStatusWriter,
+    reporters: tuple[QueueStatusWriter, BypassReporter],
     followers: list[StateFollower],
 ) -> None:
-    """Wait for the replay and the lease, take over, then release and write Queue status
-    until the service stops."""
+    """Wait for the replay and the lease, take over, then release, write Queue status and
+    report bypassing pods until the service stops."""
+    queues, bypass = reporters
     stopping = ctx.stopping
     try:
         for follower in followers:
@@ -245,16 +253,20 @@ async def _lead_then_release(
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(releaser.run(stopping))
             tasks.create_task(queues.run(stopping))
+            tasks.create_task(bypass.run(stopping))
     finally:
         releaser.finished.set()
         queues.finished.set()
+        bypass.finished.set()
 
 
 async def _close_when_done(
-    kube: KubeClient, writers: tuple[Releaser, QueueStatusWriter], stopping: asyncio.Event
+    kube: KubeClient,
+    writers: tuple[Releaser, QueueStatusWriter, BypassReporter],
+    stopping: asyncio.Event,
 ) -> None:
     """Close the client once the releaser finished its last round and the Queue status writer
-    stopped (an Event write still in flight then fails and its decision is redelivered:
+    and the bypass reporter stopped (an Event write still in flight then fails and its decision is redelivered:
     nothing is lost)."""
     try:
         await stopping.wait()

@@ -16,6 +16,8 @@ Preempted      Warning   evicted for an inference workload (by whom, restart or 
 Evicted        Warning   no replacement after a node failure (or for pods the scheduler
                          could not place): evicted whole, re-queued
 Suspended      Normal    suspended by someone else: its admission released, nothing reserved
+BypassedGate   Warning   pods of it started without passing the gate; they are charged to its
+                         queue (:class:`BypassReporter`, from the view, not from a decision)
 =============  ========  ==============================================================
 
 Admission publishes a pending decision only when the reason changes; a redelivered decision
@@ -32,6 +34,7 @@ Releasing pods is not done here (:mod:`tidegate.ungater.releaser` does it from t
 this module only reports.
 """
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -41,7 +44,7 @@ from typing import Final
 
 from cachetools import LRUCache
 
-from tidegate.bus import Ack, Outcome, Received, Retry
+from tidegate.bus import Ack, LeaseUnconfirmed, Outcome, Received, Retry
 from tidegate.kube import (
     DEPLOYMENTS,
     JOBS,
@@ -57,6 +60,7 @@ from tidegate.kube import (
 from tidegate.model import Admitted, Pending, Preempted, Released, WorkloadKey, WorkloadState
 from tidegate.model.events import EventReason
 from tidegate.model.names import RESUME_ANNOTATION, RESUME_MANUAL
+from tidegate.policy.bypass import BypassNotices, bypass_message
 from tidegate.policy.clusterview import ClusterView
 from tidegate.policy.podgroup import placement_summary
 from tidegate.telemetry import inject
@@ -281,3 +285,80 @@ class Reporter:
         await self.kube.create_event(
             owner_ref(workload), reason=reason, message=message, type=kind, component=COMPONENT
         )
+
+
+BYPASS_RETRY_SECONDS: Final = 1.0
+"""How long :class:`BypassReporter` waits before trying a failed Event again."""
+
+
+class BypassReporter:
+    """Records the ``BypassedGate`` Warning on the top owner of each workload whose pods
+    started without passing the gate, once (:class:`tidegate.policy.bypass.BypassNotices`:
+    again only if more pods get past), naming the queue that is charged for them.
+
+    It reads the workload messages, not decisions, so it runs on the leader only (every
+    replica sees the same workloads): wire :meth:`mark` into the view's ``on_change`` and run
+    :meth:`run` once the lease is held, through the leader's guarded client. What it keeps is
+    bounded: the workloads marked that have bypassing pods now, and the notices' memory.
+    """
+
+    def __init__(self, view: ClusterView, kube: KubeClient, notices: BypassNotices | None = None):
+        """Report about workloads of ``view`` through ``kube`` (the leader's)."""
+        self.view = view
+        self.kube = kube
+        self.notices = notices or BypassNotices()
+        self._marked: set[WorkloadKey] = set()
+        self._wake = asyncio.Event()
+        self.finished = asyncio.Event()
+        """Set once :meth:`run` returned."""
+
+    def mark(self, keys: Iterable[WorkloadKey]) -> None:
+        """Workloads that may have changed (the view's ``on_change``): kept only while they
+        have bypassing pods."""
+        for key in keys:
+            workload = self.view.replica.workload(key)
+            if workload is not None and workload.bypassed_pods and workload.finished is None:
+                self._marked.add(key)
+                self._wake.set()
+            else:
+                self._marked.discard(key)
+                if workload is not None:
+                    self.notices.due(workload)  # none now: a later bypass is news again
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Report marked workloads until ``stop`` is set."""
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(BYPASS_RETRY_SECONDS):
+                        await self._wake.wait()
+                if stop.is_set():
+                    return
+                await self.round()
+        finally:
+            self.finished.set()
+
+    async def round(self) -> None:
+        """One Event per marked workload that has news; failed ones are tried again."""
+        self._wake.clear()
+        marked, self._marked = self._marked, set()
+        for key in sorted(marked):
+            workload = self.view.replica.workload(key)
+            if workload is None or not self.notices.due(workload):
+                continue
+            share = self.view.replica.share(key)
+            queue = share.queue if share is not None else workload.queue
+            try:
+                await self.kube.create_event(
+                    owner_ref(workload),
+                    reason="BypassedGate",
+                    message=bypass_message(workload, queue or "(none)"),
+                    type="Warning",
+                    component=COMPONENT,
+                )
+            except NotFound:
+                continue  # its owner is gone
+            except (KubeError, LeaseUnconfirmed) as exc:
+                log.warning("ungater: BypassedGate Event on %s not recorded yet: %s", key, exc)
+                self.notices.failed(workload)
+                self._marked.add(key)

@@ -83,8 +83,15 @@ class QueueStatusWriter:
         """Set once :meth:`run` returned."""
 
     def mark(self, keys: Iterable[WorkloadKey]) -> None:
-        """Workloads whose share may have changed (the view's ``on_change``)."""
-        self._marked.update(keys)
+        """Workloads whose share may have changed (the view's ``on_change``). One that adds
+        nothing to a queue and was not counted in one has nothing to recount and is dropped,
+        so what waits for a round is bounded by the workloads that exist (a standby runs no
+        rounds)."""
+        for key in keys:
+            if key in self._queue_of or self.view.replica.share(key) is not None:
+                self._marked.add(key)
+            else:
+                self._marked.discard(key)
         self._wake.set()
 
     async def on_queue(self, received: Received) -> None:

@@ -265,8 +265,15 @@ class Releaser:
         return {key: m.expectations for key, m in self.memory.items() if m.expectations}
 
     def mark(self, keys: Iterable[WorkloadKey]) -> None:
-        """Reconcile ``keys`` in the next round."""
+        """Reconcile ``keys`` in the next round. A key the view holds nothing of and the
+        releaser remembers nothing of has nothing to reconcile and is dropped, so what waits
+        for a round is bounded by the workloads that exist (a standby runs no rounds)."""
         keys = set(keys)
+        gone = {k for k in keys if k not in self.view.replica and k not in self.memory}
+        if gone:
+            keys -= gone
+            self._dirty.difference_update(gone)
+            self._fresh.difference_update(gone)
         if not keys:
             return
         before = len(self._dirty)
