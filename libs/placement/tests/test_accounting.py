@@ -25,6 +25,7 @@ from tidegate.placement.accounting import (
     CapacityAccounting,
     DomainKey,
     NodeKey,
+    domain_gpus,
     key_of,
     per_pod,
     same_content,
@@ -637,3 +638,16 @@ def test_a_deleted_workload_leaves_no_record_and_its_late_admission_reserves_not
     assert accounting.decisions.recorded() == []
     accounting.apply(msg.admitted("team/w3", {host("n1"): 1}, sequence=4, uid="w3"))
     assert accounting.reserved("n1") == {}
+
+
+def test_domain_gpus_sum_the_nodes_of_every_domain_above_the_node_by_state() -> None:
+    accounting = cluster(msg.node("n1"), msg.node("n2"), msg.node("n9", "b1", "r2"))
+    accounting.apply(msg.admitted("team/train", {host("n1"): 2}, per_pod=msg.requests(gpus=2)))
+    accounting.apply(msg.pod("w-0", "n1", gpus=2))
+    gpus = domain_gpus(accounting)
+    states = ("allocatable", "used", "reserved", "free")
+    block = [gpus[(TOPOLOGY, BLOCK, "b1", state)] for state in states]
+    rack = [gpus[(TOPOLOGY, RACK, "b1/r1", state)] for state in states]
+    other_rack = [gpus[(TOPOLOGY, RACK, "b1/r2", state)] for state in states]
+    assert (block, rack, other_rack) == ([24, 2, 2, 20], [16, 2, 2, 12], [8, 0, 0, 8])
+    assert {level for _, level, _, _ in gpus} == {BLOCK, RACK}  # nothing per node

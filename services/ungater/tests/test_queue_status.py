@@ -2,14 +2,11 @@
 through the ungater's followers' handlers), the status, the patch. That the replica's sums
 always equal a recount is libs/model/tests/test_replica_contract.py's."""
 
-import time
-
 import msgspec
 
 from tidegate.bus import Received
 from tidegate.model import (
     Admitted,
-    Envelope,
     Message,
     Pending,
     Preempted,
@@ -20,6 +17,7 @@ from tidegate.model import (
 )
 from tidegate.model.replica import QueueTally, Share
 from tidegate.policy.clusterview import ClusterView
+from tidegate.testing.harness import received
 from tidegate.ungater import handlers
 
 KEY = WorkloadKey("team/train")
@@ -35,10 +33,7 @@ class Feed:
 
     def received(self, body: Message) -> Received:
         self.sequence += 1
-        envelope = Envelope(
-            event_id=f"e{self.sequence}", cluster="c", source="test", time=time.time(), body=body
-        )
-        return Received(subject="tg.c.x", envelope=envelope, stream_sequence=self.sequence)
+        return received("c", body, stream_sequence=self.sequence, event_id=f"e{self.sequence}")
 
     async def state(self, body: Message) -> None:
         await self.feed.on_state(self.received(body))

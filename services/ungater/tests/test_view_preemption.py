@@ -8,12 +8,9 @@ counted the old admission in force, the releaser would have put them straight ba
 slots just freed for the preemptor (found by tests/e2e/test_crash_restart.py).
 """
 
-import time
-
 from tidegate.bus import Received
 from tidegate.model import (
     Admitted,
-    Envelope,
     LostAdmission,
     Message,
     Preempted,
@@ -22,6 +19,7 @@ from tidegate.model import (
     WorkloadState,
 )
 from tidegate.policy.clusterview import ClusterView
+from tidegate.testing.harness import received
 from tidegate.testing.messages import Messages
 from tidegate.ungater.handlers import Feed
 
@@ -56,10 +54,7 @@ class Stream:
 
     def received(self, body: Message) -> Received:
         self.sequence += 1
-        envelope = Envelope(
-            event_id=f"e{self.sequence}", cluster="c", source="test", time=time.time(), body=body
-        )
-        return Received(subject="tg.c.x", envelope=envelope, stream_sequence=self.sequence)
+        return received("c", body, stream_sequence=self.sequence, event_id=f"e{self.sequence}")
 
     async def decide(self, body: Message) -> None:
         await self.view.on_decision(self.received(body))

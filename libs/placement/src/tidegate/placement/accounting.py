@@ -938,6 +938,39 @@ class CapacityAccounting:
         entry.applied = applied
 
 
+GPU: Final = "nvidia.com/gpu"
+GPU_STATES: Final = ("allocatable", "used", "reserved", "free")
+
+
+def domain_gpus(accounting: CapacityAccounting) -> dict[tuple[str, str, str, str], int]:
+    """GPUs (``nvidia.com/gpu``) per (topology, level, domain, state) for every domain above
+    the node level: ``allocatable`` of its nodes, ``used`` by bound pods, ``reserved`` for
+    admitted pods not bound yet, and ``free`` on its schedulable nodes (what the capacity
+    stream's domain record says). ``domain`` is the domain's values joined with ``/``."""
+    out: dict[tuple[str, str, str, str], int] = {}
+    records = list(accounting.records())
+    level_at = {
+        (r.topology, len(r.domain)): r.level for r in records if isinstance(r, CapacityDomain)
+    }
+    for record in records:
+        if not isinstance(record, CapacityNode):
+            continue
+        amounts = {
+            "allocatable": record.allocatable.get(GPU, 0),
+            "used": accounting.used(record.node).get(GPU, 0),
+            "reserved": accounting.reserved(record.node).get(GPU, 0),
+            "free": record.free.get(GPU, 0) if record.schedulable else 0,
+        }
+        for depth in range(1, len(record.domain)):
+            level = level_at.get((record.topology, depth))
+            if level is None:
+                continue
+            key = (record.topology, level, "/".join(record.domain[:depth]))
+            for state, amount in amounts.items():
+                out[(*key, state)] = out.get((*key, state), 0) + amount
+    return out
+
+
 def _remove(table: dict[K, list[_Entry]], key: K, entry: _Entry) -> None:
     entries = table.get(key)
     if entries is None:

@@ -2,8 +2,9 @@
 
 It is thin wiring (STYLE.md 3): :mod:`.handlers` feed the state stream (nodes, pods,
 workloads, Topologies) and the admitted / released / preempted decisions into the pure
-:class:`tidegate.placement.accounting.CapacityAccounting`; :mod:`.publishing` decides which
-capacity records to publish (deltas, compared with what the capacity stream holds); :mod:`.app`
-runs the followers and the publishing loop. Settings are in :mod:`.config`; the user's
-documentation is docs/topology-cache.md.
+:class:`tidegate.placement.accounting.CapacityAccounting`;
+:mod:`tidegate.policy.capacity_stream` decides which capacity records to publish (deltas,
+compared with what the capacity stream holds); :mod:`.app` runs the followers and the
+publishing loop. Settings are in :mod:`.config`; the user's documentation is
+docs/topology-cache.md.
 """

@@ -10,7 +10,7 @@
 
 On stop, one last round is published before the connection drains. The arithmetic is
 :class:`tidegate.placement.accounting.CapacityAccounting`; what to publish is decided by
-:class:`tidegate.topology_cache.publishing.PublishedView`; nothing here computes capacity.
+:class:`tidegate.policy.capacity_stream.PublishedView`; nothing here computes capacity.
 """
 
 import asyncio
@@ -18,7 +18,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from typing import Final
 
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -26,11 +25,11 @@ from prometheus_client.registry import Collector
 
 from tidegate.bus import BusError, Publisher, PublishError, StateFollower, layout
 from tidegate.model import CapacityDomain, CapacityNode, subjects
-from tidegate.placement.accounting import CapacityAccounting, CapacityKey
+from tidegate.placement.accounting import CapacityAccounting, CapacityKey, domain_gpus
+from tidegate.policy.capacity_stream import Outgoing, PublishedView
 from tidegate.runtime import ServiceContext
 from tidegate.topology_cache.config import Settings
 from tidegate.topology_cache.handlers import Handlers
-from tidegate.topology_cache.publishing import Outgoing, PublishedView
 
 log = logging.getLogger(__name__)
 
@@ -80,39 +79,6 @@ class CacheMetrics:
             registry=registry,
         ).set_function(lambda: float(handlers.problems))
         registry.register(_DomainGpus(accounting))
-
-
-GPU: Final = "nvidia.com/gpu"
-GPU_STATES: Final = ("allocatable", "used", "reserved", "free")
-
-
-def domain_gpus(accounting: CapacityAccounting) -> dict[tuple[str, str, str, str], int]:
-    """GPUs (``nvidia.com/gpu``) per (topology, level, domain, state) for every domain above
-    the node level: ``allocatable`` of its nodes, ``used`` by bound pods, ``reserved`` for
-    admitted pods not bound yet, and ``free`` on its schedulable nodes (what the capacity
-    stream's domain record says). ``domain`` is the domain's values joined with ``/``."""
-    out: dict[tuple[str, str, str, str], int] = {}
-    records = list(accounting.records())
-    level_at = {
-        (r.topology, len(r.domain)): r.level for r in records if isinstance(r, CapacityDomain)
-    }
-    for record in records:
-        if not isinstance(record, CapacityNode):
-            continue
-        amounts = {
-            "allocatable": record.allocatable.get(GPU, 0),
-            "used": accounting.used(record.node).get(GPU, 0),
-            "reserved": accounting.reserved(record.node).get(GPU, 0),
-            "free": record.free.get(GPU, 0) if record.schedulable else 0,
-        }
-        for depth in range(1, len(record.domain)):
-            level = level_at.get((record.topology, depth))
-            if level is None:
-                continue
-            key = (record.topology, level, "/".join(record.domain[:depth]))
-            for state, amount in amounts.items():
-                out[(*key, state)] = out.get((*key, state), 0) + amount
-    return out
 
 
 class _DomainGpus(Collector):

@@ -1,7 +1,7 @@
 """Bus messages in, calls into the pure accounting out: short handlers, no arithmetic here.
 
 Three streams feed :class:`tidegate.placement.accounting.CapacityAccounting` and the
-:class:`~tidegate.topology_cache.publishing.PublishedView`:
+:class:`~tidegate.policy.capacity_stream.PublishedView`:
 
 - the state stream (nodes, pods, workloads, Topologies and their tombstones), replayed then
   followed;
@@ -22,7 +22,7 @@ import logging
 
 from tidegate.bus import Received
 from tidegate.placement.accounting import CapacityAccounting
-from tidegate.topology_cache.publishing import PublishedView
+from tidegate.policy.capacity_stream import PublishedView
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """The ungater service: holds managed pods at creation, releases them onto their assigned
 domains, and reports what happened to users.
 
-- :mod:`.gate` and :mod:`.webhook` — the mutating webhook that adds the scheduling gate
-  ``tidegate.io/admission`` to new pods that belong to tidegate;
+- :mod:`.webhook` — the mutating webhook that adds the scheduling gate
+  ``tidegate.io/admission`` to new pods that belong to tidegate (the decision is
+  :mod:`tidegate.kube.read.gate`);
 - :mod:`.releaser` — release rounds: carries out what :mod:`tidegate.policy.release` plans
   (releases with expectations, replacement requests, evictions, re-queues, resumes, PodGroup
   status: :mod:`tidegate.policy.podgroup`);

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Final, Literal
 
 from tidegate.kube import KubeConfigError, KubeSettings
+from tidegate.kube.read.gate import FailurePolicy, GateRules
 from tidegate.runtime import ServiceSettings, SettingsError
-from tidegate.ungater.gate import FailurePolicy, GateRules
 
 CERT_FILE: Final = "tls.crt"
 KEY_FILE: Final = "tls.key"

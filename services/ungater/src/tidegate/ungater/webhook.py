@@ -1,6 +1,6 @@
 """Serving the mutating webhook: HTTPS with a certificate from a mounted Secret, reloaded live.
 
-``POST /mutate-pods`` answers AdmissionReviews with :func:`tidegate.ungater.gate.review`; the
+``POST /mutate-pods`` answers AdmissionReviews with :func:`tidegate.kube.read.gate.review`; the
 decision lives there. This module only serves it: TLS from ``tls.crt``/``tls.key`` in the
 certificate directory (the Secret the Helm chart mounts), re-read when the files change so a
 rotated certificate (cert-manager, or the Secret edited) is used without a restart; a request
@@ -19,8 +19,8 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
+from tidegate.kube.read.gate import GateRules, review
 from tidegate.ungater.config import CERT_FILE, KEY_FILE
-from tidegate.ungater.gate import GateRules, review
 
 log = logging.getLogger(__name__)
 

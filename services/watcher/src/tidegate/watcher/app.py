@@ -20,7 +20,7 @@ served counts as listed (with nothing in it); any other failure holds back the f
 reconciliation (see :data:`OPTIONAL_KINDS`). A failed publish is retried
 on the next round; nothing is marked stored before JetStream acknowledged it. This module is
 wiring only: recognition is in :mod:`tidegate.kube.read.recognize`, diffing in
-:mod:`tidegate.watcher.mirror`.
+:mod:`tidegate.kube.read.mirror`.
 """
 
 import asyncio
@@ -60,6 +60,7 @@ from tidegate.kube import (
 )
 from tidegate.kube import connect as connect_kube
 from tidegate.kube.read.index import ClusterIndex, ObjectKind, StateKey
+from tidegate.kube.read.mirror import Mirror, Publication
 from tidegate.model import PodState, Tombstone, WorkloadState, subjects
 from tidegate.placement import PROFILES
 from tidegate.runtime import ServiceContext
@@ -73,7 +74,6 @@ from tidegate.telemetry import (
 )
 from tidegate.watcher.config import WatcherSettings
 from tidegate.watcher.handlers import fold
-from tidegate.watcher.mirror import Mirror, Publication
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,10 @@ labels and annotations of the four families tidegate understands;
 :mod:`~tidegate.kube.read.requests` counts a pod's requests as kube-scheduler does;
 :mod:`~tidegate.kube.read.suspend` and :mod:`~tidegate.kube.read.finish` say whose suspension
 it is and whether a workload ran to the end; :mod:`~tidegate.kube.read.convert` and
-:mod:`~tidegate.kube.read.recognize` turn objects into :mod:`tidegate.model` messages; and
-:class:`~tidegate.kube.read.index.ClusterIndex` groups pods into workloads from watch events.
+:mod:`~tidegate.kube.read.recognize` turn objects into :mod:`tidegate.model` messages;
+:class:`~tidegate.kube.read.index.ClusterIndex` groups pods into workloads from watch events;
+:class:`~tidegate.kube.read.mirror.Mirror` plans the state-stream publications that match it;
+and :mod:`~tidegate.kube.read.gate` answers the mutating webhook's AdmissionReviews (who is gated).
 
 Pure code: no I/O, no clock. The watcher feeds the index; other services decode what the API
 server answers with :func:`~tidegate.kube.read.objects.decode`.

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from tidegate.kube.read.gate import GateRules, review
 from tidegate.model.names import ADMISSION_GATE
 from tidegate.testing.manifests import Builders
-from tidegate.ungater.gate import GateRules, review
 
 k8s = Builders(server_fields=False)
 """Pods as a client sends them to be created (what the API server asks the webhook about)."""

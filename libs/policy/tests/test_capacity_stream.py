@@ -12,7 +12,7 @@ from tidegate.model import (
     subjects,
 )
 from tidegate.placement.accounting import CapacityAccounting, DomainKey, NodeKey
-from tidegate.topology_cache.publishing import PublishedView, node_key_of_subject, subject_of
+from tidegate.policy.capacity_stream import PublishedView, node_key_of_subject, subject_of
 
 LEVELS = ["block", "host"]
 CLUSTER = "c1"
