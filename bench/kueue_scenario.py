@@ -906,6 +906,9 @@ async def load(
     while time.monotonic() < deadline:
         if all(observer.done(job) is not None for job in plan_.jobs):
             break
+        if time.monotonic() - observer.last_change > args.stall:
+            print(f"  no progress for {args.stall:g} s: stalled", file=sys.stderr, flush=True)
+            break
         await asyncio.sleep(1.0)  # a scan of 15,000 Jobs: not more often
     done.set()
     await reporter
@@ -953,10 +956,21 @@ async def load(
         "decisions_lost_examples": (lost + released_without)[:5],
         "decisions_duplicated": sum(observer.duplicated(n) for n in names),
         "decisions_on_stream": observer.decisions,
+        "pending_reasons": pending_reasons(observer, names),
         "processes": process_figures(stack),
         "load_avg_1m_at_start": load_at_start,
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def pending_reasons(observer: Following, names: Iterable[str]) -> dict[str, int]:
+    """Pending decisions by reason over the run (why Jobs waited)."""
+    reasons: dict[str, int] = {}
+    for name in names:
+        for d in observer.seen.get(name, []):
+            if d.kind == "pending":
+                reasons[d.reason] = reasons.get(d.reason, 0) + 1
+    return reasons
 
 
 # ------------------------------------------------------------------------------- output
@@ -995,6 +1009,7 @@ def print_figures(figures: Mapping[str, Any]) -> None:
         f"{figures['decisions_lost']}, duplicated {figures['decisions_duplicated']} "
         f"(settle: {figures['settle']})"
     )
+    print(f"  pending decisions by reason: {figures['pending_reasons'] or 'none'}")
     for name, proc in figures["processes"].items():
         print(f"  {name:<18} cpu {proc['cpu_s']} s, peak rss {proc['peak_rss_mib']} MiB")
     print(
@@ -1030,6 +1045,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds between queues and Jobs")
     parser.add_argument("--drain", type=float, default=1800.0, help="max seconds for all to finish")
+    parser.add_argument(
+        "--stall",
+        type=float,
+        default=120.0,
+        help="stop waiting after this long without a decision or a pod ungated",
+    )
     parser.add_argument("--settle", type=float, default=60.0)
     parser.add_argument("--quiet", type=float, default=15.0)
     parser.add_argument(
