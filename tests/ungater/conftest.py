@@ -345,10 +345,10 @@ async def start_topology_cache(env: Env) -> None:
     await env.start("topology-cache", settings, cache_setup)
 
 
-async def start_pipeline(env: Env, **ungater: Any) -> None:
-    """The queue ``q``, then the topology-cache, admission and the ungater (with the settings
-    ``ungater`` overrides) on ``env``: every service but preemption."""
-    await env.create(QUEUES, k8s.queue("q"))
+async def start_pipeline(env: Env, queue: dict[str, Any] | None = None, **ungater: Any) -> None:
+    """The queue ``q`` (with the spec ``queue``), then the topology-cache, admission and the
+    ungater (with the settings ``ungater`` overrides) on ``env``: every service but preemption."""
+    await env.create(QUEUES, k8s.queue("q", queue))
     await start_topology_cache(env)
     admission = AdmissionSettings(
         cluster=env.cluster,

@@ -189,10 +189,10 @@ async def test_pods_that_bypassed_the_gate_get_a_warning_event_and_count_in_the_
         "queue_status_interval_seconds": 0.2,
     }
     await serve_webhook(env, ca, certs, port, chart_webhooks(ca, failure_policy="Ignore"))
-    await start_pipeline(env, **webhook)
-    # A quota of 1 GPU: the Job of 2 is never admitted, so what its running pods hold shows in
+    # A quota of 1 GPU from the start (a patch might reach admission after the Job, which it
+    # would then admit): the Job of 2 is never admitted, so what its running pods hold shows in
     # the Queue's usage only if the bypassing pods count there.
-    await env.kube.patch(QUEUES, "q", {"spec": {"capability": {"nvidia.com/gpu": "1"}}})
+    await start_pipeline(env, {"capability": {"nvidia.com/gpu": "1"}}, **webhook)
     await env.stop("ungater")
     job = await env.job("ran", 2)
 

@@ -1,8 +1,10 @@
 """Issue 29 seam 8: what the ungater keeps per workload grows with the workloads that exist,
 not with every name ever seen (the view's tables and the releaser's ``_resumed`` did)."""
 
+import asyncio
 from typing import Any, cast
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from tidegate.bus import Bus, Published
@@ -99,3 +101,46 @@ def test_a_standby_keeps_no_marks_for_deleted_workloads() -> None:
     assert (releaser._dirty, releaser._fresh) == (set(), set())
     assert queues._marked == set()
     assert bypass._marked == set()
+
+
+@pytest.mark.timeout(15)  # a spinning loop starves the event loop: only the signal ends it
+async def test_a_releaser_whose_marked_workload_is_deleted_before_its_round_idles() -> None:
+    """A mark wakes the loop; the workload's deletion then empties what waits for a round. The
+    loop must wait for the next mark, not spin on the set wake-up (it did, and an ungater under
+    test never stopped: the CI run's hung ``test_queue_status``)."""
+    view = ClusterView()
+    releaser = Releaser(
+        view=view,
+        kube=cast(KubeClient, object()),
+        bus=cast(Bus, object()),
+        cluster="c",
+        settings=UngaterSettings(),
+        metrics=ReleaserMetrics(CollectorRegistry()),
+        publish=_never,
+    )
+    key = WorkloadKey("team/w")
+    releaser.mark(view.apply(WorkloadState(namespace="team", name="w", uid="u", owner_kind="Job")))
+    releaser.mark(
+        view.apply(Tombstone(object_kind="workload", name="w", namespace="team", uid="u"))
+    )
+    assert key not in view.replica
+    stop = asyncio.Event()
+    running = asyncio.create_task(releaser.run(stop))
+    ticks = 0
+
+    async def count() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    counter = asyncio.create_task(count())
+    await asyncio.sleep(0.2)
+    stop.set()
+    releaser.mark([key])  # any wake-up lets run() see ``stop``
+    async with asyncio.timeout(5):
+        await running
+    counter.cancel()
+    # Idle: the counter had the loop to itself (a spinning run() shares it tick for tick and
+    # never lets the sleep above end on time, or at all).
+    assert ticks > 1000, ticks

@@ -329,6 +329,9 @@ class Releaser:
                     return
                 self._mark_timeouts()
                 if not self._dirty:
+                    # Woken for workloads deleted before their round (``mark`` dropped them):
+                    # a wake-up left set would make every wait return at once, for ever.
+                    self._wake.clear()
                     continue
                 await self._batch(stop)
                 self._raise_background_failure()
