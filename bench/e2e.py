@@ -677,6 +677,28 @@ async def settle(
         await asyncio.sleep(0.5)
 
 
+def lost_decisions(
+    observer: Observer, names: list[str], *, outcome: str, gated: Mapping[str, int]
+) -> tuple[list[str], list[str]]:
+    """After :func:`settle` ended with ``outcome``: the admitted Jobs whose pods stay gated
+    (``gated``: from the API server) although the pipeline went idle, and the Jobs ungated
+    without any admission. Both are lost decisions; admitted Jobs still gated while the
+    pipeline keeps working are in flight, not lost."""
+    lost = [
+        n
+        for n in unreleased_admitted(observer, names)
+        if outcome == "idle"
+        and (gated.get(n, 0) > 0 or len(observer.jobs[n].ungated) < observer.jobs[n].spec.pods)
+    ]
+    released_without = [
+        n
+        for n in names
+        if observer.jobs[n].ungated
+        and not any(d.kind == "admitted" for d in observer.seen.get(n, []))
+    ]
+    return lost, released_without
+
+
 def latency_split(observer: Observer, job: JobTimes) -> tuple[float, float] | None:
     """(queued, pipeline) seconds of a wholly ungated Job: queued is the time from its first
     pending decision (it waited: for capacity, a full domain or quota, the reason says) to its
@@ -758,17 +780,7 @@ async def run_load(
     )
     still = unreleased_admitted(observer, names)
     gated = await gated_pods(kube)
-    lost = [
-        n
-        for n in still
-        if outcome == "idle"
-        and (gated.get(n, 0) > 0 or len(observer.jobs[n].ungated) < observer.jobs[n].spec.pods)
-    ]
-    released_without = [
-        j.spec.name
-        for j in jobs
-        if j.ungated and not any(d.kind == "admitted" for d in observer.seen.get(j.spec.name, []))
-    ]
+    lost, released_without = lost_decisions(observer, names, outcome=outcome, gated=gated)
 
     stages = [row for j in jobs if (row := job_stages(observer, j)) is not None]
     to_ungated = [u - j.created for j in jobs if (u := j.all_ungated()) is not None]
@@ -901,12 +913,14 @@ def observing(
     stream: str,
     subject: str,
     handler: Callable[[Received], Awaitable[None]],
+    *,
+    cluster: str = CLUSTER,
 ) -> DurableConsumer:
     """The benchmark's own consumer of ``subject`` on ``stream`` (large batches: it must keep
     up with the whole run)."""
     return DurableConsumer(
         bus,
-        cluster=CLUSTER,
+        cluster=cluster,
         settings=ConsumerSettings(
             durable=durable,
             stream=stream,
