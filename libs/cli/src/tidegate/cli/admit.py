@@ -20,7 +20,6 @@ document, 2 with one line naming the field when the input is malformed.
 """
 
 import argparse
-from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
 from tidegate.cli.whatif import add_document_argument, answer, malformed
@@ -60,10 +59,9 @@ def _amounts(amounts: "dict[Dim, int] | Any") -> dict[str, str]:
 def decide(scenario: "AdmitScenario") -> dict[str, Any]:
     """The answer of the module docstring, as a JSON-ready dict."""
     from tidegate.model import PendingReason, QueueConfig, WorkloadState
-    from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
+    from tidegate.policy.ordering import key_of, order_queues, order_workloads
     from tidegate.policy.queuetree import (
         SERVICE_RECLAIM,
-        Contender,
         Holder,
         Preemptor,
         TreeState,
@@ -71,10 +69,10 @@ def decide(scenario: "AdmitScenario") -> dict[str, Any]:
         check_admission,
         cycle_groups,
         dims_of,
-        fair_order,
         in_tree,
         plan_reclaim,
         report,
+        take_turns,
     )
     from tidegate.policy.quota import QueueUsage, QuotaRequest, check_quota
 
@@ -104,6 +102,12 @@ def decide(scenario: "AdmitScenario") -> dict[str, Any]:
         amounts = leaf.setdefault(name, {})
         for dim, amount in dims_of(request).items():
             amounts[dim] = amounts.get(dim, 0) + sign * amount
+
+    def strict_wait(behind: WorkloadState, queue: QueueConfig, head: WorkloadState) -> None:
+        waiting[key_of(behind)] = {
+            "reason": "WaitingForCapacity",
+            "message": f"queue {queue.name} is StrictFIFO and waits for {key_of(head)}",
+        }
 
     def attempt(
         workload: WorkloadState, request: QuotaRequest, queue: QueueConfig
@@ -183,13 +187,14 @@ def decide(scenario: "AdmitScenario") -> dict[str, Any]:
         admitted.append(entry)
         return None
 
+    requests: dict[str, QuotaRequest] = {}
     cycles = 0
     while True:
         cycles += 1
         before = len(admitted)
         waiting.clear()
         by_queue: dict[str, list[WorkloadState]] = {}
-        requests: dict[str, QuotaRequest] = {}
+        requests.clear()
         for workload, request in todo:
             key = key_of(workload)
             if workload.queue is None:
@@ -199,35 +204,16 @@ def decide(scenario: "AdmitScenario") -> dict[str, Any]:
             requests[key] = request
         ordered = order_queues(queues[name] for name in by_queue)
         for group in cycle_groups(tree, ordered):
-            heads = {q.name: deque(order_workloads(by_queue[q.name])) for q in group}
-            while heads:
-                contenders = [
-                    Contender(
-                        queue=name,
-                        key=key_of(items[0]),
-                        priority=items[0].priority,
-                        created_at=items[0].created_at,
-                        request=requests[key_of(items[0])],
-                    )
-                    for name, items in sorted(heads.items())
-                ]
-                # A tree's queues take turns by fair share; a lone queue keeps its order.
-                if tree is not None and len(group) > 1:
-                    first = fair_order(tree, TreeState(tree, leaf), contenders)[0]
-                else:
-                    first = contenders[0]
-                queue = queues[first.queue]
-                workload = heads[queue.name].popleft()
-                reason = attempt(workload, requests[key_of(workload)], queue)
-                if reason is not None and blocks_queue(queue, reason):
-                    for behind in heads.pop(queue.name):
-                        waiting[key_of(behind)] = {
-                            "reason": "WaitingForCapacity",
-                            "message": f"queue {queue.name} is StrictFIFO and waits for "
-                            f"{key_of(workload)}",
-                        }
-                elif not heads[queue.name]:
-                    del heads[queue.name]
+            in_order = {q.name: order_workloads(by_queue[q.name]) for q in group}
+            take_turns(
+                tree,
+                group,
+                in_order,
+                lambda w: requests[key_of(w)],
+                lambda: TreeState(tree, leaf) if tree is not None else {},
+                lambda w, q: attempt(w, requests[key_of(w)], q),
+                strict_wait,
+            )
         done = {entry["workload"] for entry in admitted}
         todo = [(w, r) for w, r in todo if key_of(w) not in done]
         if not scenario.until_stable or len(admitted) == before or not todo:

@@ -50,7 +50,6 @@ reason ``Suspended`` (``Deleted`` for the namespace). One suspended for tidegate
 (``resume_on_admission``, Kueue's way) is queued and admitted like any other.
 """
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -97,7 +96,6 @@ from tidegate.policy.elastic import growth as growth_of
 from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
 from tidegate.policy.queuetree import (
     SERVICE_RECLAIM,
-    Contender,
     Holder,
     NodeReport,
     Preemptor,
@@ -107,10 +105,10 @@ from tidegate.policy.queuetree import (
     build_services_tree,
     check_admission,
     cycle_groups,
-    fair_order,
     in_tree,
     plan_reclaim,
     report,
+    take_turns,
 )
 from tidegate.policy.quota import Charge, QueueUsage, QuotaLedger, QuotaRequest, gang_resources
 from tidegate.policy.replacement import (
@@ -774,28 +772,23 @@ class Admission:
         next tried is the first by :func:`~tidegate.policy.queuetree.fair_order` on the usage
         as it is after every admission so far (weighted dominant-resource share, then
         priority, creation time, key); each queue keeps its own order and strategy."""
-        heads = {q.name: deque(order_with_aging(by_queue[q.name], q, now=now)) for q in group}
-        queues = {q.name: q for q in group}
-        while heads:
-            contenders = [
-                Contender(
-                    queue=name,
-                    key=key_of(pending[0]),
-                    priority=pending[0].priority,
-                    created_at=pending[0].created_at,
-                    request=_gang_request(pending[0]),
-                )
-                for name, pending in sorted(heads.items())
-            ]
-            first = fair_order(tree, self._tree_usage(tree), contenders)[0]
-            queue = queues[first.queue]
-            workload = heads[queue.name].popleft()
-            reason = self._consider(out, workload, queue, now, growth)
-            if reason is not None and blocks_queue(queue, reason):
-                for behind in heads.pop(queue.name):
-                    self._strict_wait(out, behind, queue, key_of(workload))
-            elif not heads[queue.name]:
-                del heads[queue.name]
+
+        def attempt(workload: WorkloadState, queue: QueueConfig) -> PendingReason | None:
+            return self._consider(out, workload, queue, now, growth)
+
+        def strict_wait(behind: WorkloadState, queue: QueueConfig, head: WorkloadState) -> None:
+            self._strict_wait(out, behind, queue, key_of(head))
+
+        ordered = {q.name: order_with_aging(by_queue[q.name], q, now=now) for q in group}
+        take_turns(
+            tree,
+            group,
+            ordered,
+            _gang_request,
+            lambda: self._tree_usage(tree),
+            attempt,
+            strict_wait,
+        )
 
     def _strict_wait(
         self, out: list[Decision], workload: WorkloadState, queue: QueueConfig, head: WorkloadKey

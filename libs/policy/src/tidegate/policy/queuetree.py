@@ -41,14 +41,25 @@ It does no I/O and decides no placement: quota decides whether, placement decide
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from tidegate.model import Admitted, CohortConfig, QueueConfig, WorkloadKey, format_quantity
+from tidegate.model import (
+    Admitted,
+    CohortConfig,
+    PendingReason,
+    QueueConfig,
+    WorkloadKey,
+    WorkloadState,
+    format_quantity,
+    workload_key,
+)
 from tidegate.model.events import ServiceType
 from tidegate.model.replica import QueueTally
 from tidegate.policy.cards import WHOLE_GPU_RESOURCE
+from tidegate.policy.ordering import blocks_queue
 from tidegate.policy.quota import QueueUsage, QuotaRequest, check_quota
 
 MAX_SHARE: Final = 2**63 - 1
@@ -335,6 +346,46 @@ def dims_of(request: QuotaRequest) -> dict[Dim, int]:
 
 def _usage_dims(usage: QueueUsage) -> dict[Dim, int]:
     return dims_of(QuotaRequest(resources=usage.resources, cards=usage.cards))
+
+
+def take_turns(
+    tree: QueueTree | None,
+    group: Sequence[QueueConfig],
+    ordered: Mapping[str, Sequence[WorkloadState]],
+    request_of: Callable[[WorkloadState], QuotaRequest],
+    usage: Callable[[], "Mapping[str, QueueUsage] | TreeState"],
+    attempt: Callable[[WorkloadState, QueueConfig], PendingReason | None],
+    strict_wait: Callable[[WorkloadState, QueueConfig, WorkloadState], None],
+) -> None:
+    """One cycle over a group of :func:`cycle_groups`: the heads of its queues (each queue's
+    workloads in ``ordered``, in the queue's own order) take turns; the next tried is the first
+    by :func:`fair_order` on ``usage()`` as it is after every attempt so far. ``attempt`` tries
+    a workload and says why it waits (None: admitted); a StrictFIFO queue whose head waits
+    stops there, each workload behind it handed to ``strict_wait`` with that head."""
+    heads = {q.name: deque(ordered[q.name]) for q in group}
+    queues = {q.name: q for q in group}
+    while heads:
+        contenders = [
+            Contender(
+                queue=name,
+                key=workload_key(items[0].namespace, items[0].name),
+                priority=items[0].priority,
+                created_at=items[0].created_at,
+                request=request_of(items[0]),
+            )
+            for name, items in sorted(heads.items())
+        ]
+        first = contenders[0]
+        if len(contenders) > 1 and tree is not None:
+            first = fair_order(tree, usage(), contenders)[0]
+        queue = queues[first.queue]
+        workload = heads[queue.name].popleft()
+        reason = attempt(workload, queue)
+        if reason is not None and blocks_queue(queue, reason):
+            for behind in heads.pop(queue.name):
+                strict_wait(behind, queue, workload)
+        elif not heads[queue.name]:
+            del heads[queue.name]
 
 
 class TreeState:
