@@ -73,7 +73,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -492,6 +492,11 @@ def _bus_row(delta: list[int], jobs: int) -> dict[str, float]:
 # ------------------------------------------------------------------------------------- runs
 
 
+def nearest_rank(ordered: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0 < q <= 1) of sorted, non-empty ``ordered`` by nearest rank."""
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
 def percentiles(values: list[float]) -> dict[str, float | int | None]:
     """p50, p99 and max of ``values`` in ms, and how many there were."""
     if not values:
@@ -499,7 +504,7 @@ def percentiles(values: list[float]) -> dict[str, float | int | None]:
     ordered = sorted(values)
 
     def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+        return nearest_rank(ordered, q)
 
     return {
         "count": len(ordered),

@@ -57,6 +57,7 @@ from e2e import (  # type: ignore[import-not-found]
     Observer,
     gated_pods,
     lost_decisions,
+    nearest_rank,
     observing,
     process_figures,
     settle,
@@ -576,7 +577,7 @@ def spread(values: Sequence[float]) -> dict[str, float | int | None]:
     ordered = sorted(values)
 
     def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+        return float(nearest_rank(ordered, q))
 
     return {
         "count": len(ordered),
