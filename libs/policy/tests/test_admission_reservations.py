@@ -269,3 +269,22 @@ def test_a_successor_takes_over_a_reservation_and_drops_it_once_its_gang_started
     assert [(d.reason, d.reserved_sequence) for d in only(decisions, ReservationDropped)] == [
         ("Started", reserved.sequence)
     ]
+
+
+def test_a_reservation_does_not_move_while_the_capacity_view_lags_the_end_of_its_gang() -> None:
+    """g1 has ended (released) but the topology-cache still shows its node taken: the big gang
+    must keep rack r1, whose room is coming free, not move to r2 (two hours away) and let a
+    workload without a runtime take r1 (seen in CI: the capacity report came after the end)."""
+    admission = scene()
+    admission.set_workload(big())
+    (reserved,) = only(admission.cycle(now=200.0), Reserved)
+    assert reserved.domain == ["b1", "r1"]
+    admission.set_workload(job("long", 1, runtime=None, created=150.0))
+    decisions = finish(admission, "g1") + admission.cycle(now=300.0)
+    assert only(decisions, Reserved) == []
+    assert admission.reservations()["ns/big"].domain == ["b1", "r1"]
+    assert "ns/long" not in {a.workload for a in only(decisions, Admitted)}
+    report(admission, {"n3": 8, "n4": 8})  # the capacity view catches up
+    started = admission.cycle(now=400.0)
+    assert [a.workload for a in only(started, Admitted)] == ["ns/big"]
+    assert [d.reason for d in only(started, ReservationDropped)] == ["Started"]

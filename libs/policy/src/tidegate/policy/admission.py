@@ -125,6 +125,7 @@ from tidegate.policy.reservation import (
     blocking,
     declared_runtime,
     drop_reason,
+    keeps_reservation,
     plan_reservation,
     reservation_allowed,
     reserved_message,
@@ -1077,11 +1078,12 @@ class Admission:
         settings = self.settings.reservations
         if held is None and reservation_allowed(queue, others, settings=settings) is not None:
             return
+        occupants = self._occupants()
         try:
             plan = plan_reservation(
                 view,
                 request,
-                self._occupants(),
+                occupants,
                 now=now,
                 others=[r for r in others if r.topology == topology],
                 settings=settings,
@@ -1095,7 +1097,9 @@ class Admission:
         body = reserved_message(
             plan, workload=workload, queue=queue.name, topology=topology, sequence=0, now=now
         )
-        if held is not None and same_reservation(held, body):
+        if held is not None and (
+            same_reservation(held, body) or keeps_reservation(held, body, occupants)
+        ):
             return
         body = msgspec.structs.replace(body, sequence=self._next_sequence())
         record.reservation = body

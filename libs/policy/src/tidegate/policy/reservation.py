@@ -454,6 +454,18 @@ def reserved_message(
     )
 
 
+def keeps_reservation(held: Reserved, planned: Reserved, occupants: Sequence[Occupant]) -> bool:
+    """Whether ``held`` stays though the new plan says ``planned``: the plan moves it to a
+    later start elsewhere, while every gang ``held`` waited for has already ended. Its room is
+    then coming free and the capacity view has not caught up with those ends yet (the
+    topology-cache reports a node free after the pods are gone); moving would hand the room
+    to others and start the gang later."""
+    if planned.domain == held.domain or planned.expected_start <= held.expected_start:
+        return False
+    running = {o.key for o in occupants}
+    return all(w.workload not in running for w in held.waits_for)
+
+
 def same_reservation(a: Reserved, b: Reserved) -> bool:
     """Whether ``b`` says what ``a`` says (same domain, nodes and estimate): admission
     republishes a reservation only when this is False."""
