@@ -22,9 +22,9 @@ async def _never(subject: str, envelope: Envelope) -> Published:
     raise AssertionError("nothing to publish")
 
 
-def test_deleted_workloads_leave_nothing_in_the_view_or_the_releaser() -> None:
-    view = ClusterView()
-    releaser = Releaser(
+def _releaser(view: ClusterView) -> Releaser:
+    """A releaser on ``view`` that never reaches Kubernetes or the bus."""
+    return Releaser(
         view=view,
         kube=cast(KubeClient, object()),
         bus=cast(Bus, object()),
@@ -33,6 +33,11 @@ def test_deleted_workloads_leave_nothing_in_the_view_or_the_releaser() -> None:
         metrics=ReleaserMetrics(CollectorRegistry()),
         publish=_never,
     )
+
+
+def test_deleted_workloads_leave_nothing_in_the_view_or_the_releaser() -> None:
+    view = ClusterView()
+    releaser = _releaser(view)
     for n in range(200):
         key = WorkloadKey(f"team/w{n}")
         view.apply(WorkloadState(namespace="team", name=f"w{n}", uid=f"u{n}", owner_kind="Job"))
@@ -60,15 +65,7 @@ def test_a_standby_keeps_no_marks_for_deleted_workloads() -> None:
     # A standby follows the streams and marks what changed, but runs no rounds: what waits
     # for a round must not grow with every workload ever seen.
     view = ClusterView()
-    releaser = Releaser(
-        view=view,
-        kube=cast(KubeClient, object()),
-        bus=cast(Bus, object()),
-        cluster="c",
-        settings=UngaterSettings(),
-        metrics=ReleaserMetrics(CollectorRegistry()),
-        publish=_never,
-    )
+    releaser = _releaser(view)
     queues = QueueStatusWriter(view=view, kube=cast(KubeClient, object()), interval_seconds=1.0)
     bypass = BypassReporter(view, cast(KubeClient, object()))
 
@@ -109,15 +106,7 @@ async def test_a_releaser_whose_marked_workload_is_deleted_before_its_round_idle
     loop must wait for the next mark, not spin on the set wake-up (it did, and an ungater under
     test never stopped: the CI run's hung ``test_queue_status``)."""
     view = ClusterView()
-    releaser = Releaser(
-        view=view,
-        kube=cast(KubeClient, object()),
-        bus=cast(Bus, object()),
-        cluster="c",
-        settings=UngaterSettings(),
-        metrics=ReleaserMetrics(CollectorRegistry()),
-        publish=_never,
-    )
+    releaser = _releaser(view)
     key = WorkloadKey("team/w")
     releaser.mark(view.apply(WorkloadState(namespace="team", name="w", uid="u", owner_kind="Job")))
     releaser.mark(
