@@ -148,12 +148,240 @@ def test_until_stable_admits_what_the_first_cycle_left_and_strict_fifo_blocks(
     assert reasons == {"default/huge": "ExceedsQuota", "default/small": "WaitingForCapacity"}
 
 
+# --------------------------------------------------------------------------- on a cluster
+
+RACK, HOST = "example.com/rack", "kubernetes.io/hostname"
+RACKS = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2"}
+
+
+def cluster_doc(**extra: Any) -> dict[str, Any]:
+    """Two racks of two 8-GPU nodes (n1, n2 in r1; n3, n4 in r2)."""
+    return {
+        "topology": {"name": "default", "levels": [RACK, HOST]},
+        "nodes": [
+            {
+                "name": node,
+                "labels": {RACK: rack, HOST: node},
+                "allocatable": {"cpu": "32", GPU: "8", "pods": "110"},
+            }
+            for node, rack in RACKS.items()
+        ],
+        **extra,
+    }
+
+
+def on(name: str, queue: str, nodes: list[str], **extra: Any) -> dict[str, Any]:
+    """A running gang with one 8-GPU pod on each of ``nodes``."""
+    pods = [{"node": node, "requests": {GPU: "8"}} for node in nodes]
+    return {"name": name, "queue": queue, "pods": pods, **extra}
+
+
+def in_rack(name: str, queue: str, pods: int, **extra: Any) -> dict[str, Any]:
+    """A pending gang of ``pods`` 8-GPU pods that requires one rack."""
+    podset = {"name": "w", "count": pods, "requests": {GPU: "8"}, "topology": {"required": RACK}}
+    return {"name": name, "queue": queue, "podsets": [podset], **extra}
+
+
+def placed(entry: dict[str, Any]) -> list[tuple[list[str], int]]:
+    return [(d["values"], d["count"]) for d in entry["placement"]["w"]["domains"]]
+
+
+def test_with_nodes_a_gang_is_placed_in_one_rack_and_one_that_fits_quota_but_not_room_waits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = cluster_doc(
+        queues=[{"name": "q", "capability": {GPU: "64"}}],
+        running=[on("busy", "q", ["n1"], created="2026-11-29T09:00:00Z")],
+        pending=[
+            in_rack("gang", "q", 2, created="2026-11-29T10:00:00Z"),
+            in_rack("also", "q", 2, created="2026-11-29T10:01:00Z"),
+        ],
+    )
+    out = admit(doc, capsys, tmp_path)
+    assert out["placement_checked"] is True
+    (gang,) = out["admitted"]
+    # Rack r1 has one free node: the 2-pod gang that requires a rack goes to r2, whole.
+    assert gang["workload"] == "default/gang"
+    assert gang["placement"]["w"]["levels"] == [RACK, HOST]
+    assert placed(gang) == [(["r2", "n3"], 1), (["r2", "n4"], 1)]
+    # The queue's capability has room for the second gang (48 of 64), the racks do not.
+    (waits,) = out["pending"]
+    assert waits["workload"] == "default/also"
+    assert waits["reason"] == "WaitingForCapacity"
+    assert "example.com/rack" in waits["message"]
+    # It declares no runtime and no running gang declares an end: nothing can be reserved.
+    assert out["reserved"] == []
+
+
+def test_a_gang_that_can_never_fit_the_cluster_waits_with_topology_placement_failed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = cluster_doc(
+        queues=[{"name": "q"}],
+        pending=[in_rack("huge", "q", 3, created="2026-11-29T10:00:00Z")],
+    )
+    out = admit(doc, capsys, tmp_path)
+    assert out["admitted"] == []
+    (waits,) = out["pending"]
+    assert waits["reason"] == "TopologyPlacementFailed"
+    assert "even with all 4 nodes empty" in waits["message"]
+
+
+RESERVATION_DOC = cluster_doc(
+    queues=[{"name": "q"}],
+    running=[
+        on("g1", "q", ["n1"], started="2026-11-29T10:00:00Z", max_runtime_seconds=3600),
+        on("g2", "q", ["n3", "n4"], started="2026-11-29T10:00:00Z", max_runtime_seconds=7200),
+    ],
+    pending=[
+        in_rack("big", "q", 2, created="2026-11-29T10:01:00Z"),
+        gang("long", "q", 8, created="2026-11-29T10:02:00Z"),
+        gang("short", "q", 8, created="2026-11-29T10:03:00Z", max_runtime_seconds=1800),
+    ],
+    now="2026-11-29T10:05:00Z",
+)
+
+
+def test_a_big_gang_is_reserved_the_rack_that_frees_first_and_a_short_job_backfills(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = admit(RESERVATION_DOC, capsys, tmp_path)
+    # g1 ends at 11:00 (started 10:00, one hour declared), g2 at 12:00: r1 frees first.
+    (reserved,) = out["reserved"]
+    assert reserved["workload"] == "default/big"
+    assert reserved["domain"] == {"level": RACK, "values": ["r1"]}
+    assert reserved["expected_start"] == "2026-11-29T11:00:00Z"
+    assert [w["workload"] for w in reserved["waits_for"]] == ["default/g1"]
+    # The short job ends at 10:35, before the expected start: it backfills onto n2.
+    (short,) = out["admitted"]
+    assert short["workload"] == "default/short"
+    assert short["placement"]["main"]["domains"] == [{"values": ["r1", "n2"], "count": 1}]
+    # The one that declares no runtime may not: it waits and says why.
+    reasons = {p["workload"]: p for p in out["pending"]}
+    assert reasons["default/big"]["reason"] == "WaitingForCapacity"
+    assert reasons["default/long"]["reason"] == "WaitingForCapacity"
+    assert "declares no runtime" in reasons["default/long"]["message"]
+
+
+def test_now_defaults_to_the_newest_time_in_the_scenario(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = {k: v for k, v in RESERVATION_DOC.items() if k != "now"}
+    out = admit(doc, capsys, tmp_path)
+    assert out["now"] == "2026-11-29T10:03:00Z"  # the newest created or started
+    assert out["reserved"][0]["expected_start"] == "2026-11-29T11:00:00Z"
+
+
+def test_until_stable_with_nodes_reclaims_and_the_evicted_gangs_free_their_nodes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = cluster_doc(
+        cohorts=[{"name": "research"}],
+        queues=[team("a", 16, preemption=OPTED_IN), team("b", 16)],
+        running=[
+            on("b-own", "b", ["n1"], created="2026-11-29T09:00:00Z"),
+            on("b-mid", "b", ["n2"], created="2026-11-29T09:10:00Z"),
+            on("b-old", "b", ["n3"], created="2026-11-29T09:20:00Z"),
+            on("b-young", "b", ["n4"], created="2026-11-29T09:30:00Z"),
+        ],
+        pending=[
+            in_rack("a-job", "a", 2, created="2026-11-29T10:00:00Z"),
+            gang("b-next", "b", 8, created="2026-11-29T10:01:00Z"),
+        ],
+        until_stable=True,
+    )
+    out = admit(doc, capsys, tmp_path)
+    # b holds all 32 GPUs, 16 of them a's: its two youngest gangs go, whole, and their nodes
+    # (rack r2) are where a's gang that requires a rack is placed.
+    assert [(p["workload"], p["by"], p["reason"]) for p in out["preempted"]] == [
+        ("default/b-old", "default/a-job", "InCohortReclamation"),
+        ("default/b-young", "default/a-job", "InCohortReclamation"),
+    ]
+    (a_job,) = out["admitted"]
+    assert a_job["workload"] == "default/a-job"
+    assert a_job["after_preempting"] == ["default/b-old", "default/b-young"]
+    assert placed(a_job) == [(["r2", "n3"], 1), (["r2", "n4"], 1)]
+    # b is back at its nominal 16 GPUs and a uses all of its own: b's next gang has nothing
+    # to borrow.
+    (waits,) = out["pending"]
+    assert (waits["workload"], waits["reason"]) == ("default/b-next", "ExceedsQuota")
+    assert out["queues"]["a"]["usage"] == {GPU: "16"}
+    assert out["queues"]["b"]["usage"] == {GPU: "16"}
+    assert out["cycles"] >= 2
+
+
+def test_inference_that_finds_no_room_is_given_a_training_gangs_nodes_in_one_answer(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = cluster_doc(
+        queues=[
+            {"name": "online", "priority": 80000, "reclaimable": False},
+            {"name": "offline", "priority": 20000},
+        ],
+        running=[
+            on("train-a", "offline", ["n1", "n2"], created="2026-11-29T09:00:00Z", priority=1),
+            on("train-b", "offline", ["n3", "n4"], created="2026-11-29T09:10:00Z", priority=2),
+        ],
+        pending=[
+            gang(
+                "serve",
+                "online",
+                8,
+                created="2026-11-29T10:00:00Z",
+                service_type="inference",
+                priority=80000,
+            )
+        ],
+    )
+    out = admit(doc, capsys, tmp_path)
+    # The preemption service's choice (the lower priority gang, whole), then the cycle in
+    # which the preemptor takes the room nominated for it.
+    assert [(p["workload"], p["by"], p["reason"]) for p in out["preempted"]] == [
+        ("default/train-a", "default/serve", "Tidal")
+    ]
+    (serve,) = out["admitted"]
+    assert serve["after_preempting"] == ["default/train-a"]
+    ((values, count),) = [(d["values"], d["count"]) for d in serve["placement"]["main"]["domains"]]
+    assert (values[0], count) == ("r1", 1)  # onto the freed rack
+    assert out["pending"] == []
+
+
 @pytest.mark.parametrize(
     ("doc", "path"),
     [
         ({"queues": [{"name": "a", "nominal": {GPU: "x"}}]}, "queues[0].nominal"),
         ({"queues": [{"name": "a", "wat": 1}]}, "queues[0]"),
-        ({"nodes": [{"name": "n1"}]}, "nodes"),
+        ({"nodes": [{"name": "n1"}]}, "nodes[0].allocatable"),
+        (cluster_doc(running=[on("r", "q", ["n9"])]), "running[0].pods[0].node"),
+        (
+            cluster_doc(running=[{"name": "r", "queue": "q", "pods": [{"requests": {}}]}]),
+            "running[0].pods[0].node",
+        ),
+        (
+            cluster_doc(
+                queues=[{"name": "q"}],
+                pending=[
+                    {
+                        "name": "p",
+                        "queue": "q",
+                        "podsets": [
+                            {"name": "w", "count": 1, "topology": {"required": "example.com/zone"}}
+                        ],
+                    }
+                ],
+            ),
+            "pending[0].podsets[0].topology.required",
+        ),
+        (
+            {
+                "queues": [{"name": "q"}],
+                "pending": [
+                    gang("g", "q", 8, max_runtime_seconds=-1, created="2026-11-29T10:00:00Z")
+                ],
+            },
+            "pending[0].max_runtime_seconds",
+        ),
+        ({"now": "yesterday"}, "now"),
         ({"pending": [gang("g", "nope", 8, created="2026-11-29T10:00:00Z")]}, "pending[0].queue"),
         ({"queues": [{"name": "a", "queueing_strategy": "Fast"}]}, "queues[0].queueing_strategy"),
     ],
