@@ -2,12 +2,26 @@
 lent quota is reclaimed and why the others wait (WHAT-IF.md, section ``tidegate admit``)."""
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from tidegate.cli.main import main
+from tidegate.cli.whatif import assignments_json
+from tidegate.model import (
+    Admitted,
+    CapacityNode,
+    PodSetSpec,
+    QueueConfig,
+    Reserved,
+    TopologyConfig,
+    TopologyRequest,
+    WorkloadState,
+)
+from tidegate.policy.admission import Admission
 
 GPU = "nvidia.com/gpu"
 
@@ -344,6 +358,134 @@ def test_inference_that_finds_no_room_is_given_a_training_gangs_nodes_in_one_ans
     ((values, count),) = [(d["values"], d["count"]) for d in serve["placement"]["main"]["domains"]]
     assert (values[0], count) == ("r1", 1)  # onto the freed rack
     assert out["pending"] == []
+
+
+def test_the_cli_answers_what_the_admission_cycle_decides_on_the_same_cluster(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The admission service's cycle, fed as the service feeds it (capacity reports, the
+    running gangs admitted by an earlier cycle), and ``tidegate admit`` given that state as a
+    scenario, make the same decisions: admissions and their placement, reasons, reservation."""
+    t0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC).timestamp()
+    levels = [RACK, HOST]
+    admission = Admission()
+    admission.capacity.set_topology(TopologyConfig(name="default", levels=levels))
+    allocatable = {"cpu": 32000, GPU: 8, "pods": 110}
+
+    def report(used: dict[str, dict[str, int]]) -> None:
+        for node, rack in RACKS.items():
+            taken = used.get(node, {})
+            free = {r: a - taken.get(r, 0) for r, a in allocatable.items()}
+            admission.capacity.update(
+                CapacityNode(
+                    topology="default",
+                    node=node,
+                    domain=[rack, node],
+                    allocatable=allocatable,
+                    free=free,
+                    applied_sequence=admission.sequence,
+                )
+            )
+
+    def workload(name: str, pods: int, created: float, **extra: Any) -> WorkloadState:
+        return WorkloadState(
+            namespace="default",
+            name=name,
+            uid=f"uid-default/{name}",
+            owner_kind="Job",
+            queue="q",
+            service_type="training",
+            podsets=[PodSetSpec(name="w", count=pods, requests={GPU: 8}, **extra)],
+            created_at=created,
+            max_runtime_seconds=None,
+        )
+
+    report({})
+    admission.set_queue(QueueConfig(name="q"))
+    running = {"g1": (1, 3600.0), "g2": (2, 7200.0)}
+    for name, (pods, runtime) in running.items():
+        admission.set_workload(
+            msgspec.structs.replace(workload(name, pods, t0), max_runtime_seconds=runtime)
+        )
+    first = admission.cycle(now=t0)
+    usage = {str(d.body.workload): d.node_usage for d in first if isinstance(d.body, Admitted)}
+    assert set(usage) == {"default/g1", "default/g2"}
+    used: dict[str, dict[str, int]] = {}
+    for taken in usage.values():
+        for node, amounts in taken.items():
+            used[node] = {r: used.get(node, {}).get(r, 0) + a for r, a in amounts.items()}
+    report(used)
+    rack_request = TopologyRequest(required=RACK)
+    pending = [
+        workload("big", 2, t0 + 60, topology=rack_request),
+        workload("long", 1, t0 + 120),
+        msgspec.structs.replace(workload("short", 1, t0 + 180), max_runtime_seconds=1800.0),
+    ]
+    for item in pending:
+        admission.set_workload(item)
+    decisions = admission.cycle(now=t0 + 300)
+    service_admitted = {
+        d.body.workload: assignments_json(d.body.assignments)
+        for d in decisions
+        if isinstance(d.body, Admitted)
+    }
+    service_reserved = [
+        (d.body.workload, d.body.level, d.body.domain, d.body.expected_start)
+        for d in decisions
+        if isinstance(d.body, Reserved)
+    ]
+    assert service_reserved  # the scenario is one where a reservation is made
+    assert service_admitted  # and a short job backfills
+
+    def as_running(name: str) -> dict[str, Any]:
+        pods = [
+            {"node": node, "requests": {GPU: str(amounts[GPU])}}
+            for node, amounts in sorted(usage[f"default/{name}"].items())
+            for _ in range(amounts["pods"])
+        ]
+        started = datetime.fromtimestamp(t0, UTC).isoformat()
+        runtime = running[name][1]
+        return {
+            "name": name,
+            "queue": "q",
+            "pods": pods,
+            "started": started,
+            "max_runtime_seconds": runtime,
+        }
+
+    def as_pending(item: WorkloadState) -> dict[str, Any]:
+        podset = item.podsets[0]
+        spec: dict[str, Any] = {"name": "w", "count": podset.count, "requests": {GPU: "8"}}
+        if podset.topology.required is not None:
+            spec["topology"] = {"required": podset.topology.required}
+        doc: dict[str, Any] = {
+            "name": item.name,
+            "queue": "q",
+            "created": datetime.fromtimestamp(item.created_at, UTC).isoformat(),
+            "podsets": [spec],
+        }
+        if item.max_runtime_seconds is not None:
+            doc["max_runtime_seconds"] = item.max_runtime_seconds
+        return doc
+
+    doc = cluster_doc(
+        queues=[{"name": "q"}],
+        running=[as_running(name) for name in running],
+        pending=[as_pending(item) for item in pending],
+        now=datetime.fromtimestamp(t0 + 300, UTC).isoformat(),
+    )
+    out = admit(doc, capsys, tmp_path)
+    assert {a["workload"]: a["placement"] for a in out["admitted"]} == service_admitted
+    assert [
+        (
+            r["workload"],
+            r["domain"]["level"],
+            r["domain"]["values"],
+            datetime.fromisoformat(r["expected_start"]).timestamp(),
+        )
+        for r in out["reserved"]
+    ] == service_reserved
+    assert {p["workload"]: p["reason"] for p in out["pending"]} == admission.waiting()
 
 
 @pytest.mark.parametrize(
