@@ -18,7 +18,8 @@ a cycle and decides nothing itself:
   preemptor); the victims leave the cluster.
 
 One cycle answers; when it asked for preemptions that were answered, the next cycle (where the
-preemptors take their nominated room) belongs to the same answer. ``until_stable`` repeats
+preemptors take their nominated room) belongs to the same answer, and what that cycle asks
+is left waiting (``WaitingForPreemption``). ``until_stable`` repeats
 cycles until one admits and preempts nothing.
 """
 
@@ -240,6 +241,8 @@ def decide_on_cluster(scenario: AdmitScenario) -> dict[str, Any]:
             elif isinstance(body, PreemptRequested):
                 requests.append(body)
         answered = False
+        if follow_up and not scenario.until_stable:
+            requests = []  # asked in the follow-up cycle: answered in a later one, not this
         for request in requests:
             outcome = _preempt(admission, cluster, scenario, request, now)
             if isinstance(outcome, str):
