@@ -1158,8 +1158,17 @@ class _Search:
 
     def fewest(self) -> tuple[tuple[int, ...], dict[WorkloadKey, VictimReason], QuotaFit] | None:
         checked = enumerated = 0
-        for size in range(1, len(self.candidates) + 1):
-            for combo in itertools.combinations(range(len(self.candidates)), size):
+        count = len(self.candidates)
+        smallest = self._fewest_that_could_free_enough()
+        if smallest is None:
+            return None
+        for size in range(smallest, count + 1):
+            if enumerated + math.comb(count, size) > 50 * self.settings.combination_budget:
+                # Too many sets of this size to look at all of them: settle for a minimal set
+                # at once rather than after a million tries (a cycle asks for many plans).
+                self.exhausted = True
+                return None
+            for combo in itertools.combinations(range(count), size):
                 enumerated += 1
                 if enumerated > 50 * self.settings.combination_budget:
                     self.exhausted = True
@@ -1194,6 +1203,21 @@ class _Search:
         found = self._simulate(tuple(taken), require_fit=True)
         assert found is not None
         return tuple(taken), found[0], found[1]
+
+    def _fewest_that_could_free_enough(self) -> int | None:
+        """No set of fewer candidates frees ``short`` (each dimension's largest holds
+        first); None when all of them together do not."""
+        fewest = 1
+        for dim, amount in self.short.items():
+            freed = 0
+            for taken, held in enumerate(sorted((h.get(dim, 0) for h in self.holds), reverse=True)):
+                freed += held
+                if freed >= amount:
+                    fewest = max(fewest, taken + 1)
+                    break
+            else:
+                return None
+        return fewest
 
     def _frees_enough(self, combo: Sequence[int]) -> bool:
         for dim, amount in self.short.items():
