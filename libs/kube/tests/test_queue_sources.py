@@ -161,6 +161,99 @@ def test_a_kueue_cluster_queue_sums_its_flavors_and_keeps_its_policies(k8s: Any)
     assert (cq.quota, cq.card_quota, cq.priority) == (None, None, 0)
 
 
+def flavor(k8s: Any, name: str, labels: dict[str, str]) -> tuple[ObjectKind, dict[str, Any]]:
+    return (
+        "KueueResourceFlavor",
+        k8s.custom(KUEUE, "ResourceFlavor", name, {"nodeLabels": labels}),
+    )
+
+
+def gpu_flavors(*flavors: tuple[str, Any, Any, Any]) -> dict[str, Any]:
+    """A resourceGroups spec with one ``nvidia.com/gpu`` quota per (flavor, nominal, borrowing
+    limit, lending limit); a None limit is not named."""
+    return {
+        "resourceGroups": [
+            {
+                "coveredResources": ["nvidia.com/gpu"],
+                "flavors": [
+                    {
+                        "name": name,
+                        "resources": [
+                            {
+                                "name": "nvidia.com/gpu",
+                                "nominalQuota": nominal,
+                                **({"borrowingLimit": borrow} if borrow is not None else {}),
+                                **({"lendingLimit": lend} if lend is not None else {}),
+                            }
+                        ],
+                    }
+                    for name, nominal, borrow, lend in flavors
+                ],
+            }
+        ]
+    }
+
+
+def test_a_flavor_pinning_a_gpu_product_makes_its_gpu_quota_a_card_quota_of_that_model(
+    k8s: Any,
+) -> None:
+    """Kueue ResourceFlavors with ``nvidia.com/gpu.product`` in their nodeLabels: that
+    flavor's nvidia.com/gpu quota is also the card quota of the model (per model, the limits
+    by the summing rule); it still counts in nvidia.com/gpu, which bounds workloads naming no
+    model; flavors pinning no product stay plain resource quotas."""
+    index = ClusterIndex()
+    spec = gpu_flavors(
+        ("h200", 8, 4, 2),
+        ("h200-spot", 2, 1, None),
+        ("a100", 6, None, 6),
+        ("plain", 3, 1, 1),
+    )
+    load(
+        index,
+        flavor(k8s, "h200", {"nvidia.com/gpu.product": "NVIDIA-H200", "zone": "a"}),
+        flavor(k8s, "h200-spot", {"nvidia.com/gpu.product": "NVIDIA-H200"}),
+        flavor(k8s, "a100", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}),
+        flavor(k8s, "plain", {"zone": "b"}),
+        ("KueueClusterQueue", k8s.custom(KUEUE, "ClusterQueue", "cq", {"cohort": "org", **spec})),
+        ("KueueCohort", k8s.custom(KUEUE, "Cohort", "org", gpu_flavors(("h200", 0, None, None)))),
+    )
+    cq = queue(index, "cq")
+    assert cq.invalid_reason is None
+    assert cq.card_nominal == {"NVIDIA-H200": 10, "NVIDIA-A100-SXM4-40GB": 6}
+    assert cq.card_borrowing_limit == {"NVIDIA-H200": 5}  # the A100 flavor names none
+    assert cq.card_lending_limit == {"NVIDIA-A100-SXM4-40GB": 6}  # h200-spot names none
+    assert (cq.nominal, cq.borrowing_limit, cq.lending_limit) == (
+        {"nvidia.com/gpu": 19},
+        None,
+        None,
+    )
+    org = cohort(index, "org")
+    assert (org.card_nominal, org.nominal) == ({"NVIDIA-H200": 0}, {"nvidia.com/gpu": 0})
+
+
+def test_a_resource_flavor_change_republishes_the_queues_that_use_it(k8s: Any) -> None:
+    index = ClusterIndex()
+    spec = gpu_flavors(("gpus", 4, None, None))
+    load(index, ("KueueClusterQueue", k8s.custom(KUEUE, "ClusterQueue", "cq", spec)))
+    assert queue(index, "cq").card_nominal is None  # no such ResourceFlavor yet: plain quota
+    affected = load(index, flavor(k8s, "gpus", {"nvidia.com/gpu.product": "NVIDIA-H200"}))
+    assert StateKey("queue", None, "cq") in affected
+    assert queue(index, "cq").card_nominal == {"NVIDIA-H200": 4}
+    relabelled = k8s.custom(
+        KUEUE, "ResourceFlavor", "gpus", {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-B200"}}
+    )
+    assert (
+        StateKey("queue", None, "cq")
+        in index.apply("KueueResourceFlavor", "MODIFIED", relabelled).affected
+    )
+    assert queue(index, "cq").card_nominal == {"NVIDIA-B200": 4}
+    index.apply("KueueResourceFlavor", "DELETED", relabelled)
+    assert queue(index, "cq").card_nominal is None
+    assert queue(index, "cq").nominal == {"nvidia.com/gpu": 4}
+    # A ResourceFlavor is not a queue of its own.
+    assert index.state_keys() == {StateKey("queue", None, "cq")}
+
+
 def test_kueue_cohorts_and_later_api_versions_field_names(k8s: Any) -> None:
     index = ClusterIndex()
     load(

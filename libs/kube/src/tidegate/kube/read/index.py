@@ -94,6 +94,7 @@ ObjectKind = Literal[
     "KueueClusterQueue",
     "KueueCohort",
     "KueueLocalQueue",
+    "KueueResourceFlavor",
     "VolcanoQueue",
     "KaiQueue",
     "PriorityClass",

@@ -24,7 +24,7 @@ Pure code: no I/O; :class:`~tidegate.kube.read.index.ClusterIndex` feeds it the 
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Final, Literal
 
@@ -32,13 +32,14 @@ import msgspec
 
 from tidegate.kube.read import keys
 from tidegate.kube.read.convert import (
-    STRATEGIES,
+    TreeFields,
     card_counts,
     cohort_config,
     fair_weight,
     parse_resource_list,
     preemption,
     queue_config,
+    queueing_strategy,
 )
 from tidegate.kube.read.objects import (
     KaiQueue,
@@ -46,6 +47,7 @@ from tidegate.kube.read.objects import (
     KueueClusterQueue,
     KueueCohort,
     KueueLocalQueue,
+    KueueResourceFlavor,
     KueueResourceGroup,
     Meta,
     ObjectError,
@@ -56,9 +58,10 @@ from tidegate.kube.read.objects import (
 )
 from tidegate.model import QuantityError, parse_quantity
 from tidegate.model import resources as res
-from tidegate.model.events import CohortConfig, QueueConfig, QueueingStrategy
+from tidegate.model.events import CohortConfig, QueueConfig
 from tidegate.model.quantity import format_quantity, parse_decimal
 from tidegate.model.resources import Resources
+from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, CardModel, parse_card_name
 
 QueueSource = Literal[
     "Queue",
@@ -66,6 +69,7 @@ QueueSource = Literal[
     "KueueClusterQueue",
     "KueueCohort",
     "KueueLocalQueue",
+    "KueueResourceFlavor",
     "VolcanoQueue",
     "KaiQueue",
 ]
@@ -77,6 +81,7 @@ QUEUE_SOURCES: Final[tuple[QueueSource, ...]] = (
     "KueueClusterQueue",
     "KueueCohort",
     "KueueLocalQueue",
+    "KueueResourceFlavor",
     "VolcanoQueue",
     "KaiQueue",
 )
@@ -122,7 +127,11 @@ def definitions(objects: Mapping[QueueSource, Mapping[str, object]]) -> Definiti
     object whose metadata cannot be read is skipped (the index reports those on arrival)."""
     families = [
         _tidegate(objects.get("Queue", {}), objects.get("Cohort", {})),
-        _kueue(objects.get("KueueClusterQueue", {}), objects.get("KueueCohort", {})),
+        _kueue(
+            objects.get("KueueClusterQueue", {}),
+            objects.get("KueueCohort", {}),
+            objects.get("KueueResourceFlavor", {}),
+        ),
         _kai(objects.get("KaiQueue", {})),
         _volcano(objects.get("VolcanoQueue", {})),
     ]
@@ -183,49 +192,92 @@ def _tidegate(queues: Mapping[str, object], cohorts: Mapping[str, object]) -> _F
 # --------------------------------------------------------------------------- Kueue
 
 
-@dataclass
-class _Quotas:
-    """Kueue resourceGroups read as nominal quota and limits, summed over flavors."""
+def _flavor_products(flavors: Mapping[str, object]) -> dict[str, str]:
+    """ResourceFlavor name → the GPU product its ``spec.nodeLabels`` pin (the node label
+    ``nvidia.com/gpu.product``), for the flavors that pin one. A flavor that cannot be read
+    pins nothing: the ClusterQueue's quota of it stays a plain resource quota."""
+    products: dict[str, str] = {}
+    for raw in flavors.values():
+        try:
+            flavor = decode(raw, KueueResourceFlavor)
+        except ObjectError:
+            continue
+        product = flavor.spec.node_labels.get(GPU_PRODUCT_LABEL)
+        if product:
+            products[flavor.metadata.name] = product
+    return products
 
-    nominal: Resources | None = None
-    borrowing_limit: Resources | None = None
-    lending_limit: Resources | None = None
+
+_Key = tuple[Literal["resource", "card"], str]
+"""A quota dimension: a resource, or a GPU card model."""
 
 
-def _kueue_quotas(groups: Sequence[KueueResourceGroup], problems: list[str]) -> _Quotas:
-    """Per resource: nominal quota summed over the flavors; a limit summed likewise, and only
-    when every flavor of the resource names one (a flavor without one leaves it unbounded)."""
-    nominal: Resources = {}
-    limits: dict[str, dict[str, int | None]] = {"borrowingLimit": {}, "lendingLimit": {}}
+def _kueue_quotas(
+    groups: Sequence[KueueResourceGroup],
+    products: Mapping[str, str],
+    weight: object,
+    problems: list[str],
+) -> TreeFields:
+    """Kueue resourceGroups read as nominal quota and limits, per resource and per card model.
+
+    Per resource: nominal quota summed over the flavors; a limit summed likewise, and only
+    when every flavor of the resource names one (a flavor without one leaves it unbounded).
+    The ``nvidia.com/gpu`` quota of a flavor pinning a GPU product is also the card quota of
+    that product's card model (:func:`tidegate.policy.cards.parse_card_name`), per model by the
+    same rules; it still counts in ``nvidia.com/gpu``, which bounds workloads naming no model.
+    """
+    nominal: dict[_Key, int] = {}
+    limits: dict[str, dict[_Key, int | None]] = {"borrowingLimit": {}, "lendingLimit": {}}
     for g, group in enumerate(groups):
         for f, flavor in enumerate(group.flavors):
+            model = _card_model(products.get(flavor.name), f"spec.resourceGroups[{g}]", problems)
             for r, quota in enumerate(flavor.resources):
                 path = f"spec.resourceGroups[{g}].flavors[{f}].resources[{r}]"
                 name = quota.name
+                keys_: list[_Key] = [("resource", name)]
+                if model is not None and name == model.resource:
+                    keys_.append(("card", model.name))
                 amount = _amount(name, quota.nominal_quota, f"{path}.nominalQuota", problems)
-                nominal[name] = nominal.get(name, 0) + (amount or 0)
-                for key, value in (
-                    ("borrowingLimit", quota.borrowing_limit),
-                    ("lendingLimit", quota.lending_limit),
-                ):
-                    summed = limits[key]
-                    limit = _amount(name, value, f"{path}.{key}", problems)
-                    before = summed.get(name, 0) if name in summed else 0
-                    fresh = name not in summed
-                    if limit is None or (not fresh and before is None):
-                        summed[name] = None
-                    else:
-                        summed[name] = (before or 0) + limit
+                values = {
+                    key: _amount(name, value, f"{path}.{key}", problems)
+                    for key, value in (
+                        ("borrowingLimit", quota.borrowing_limit),
+                        ("lendingLimit", quota.lending_limit),
+                    )
+                }
+                for dim in keys_:
+                    nominal[dim] = nominal.get(dim, 0) + (amount or 0)
+                    for key, limit in values.items():
+                        summed = limits[key]
+                        if limit is None or (dim in summed and summed[dim] is None):
+                            summed[dim] = None
+                        else:
+                            summed[dim] = (summed.get(dim) or 0) + limit
 
-    def named(summed: Mapping[str, int | None]) -> Resources | None:
-        out = {name: amount for name, amount in summed.items() if amount is not None}
+    def named(summed: Mapping[_Key, int | None], kind: str) -> dict[str, int] | None:
+        out = {n: a for (k, n), a in summed.items() if k == kind and a is not None}
         return out or None
 
-    return _Quotas(
-        nominal=nominal or None,
-        borrowing_limit=named(limits["borrowingLimit"]),
-        lending_limit=named(limits["lendingLimit"]),
+    return TreeFields(
+        nominal=named(nominal, "resource"),
+        borrowing_limit=named(limits["borrowingLimit"], "resource"),
+        lending_limit=named(limits["lendingLimit"], "resource"),
+        card_nominal=named(nominal, "card"),
+        card_borrowing_limit=named(limits["borrowingLimit"], "card"),
+        card_lending_limit=named(limits["lendingLimit"], "card"),
+        fair_weight=fair_weight(weight, "spec.fairSharing.weight", problems),
     )
+
+
+def _card_model(product: str | None, path: str, problems: list[str]) -> CardModel | None:
+    """The card model of whole GPUs on nodes labelled ``product``, as card quotas name it."""
+    if product is None:
+        return None
+    try:
+        return parse_card_name(product)
+    except CardError as exc:
+        problems.append(f"{path}: its ResourceFlavor's {GPU_PRODUCT_LABEL}: {exc}")
+        return None
 
 
 def _amount(name: str, value: object, path: str, problems: list[str]) -> int | None:
@@ -238,76 +290,54 @@ def _amount(name: str, value: object, path: str, problems: list[str]) -> int | N
         return None
 
 
-def _kueue(queues: Mapping[str, object], cohorts: Mapping[str, object]) -> _Family:
+def _kueue(
+    queues: Mapping[str, object], cohorts: Mapping[str, object], flavors: Mapping[str, object]
+) -> _Family:
     family = _Family("Kueue")
-    for raw in queues.values():
-        meta = _meta(raw)
-        if meta is not None:
-            family.queues[meta.name] = _definition(
-                _kueue_cluster_queue(raw, meta), meta, "Kueue ClusterQueue"
-            )
-    for raw in cohorts.values():
-        meta = _meta(raw)
-        if meta is not None:
-            family.cohorts[meta.name] = _definition(_kueue_cohort(raw, meta), meta, "Kueue Cohort")
+    products = _flavor_products(flavors)
+    for kind, objects, into in (
+        ("ClusterQueue", queues, family.queues),
+        ("Cohort", cohorts, family.cohorts),
+    ):
+        for raw in objects.values():
+            meta = _meta(raw)
+            if meta is not None:
+                message = _kueue_node(raw, meta, kind == "ClusterQueue", products)
+                into[meta.name] = _definition(message, meta, f"Kueue {kind}")
     return family
 
 
-def _kueue_cluster_queue(raw: object, meta: ObjectMeta) -> QueueConfig:
-    where = f"Kueue ClusterQueue {meta.name}"
-    try:
-        queue = decode(raw, KueueClusterQueue)
-    except ObjectError as exc:
-        return QueueConfig(name=meta.name, invalid_reason=f"{where}: {describe_error(exc)}")
-    spec = queue.spec
+def _kueue_node(
+    raw: object, meta: ObjectMeta, is_queue: bool, products: Mapping[str, str]
+) -> QueueConfig | CohortConfig:
+    """A Kueue ClusterQueue (``is_queue``) or Cohort: their resourceGroups and fairSharing are
+    read alike; a ClusterQueue adds its cohort, queueing strategy and preemption policies."""
+    where = f"Kueue {'ClusterQueue' if is_queue else 'Cohort'} {meta.name}"
     problems: list[str] = []
-    quotas = _kueue_quotas(spec.resource_groups, problems)
-    strategy: QueueingStrategy = "BestEffortFIFO"
-    if spec.queueing_strategy is not None:
-        for known in STRATEGIES:
-            if spec.queueing_strategy == known:
-                strategy = known
-                break
-        else:
-            problems.append(
-                f"spec.queueingStrategy: {spec.queueing_strategy!r} is not one of "
-                f"{', '.join(STRATEGIES)}"
-            )
-    weight = spec.fair_sharing.weight if spec.fair_sharing is not None else None
-    parsed_weight = fair_weight(weight, "spec.fairSharing.weight", problems)
-    policies = preemption(spec.preemption, problems)
+    node: KueueClusterQueue | KueueCohort | None = None
+    try:
+        node = decode(raw, KueueClusterQueue) if is_queue else decode(raw, KueueCohort)
+    except ObjectError as exc:
+        problems.append(describe_error(exc))
+    tree = TreeFields()
+    if node is not None:
+        weight = node.spec.fair_sharing.weight if node.spec.fair_sharing is not None else None
+        tree = _kueue_quotas(node.spec.resource_groups, products, weight, problems)
+    queue = node if isinstance(node, KueueClusterQueue) else None
+    cohort = node if isinstance(node, KueueCohort) else None
+    strategy = queueing_strategy(queue.spec.queueing_strategy if queue else None, problems)
+    policies = preemption(queue.spec.preemption if queue else None, problems)
+    invalid = f"{where}: {'; '.join(problems)}" if problems else None
+    if not is_queue:
+        parent = (cohort.spec.parent_name or cohort.spec.parent or None) if cohort else None
+        return CohortConfig(name=meta.name, parent=parent, invalid_reason=invalid, **asdict(tree))
     return QueueConfig(
         name=meta.name,
         strategy=strategy,
-        parent=spec.cohort_name or spec.cohort or None,
-        nominal=quotas.nominal,
-        borrowing_limit=quotas.borrowing_limit,
-        lending_limit=quotas.lending_limit,
-        fair_weight=parsed_weight,
+        parent=(queue.spec.cohort_name or queue.spec.cohort or None) if queue else None,
         preemption=policies,
-        invalid_reason=f"{where}: {'; '.join(problems)}" if problems else None,
-    )
-
-
-def _kueue_cohort(raw: object, meta: ObjectMeta) -> CohortConfig:
-    where = f"Kueue Cohort {meta.name}"
-    try:
-        cohort = decode(raw, KueueCohort)
-    except ObjectError as exc:
-        return CohortConfig(name=meta.name, invalid_reason=f"{where}: {describe_error(exc)}")
-    spec = cohort.spec
-    problems: list[str] = []
-    quotas = _kueue_quotas(spec.resource_groups, problems)
-    weight = spec.fair_sharing.weight if spec.fair_sharing is not None else None
-    parsed_weight = fair_weight(weight, "spec.fairSharing.weight", problems)
-    return CohortConfig(
-        name=meta.name,
-        parent=spec.parent_name or spec.parent or None,
-        nominal=quotas.nominal,
-        borrowing_limit=quotas.borrowing_limit,
-        lending_limit=quotas.lending_limit,
-        fair_weight=parsed_weight,
-        invalid_reason=f"{where}: {'; '.join(problems)}" if problems else None,
+        invalid_reason=invalid,
+        **asdict(tree),
     )
 
 
