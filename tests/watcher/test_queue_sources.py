@@ -33,6 +33,13 @@ KUEUE_LQ = ResourceType(
 KUEUE_COHORT = ResourceType(
     group="kueue.x-k8s.io", version="v1beta1", plural="cohorts", kind="Cohort", namespaced=False
 )
+KUEUE_FLAVOR = ResourceType(
+    group="kueue.x-k8s.io",
+    version="v1beta1",
+    plural="resourceflavors",
+    kind="ResourceFlavor",
+    namespaced=False,
+)
 VOLCANO = ResourceType(
     group="scheduling.volcano.sh",
     version="v1beta1",
@@ -130,6 +137,55 @@ async def test_every_family_is_published_as_queues_and_cohorts(harness: Harness)
         return True
 
     await harness.until(reshaped, what="vroot a queue again")
+
+
+async def test_a_gpu_flavor_is_a_card_quota_and_flavor_or_queue_changes_republish_it(
+    harness: Harness,
+) -> None:
+    """A ClusterQueue's nvidia.com/gpu quota of a ResourceFlavor pinning a GPU product is the
+    card quota of that model; changing the ClusterQueue or the ResourceFlavor republishes it."""
+
+    def quota(nominal: int) -> dict[str, Any]:
+        resources = [{"name": "nvidia.com/gpu", "nominalQuota": nominal, "borrowingLimit": 2}]
+        return {
+            "cohort": "org",
+            "resourceGroups": [{"flavors": [{"name": "h200", "resources": resources}]}],
+        }
+
+    await harness.create(
+        KUEUE_FLAVOR,
+        obj("h200", {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H200"}}),
+        namespace=None,
+    )
+    await harness.create(KUEUE_CQ, obj("kq", quota(8)), namespace=None)
+    await harness.start_watcher()
+    await harness.until(
+        lambda: (
+            (queue(harness, "kq").card_nominal, queue(harness, "kq").card_borrowing_limit)
+            == ({"NVIDIA-H200": 8}, {"NVIDIA-H200": 2})
+        ),
+        what="the H200 flavor's GPUs published as H200 card quota",
+    )
+    assert queue(harness, "kq").nominal == {"nvidia.com/gpu": 8}
+    assert harness.kube is not None
+    await harness.kube.patch(KUEUE_CQ, "kq", {"spec": quota(4)})
+    await harness.until(
+        lambda: queue(harness, "kq").card_nominal == {"NVIDIA-H200": 4},
+        what="the ClusterQueue's new quota republished",
+    )
+    await harness.kube.patch(
+        KUEUE_FLAVOR, "h200", {"spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-B200"}}}
+    )
+    await harness.until(
+        lambda: queue(harness, "kq").card_nominal == {"NVIDIA-B200": 4},
+        what="the relabelled flavor's model republished",
+    )
+    await harness.delete(KUEUE_FLAVOR, "h200")
+    await harness.until(
+        lambda: queue(harness, "kq").card_nominal is None,
+        what="a plain GPU quota once the flavor is gone",
+    )
+    assert queue(harness, "kq").nominal == {"nvidia.com/gpu": 4}
 
 
 async def test_a_queue_crd_installed_later_is_read_when_the_watcher_looks_again(

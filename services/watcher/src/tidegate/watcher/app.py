@@ -118,6 +118,13 @@ def resource_types(settings: WatcherSettings) -> dict[ObjectKind, ResourceType]:
             plural="localqueues",
             kind="LocalQueue",
         ),
+        "KueueResourceFlavor": ResourceType(
+            group="kueue.x-k8s.io",
+            version=settings.kueue_queue_version,
+            plural="resourceflavors",
+            kind="ResourceFlavor",
+            namespaced=False,
+        ),
         "KueueCohort": ResourceType(
             group="kueue.x-k8s.io",
             version=settings.kueue_cohort_version,
@@ -153,6 +160,7 @@ OPTIONAL_KINDS: frozenset[ObjectKind] = frozenset(
         "KueueClusterQueue",
         "KueueLocalQueue",
         "KueueCohort",
+        "KueueResourceFlavor",
         "VolcanoQueue",
         "KaiQueue",
     }
