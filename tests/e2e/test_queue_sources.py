@@ -2,7 +2,8 @@
 
 A Job written for KAI-Scheduler — labelled only ``kai.scheduler/queue`` and queued in a KAI
 Queue (``scheduling.run.ai``) — is admitted and runs; before the label was read, such a Job
-waited with ``QueueNotFound`` (seen on a real control plane).
+waited with ``QueueNotFound`` (seen on a real control plane). A Kueue ClusterQueue whose
+ResourceFlavor pins NVIDIA-H200 bounds the H200 cards of the Jobs queued in it.
 """
 
 from pathlib import Path
@@ -21,6 +22,24 @@ pytestmark = [pytest.mark.slow(15), pytest.mark.timeout(180)]
 KAI_QUEUES = ResourceType(
     group="scheduling.run.ai", version="v2", plural="queues", kind="Queue", namespaced=False
 )
+KUEUE_CQ = ResourceType(
+    group="kueue.x-k8s.io",
+    version="v1beta1",
+    plural="clusterqueues",
+    kind="ClusterQueue",
+    namespaced=False,
+)
+KUEUE_LQ = ResourceType(
+    group="kueue.x-k8s.io", version="v1beta1", plural="localqueues", kind="LocalQueue"
+)
+KUEUE_FLAVOR = ResourceType(
+    group="kueue.x-k8s.io",
+    version="v1beta1",
+    plural="resourceflavors",
+    kind="ResourceFlavor",
+    namespaced=False,
+)
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
 TIDEGATE_QUEUE = "tidegate.io/queue"
 
@@ -59,4 +78,63 @@ async def test_a_job_labelled_only_with_kais_queue_label_is_admitted_on_the_simu
         assert admitted.queue == "research"
         assert admitted.charged["nvidia.com/gpu"] == 16
         assert [p.reason for p in system.of(Pending, "train")] == [], system.report()
+        assert system.admission_problems() == [], system.report()
+
+
+async def test_a_kueue_h200_flavor_bounds_the_h200_cards_of_jobs_in_its_cluster_queue(
+    tmp_path: Path,
+) -> None:
+    """The ClusterQueue has 16 GPUs: 8 of a flavor pinning NVIDIA-H200 and 8 of one pinning no
+    product. Two Jobs of 8 H200 cards each fit its 16 GPUs and the cluster's 16 free ones, but
+    only one fits its 8 H200 cards: the other waits with CardQuotaExceeded."""
+    async with running_system(
+        tmp_path, nodes="1x1x2x8gpu", time_scale=0.02, namespace="kueue"
+    ) as system:
+        await system.set_up(priority_classes={}, queues=[])
+        labels = {"nvidia.com/gpu.product": "NVIDIA-H200"}
+        await system.kube.create(
+            KUEUE_FLAVOR, {"metadata": {"name": "h200"}, "spec": {"nodeLabels": labels}}
+        )
+        await system.kube.create(KUEUE_FLAVOR, {"metadata": {"name": "any"}, "spec": {}})
+        flavors = [
+            {"name": name, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}]}
+            for name in ("h200", "any")
+        ]
+        await system.kube.create(
+            KUEUE_CQ,
+            {"metadata": {"name": "research"}, "spec": {"resourceGroups": [{"flavors": flavors}]}},
+        )
+        await system.kube.create(
+            KUEUE_LQ,
+            {"metadata": {"name": "team"}, "spec": {"clusterQueue": "research"}},
+            namespace=system.namespace,
+        )
+        for name in ("first", "second"):
+            body: Any = workload_object(
+                WorkloadEntry(
+                    name=name,
+                    queue="team",
+                    pods=2,
+                    requests={"cpu": "1", "nvidia.com/gpu": 4},
+                    template_annotations={"volcano.sh/card.name": "NVIDIA-H200"},
+                ),
+                "",
+            )
+            del body["metadata"]["namespace"]
+            for meta in (body["metadata"], body["spec"]["template"]["metadata"]):
+                del meta["labels"][TIDEGATE_QUEUE]
+                meta["labels"][KUEUE_QUEUE_LABEL] = "team"
+            await system.kube.create(JOBS, body, namespace=system.namespace)
+            if name == "first":
+                await system.until(
+                    lambda: system.running("first", 2), within=60, what="the first Job running"
+                )
+        await system.until(
+            lambda: [p.reason for p in system.of(Pending, "second")][-1:] == ["CardQuotaExceeded"],
+            within=30,
+            what="the second Job waiting for H200 card quota",
+        )
+        (admitted,) = system.of(Admitted, "first")
+        assert (admitted.queue, admitted.charged_cards) == ("research", {"NVIDIA-H200": 8})
+        assert system.of(Admitted, "second") == [], system.report()
         assert system.admission_problems() == [], system.report()

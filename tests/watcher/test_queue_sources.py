@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tidegate.bus import BusSettings, Received, connect, layout
-from tidegate.kube import COHORTS, CRDS, QUEUES, KubeSettings, ResourceType
+from tidegate.kube import COHORTS, CRDS, NODES, QUEUES, KubeSettings, ResourceType
 from tidegate.kube import connect as connect_kube
 from tidegate.model import CohortConfig, QueueConfig, Tombstone, subjects
 from tidegate.sim import SimCluster, SimSettings
@@ -186,6 +186,43 @@ async def test_a_gpu_flavor_is_a_card_quota_and_flavor_or_queue_changes_republis
         what="a plain GPU quota once the flavor is gone",
     )
     assert queue(harness, "kq").nominal == {"nvidia.com/gpu": 4}
+
+
+async def test_top_level_volcano_and_kai_queues_share_the_cluster_under_their_root(
+    harness: Harness,
+) -> None:
+    """Volcano Queues naming no parent go under Volcano's root, KAI's top-level queues under
+    kai-root; each root's nominal quota is the cluster's less what its queues deserve, and a
+    node joining republishes it."""
+    assert harness.kube is not None
+    nodes = await harness.kube.list_objects(NODES)
+    gpus = sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in nodes.items)
+    await harness.create(VOLCANO, obj("team", {"deserved": {"nvidia.com/gpu": 4}}), namespace=None)
+    await harness.create(VOLCANO, obj("default", {"weight": 1}), namespace=None)
+    await harness.create(
+        KAI, obj("dept", {"resources": {"gpu": {"quota": 0, "limit": -1}}}), namespace=None
+    )
+    await harness.start_watcher()
+
+    def shared(total: int) -> bool:
+        assert (queue(harness, "team").parent, queue(harness, "default").parent) == (
+            "root",
+            "root",
+        )
+        assert cohort(harness, "root").nominal == {"nvidia.com/gpu": total - 4}
+        assert queue(harness, "dept").parent == "kai-root"
+        assert cohort(harness, "kai-root").nominal == {"nvidia.com/gpu": total}
+        return True
+
+    await harness.until(lambda: shared(gpus), what="both roots holding the cluster's GPUs")
+    await harness.create(
+        NODES,
+        {
+            "metadata": {"name": "late-node"},
+            "status": {"allocatable": {"cpu": "8", "nvidia.com/gpu": "8"}},
+        },
+    )
+    await harness.until(lambda: shared(gpus + 8), what="the roots growing with a new node")
 
 
 async def test_a_queue_crd_installed_later_is_read_when_the_watcher_looks_again(

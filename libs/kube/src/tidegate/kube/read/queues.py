@@ -24,7 +24,7 @@ Pure code: no I/O; :class:`~tidegate.kube.read.index.ClusterIndex` feeds it the 
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal
 from typing import Final, Literal
 
@@ -88,6 +88,11 @@ QUEUE_SOURCES: Final[tuple[QueueSource, ...]] = (
 
 KAI_RESOURCES: Final = {"gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
 """KAI's resource names → Kubernetes resource names."""
+VOLCANO_ROOT: Final = "root"
+"""Volcano's root queue: the parent of every Volcano Queue naming none (Volcano creates it and
+gives it the cluster's resources)."""
+KAI_ROOT: Final = "kai-root"
+"""The parent tidegate gives KAI's top-level queues, among which KAI divides the cluster."""
 KAI_UNITS: Final = {"gpu": Decimal(1), "cpu": Decimal(1), "memory": Decimal(1_000_000)}
 """KAI quantities in tidegate units: GPUs, millicores (tidegate's cpu unit), megabytes."""
 
@@ -122,9 +127,14 @@ class _Family:
     cohorts: dict[str, Definition] = field(default_factory=dict)
 
 
-def definitions(objects: Mapping[QueueSource, Mapping[str, object]]) -> Definitions:
-    """Every queue and cohort the objects define (see the module doc). Never raises: an
-    object whose metadata cannot be read is skipped (the index reports those on arrival)."""
+def definitions(
+    objects: Mapping[QueueSource, Mapping[str, object]], cluster: Mapping[str, int] | None = None
+) -> Definitions:
+    """Every queue and cohort the objects define (see the module doc). ``cluster`` is what the
+    nodes offer (allocatable summed per resource): what Volcano's and KAI's roots share out.
+    Never raises: an object whose metadata cannot be read is skipped (the index reports those
+    on arrival)."""
+    cluster = cluster or {}
     families = [
         _tidegate(objects.get("Queue", {}), objects.get("Cohort", {})),
         _kueue(
@@ -132,8 +142,8 @@ def definitions(objects: Mapping[QueueSource, Mapping[str, object]]) -> Definiti
             objects.get("KueueCohort", {}),
             objects.get("KueueResourceFlavor", {}),
         ),
-        _kai(objects.get("KaiQueue", {})),
-        _volcano(objects.get("VolcanoQueue", {})),
+        _kai(objects.get("KaiQueue", {}), cluster),
+        _volcano(objects.get("VolcanoQueue", {}), cluster),
     ]
     return Definitions(
         queues=_merge(family.queues for family in families),
@@ -370,6 +380,11 @@ class _Node:
     lending_limit: Resources | None = None
     fair_weight: float = 1.0
     problems: list[str] = field(default_factory=list)
+    from_cluster: frozenset[str] = frozenset()
+    """Resources whose ``nominal`` is the cluster's (a root's): children asking for more than
+    that leave the root nothing of its own, and are no error."""
+    implicit: bool = False
+    """A root no object defines."""
 
 
 def _volcano_node(raw: object, meta: ObjectMeta) -> _Node:
@@ -470,16 +485,42 @@ def _kai_amount(kai_name: str, value: float | None, path: str, problems: list[st
     return int(amount)
 
 
-def _volcano(objects: Mapping[str, object]) -> _Family:
+def _volcano(objects: Mapping[str, object], cluster: Mapping[str, int]) -> _Family:
     nodes = [
         _volcano_node(raw, meta) for raw in objects.values() if (meta := _meta(raw)) is not None
     ]
-    return _parented(nodes, "Volcano Queue")
+    return _parented(_rooted(nodes, VOLCANO_ROOT, cluster), "Volcano Queue")
 
 
-def _kai(objects: Mapping[str, object]) -> _Family:
+def _kai(objects: Mapping[str, object], cluster: Mapping[str, int]) -> _Family:
     nodes = [_kai_node(raw, meta) for raw in objects.values() if (meta := _meta(raw)) is not None]
-    return _parented(nodes, "KAI Queue")
+    return _parented(_rooted(nodes, KAI_ROOT, cluster), "KAI Queue")
+
+
+def _rooted(nodes: Sequence[_Node], root: str, cluster: Mapping[str, int]) -> list[_Node]:
+    """One family's queues under one root, as Volcano and KAI share the cluster among their
+    top-level queues: every queue naming no parent goes under ``root`` (the queue of that name,
+    or an implicit one), whose nominal quota is the cluster's for each resource a queue of
+    the family names a nominal of (the root's own ``deserved`` where it names one). When no
+    queue names a nominal there is nothing to share, and the queues stay as they are."""
+    named = sorted({name for node in nodes for name in node.nominal or {}})
+    top = next((node for node in nodes if node.meta.name == root), None)
+    orphans = [node for node in nodes if node.parent is None and node is not top]
+    if not named or not orphans:
+        return list(nodes)
+    given = (top.nominal or {}) if top is not None else {}
+    pool = {name: cluster.get(name, 0) for name in named if name not in given}
+    if top is None:
+        top = _Node(ObjectMeta(name=root), implicit=True)
+    rooted = replace(top, parent=None, nominal={**pool, **given}, from_cluster=frozenset(pool))
+    return [
+        rooted,
+        *(
+            replace(node, parent=root) if node.parent is None else node
+            for node in nodes
+            if node.meta.name != root
+        ),
+    ]
 
 
 def _parented(nodes: Sequence[_Node], label: str) -> _Family:
@@ -519,7 +560,7 @@ def _parented(nodes: Sequence[_Node], label: str) -> _Family:
             given = res.total(kid.nominal or {} for kid in kids)
             own = res.subtract(nominal, {k: v for k, v in given.items() if k in nominal})
             for resource in sorted(own):
-                if own[resource] < 0:
+                if own[resource] < 0 and resource not in node.from_cluster:
                     names = ", ".join(sorted(kid.meta.name for kid in kids))
                     total = format_quantity(resource, given[resource])
                     own_total = format_quantity(resource, nominal[resource])
@@ -540,6 +581,6 @@ def _parented(nodes: Sequence[_Node], label: str) -> _Family:
                 invalid_reason=f"{source}: {'; '.join(problems)}" if problems else None,
             ),
             node.meta,
-            label,
+            f"implicit {label}" if node.implicit else label,
         )
     return family
