@@ -12,36 +12,33 @@ from typing import Any
 import pytest
 
 from tidegate.cli.demo_trace import WorkloadEntry, workload_object
-from tidegate.kube import JOBS, ResourceType
+from tidegate.kube import (
+    JOBS,
+    KAI_QUEUES,
+    KUEUE_CLUSTER_QUEUES,
+    KUEUE_LOCAL_QUEUES,
+    KUEUE_RESOURCE_FLAVORS,
+)
 from tidegate.model import Admitted, Pending
 
 from .system import running_system
 
 pytestmark = [pytest.mark.slow(15), pytest.mark.timeout(180)]
 
-KAI_QUEUES = ResourceType(
-    group="scheduling.run.ai", version="v2", plural="queues", kind="Queue", namespaced=False
-)
-KUEUE_CQ = ResourceType(
-    group="kueue.x-k8s.io",
-    version="v1beta1",
-    plural="clusterqueues",
-    kind="ClusterQueue",
-    namespaced=False,
-)
-KUEUE_LQ = ResourceType(
-    group="kueue.x-k8s.io", version="v1beta1", plural="localqueues", kind="LocalQueue"
-)
-KUEUE_FLAVOR = ResourceType(
-    group="kueue.x-k8s.io",
-    version="v1beta1",
-    plural="resourceflavors",
-    kind="ResourceFlavor",
-    namespaced=False,
-)
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
 TIDEGATE_QUEUE = "tidegate.io/queue"
+
+
+def job_labelled(entry: WorkloadEntry, label: str) -> Any:
+    """The Job of ``entry`` naming its queue only with ``label`` (another system's queue label),
+    for the test's namespace."""
+    body: Any = workload_object(entry, "")
+    del body["metadata"]["namespace"]
+    for meta in (body["metadata"], body["spec"]["template"]["metadata"]):
+        del meta["labels"][TIDEGATE_QUEUE]
+        meta["labels"][label] = entry.queue
+    return body
 
 
 async def test_a_job_labelled_only_with_kais_queue_label_is_admitted_on_the_simulator(
@@ -60,17 +57,12 @@ async def test_a_job_labelled_only_with_kais_queue_label_is_admitted_on_the_simu
                 "spec": {"resources": {"gpu": {"quota": 16, "limit": 16, "overQuotaWeight": 1}}},
             },
         )
-        body: Any = workload_object(
-            WorkloadEntry(
-                name="train", queue="research", pods=2, requests={"cpu": "1", "nvidia.com/gpu": 8}
-            ),
-            "",
+        entry = WorkloadEntry(
+            name="train", queue="research", pods=2, requests={"cpu": "1", "nvidia.com/gpu": 8}
         )
-        del body["metadata"]["namespace"]
-        for meta in (body["metadata"], body["spec"]["template"]["metadata"]):
-            del meta["labels"][TIDEGATE_QUEUE]
-            meta["labels"][KAI_QUEUE_LABEL] = "research"
-        await system.kube.create(JOBS, body, namespace=system.namespace)
+        await system.kube.create(
+            JOBS, job_labelled(entry, KAI_QUEUE_LABEL), namespace=system.namespace
+        )
         await system.until(
             lambda: system.running("train", 2), within=60, what="the KAI-labelled Job running"
         )
@@ -93,38 +85,33 @@ async def test_a_kueue_h200_flavor_bounds_the_h200_cards_of_jobs_in_its_cluster_
         await system.set_up(priority_classes={}, queues=[])
         labels = {"nvidia.com/gpu.product": "NVIDIA-H200"}
         await system.kube.create(
-            KUEUE_FLAVOR, {"metadata": {"name": "h200"}, "spec": {"nodeLabels": labels}}
+            KUEUE_RESOURCE_FLAVORS, {"metadata": {"name": "h200"}, "spec": {"nodeLabels": labels}}
         )
-        await system.kube.create(KUEUE_FLAVOR, {"metadata": {"name": "any"}, "spec": {}})
+        await system.kube.create(KUEUE_RESOURCE_FLAVORS, {"metadata": {"name": "any"}, "spec": {}})
         flavors = [
             {"name": name, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}]}
             for name in ("h200", "any")
         ]
         await system.kube.create(
-            KUEUE_CQ,
+            KUEUE_CLUSTER_QUEUES,
             {"metadata": {"name": "research"}, "spec": {"resourceGroups": [{"flavors": flavors}]}},
         )
         await system.kube.create(
-            KUEUE_LQ,
+            KUEUE_LOCAL_QUEUES,
             {"metadata": {"name": "team"}, "spec": {"clusterQueue": "research"}},
             namespace=system.namespace,
         )
         for name in ("first", "second"):
-            body: Any = workload_object(
-                WorkloadEntry(
-                    name=name,
-                    queue="team",
-                    pods=2,
-                    requests={"cpu": "1", "nvidia.com/gpu": 4},
-                    template_annotations={"volcano.sh/card.name": "NVIDIA-H200"},
-                ),
-                "",
+            entry = WorkloadEntry(
+                name=name,
+                queue="team",
+                pods=2,
+                requests={"cpu": "1", "nvidia.com/gpu": 4},
+                template_annotations={"volcano.sh/card.name": "NVIDIA-H200"},
             )
-            del body["metadata"]["namespace"]
-            for meta in (body["metadata"], body["spec"]["template"]["metadata"]):
-                del meta["labels"][TIDEGATE_QUEUE]
-                meta["labels"][KUEUE_QUEUE_LABEL] = "team"
-            await system.kube.create(JOBS, body, namespace=system.namespace)
+            await system.kube.create(
+                JOBS, job_labelled(entry, KUEUE_QUEUE_LABEL), namespace=system.namespace
+            )
             if name == "first":
                 await system.until(
                     lambda: system.running("first", 2), within=60, what="the first Job running"
