@@ -1,8 +1,9 @@
 """Queue definitions from every family tidegate reads → QueueConfig and CohortConfig.
 
-tidegate's own Queue and Cohort, Kueue's ClusterQueue, Cohort and LocalQueue, Volcano's Queue
-and KAI-Scheduler's Queue are all read as nodes of one queue tree, per the mapping table of
-docs/queues.md ("Mapping from Kueue, Volcano and KAI"; keep the two in agreement).
+tidegate's own Queue and Cohort, Kueue's ClusterQueue, Cohort and LocalQueue (with the
+ResourceFlavors they name), Volcano's Queue and KAI-Scheduler's Queue are all read as nodes of
+one queue tree, per the mapping table of docs/queues.md ("Mapping from Kueue, Volcano and KAI";
+keep the two in agreement).
 :func:`definitions` takes every such object as the API server sent it and returns the queue
 and cohort messages to publish, by name, and the LocalQueue → ClusterQueue map that recognition
 uses for Kueue's ``kueue.x-k8s.io/queue-name``.
@@ -15,6 +16,11 @@ Rules kept here:
   cannot hold workloads, as in KAI); its own quota is divided among its children, so the
   Cohort's nominal quota is the parent's less its children's (children asking for more than
   the parent has make the Cohort Invalid).
+- A Kueue flavor whose ResourceFlavor pins a GPU product (``nvidia.com/gpu.product`` in its
+  nodeLabels) makes its ``nvidia.com/gpu`` quotas card quotas of that model too.
+- Volcano queues naming no parent go under Volcano's ``root``, KAI's top-level queues under
+  ``kai-root``, when a queue of the family names a nominal: the root holds the cluster (the
+  nodes' allocatable) less what its children deserve, as those systems share the cluster.
 - Name clashes between families: tidegate's own object wins, then Kueue's, KAI's, Volcano's
   (the order :mod:`tidegate.kube.read.keys` consults their labels in); the object that loses
   is not read, and the winner's publication logs which one it shadows. Queues and cohorts are
