@@ -491,6 +491,20 @@ def test_volcano_queues_naming_no_parent_share_the_cluster_under_volcanos_root(
     root = cohort(index, "root")
     assert root.nominal == {"nvidia.com/gpu": 20, "cpu": 10000}
     assert root.invalid_reason is None
+    # The same when every queue names root as its parent.
+    index = ClusterIndex()
+    load(
+        index,
+        gpu_node(k8s, "n1", 8),
+        ("VolcanoQueue", k8s.custom(VOLCANO, "Queue", "root", {"deserved": {"cpu": "10"}})),
+        (
+            "VolcanoQueue",
+            k8s.custom(
+                VOLCANO, "Queue", "team", {"parent": "root", "deserved": {"nvidia.com/gpu": 2}}
+            ),
+        ),
+    )
+    assert cohort(index, "root").nominal == {"nvidia.com/gpu": 6, "cpu": 10000}
 
 
 def test_volcano_queues_naming_no_deserved_share_nothing_and_stay_as_they_are(k8s: Any) -> None:

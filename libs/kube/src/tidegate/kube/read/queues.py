@@ -511,8 +511,8 @@ def _rooted(nodes: Sequence[_Node], root: str, cluster: Mapping[str, int]) -> li
     queue names a nominal there is nothing to share, and the queues stay as they are."""
     named = sorted({name for node in nodes for name in node.nominal or {}})
     top = next((node for node in nodes if node.meta.name == root), None)
-    orphans = [node for node in nodes if node.parent is None and node is not top]
-    if not named or not orphans:
+    under = [node for node in nodes if node is not top and node.parent in (None, root)]
+    if not named or not under:
         return list(nodes)
     given = (top.nominal or {}) if top is not None else {}
     pool = {name: cluster.get(name, 0) for name in named if name not in given}
