@@ -136,6 +136,7 @@ QUEUE_KINDS = {
     ("kueue.x-k8s.io", "clusterqueues"),
     ("kueue.x-k8s.io", "localqueues"),
     ("kueue.x-k8s.io", "cohorts"),
+    ("kueue.x-k8s.io", "resourceflavors"),
     ("scheduling.volcano.sh", "queues"),
     ("scheduling.run.ai", "queues"),
 }

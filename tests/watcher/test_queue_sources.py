@@ -9,7 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from tidegate.bus import BusSettings, Received, connect, layout
-from tidegate.kube import COHORTS, CRDS, QUEUES, KubeSettings, ResourceType
+from tidegate.kube import (
+    COHORTS,
+    CRDS,
+    KAI_QUEUES,
+    KUEUE_CLUSTER_QUEUES,
+    KUEUE_COHORTS,
+    KUEUE_LOCAL_QUEUES,
+    KUEUE_RESOURCE_FLAVORS,
+    NODES,
+    QUEUES,
+    VOLCANO_QUEUES,
+    KubeSettings,
+)
 from tidegate.kube import connect as connect_kube
 from tidegate.model import CohortConfig, QueueConfig, Tombstone, subjects
 from tidegate.sim import SimCluster, SimSettings
@@ -19,30 +31,6 @@ from tidegate.watcher.app import Watcher
 from tidegate.watcher.config import WatcherSettings
 
 from .conftest import Harness
-
-KUEUE_CQ = ResourceType(
-    group="kueue.x-k8s.io",
-    version="v1beta1",
-    plural="clusterqueues",
-    kind="ClusterQueue",
-    namespaced=False,
-)
-KUEUE_LQ = ResourceType(
-    group="kueue.x-k8s.io", version="v1beta1", plural="localqueues", kind="LocalQueue"
-)
-KUEUE_COHORT = ResourceType(
-    group="kueue.x-k8s.io", version="v1beta1", plural="cohorts", kind="Cohort", namespaced=False
-)
-VOLCANO = ResourceType(
-    group="scheduling.volcano.sh",
-    version="v1beta1",
-    plural="queues",
-    kind="Queue",
-    namespaced=False,
-)
-KAI = ResourceType(
-    group="scheduling.run.ai", version="v2", plural="queues", kind="Queue", namespaced=False
-)
 
 
 def obj(name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
@@ -64,15 +52,15 @@ def cohort(harness: Harness, name: str) -> CohortConfig:
 async def test_every_family_is_published_as_queues_and_cohorts(harness: Harness) -> None:
     gpu_quota = [{"name": "h200", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 16}]}]
     await harness.create(
-        KUEUE_CQ,
+        KUEUE_CLUSTER_QUEUES,
         obj("kq", {"cohort": "org", "resourceGroups": [{"flavors": gpu_quota}]}),
         namespace=None,
     )
-    await harness.create(KUEUE_COHORT, obj("org", {"fairSharing": {"weight": 2}}), namespace=None)
-    await harness.create(KUEUE_LQ, obj("team-lq", {"clusterQueue": "kq"}))
-    await harness.create(VOLCANO, obj("vroot", {"deserved": {"cpu": "10"}}), namespace=None)
+    await harness.create(KUEUE_COHORTS, obj("org", {"fairSharing": {"weight": 2}}), namespace=None)
+    await harness.create(KUEUE_LOCAL_QUEUES, obj("team-lq", {"clusterQueue": "kq"}))
+    await harness.create(VOLCANO_QUEUES, obj("vroot", {"deserved": {"cpu": "10"}}), namespace=None)
     await harness.create(
-        VOLCANO,
+        VOLCANO_QUEUES,
         obj(
             "vq",
             {"parent": "vroot", "deserved": {"cpu": "4"}, "weight": 2},
@@ -81,7 +69,7 @@ async def test_every_family_is_published_as_queues_and_cohorts(harness: Harness)
         namespace=None,
     )
     await harness.create(
-        KAI,
+        KAI_QUEUES,
         obj("kai-team", {"parentQueue": "dept", "resources": {"gpu": {"quota": 2, "limit": 4}}}),
         namespace=None,
     )
@@ -109,7 +97,7 @@ async def test_every_family_is_published_as_queues_and_cohorts(harness: Harness)
 
     # A malformed object marks its own queue Invalid; the watcher and the others go on.
     await harness.create(
-        KAI, obj("broken", {"resources": {"gpu": {"quota": "lots"}}}), namespace=None
+        KAI_QUEUES, obj("broken", {"resources": {"gpu": {"quota": "lots"}}}), namespace=None
     )
     await harness.until(
         lambda: (
@@ -121,7 +109,7 @@ async def test_every_family_is_published_as_queues_and_cohorts(harness: Harness)
     assert queue(harness, "kai-team").invalid_reason is None
 
     # Deleting the child makes the Volcano parent a queue again; the cohort is tombstoned.
-    await harness.delete(VOLCANO, "vq", namespace=None)
+    await harness.delete(VOLCANO_QUEUES, "vq", namespace=None)
 
     def reshaped() -> bool:
         assert isinstance(harness.last[subjects.cohort(harness.cluster, "vroot")], Tombstone)
@@ -130,6 +118,96 @@ async def test_every_family_is_published_as_queues_and_cohorts(harness: Harness)
         return True
 
     await harness.until(reshaped, what="vroot a queue again")
+
+
+async def test_a_gpu_flavor_is_a_card_quota_and_flavor_or_queue_changes_republish_it(
+    harness: Harness,
+) -> None:
+    """A ClusterQueue's nvidia.com/gpu quota of a ResourceFlavor pinning a GPU product is the
+    card quota of that model; changing the ClusterQueue or the ResourceFlavor republishes it."""
+
+    def quota(nominal: int) -> dict[str, Any]:
+        resources = [{"name": "nvidia.com/gpu", "nominalQuota": nominal, "borrowingLimit": 2}]
+        return {
+            "cohort": "org",
+            "resourceGroups": [{"flavors": [{"name": "h200", "resources": resources}]}],
+        }
+
+    await harness.create(
+        KUEUE_RESOURCE_FLAVORS,
+        obj("h200", {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H200"}}),
+        namespace=None,
+    )
+    await harness.create(KUEUE_CLUSTER_QUEUES, obj("kq", quota(8)), namespace=None)
+    await harness.start_watcher()
+    await harness.until(
+        lambda: (
+            (queue(harness, "kq").card_nominal, queue(harness, "kq").card_borrowing_limit)
+            == ({"NVIDIA-H200": 8}, {"NVIDIA-H200": 2})
+        ),
+        what="the H200 flavor's GPUs published as H200 card quota",
+    )
+    assert queue(harness, "kq").nominal == {"nvidia.com/gpu": 8}
+    assert harness.kube is not None
+    await harness.kube.patch(KUEUE_CLUSTER_QUEUES, "kq", {"spec": quota(4)})
+    await harness.until(
+        lambda: queue(harness, "kq").card_nominal == {"NVIDIA-H200": 4},
+        what="the ClusterQueue's new quota republished",
+    )
+    await harness.kube.patch(
+        KUEUE_RESOURCE_FLAVORS,
+        "h200",
+        {"spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-B200"}}},
+    )
+    await harness.until(
+        lambda: queue(harness, "kq").card_nominal == {"NVIDIA-B200": 4},
+        what="the relabelled flavor's model republished",
+    )
+    await harness.delete(KUEUE_RESOURCE_FLAVORS, "h200")
+    await harness.until(
+        lambda: queue(harness, "kq").card_nominal is None,
+        what="a plain GPU quota once the flavor is gone",
+    )
+    assert queue(harness, "kq").nominal == {"nvidia.com/gpu": 4}
+
+
+async def test_top_level_volcano_and_kai_queues_share_the_cluster_under_their_root(
+    harness: Harness,
+) -> None:
+    """Volcano Queues naming no parent go under Volcano's root, KAI's top-level queues under
+    kai-root; each root's nominal quota is the cluster's less what its queues deserve, and a
+    node joining republishes it."""
+    assert harness.kube is not None
+    nodes = await harness.kube.list_objects(NODES)
+    gpus = sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in nodes.items)
+    await harness.create(
+        VOLCANO_QUEUES, obj("team", {"deserved": {"nvidia.com/gpu": 4}}), namespace=None
+    )
+    await harness.create(VOLCANO_QUEUES, obj("default", {"weight": 1}), namespace=None)
+    await harness.create(
+        KAI_QUEUES, obj("dept", {"resources": {"gpu": {"quota": 0, "limit": -1}}}), namespace=None
+    )
+    await harness.start_watcher()
+
+    def shared(total: int) -> bool:
+        assert (queue(harness, "team").parent, queue(harness, "default").parent) == (
+            "root",
+            "root",
+        )
+        assert cohort(harness, "root").nominal == {"nvidia.com/gpu": total - 4}
+        assert queue(harness, "dept").parent == "kai-root"
+        assert cohort(harness, "kai-root").nominal == {"nvidia.com/gpu": total}
+        return True
+
+    await harness.until(lambda: shared(gpus), what="both roots holding the cluster's GPUs")
+    await harness.create(
+        NODES,
+        {
+            "metadata": {"name": "late-node"},
+            "status": {"allocatable": {"cpu": "8", "nvidia.com/gpu": "8"}},
+        },
+    )
+    await harness.until(lambda: shared(gpus + 8), what="the roots growing with a new node")
 
 
 async def test_a_queue_crd_installed_later_is_read_when_the_watcher_looks_again(
@@ -172,7 +250,7 @@ async def test_a_queue_crd_installed_later_is_read_when_the_watcher_looks_again(
                     if c["metadata"] == {"name": "queues.scheduling.run.ai"}
                 ]
                 await kube.create(CRDS, crd)
-                await kube.create(KAI, obj("late", {"priority": 9}))
+                await kube.create(KAI_QUEUES, obj("late", {"priority": 9}))
                 subject = subjects.queue(cluster_id, "late")
                 await until(
                     lambda: isinstance(last.get(subject), QueueConfig),

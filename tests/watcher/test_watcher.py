@@ -474,6 +474,7 @@ async def test_missing_crds_do_not_stop_the_watcher(
                 "KueueClusterQueue",
                 "KueueLocalQueue",
                 "KueueCohort",
+                "KueueResourceFlavor",
                 "VolcanoQueue",
                 "KaiQueue",
             }

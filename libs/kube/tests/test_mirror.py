@@ -142,15 +142,20 @@ def test_a_volcano_parent_turns_from_queue_to_cohort_with_a_tombstone_and_nothin
     affected = mirror.index.apply(
         "VolcanoQueue", "ADDED", k8s.custom(volcano, "Queue", "vp", {"deserved": {"cpu": 4}})
     ).affected
-    [queue] = mirror.plan(affected, now=0).publications
+    # vp names no parent: it is published under Volcano's root (an implicit cohort).
+    root, queue = sorted(mirror.plan(affected, now=0).publications, key=lambda p: p.subject)
     assert (queue.subject, queue.envelope.body.name) == ("tg.c1.config.queue.vp", "vp")
+    assert root.subject == "tg.c1.config.cohort.root"
     mirror.stored(queue)
+    mirror.stored(root)
     child = k8s.custom(volcano, "Queue", "vc", {"parent": "vp", "deserved": {"cpu": 1}})
     affected = mirror.index.apply("VolcanoQueue", "ADDED", child).affected
     plan = mirror.plan(affected, now=0)
     bodies = {p.subject: p.envelope.body for p in plan.publications}
     assert bodies["tg.c1.config.queue.vp"] == Tombstone(object_kind="queue", name="vp")
-    assert bodies["tg.c1.config.cohort.vp"] == CohortConfig(name="vp", nominal={"cpu": 3000})
+    assert bodies["tg.c1.config.cohort.vp"] == CohortConfig(
+        name="vp", parent="root", nominal={"cpu": 3000}
+    )
     for publication in plan.publications:
         mirror.stored(publication)
     assert mirror.index.version(queue_key) is None

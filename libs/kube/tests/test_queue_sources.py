@@ -5,6 +5,8 @@ from typing import Any
 
 from tidegate.kube.read.index import ClusterIndex, ObjectKind, StateKey
 from tidegate.model.events import CohortConfig, QueueConfig, QueuePreemption, WorkloadState
+from tidegate.policy.queuetree import QueueTree, check_admission
+from tidegate.policy.quota import QuotaRequest
 
 GI = 1024**3
 KUEUE = "kueue.x-k8s.io/v1beta1"
@@ -161,6 +163,99 @@ def test_a_kueue_cluster_queue_sums_its_flavors_and_keeps_its_policies(k8s: Any)
     assert (cq.quota, cq.card_quota, cq.priority) == (None, None, 0)
 
 
+def flavor(k8s: Any, name: str, labels: dict[str, str]) -> tuple[ObjectKind, dict[str, Any]]:
+    return (
+        "KueueResourceFlavor",
+        k8s.custom(KUEUE, "ResourceFlavor", name, {"nodeLabels": labels}),
+    )
+
+
+def gpu_flavors(*flavors: tuple[str, Any, Any, Any]) -> dict[str, Any]:
+    """A resourceGroups spec with one ``nvidia.com/gpu`` quota per (flavor, nominal, borrowing
+    limit, lending limit); a None limit is not named."""
+    return {
+        "resourceGroups": [
+            {
+                "coveredResources": ["nvidia.com/gpu"],
+                "flavors": [
+                    {
+                        "name": name,
+                        "resources": [
+                            {
+                                "name": "nvidia.com/gpu",
+                                "nominalQuota": nominal,
+                                **({"borrowingLimit": borrow} if borrow is not None else {}),
+                                **({"lendingLimit": lend} if lend is not None else {}),
+                            }
+                        ],
+                    }
+                    for name, nominal, borrow, lend in flavors
+                ],
+            }
+        ]
+    }
+
+
+def test_a_flavor_pinning_a_gpu_product_makes_its_gpu_quota_a_card_quota_of_that_model(
+    k8s: Any,
+) -> None:
+    """Kueue ResourceFlavors with ``nvidia.com/gpu.product`` in their nodeLabels: that
+    flavor's nvidia.com/gpu quota is also the card quota of the model (per model, the limits
+    by the summing rule); it still counts in nvidia.com/gpu, which bounds workloads naming no
+    model; flavors pinning no product stay plain resource quotas."""
+    index = ClusterIndex()
+    spec = gpu_flavors(
+        ("h200", 8, 4, 2),
+        ("h200-spot", 2, 1, None),
+        ("a100", 6, None, 6),
+        ("plain", 3, 1, 1),
+    )
+    load(
+        index,
+        flavor(k8s, "h200", {"nvidia.com/gpu.product": "NVIDIA-H200", "zone": "a"}),
+        flavor(k8s, "h200-spot", {"nvidia.com/gpu.product": "NVIDIA-H200"}),
+        flavor(k8s, "a100", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}),
+        flavor(k8s, "plain", {"zone": "b"}),
+        ("KueueClusterQueue", k8s.custom(KUEUE, "ClusterQueue", "cq", {"cohort": "org", **spec})),
+        ("KueueCohort", k8s.custom(KUEUE, "Cohort", "org", gpu_flavors(("h200", 0, None, None)))),
+    )
+    cq = queue(index, "cq")
+    assert cq.invalid_reason is None
+    assert cq.card_nominal == {"NVIDIA-H200": 10, "NVIDIA-A100-SXM4-40GB": 6}
+    assert cq.card_borrowing_limit == {"NVIDIA-H200": 5}  # the A100 flavor names none
+    assert cq.card_lending_limit == {"NVIDIA-A100-SXM4-40GB": 6}  # h200-spot names none
+    assert (cq.nominal, cq.borrowing_limit, cq.lending_limit) == (
+        {"nvidia.com/gpu": 19},
+        None,
+        None,
+    )
+    org = cohort(index, "org")
+    assert (org.card_nominal, org.nominal) == ({"NVIDIA-H200": 0}, {"nvidia.com/gpu": 0})
+
+
+def test_a_resource_flavor_change_republishes_the_queues_that_use_it(k8s: Any) -> None:
+    index = ClusterIndex()
+    spec = gpu_flavors(("gpus", 4, None, None))
+    load(index, ("KueueClusterQueue", k8s.custom(KUEUE, "ClusterQueue", "cq", spec)))
+    assert queue(index, "cq").card_nominal is None  # no such ResourceFlavor yet: plain quota
+    affected = load(index, flavor(k8s, "gpus", {"nvidia.com/gpu.product": "NVIDIA-H200"}))
+    assert StateKey("queue", None, "cq") in affected
+    assert queue(index, "cq").card_nominal == {"NVIDIA-H200": 4}
+    relabelled = k8s.custom(
+        KUEUE, "ResourceFlavor", "gpus", {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-B200"}}
+    )
+    assert (
+        StateKey("queue", None, "cq")
+        in index.apply("KueueResourceFlavor", "MODIFIED", relabelled).affected
+    )
+    assert queue(index, "cq").card_nominal == {"NVIDIA-B200": 4}
+    index.apply("KueueResourceFlavor", "DELETED", relabelled)
+    assert queue(index, "cq").card_nominal is None
+    assert queue(index, "cq").nominal == {"nvidia.com/gpu": 4}
+    # A ResourceFlavor is not a queue of its own.
+    assert index.state_keys() == {StateKey("queue", None, "cq")}
+
+
 def test_kueue_cohorts_and_later_api_versions_field_names(k8s: Any) -> None:
     index = ClusterIndex()
     load(
@@ -308,7 +403,7 @@ def test_volcano_queues_map_deserved_guarantee_capability_weight_and_card_quota(
     assert research.nominal == {"nvidia.com/gpu": 16, "cpu": 8000}
     assert research.lending_limit == {"nvidia.com/gpu": 12}  # the guarantee is never lent
     assert research.card_quota == {"NVIDIA-H200": 16}
-    assert research.parent is None
+    assert research.parent == "root"  # Volcano's root queue: see the tests below
 
 
 def test_a_volcano_parent_queue_is_a_cohort_holding_what_its_children_are_not_given(
@@ -344,6 +439,135 @@ def test_a_volcano_parent_queue_is_a_cohort_holding_what_its_children_are_not_gi
     )
     assert queue(index, "a").parent == "root"
     assert queue(index, "a").invalid_reason is None
+
+
+def gpu_node(k8s: Any, name: str, gpus: int) -> tuple[ObjectKind, dict[str, Any]]:
+    return ("Node", k8s.node(name, allocatable={"cpu": "64", "nvidia.com/gpu": str(gpus)}))
+
+
+def test_volcano_queues_naming_no_parent_share_the_cluster_under_volcanos_root(
+    k8s: Any,
+) -> None:
+    """As in Volcano, whose root queue is every queue's parent and holds the cluster: a queue
+    may use more than it deserves while the others leave room, and one that deserves nothing
+    still gets the rest of the cluster (the pool is the cluster, not the deserved amounts)."""
+    index = ClusterIndex()
+    load(
+        index,
+        gpu_node(k8s, "n1", 8),
+        gpu_node(k8s, "n2", 8),
+        (
+            "VolcanoQueue",
+            k8s.custom(
+                VOLCANO, "Queue", "team", {"deserved": {"nvidia.com/gpu": 4}, "capability": {}}
+            ),
+        ),
+        ("VolcanoQueue", k8s.custom(VOLCANO, "Queue", "default", {"weight": 1})),
+    )
+    assert (queue(index, "team").parent, queue(index, "default").parent) == ("root", "root")
+    root = cohort(index, "root")
+    assert (root.nominal, root.parent, root.invalid_reason) == ({"nvidia.com/gpu": 12}, None, None)
+    desired = index.desired(StateKey("cohort", None, "root"))
+    assert desired.uid is None
+    assert index.desired(StateKey("queue", None, "root")).message is None
+
+    tree = QueueTree.build([queue(index, "team"), queue(index, "default")], [root])
+    gpus = QuotaRequest(resources={"nvidia.com/gpu": 16})
+    for name in ("team", "default"):
+        assert check_admission(tree, {}, name, gpus).fits, name
+    assert not check_admission(
+        tree, {}, "team", QuotaRequest(resources={"nvidia.com/gpu": 17})
+    ).fits
+
+    # A node more: the root holds it too, and is looked at again.
+    affected = load(index, gpu_node(k8s, "n3", 8))
+    assert StateKey("cohort", None, "root") in affected
+    assert cohort(index, "root").nominal == {"nvidia.com/gpu": 20}
+    # Volcano's own root queue object: its deserved where it names one, the cluster elsewhere.
+    load(
+        index,
+        ("VolcanoQueue", k8s.custom(VOLCANO, "Queue", "root", {"deserved": {"cpu": "10"}})),
+    )
+    root = cohort(index, "root")
+    assert root.nominal == {"nvidia.com/gpu": 20, "cpu": 10000}
+    assert root.invalid_reason is None
+    # The same when every queue names root as its parent.
+    index = ClusterIndex()
+    load(
+        index,
+        gpu_node(k8s, "n1", 8),
+        ("VolcanoQueue", k8s.custom(VOLCANO, "Queue", "root", {"deserved": {"cpu": "10"}})),
+        (
+            "VolcanoQueue",
+            k8s.custom(
+                VOLCANO, "Queue", "team", {"parent": "root", "deserved": {"nvidia.com/gpu": 2}}
+            ),
+        ),
+    )
+    assert cohort(index, "root").nominal == {"nvidia.com/gpu": 6, "cpu": 10000}
+
+
+def test_volcano_queues_naming_no_deserved_share_nothing_and_stay_as_they_are(k8s: Any) -> None:
+    index = ClusterIndex()
+    load(
+        index,
+        gpu_node(k8s, "n1", 8),
+        ("VolcanoQueue", k8s.custom(VOLCANO, "Queue", "a", {"capability": {"cpu": "4"}})),
+        ("VolcanoQueue", k8s.custom(VOLCANO, "Queue", "b", {"weight": 2})),
+    )
+    assert (queue(index, "a").parent, queue(index, "b").parent) == (None, None)
+    assert index.state_keys() == {
+        StateKey("node", None, "n1"),
+        StateKey("queue", None, "a"),
+        StateKey("queue", None, "b"),
+    }
+
+
+def test_kais_top_level_queues_share_the_cluster_and_a_zero_quota_queue_still_runs(
+    k8s: Any,
+) -> None:
+    """KAI's quickstart queues (quota 0, limit -1) run on whatever is idle: KAI divides the
+    cluster among its top-level queues. Quotas above the cluster leave the root nothing of its
+    own, which is no error (not every guarantee can be met at once)."""
+    index = ClusterIndex()
+    unlimited = {"quota": 0, "limit": -1, "overQuotaWeight": 1}
+    everything = {"gpu": unlimited, "cpu": unlimited, "memory": unlimited}
+    load(
+        index,
+        gpu_node(k8s, "n1", 8),
+        ("KaiQueue", k8s.custom(KAI, "Queue", "default-parent-queue", {"resources": everything})),
+        (
+            "KaiQueue",
+            k8s.custom(
+                KAI,
+                "Queue",
+                "default-queue",
+                {"parentQueue": "default-parent-queue", "resources": everything},
+            ),
+        ),
+    )
+    assert cohort(index, "default-parent-queue").parent == "kai-root"
+    root = cohort(index, "kai-root")
+    assert root.nominal == {"nvidia.com/gpu": 8, "cpu": 64000, "memory": 0}
+    assert index.desired(StateKey("cohort", None, "kai-root")).problems == ()
+    tree = QueueTree.build(
+        [queue(index, "default-queue")], [root, cohort(index, "default-parent-queue")]
+    )
+    request = QuotaRequest(resources={"nvidia.com/gpu": 8, "cpu": 8000})
+    assert check_admission(tree, {}, "default-queue", request).fits
+
+    load(
+        index,
+        (
+            "KaiQueue",
+            k8s.custom(KAI, "Queue", "greedy", {"resources": {"gpu": {"quota": 12}}}),
+        ),
+    )
+    root = cohort(index, "kai-root")
+    assert (root.nominal, root.invalid_reason) == (
+        {"nvidia.com/gpu": 0, "cpu": 64000, "memory": 0},
+        None,
+    )
 
 
 def test_kai_queues_map_quota_limit_weight_and_parent_in_kai_units(k8s: Any) -> None:

@@ -101,6 +101,46 @@ COHORTS = ResourceType(
     group="tidegate.io", version="v1alpha1", plural="cohorts", kind="Cohort", namespaced=False
 )
 
+# Other systems' kinds tidegate reads as queues and topologies (docs/queues.md), at their
+# default API versions (the watcher's settings pick others with dataclasses.replace).
+KUEUE_TOPOLOGIES = ResourceType(
+    group="kueue.x-k8s.io",
+    version="v1beta1",
+    plural="topologies",
+    kind="Topology",
+    namespaced=False,
+)
+KUEUE_CLUSTER_QUEUES = ResourceType(
+    group="kueue.x-k8s.io",
+    version="v1beta1",
+    plural="clusterqueues",
+    kind="ClusterQueue",
+    namespaced=False,
+)
+KUEUE_LOCAL_QUEUES = ResourceType(
+    group="kueue.x-k8s.io", version="v1beta1", plural="localqueues", kind="LocalQueue"
+)
+KUEUE_COHORTS = ResourceType(
+    group="kueue.x-k8s.io", version="v1beta1", plural="cohorts", kind="Cohort", namespaced=False
+)
+KUEUE_RESOURCE_FLAVORS = ResourceType(
+    group="kueue.x-k8s.io",
+    version="v1beta1",
+    plural="resourceflavors",
+    kind="ResourceFlavor",
+    namespaced=False,
+)
+VOLCANO_QUEUES = ResourceType(
+    group="scheduling.volcano.sh",
+    version="v1beta1",
+    plural="queues",
+    kind="Queue",
+    namespaced=False,
+)
+KAI_QUEUES = ResourceType(
+    group="scheduling.run.ai", version="v2", plural="queues", kind="Queue", namespaced=False
+)
+
 KNOWN: dict[str, ResourceType] = {
     r.kind: r for r in (PODS, NODES, NAMESPACES, EVENTS, JOBS, DEPLOYMENTS, REPLICASETS, JOBSETS)
 }

@@ -55,7 +55,7 @@ def _crd(
 
 def bundled_crds() -> list[JsonObject]:
     """tidegate.io Topology/Queue/Cohort/PodGroup, kueue.x-k8s.io Topology/ClusterQueue/
-    LocalQueue/Cohort, scheduling.volcano.sh Queue, scheduling.run.ai Queue (KAI-Scheduler),
+    LocalQueue/Cohort/ResourceFlavor, scheduling.volcano.sh Queue, scheduling.run.ai Queue (KAI-Scheduler),
     jobset.x-k8s.io JobSet."""
     return [
         _crd("tidegate.io", "Topology", "topologies", scope="Cluster", versions=("v1alpha1",)),
@@ -95,6 +95,14 @@ def bundled_crds() -> list[JsonObject]:
         ),
         _crd(
             "kueue.x-k8s.io", "Cohort", "cohorts", scope="Cluster", versions=("v1alpha1", "v1beta1")
+        ),
+        _crd(
+            "kueue.x-k8s.io",
+            "ResourceFlavor",
+            "resourceflavors",
+            scope="Cluster",
+            versions=("v1beta1", "v1beta2"),
+            short_names=("flavor", "flavors", "rf"),
         ),
         _crd(
             "scheduling.volcano.sh",

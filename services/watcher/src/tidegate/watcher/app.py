@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -39,6 +39,12 @@ from tidegate.kube import (
     DEPLOYMENTS,
     JOBS,
     JOBSETS,
+    KAI_QUEUES,
+    KUEUE_CLUSTER_QUEUES,
+    KUEUE_COHORTS,
+    KUEUE_LOCAL_QUEUES,
+    KUEUE_RESOURCE_FLAVORS,
+    KUEUE_TOPOLOGIES,
     NAMESPACES,
     NODES,
     PDBS,
@@ -48,6 +54,7 @@ from tidegate.kube import (
     QUEUES,
     REPLICASETS,
     TOPOLOGIES,
+    VOLCANO_QUEUES,
     Informer,
     InformerItem,
     InformerState,
@@ -97,48 +104,16 @@ def resource_types(settings: WatcherSettings) -> dict[ObjectKind, ResourceType]:
         "Queue": QUEUES,
         "PodDisruptionBudget": PDBS,
         "Namespace": NAMESPACES,
-        "KueueTopology": ResourceType(
-            group="kueue.x-k8s.io",
-            version=settings.kueue_topology_version,
-            plural="topologies",
-            kind="Topology",
-            namespaced=False,
-        ),
+        "KueueTopology": replace(KUEUE_TOPOLOGIES, version=settings.kueue_topology_version),
         "Cohort": COHORTS,
-        "KueueClusterQueue": ResourceType(
-            group="kueue.x-k8s.io",
-            version=settings.kueue_queue_version,
-            plural="clusterqueues",
-            kind="ClusterQueue",
-            namespaced=False,
+        "KueueClusterQueue": replace(KUEUE_CLUSTER_QUEUES, version=settings.kueue_queue_version),
+        "KueueLocalQueue": replace(KUEUE_LOCAL_QUEUES, version=settings.kueue_queue_version),
+        "KueueResourceFlavor": replace(
+            KUEUE_RESOURCE_FLAVORS, version=settings.kueue_queue_version
         ),
-        "KueueLocalQueue": ResourceType(
-            group="kueue.x-k8s.io",
-            version=settings.kueue_queue_version,
-            plural="localqueues",
-            kind="LocalQueue",
-        ),
-        "KueueCohort": ResourceType(
-            group="kueue.x-k8s.io",
-            version=settings.kueue_cohort_version,
-            plural="cohorts",
-            kind="Cohort",
-            namespaced=False,
-        ),
-        "VolcanoQueue": ResourceType(
-            group="scheduling.volcano.sh",
-            version=settings.volcano_queue_version,
-            plural="queues",
-            kind="Queue",
-            namespaced=False,
-        ),
-        "KaiQueue": ResourceType(
-            group="scheduling.run.ai",
-            version=settings.kai_queue_version,
-            plural="queues",
-            kind="Queue",
-            namespaced=False,
-        ),
+        "KueueCohort": replace(KUEUE_COHORTS, version=settings.kueue_cohort_version),
+        "VolcanoQueue": replace(VOLCANO_QUEUES, version=settings.volcano_queue_version),
+        "KaiQueue": replace(KAI_QUEUES, version=settings.kai_queue_version),
     }
 
 
@@ -153,6 +128,7 @@ OPTIONAL_KINDS: frozenset[ObjectKind] = frozenset(
         "KueueClusterQueue",
         "KueueLocalQueue",
         "KueueCohort",
+        "KueueResourceFlavor",
         "VolcanoQueue",
         "KaiQueue",
     }

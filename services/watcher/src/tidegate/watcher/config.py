@@ -57,7 +57,7 @@ class WatcherSettings(ServiceSettings):
     kueue_topology_version: str = "v1beta1"
     """API version of kueue.x-k8s.io Topology objects to read."""
     kueue_queue_version: str = "v1beta1"
-    """API version of kueue.x-k8s.io ClusterQueue and LocalQueue objects to read."""
+    """API version of kueue.x-k8s.io ClusterQueue, LocalQueue and ResourceFlavor objects to read."""
     kueue_cohort_version: str = "v1beta1"
     """API version of kueue.x-k8s.io Cohort objects to read."""
     volcano_queue_version: str = "v1beta1"

@@ -185,17 +185,7 @@ def queue_config(obj: object) -> QueueConfig:
     if spec.capability is not None:
         quota = parse_resource_list(spec.capability, "spec.capability", problems)
     card_quota = _card_quota(queue, problems)
-    strategy: QueueingStrategy = "BestEffortFIFO"
-    if spec.queueing_strategy is not None:
-        for known in STRATEGIES:
-            if spec.queueing_strategy == known:
-                strategy = known
-                break
-        else:
-            problems.append(
-                f"spec.queueingStrategy: {spec.queueing_strategy!r} is not one of "
-                f"{', '.join(STRATEGIES)}"
-            )
+    strategy = queueing_strategy(spec.queueing_strategy, problems)
     tree = tree_fields(spec, problems)
     policies = preemption(spec.preemption, problems)
     default_runtime = None
@@ -231,6 +221,17 @@ def queue_config(obj: object) -> QueueConfig:
         max_reservations=max_reservations,
         aging=queue_aging,
     )
+
+
+def queueing_strategy(value: str | None, problems: list[str]) -> QueueingStrategy:
+    """``spec.queueingStrategy`` of a Queue or Kueue ClusterQueue (absent: BestEffortFIFO)."""
+    if value is None:
+        return "BestEffortFIFO"
+    for known in STRATEGIES:
+        if value == known:
+            return known
+    problems.append(f"spec.queueingStrategy: {value!r} is not one of {', '.join(STRATEGIES)}")
+    return "BestEffortFIFO"
 
 
 def duration(value: object, path: str, problems: list[str]) -> float | None:

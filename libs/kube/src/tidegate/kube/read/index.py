@@ -44,7 +44,7 @@ from typing import Literal, NamedTuple
 import msgspec
 
 from tidegate.kube.read import keys
-from tidegate.kube.read.convert import node_state, pod_state, topology_config
+from tidegate.kube.read.convert import node_state, parse_resource_list, pod_state, topology_config
 from tidegate.kube.read.finish import Finished, settled, workload_finished
 from tidegate.kube.read.objects import (
     Job,
@@ -94,6 +94,7 @@ ObjectKind = Literal[
     "KueueClusterQueue",
     "KueueCohort",
     "KueueLocalQueue",
+    "KueueResourceFlavor",
     "VolcanoQueue",
     "KaiQueue",
     "PriorityClass",
@@ -187,6 +188,9 @@ class ClusterIndex:
         name (``namespace/name`` for LocalQueues); decoded when published, so errors become
         invalid_reason."""
         self._definitions: Definitions | None = None
+        self.allocatable: dict[str, int] = {}
+        """What the nodes offer, allocatable summed per resource: the cluster Volcano's and
+        KAI's roots share out (:func:`~tidegate.kube.read.queues.definitions`)."""
         self.priority_classes: dict[str, PriorityClass] = {}
         self.budgets: dict[tuple[str, str], PodDisruptionBudget] = {}
         """PodDisruptionBudgets by (namespace, name)."""
@@ -314,7 +318,7 @@ class ClusterIndex:
     def definitions(self) -> Definitions:
         """Every queue and cohort the queue objects define, cached until one changes."""
         if self._definitions is None:
-            self._definitions = definitions(self.queue_sources)
+            self._definitions = definitions(self.queue_sources, self.allocatable)
         return self._definitions
 
     def context(self) -> Context:
@@ -347,6 +351,7 @@ class ClusterIndex:
         self, meta: ObjectMeta, obj: Mapping[str, object], deleted: bool, applied: Applied
     ) -> None:
         product = self._gpu_product(meta.name)
+        offered = _allocatable(self.nodes.get(meta.name))
         if deleted:
             self.nodes.pop(meta.name, None)
         else:
@@ -356,6 +361,13 @@ class ClusterIndex:
                 applied.problems.append(f"Node {meta.name}: {describe_error(exc)}")
                 return
         applied.affected.add(StateKey("node", None, meta.name))
+        now = _allocatable(self.nodes.get(meta.name))
+        if now != offered:
+            self.allocatable = res.non_zero(res.add(res.subtract(self.allocatable, offered), now))
+            if "VolcanoQueue" in self.queue_sources or "KaiQueue" in self.queue_sources:
+                # Their roots share out the cluster: their quota changed with it.
+                applied.affected.update(self._queue_keys(self.definitions()))
+                self._definitions = None
         if self._gpu_product(meta.name) != product:
             # The cards its bypassing pods hold are of another model now (or of none).
             for key, pod in self.pods.items():
@@ -872,3 +884,11 @@ def _group_name(meta: ObjectMeta) -> str | None:
         if value:
             return value
     return None
+
+
+def _allocatable(node: Node | None) -> dict[str, int]:
+    """What ``node`` offers (its allocatable; a value that is not a quantity counts as 0, and
+    is reported with the node)."""
+    if node is None:
+        return {}
+    return parse_resource_list(node.status.allocatable, "status.allocatable", [])

@@ -478,6 +478,19 @@ class KueueCohort(_K8s, frozen=True, kw_only=True):
     spec: KueueCohortSpec = msgspec.field(default_factory=KueueCohortSpec)
 
 
+class KueueResourceFlavorSpec(_K8s, frozen=True, kw_only=True):
+    """spec of a kueue.x-k8s.io ResourceFlavor (only what says which nodes it stands for)."""
+
+    node_labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class KueueResourceFlavor(_K8s, frozen=True, kw_only=True):
+    """A Kueue ResourceFlavor: the nodes a ClusterQueue's quota of that flavor is for."""
+
+    metadata: ObjectMeta
+    spec: KueueResourceFlavorSpec = msgspec.field(default_factory=KueueResourceFlavorSpec)
+
+
 class KueueLocalQueueSpec(_K8s, frozen=True, kw_only=True):
     """spec of a kueue.x-k8s.io LocalQueue."""
 

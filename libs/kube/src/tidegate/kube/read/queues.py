@@ -1,8 +1,9 @@
 """Queue definitions from every family tidegate reads → QueueConfig and CohortConfig.
 
-tidegate's own Queue and Cohort, Kueue's ClusterQueue, Cohort and LocalQueue, Volcano's Queue
-and KAI-Scheduler's Queue are all read as nodes of one queue tree, per the mapping table of
-docs/queues.md ("Mapping from Kueue, Volcano and KAI"; keep the two in agreement).
+tidegate's own Queue and Cohort, Kueue's ClusterQueue, Cohort and LocalQueue (with the
+ResourceFlavors they name), Volcano's Queue and KAI-Scheduler's Queue are all read as nodes of
+one queue tree, per the mapping table of docs/queues.md ("Mapping from Kueue, Volcano and KAI";
+keep the two in agreement).
 :func:`definitions` takes every such object as the API server sent it and returns the queue
 and cohort messages to publish, by name, and the LocalQueue → ClusterQueue map that recognition
 uses for Kueue's ``kueue.x-k8s.io/queue-name``.
@@ -15,6 +16,11 @@ Rules kept here:
   cannot hold workloads, as in KAI); its own quota is divided among its children, so the
   Cohort's nominal quota is the parent's less its children's (children asking for more than
   the parent has make the Cohort Invalid).
+- A Kueue flavor whose ResourceFlavor pins a GPU product (``nvidia.com/gpu.product`` in its
+  nodeLabels) makes its ``nvidia.com/gpu`` quotas card quotas of that model too.
+- Volcano queues naming no parent go under Volcano's ``root``, KAI's top-level queues under
+  ``kai-root``, when a queue of the family names a nominal: the root holds the cluster (the
+  nodes' allocatable) less what its children deserve, as those systems share the cluster.
 - Name clashes between families: tidegate's own object wins, then Kueue's, KAI's, Volcano's
   (the order :mod:`tidegate.kube.read.keys` consults their labels in); the object that loses
   is not read, and the winner's publication logs which one it shadows. Queues and cohorts are
@@ -24,7 +30,7 @@ Pure code: no I/O; :class:`~tidegate.kube.read.index.ClusterIndex` feeds it the 
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal
 from typing import Final, Literal
 
@@ -32,13 +38,14 @@ import msgspec
 
 from tidegate.kube.read import keys
 from tidegate.kube.read.convert import (
-    STRATEGIES,
+    TreeFields,
     card_counts,
     cohort_config,
     fair_weight,
     parse_resource_list,
     preemption,
     queue_config,
+    queueing_strategy,
 )
 from tidegate.kube.read.objects import (
     KaiQueue,
@@ -46,6 +53,7 @@ from tidegate.kube.read.objects import (
     KueueClusterQueue,
     KueueCohort,
     KueueLocalQueue,
+    KueueResourceFlavor,
     KueueResourceGroup,
     Meta,
     ObjectError,
@@ -56,9 +64,10 @@ from tidegate.kube.read.objects import (
 )
 from tidegate.model import QuantityError, parse_quantity
 from tidegate.model import resources as res
-from tidegate.model.events import CohortConfig, QueueConfig, QueueingStrategy
+from tidegate.model.events import CohortConfig, QueueConfig
 from tidegate.model.quantity import format_quantity, parse_decimal
 from tidegate.model.resources import Resources
+from tidegate.policy.cards import GPU_PRODUCT_LABEL, CardError, CardModel, parse_card_name
 
 QueueSource = Literal[
     "Queue",
@@ -66,6 +75,7 @@ QueueSource = Literal[
     "KueueClusterQueue",
     "KueueCohort",
     "KueueLocalQueue",
+    "KueueResourceFlavor",
     "VolcanoQueue",
     "KaiQueue",
 ]
@@ -77,12 +87,18 @@ QUEUE_SOURCES: Final[tuple[QueueSource, ...]] = (
     "KueueClusterQueue",
     "KueueCohort",
     "KueueLocalQueue",
+    "KueueResourceFlavor",
     "VolcanoQueue",
     "KaiQueue",
 )
 
 KAI_RESOURCES: Final = {"gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
 """KAI's resource names → Kubernetes resource names."""
+VOLCANO_ROOT: Final = "root"
+"""Volcano's root queue: the parent of every Volcano Queue naming none (Volcano creates it and
+gives it the cluster's resources)."""
+KAI_ROOT: Final = "kai-root"
+"""The parent tidegate gives KAI's top-level queues, among which KAI divides the cluster."""
 KAI_UNITS: Final = {"gpu": Decimal(1), "cpu": Decimal(1), "memory": Decimal(1_000_000)}
 """KAI quantities in tidegate units: GPUs, millicores (tidegate's cpu unit), megabytes."""
 
@@ -117,14 +133,23 @@ class _Family:
     cohorts: dict[str, Definition] = field(default_factory=dict)
 
 
-def definitions(objects: Mapping[QueueSource, Mapping[str, object]]) -> Definitions:
-    """Every queue and cohort the objects define (see the module doc). Never raises: an
-    object whose metadata cannot be read is skipped (the index reports those on arrival)."""
+def definitions(
+    objects: Mapping[QueueSource, Mapping[str, object]], cluster: Mapping[str, int] | None = None
+) -> Definitions:
+    """Every queue and cohort the objects define (see the module doc). ``cluster`` is what the
+    nodes offer (allocatable summed per resource): what Volcano's and KAI's roots share out.
+    Never raises: an object whose metadata cannot be read is skipped (the index reports those
+    on arrival)."""
+    cluster = cluster or {}
     families = [
         _tidegate(objects.get("Queue", {}), objects.get("Cohort", {})),
-        _kueue(objects.get("KueueClusterQueue", {}), objects.get("KueueCohort", {})),
-        _kai(objects.get("KaiQueue", {})),
-        _volcano(objects.get("VolcanoQueue", {})),
+        _kueue(
+            objects.get("KueueClusterQueue", {}),
+            objects.get("KueueCohort", {}),
+            objects.get("KueueResourceFlavor", {}),
+        ),
+        _kai(objects.get("KaiQueue", {}), cluster),
+        _volcano(objects.get("VolcanoQueue", {}), cluster),
     ]
     return Definitions(
         queues=_merge(family.queues for family in families),
@@ -183,49 +208,92 @@ def _tidegate(queues: Mapping[str, object], cohorts: Mapping[str, object]) -> _F
 # --------------------------------------------------------------------------- Kueue
 
 
-@dataclass
-class _Quotas:
-    """Kueue resourceGroups read as nominal quota and limits, summed over flavors."""
+def _flavor_products(flavors: Mapping[str, object]) -> dict[str, str]:
+    """ResourceFlavor name → the GPU product its ``spec.nodeLabels`` pin (the node label
+    ``nvidia.com/gpu.product``), for the flavors that pin one. A flavor that cannot be read
+    pins nothing: the ClusterQueue's quota of it stays a plain resource quota."""
+    products: dict[str, str] = {}
+    for raw in flavors.values():
+        try:
+            flavor = decode(raw, KueueResourceFlavor)
+        except ObjectError:
+            continue
+        product = flavor.spec.node_labels.get(GPU_PRODUCT_LABEL)
+        if product:
+            products[flavor.metadata.name] = product
+    return products
 
-    nominal: Resources | None = None
-    borrowing_limit: Resources | None = None
-    lending_limit: Resources | None = None
+
+_Key = tuple[Literal["resource", "card"], str]
+"""A quota dimension: a resource, or a GPU card model."""
 
 
-def _kueue_quotas(groups: Sequence[KueueResourceGroup], problems: list[str]) -> _Quotas:
-    """Per resource: nominal quota summed over the flavors; a limit summed likewise, and only
-    when every flavor of the resource names one (a flavor without one leaves it unbounded)."""
-    nominal: Resources = {}
-    limits: dict[str, dict[str, int | None]] = {"borrowingLimit": {}, "lendingLimit": {}}
+def _kueue_quotas(
+    groups: Sequence[KueueResourceGroup],
+    products: Mapping[str, str],
+    weight: object,
+    problems: list[str],
+) -> TreeFields:
+    """Kueue resourceGroups read as nominal quota and limits, per resource and per card model.
+
+    Per resource: nominal quota summed over the flavors; a limit summed likewise, and only
+    when every flavor of the resource names one (a flavor without one leaves it unbounded).
+    The ``nvidia.com/gpu`` quota of a flavor pinning a GPU product is also the card quota of
+    that product's card model (:func:`tidegate.policy.cards.parse_card_name`), per model by the
+    same rules; it still counts in ``nvidia.com/gpu``, which bounds workloads naming no model.
+    """
+    nominal: dict[_Key, int] = {}
+    limits: dict[str, dict[_Key, int | None]] = {"borrowingLimit": {}, "lendingLimit": {}}
     for g, group in enumerate(groups):
         for f, flavor in enumerate(group.flavors):
+            model = _card_model(products.get(flavor.name), f"spec.resourceGroups[{g}]", problems)
             for r, quota in enumerate(flavor.resources):
                 path = f"spec.resourceGroups[{g}].flavors[{f}].resources[{r}]"
                 name = quota.name
+                keys_: list[_Key] = [("resource", name)]
+                if model is not None and name == model.resource:
+                    keys_.append(("card", model.name))
                 amount = _amount(name, quota.nominal_quota, f"{path}.nominalQuota", problems)
-                nominal[name] = nominal.get(name, 0) + (amount or 0)
-                for key, value in (
-                    ("borrowingLimit", quota.borrowing_limit),
-                    ("lendingLimit", quota.lending_limit),
-                ):
-                    summed = limits[key]
-                    limit = _amount(name, value, f"{path}.{key}", problems)
-                    before = summed.get(name, 0) if name in summed else 0
-                    fresh = name not in summed
-                    if limit is None or (not fresh and before is None):
-                        summed[name] = None
-                    else:
-                        summed[name] = (before or 0) + limit
+                values = {
+                    key: _amount(name, value, f"{path}.{key}", problems)
+                    for key, value in (
+                        ("borrowingLimit", quota.borrowing_limit),
+                        ("lendingLimit", quota.lending_limit),
+                    )
+                }
+                for dim in keys_:
+                    nominal[dim] = nominal.get(dim, 0) + (amount or 0)
+                    for key, limit in values.items():
+                        summed = limits[key]
+                        if limit is None or (dim in summed and summed[dim] is None):
+                            summed[dim] = None
+                        else:
+                            summed[dim] = (summed.get(dim) or 0) + limit
 
-    def named(summed: Mapping[str, int | None]) -> Resources | None:
-        out = {name: amount for name, amount in summed.items() if amount is not None}
+    def named(summed: Mapping[_Key, int | None], kind: str) -> dict[str, int] | None:
+        out = {n: a for (k, n), a in summed.items() if k == kind and a is not None}
         return out or None
 
-    return _Quotas(
-        nominal=nominal or None,
-        borrowing_limit=named(limits["borrowingLimit"]),
-        lending_limit=named(limits["lendingLimit"]),
+    return TreeFields(
+        nominal=named(nominal, "resource"),
+        borrowing_limit=named(limits["borrowingLimit"], "resource"),
+        lending_limit=named(limits["lendingLimit"], "resource"),
+        card_nominal=named(nominal, "card"),
+        card_borrowing_limit=named(limits["borrowingLimit"], "card"),
+        card_lending_limit=named(limits["lendingLimit"], "card"),
+        fair_weight=fair_weight(weight, "spec.fairSharing.weight", problems),
     )
+
+
+def _card_model(product: str | None, path: str, problems: list[str]) -> CardModel | None:
+    """The card model of whole GPUs on nodes labelled ``product``, as card quotas name it."""
+    if product is None:
+        return None
+    try:
+        return parse_card_name(product)
+    except CardError as exc:
+        problems.append(f"{path}: its ResourceFlavor's {GPU_PRODUCT_LABEL}: {exc}")
+        return None
 
 
 def _amount(name: str, value: object, path: str, problems: list[str]) -> int | None:
@@ -238,76 +306,54 @@ def _amount(name: str, value: object, path: str, problems: list[str]) -> int | N
         return None
 
 
-def _kueue(queues: Mapping[str, object], cohorts: Mapping[str, object]) -> _Family:
+def _kueue(
+    queues: Mapping[str, object], cohorts: Mapping[str, object], flavors: Mapping[str, object]
+) -> _Family:
     family = _Family("Kueue")
-    for raw in queues.values():
-        meta = _meta(raw)
-        if meta is not None:
-            family.queues[meta.name] = _definition(
-                _kueue_cluster_queue(raw, meta), meta, "Kueue ClusterQueue"
-            )
-    for raw in cohorts.values():
-        meta = _meta(raw)
-        if meta is not None:
-            family.cohorts[meta.name] = _definition(_kueue_cohort(raw, meta), meta, "Kueue Cohort")
+    products = _flavor_products(flavors)
+    for kind, objects, into in (
+        ("ClusterQueue", queues, family.queues),
+        ("Cohort", cohorts, family.cohorts),
+    ):
+        for raw in objects.values():
+            meta = _meta(raw)
+            if meta is not None:
+                message = _kueue_node(raw, meta, kind == "ClusterQueue", products)
+                into[meta.name] = _definition(message, meta, f"Kueue {kind}")
     return family
 
 
-def _kueue_cluster_queue(raw: object, meta: ObjectMeta) -> QueueConfig:
-    where = f"Kueue ClusterQueue {meta.name}"
-    try:
-        queue = decode(raw, KueueClusterQueue)
-    except ObjectError as exc:
-        return QueueConfig(name=meta.name, invalid_reason=f"{where}: {describe_error(exc)}")
-    spec = queue.spec
+def _kueue_node(
+    raw: object, meta: ObjectMeta, is_queue: bool, products: Mapping[str, str]
+) -> QueueConfig | CohortConfig:
+    """A Kueue ClusterQueue (``is_queue``) or Cohort: their resourceGroups and fairSharing are
+    read alike; a ClusterQueue adds its cohort, queueing strategy and preemption policies."""
+    where = f"Kueue {'ClusterQueue' if is_queue else 'Cohort'} {meta.name}"
     problems: list[str] = []
-    quotas = _kueue_quotas(spec.resource_groups, problems)
-    strategy: QueueingStrategy = "BestEffortFIFO"
-    if spec.queueing_strategy is not None:
-        for known in STRATEGIES:
-            if spec.queueing_strategy == known:
-                strategy = known
-                break
-        else:
-            problems.append(
-                f"spec.queueingStrategy: {spec.queueing_strategy!r} is not one of "
-                f"{', '.join(STRATEGIES)}"
-            )
-    weight = spec.fair_sharing.weight if spec.fair_sharing is not None else None
-    parsed_weight = fair_weight(weight, "spec.fairSharing.weight", problems)
-    policies = preemption(spec.preemption, problems)
+    node: KueueClusterQueue | KueueCohort | None = None
+    try:
+        node = decode(raw, KueueClusterQueue) if is_queue else decode(raw, KueueCohort)
+    except ObjectError as exc:
+        problems.append(describe_error(exc))
+    tree = TreeFields()
+    if node is not None:
+        weight = node.spec.fair_sharing.weight if node.spec.fair_sharing is not None else None
+        tree = _kueue_quotas(node.spec.resource_groups, products, weight, problems)
+    queue = node if isinstance(node, KueueClusterQueue) else None
+    cohort = node if isinstance(node, KueueCohort) else None
+    strategy = queueing_strategy(queue.spec.queueing_strategy if queue else None, problems)
+    policies = preemption(queue.spec.preemption if queue else None, problems)
+    invalid = f"{where}: {'; '.join(problems)}" if problems else None
+    if not is_queue:
+        parent = (cohort.spec.parent_name or cohort.spec.parent or None) if cohort else None
+        return CohortConfig(name=meta.name, parent=parent, invalid_reason=invalid, **asdict(tree))
     return QueueConfig(
         name=meta.name,
         strategy=strategy,
-        parent=spec.cohort_name or spec.cohort or None,
-        nominal=quotas.nominal,
-        borrowing_limit=quotas.borrowing_limit,
-        lending_limit=quotas.lending_limit,
-        fair_weight=parsed_weight,
+        parent=(queue.spec.cohort_name or queue.spec.cohort or None) if queue else None,
         preemption=policies,
-        invalid_reason=f"{where}: {'; '.join(problems)}" if problems else None,
-    )
-
-
-def _kueue_cohort(raw: object, meta: ObjectMeta) -> CohortConfig:
-    where = f"Kueue Cohort {meta.name}"
-    try:
-        cohort = decode(raw, KueueCohort)
-    except ObjectError as exc:
-        return CohortConfig(name=meta.name, invalid_reason=f"{where}: {describe_error(exc)}")
-    spec = cohort.spec
-    problems: list[str] = []
-    quotas = _kueue_quotas(spec.resource_groups, problems)
-    weight = spec.fair_sharing.weight if spec.fair_sharing is not None else None
-    parsed_weight = fair_weight(weight, "spec.fairSharing.weight", problems)
-    return CohortConfig(
-        name=meta.name,
-        parent=spec.parent_name or spec.parent or None,
-        nominal=quotas.nominal,
-        borrowing_limit=quotas.borrowing_limit,
-        lending_limit=quotas.lending_limit,
-        fair_weight=parsed_weight,
-        invalid_reason=f"{where}: {'; '.join(problems)}" if problems else None,
+        invalid_reason=invalid,
+        **asdict(tree),
     )
 
 
@@ -340,6 +386,11 @@ class _Node:
     lending_limit: Resources | None = None
     fair_weight: float = 1.0
     problems: list[str] = field(default_factory=list)
+    from_cluster: frozenset[str] = frozenset()
+    """Resources whose ``nominal`` is the cluster's (a root's): children asking for more than
+    that leave the root nothing of its own, and are no error."""
+    implicit: bool = False
+    """A root no object defines."""
 
 
 def _volcano_node(raw: object, meta: ObjectMeta) -> _Node:
@@ -440,16 +491,42 @@ def _kai_amount(kai_name: str, value: float | None, path: str, problems: list[st
     return int(amount)
 
 
-def _volcano(objects: Mapping[str, object]) -> _Family:
+def _volcano(objects: Mapping[str, object], cluster: Mapping[str, int]) -> _Family:
     nodes = [
         _volcano_node(raw, meta) for raw in objects.values() if (meta := _meta(raw)) is not None
     ]
-    return _parented(nodes, "Volcano Queue")
+    return _parented(_rooted(nodes, VOLCANO_ROOT, cluster), "Volcano Queue")
 
 
-def _kai(objects: Mapping[str, object]) -> _Family:
+def _kai(objects: Mapping[str, object], cluster: Mapping[str, int]) -> _Family:
     nodes = [_kai_node(raw, meta) for raw in objects.values() if (meta := _meta(raw)) is not None]
-    return _parented(nodes, "KAI Queue")
+    return _parented(_rooted(nodes, KAI_ROOT, cluster), "KAI Queue")
+
+
+def _rooted(nodes: Sequence[_Node], root: str, cluster: Mapping[str, int]) -> list[_Node]:
+    """One family's queues under one root, as Volcano and KAI share the cluster among their
+    top-level queues: every queue naming no parent goes under ``root`` (the queue of that name,
+    or an implicit one), whose nominal quota is the cluster's for each resource a queue of
+    the family names a nominal of (the root's own ``deserved`` where it names one). When no
+    queue names a nominal there is nothing to share, and the queues stay as they are."""
+    named = sorted({name for node in nodes for name in node.nominal or {}})
+    top = next((node for node in nodes if node.meta.name == root), None)
+    under = [node for node in nodes if node is not top and node.parent in (None, root)]
+    if not named or not under:
+        return list(nodes)
+    given = (top.nominal or {}) if top is not None else {}
+    pool = {name: cluster.get(name, 0) for name in named if name not in given}
+    if top is None:
+        top = _Node(ObjectMeta(name=root), implicit=True)
+    rooted = replace(top, parent=None, nominal={**pool, **given}, from_cluster=frozenset(pool))
+    return [
+        rooted,
+        *(
+            replace(node, parent=root) if node.parent is None else node
+            for node in nodes
+            if node.meta.name != root
+        ),
+    ]
 
 
 def _parented(nodes: Sequence[_Node], label: str) -> _Family:
@@ -489,7 +566,7 @@ def _parented(nodes: Sequence[_Node], label: str) -> _Family:
             given = res.total(kid.nominal or {} for kid in kids)
             own = res.subtract(nominal, {k: v for k, v in given.items() if k in nominal})
             for resource in sorted(own):
-                if own[resource] < 0:
+                if own[resource] < 0 and resource not in node.from_cluster:
                     names = ", ".join(sorted(kid.meta.name for kid in kids))
                     total = format_quantity(resource, given[resource])
                     own_total = format_quantity(resource, nominal[resource])
@@ -510,6 +587,6 @@ def _parented(nodes: Sequence[_Node], label: str) -> _Family:
                 invalid_reason=f"{source}: {'; '.join(problems)}" if problems else None,
             ),
             node.meta,
-            label,
+            f"implicit {label}" if node.implicit else label,
         )
     return family
