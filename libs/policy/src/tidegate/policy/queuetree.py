@@ -922,10 +922,16 @@ class ReclaimPlan:
     message: str | None = None
 
 
-SERVICE_RECLAIM: Final = ReclaimSettings(fair_sharing=False)
-"""How the admission and preemption services plan reclaim: a queue gets back what it lent, up
-to its nominal quota; fair-share preemption (a queue above its nominal taking from a higher
-share) is not wired yet (docs/queues.md, "What is wired today")."""
+SERVICE_RECLAIM: Final = ReclaimSettings()
+"""How the admission and preemption services (and ``tidegate admit``) plan reclaim: a queue
+gets back what it lent up to its nominal quota, and with fair-share preemption a queue above
+its nominal takes from one whose weighted share is higher, by Kueue's strategies in
+:data:`DEFAULT_STRATEGIES` (LessThanOrEqualToFinalShare, then LessThanInitialShare).
+
+Always on, as Kueue with ``fairSharing.enable`` (tidegate always orders a tree's queues by
+fair share, :func:`fair_order`); a queue takes from others only when its
+``reclaimWithinCohort`` allows it, or for inference (the tidal rule), as in Kueue
+(docs/queues.md, "Fair-share preemption")."""
 
 
 def plan_reclaim(
@@ -1198,13 +1204,20 @@ class _Search:
                 and (threshold is None or victim.priority <= threshold)
             ):
                 return "InCohortReclaimWhileBorrowing"
-        if self.settings.fair_sharing and fair_share_allows(
-            state,
-            preemptor_queue=self.preemptor.queue,
-            request=self.preemptor.request,
-            victim_queue=victim.queue,
-            victim_holds=victim.holds,
-            strategies=self.settings.strategies,
+        # Fair sharing takes only from a queue that borrows what the preemptor is short of
+        # (Kueue's candidates): a queue within its nominal has share 0 and is never a victim
+        # of a preemptor that is itself within its share.
+        if (
+            borrows
+            and self.settings.fair_sharing
+            and fair_share_allows(
+                state,
+                preemptor_queue=self.preemptor.queue,
+                request=self.preemptor.request,
+                victim_queue=victim.queue,
+                victim_holds=victim.holds,
+                strategies=self.settings.strategies,
+            )
         ):
             return "InCohortFairSharing"
         return None
