@@ -14,6 +14,7 @@ tidal rule); ``tidegate explain`` names the reason on both sides.
 """
 
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ async def run_gangs(h: Harness, queue: str, names: list[str]) -> None:
     admissions are in this order, the last the youngest)."""
     for name in names:
         await h.create(JOBS, gang(name, queue))
-        await h.until(lambda n=name: running(h, n, 1), within=30, what=f"{name} running")
+        await h.until(partial(running, h, name, 1), within=30, what=f"{name} running")
 
 
 async def preempted_for(h: Harness, preemptor: str) -> Preempted:
@@ -69,6 +70,10 @@ async def explained(h: Harness, name: str, field: str) -> dict[str, Any]:
 
     found: dict[str, Any] = await h.until_async(answer, within=15, what=f"explain {name}")
     return found
+
+
+def waits_on_quota(h: Harness, name: str) -> bool:
+    return last_pending_reason(h, name) == "ExceedsQuota"
 
 
 def team(name: str) -> str:
@@ -110,9 +115,7 @@ async def test_a_queue_below_its_fair_share_takes_from_the_queue_above_it_and_no
     await h.create(JOBS, gang("a-2", "team-a"))
     for waiting in ("a-2", "b-2", "b-3"):
         await h.until(
-            lambda w=waiting: last_pending_reason(h, w) == "ExceedsQuota",
-            within=30,
-            what=f"{waiting} waiting on quota",
+            partial(waits_on_quota, h, waiting), within=30, what=f"{waiting} waiting on quota"
         )
     for never in ("a-2", "b-2", "b-3"):
         assert decisions_about(h, PreemptRequested, never) == []

@@ -268,3 +268,57 @@ def test_the_growth_of_an_admitted_workload_stays_within_what_its_tree_can_give(
     assert "2 more pods of workers: queue a: nvidia.com/gpu 16 in use" in (
         pending_of(decisions)["ns/w"].message
     )
+
+
+def test_a_resize_reports_what_the_workload_borrows_after_it() -> None:
+    # a's nominal 8 and b's idle 8. w holds 8 within a's nominal, grows by 8 (borrowed: the
+    # resize borrows 8 from the cohort), then shrinks back to 4: what it gives back is what
+    # its queue borrowed first, so it borrows nothing any more.
+    admission = cluster(*two_racks(), queues=[team("a", 8), team("b", 8)])
+    state = msg.workload("w", msg.podset(count=2, gpus=4), queue="a", service_type="inference")
+    admission.set_workload(state)
+    first = admitted_of(bodies(admission.cycle(now=1.0)))["ns/w"]
+    assert (first.borrowed, first.cohort) == ({}, None)
+    admission.set_workload(msgspec.structs.replace(state, podsets=[msg.podset(count=4, gpus=4)]))
+    grown = admitted_of(bodies(admission.cycle(now=2.0)))["ns/w"]
+    assert grown.resized
+    assert (grown.charged[GPU], grown.borrowed, grown.cohort) == (16, {GPU: 8}, "research")
+    assert borrowing_summary(grown) == "borrowing 8 GPUs from cohort research"
+
+    admission.set_workload(msgspec.structs.replace(state, podsets=[msg.podset(count=1, gpus=4)]))
+    assert admission.cycle(now=3.0) == []  # the shrink follows the pods, not the spec
+    (decision,) = admission.replace(
+        msg.replace_requested(
+            "w",
+            {"workers": grown.assignments["workers"].domains},
+            admitted_sequence=grown.sequence,
+            give_back=True,
+        ),
+        now=4.0,
+    )
+    shrunk = decision.body
+    assert isinstance(shrunk, Admitted)
+    assert (shrunk.charged[GPU], shrunk.borrowed, shrunk.cohort) == (4, {}, None)
+
+
+def test_a_shrink_of_a_borrowing_workload_gives_back_borrowed_quota_first() -> None:
+    # w borrows 8 of its 16; giving back 4 leaves it borrowing 4 (its queue still uses 12 of
+    # nominal 8).
+    admission = cluster(*two_racks(), queues=[team("a", 8), team("b", 8)])
+    state = msg.workload("w", msg.podset(count=4, gpus=4), queue="a", service_type="inference")
+    admission.set_workload(state)
+    first = admitted_of(bodies(admission.cycle(now=1.0)))["ns/w"]
+    assert first.borrowed == {GPU: 8}
+    admission.set_workload(msgspec.structs.replace(state, podsets=[msg.podset(count=3, gpus=4)]))
+    (decision,) = admission.replace(
+        msg.replace_requested(
+            "w",
+            {"workers": first.assignments["workers"].domains},
+            admitted_sequence=first.sequence,
+            give_back=True,
+        ),
+        now=2.0,
+    )
+    shrunk = decision.body
+    assert isinstance(shrunk, Admitted)
+    assert (shrunk.charged[GPU], shrunk.borrowed, shrunk.cohort) == (12, {GPU: 4}, "research")

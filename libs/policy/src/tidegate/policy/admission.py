@@ -108,6 +108,7 @@ from tidegate.policy.queuetree import (
     in_tree,
     plan_reclaim,
     report,
+    resized_borrowing,
     take_turns,
 )
 from tidegate.policy.quota import Charge, QueueUsage, QuotaLedger, QuotaRequest, gang_resources
@@ -970,8 +971,10 @@ class Admission:
         key = key_of(workload)
         sequence = self._next_sequence()
         usage = {NodeName(node): taken for node, taken in grown_by.result.usage().items()}
-        body = resized(admitted, name, grown_by, sequence=sequence, epoch=self.epoch)
         charge = grown_by.charge
+        body = self._reborrowed(
+            resized(admitted, name, grown_by, sequence=sequence, epoch=self.epoch), admitted
+        )
         self.capacity.take(sequence, usage, at=now)
         self.quota.charge(
             key, Charge(queue=admitted.queue, resources=charge.resources, cards=charge.cards)
@@ -981,6 +984,23 @@ class Admission:
         record.reason = None
         record.usage = _merged(record.usage or {}, usage)
         return Decision(key=key, body=body, workload=workload, node_usage=usage)
+
+    def _reborrowed(self, body: Admitted, before: Admitted) -> Admitted:
+        """``body``, a resize of ``before`` (the admission in force, still charged), with what
+        it borrows recomputed (:func:`~tidegate.policy.queuetree.resized_borrowing`) and
+        ``cohort`` set only while it borrows."""
+        queue = self._queues.get(body.queue)
+        tree = self.tree() if queue is not None and in_tree(queue) else None
+        if queue is None or tree is None:
+            return body
+        charge = QuotaRequest(resources=body.charged, cards=body.charged_cards)
+        borrowed, cards = resized_borrowing(tree, self._tree_usage(tree), before, charge)
+        return msgspec.structs.replace(
+            body,
+            borrowed=borrowed,
+            borrowed_cards=cards,
+            cohort=queue.parent if borrowed or cards else None,
+        )
 
     def _give_back(
         self,
@@ -1010,6 +1030,7 @@ class Admission:
             origin=admitted.chain_start(),
             resized=True,
         )
+        body = self._reborrowed(body, admitted)
         self.capacity.take(sequence, {}, at=now)
         self.quota.charge(
             key, Charge(queue=admitted.queue, resources=charge.resources, cards=charge.cards)

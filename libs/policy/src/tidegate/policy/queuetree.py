@@ -588,6 +588,43 @@ def check_admission(
     )
 
 
+def resized_borrowing(
+    tree: QueueTree,
+    usage: Mapping[str, QueueUsage] | TreeState,
+    admitted: Admitted,
+    charge: QuotaRequest,
+) -> tuple[dict[str, int], dict[str, int]]:
+    """What ``admitted`` borrows once resized to ``charge`` (per resource, per card model),
+    ``usage`` being its queue's as it is before the resize (with its current charge).
+
+    The borrowed amounts change by what the change of its charge changes in its queue's
+    borrowing, the rule :func:`check_admission` applies to a first admission: growth borrows
+    the part of the extra above the queue's nominal, a shrink gives back borrowed quota while
+    the queue is above its nominal. Never below 0 nor above the new charge; none outside a
+    tree or in a dimension the tree does not share."""
+    node = tree.queue(admitted.queue)
+    if node is None:
+        return {}, {}
+    state = usage if isinstance(usage, TreeState) else TreeState(tree, usage)
+    used = state.leaf.get(admitted.queue, {})
+    old = dims_of(QuotaRequest(resources=admitted.charged, cards=admitted.charged_cards))
+    new = dims_of(charge)
+    before = dims_of(QuotaRequest(resources=admitted.borrowed, cards=admitted.borrowed_cards))
+    after: dict[Dim, int] = {}
+    for dim in sorted((set(old) | set(new) | set(before)) & tree.governed(node.id)):
+        nominal = node.limits.get(dim, Limits()).nominal
+        in_use = used.get(dim, 0)
+        delta = new.get(dim, 0) - old.get(dim, 0)
+        change = max(0, in_use + delta - nominal) - max(0, in_use - nominal)
+        amount = min(new.get(dim, 0), max(0, before.get(dim, 0) + change))
+        if amount:
+            after[dim] = amount
+    return (
+        {d.name: a for d, a in after.items() if d.kind == "resource"},
+        {d.name: a for d, a in after.items() if d.kind == "card"},
+    )
+
+
 def _limits_note(tree: QueueTree, node_id: NodeId, dim: Dim) -> str:
     notes = []
     for member in tree.path(node_id):
