@@ -235,6 +235,41 @@ def test_a_lender_below_its_nominal_asks_preemption_to_reclaim_the_borrowed_gang
     assert only(admission.cycle(now=7.0), PreemptRequested) == []
 
 
+def test_quota_reclaimed_for_a_preemptor_is_held_for_it_until_it_is_admitted() -> None:
+    # b-borrow is evicted for a1, but its pods still hold n3 and n4: a1 cannot be placed yet.
+    # A free node n5 appears. b-small (8 GPUs, b's other queue member) would fit there by
+    # borrowing back the quota just reclaimed for a1; it waits instead, and a1 is admitted
+    # once its room is free, without a second preemption.
+    admission = borrowed_scene("Any")
+    assert len(only(admission.cycle(now=3.0), PreemptRequested)) == 1
+    event = Preempted(
+        preemptor="ns/a1",
+        preemptor_uid="uid-a1",
+        victims=["ns/b-borrow"],
+        mode={"ns/b-borrow": "restart"},
+        nominated={"n3": {GPU: 8, "cpu": 1000, "pods": 1}, "n4": {GPU: 8, "cpu": 1000, "pods": 1}},
+        reclaimed={"ns/b-borrow": "InCohortReclamation"},
+        cohort="research",
+    )
+    (released,) = bodies(admission.preempted(event, now=5.0))
+    assert isinstance(released, Released)
+    for name in ("n3", "n4"):  # the victim's pods are still terminating there
+        admission.capacity.update(
+            msg.capacity_node(name, "b1", "r2", gpus=8, free_gpus=0, applied=released.sequence)
+        )
+    admission.capacity.update(node("n5", "r3"))
+    admission.set_workload(workload("b-small", workers(1, 8), queue="b", created_at=4))
+    decisions = bodies(admission.cycle(now=6.0))
+    assert admitted_of(decisions) == {}
+    assert pending_of(decisions)["ns/b-small"].reason == "ExceedsQuota"
+    for name in ("n3", "n4"):
+        admission.capacity.update(node(name, "r2", applied=released.sequence))
+    decisions = bodies(admission.cycle(now=7.0))
+    assert list(admitted_of(decisions)) == ["ns/a1"]
+    assert only(admission.cycle(now=8.0), PreemptRequested) == []
+    assert only(admission.cycle(now=9.0), Admitted) == []
+
+
 def test_training_never_reclaims_from_training_unless_its_queue_opts_in() -> None:
     admission = borrowed_scene("Never")
     decisions = bodies(admission.cycle(now=3.0))

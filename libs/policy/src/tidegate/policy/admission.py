@@ -191,6 +191,10 @@ class Nomination:
 
     nodes: dict[NodeName, Resources]
     at: float
+    quota: tuple[str, QuotaRequest] | None = None
+    """For a reclaim of lent quota: the preemptor's queue and its gang's request, held in the
+    queue tree while the nomination lasts, so that no other queue borrows back what was
+    reclaimed before the preemptor is admitted (no preempt / re-admit ping-pong)."""
 
 
 @dataclass(slots=True)
@@ -481,7 +485,9 @@ class Admission:
         ):
             self._drop_nomination(preemptor)
             nodes = {NodeName(n): dict(r) for n, r in event.nominated.items()}
-            record.nomination = Nomination(nodes=nodes, at=now)
+            name = queue_of(workload, self.settings.default_queue)
+            held = (name, _gang_request(workload)) if event.reclaimed and name else None
+            record.nomination = Nomination(nodes=nodes, at=now, quota=held)
             for node, amount in nodes.items():
                 self.capacity.hold(node, amount)
         self._prune(preemptor)
@@ -830,13 +836,32 @@ class Admission:
         node = tree.queue(queue.name)
         return tree.blocked(node.id) if node is not None else None
 
-    def _tree_usage(self, tree: QueueTree) -> dict[str, QueueUsage]:
-        """What each queue of ``tree`` holds now (admissions and pods that bypassed the gate)."""
-        return {
+    def _tree_usage(
+        self, tree: QueueTree, *, holds: bool = False, but: WorkloadKey | None = None
+    ) -> dict[str, QueueUsage]:
+        """What each queue of ``tree`` holds now (admissions and pods that bypassed the gate);
+        with ``holds``, also the quota reclaimed for waiting preemptors other than ``but``
+        (:attr:`Nomination.quota`), as the quota check of an admission counts it."""
+        usage = {
             node_id.name: self.quota.usage(node_id.name)
             for node_id in tree.nodes
             if node_id.kind == "queue"
         }
+        if not holds:
+            return usage
+        for key, record in sorted(self.records.items()):
+            nomination = record.nomination
+            if key == but or nomination is None or nomination.quota is None:
+                continue
+            name, request = nomination.quota
+            if name not in usage:
+                continue
+            was = usage[name]
+            usage[name] = QueueUsage(
+                resources=_added(was.resources, request.resources),
+                cards=_added(was.cards, request.cards),
+            )
+        return usage
 
     # ------------------------------------------------------------------ elastic workloads
 
@@ -1382,7 +1407,7 @@ class Admission:
             cards={m: n for m, n in demand.cards.items() if n},
             card_resources=demand.card_resources,
         )
-        fit = self._check_quota(queue, request)
+        fit = self._check_quota(queue, request, key_of(workload))
         if isinstance(fit, Failure):
             return fit
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
@@ -1408,13 +1433,17 @@ class Admission:
             workload, queue, restricted, result, request, demand, nominated, now, fit=fit
         )
 
-    def _check_quota(self, queue: QueueConfig, request: QuotaRequest) -> Failure | QuotaFit | None:
-        """Whether ``request`` fits ``queue``'s quota now: why not, or how (what it borrows)
-        for a queue in a tree, or None for a queue in no tree (``capability`` and
+    def _check_quota(
+        self, queue: QueueConfig, request: QuotaRequest, key: WorkloadKey | None = None
+    ) -> Failure | QuotaFit | None:
+        """Whether ``request`` (of workload ``key``) fits ``queue``'s quota now: why not, or
+        how (what it borrows) for a queue in a tree, with the quota reclaimed for other
+        workloads held for them, or None for a queue in no tree (``capability`` and
         ``cardQuota`` alone)."""
         tree = self.tree() if in_tree(queue) else None
         if tree is not None:
-            fit = check_admission(tree, self._tree_usage(tree), queue.name, request)
+            usage = self._tree_usage(tree, holds=True, but=key)
+            fit = check_admission(tree, usage, queue.name, request)
             if not fit.fits:
                 return Failure(fit.reason or "ExceedsQuota", fit.message or "over quota")
             return fit
@@ -1587,6 +1616,10 @@ def queue_problem(queue: QueueConfig) -> str | None:
         if cards < 0:
             return f"card_quota[{model!r}]: {cards} is negative"
     return None
+
+
+def _added(amounts: Mapping[str, int], more: Mapping[str, int]) -> dict[str, int]:
+    return {name: amounts.get(name, 0) + more.get(name, 0) for name in {*amounts, *more}}
 
 
 def _gang_request(workload: WorkloadState) -> QuotaRequest:
