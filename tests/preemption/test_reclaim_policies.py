@@ -134,7 +134,12 @@ async def test_a_queue_below_its_fair_share_takes_from_the_queue_above_it_and_no
         "InCohortFairSharing",
         "research",
     )
-    assert "InCohortFairSharing" in render(victim)
+    why = (
+        f"evicted by {team('a-1')}: its queue held more than its fair share of cohort research"
+        " (InCohortFairSharing)"
+    )
+    assert by["why"] == why
+    assert why in render(victim)
     preemptor = await explained(h, "a-1", "preempted")
     assert preemptor["preempted"]["reclaimed"] == {team("b-2"): "InCohortFairSharing"}
 
@@ -179,7 +184,12 @@ async def test_a_borrowing_queue_preempts_lower_priority_borrowers_under_borrow_
     for name in ("b-0", "b-1", "b-2"):
         assert running(h, name, 1)
     victim = await explained(h, "b-3", "preempted_by")
-    assert victim["preempted_by"][0]["reclaimed"] == "InCohortReclaimWhileBorrowing"
+    (by,) = victim["preempted_by"]
+    assert (by["reclaimed"], by["why"]) == (
+        "InCohortReclaimWhileBorrowing",
+        f"evicted by {team('a-urgent')}: quota of cohort research taken by a higher-priority"
+        " borrower (InCohortReclaimWhileBorrowing)",
+    )
 
 
 @pytest.mark.slow
@@ -219,4 +229,9 @@ async def test_a_gang_preempts_a_lower_priority_gang_of_its_own_queue_under_with
     assert decisions_about(h, PreemptRequested, "a-low-1") == []
     assert len(h.of(Preempted)) == 1
     victim = await explained(h, "a-low-1", "preempted_by")
-    assert victim["preempted_by"][0]["reclaimed"] == "InClusterQueue"
+    (by,) = victim["preempted_by"]
+    assert (by["reclaimed"], by["why"]) == (
+        "InClusterQueue",
+        f"evicted by {team('a-high')}: its own queue's quota taken within the queue"
+        " (InClusterQueue)",
+    )
