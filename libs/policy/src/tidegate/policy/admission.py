@@ -886,8 +886,10 @@ class Admission:
         if record.tried_at == growth:
             return True
         memo = self._cycle_memo
+        held = record.nomination is not None and record.nomination.quota is not None
         return (
             memo is not None
+            and not held  # quota held for it: it may fit where its queue's others do not
             and memo.over_quota(queue.name, workload, self._usage_version()) == remembered
         )
 
