@@ -279,6 +279,9 @@ class Admission:
         self._tree_stale = True
         self._tree_state: tuple[QueueTree, int, TreeState] | None = None
         """The tree's arithmetic on the usage of quota version ``[1]`` (:meth:`_state`)."""
+        self._holding: set[WorkloadKey] = set()
+        """Workloads whose nomination may hold reclaimed quota (:attr:`Nomination.quota`;
+        pruned when looked at), so a quota check never scans every record."""
         self._cycle_memo: _CycleMemo | None = None
         """What a cycle learnt and may reuse until it ends (None outside a cycle)."""
         self._out_of_time: Callable[[], bool] | None = None
@@ -506,6 +509,8 @@ class Admission:
             name = queue_of(workload, self.settings.default_queue)
             held = (name, _gang_request(workload)) if event.reclaimed and name else None
             record.nomination = Nomination(nodes=nodes, at=now, quota=held)
+            if held is not None:
+                self._holding.add(preemptor)
             for node, amount in nodes.items():
                 self.capacity.hold(node, amount)
         self._prune(preemptor)
@@ -935,9 +940,13 @@ class Admission:
         """The quota reclaimed for waiting preemptors other than ``but``, per queue of
         ``tree`` (:attr:`Nomination.quota`): the quota check of an admission counts it."""
         held: dict[str, dict[Dim, int]] = {}
-        for key, record in sorted(self.records.items()):
-            nomination = record.nomination
-            if key == but or nomination is None or nomination.quota is None:
+        for key in sorted(self._holding):
+            record = self.records.get(key)
+            nomination = record.nomination if record is not None else None
+            if nomination is None or nomination.quota is None:
+                self._holding.discard(key)
+                continue
+            if key == but:
                 continue
             name, request = nomination.quota
             if tree.queue(name) is None:
@@ -1103,7 +1112,7 @@ class Admission:
         if queue is None or tree is None:
             return body
         charge = QuotaRequest(resources=body.charged, cards=body.charged_cards)
-        borrowed, cards = resized_borrowing(tree, self._tree_usage(tree), before, charge)
+        borrowed, cards = resized_borrowing(tree, self._state(tree), before, charge)
         return msgspec.structs.replace(
             body,
             borrowed=borrowed,
