@@ -270,6 +270,52 @@ def test_quota_reclaimed_for_a_preemptor_is_held_for_it_until_it_is_admitted() -
     assert only(admission.cycle(now=9.0), Admitted) == []
 
 
+def test_a_queue_above_its_nominal_but_below_its_fair_share_asks_to_reclaim() -> None:
+    # A 32-GPU pool: 8 nominal each, 16 the cohort's own. b holds 24 (16 borrowed), a holds 8
+    # (its nominal). a2 would take a to 16, above its nominal but not above b's share: a asks
+    # preemption (fair sharing) to take one of b's gangs. Once a holds 16 and b 16, neither
+    # asks again.
+    admission = cluster(
+        *two_racks(), queues=[team("a", 8, reclaim="Any"), team("b", 8, reclaim="Any")]
+    )
+    admission.set_cohort(CohortConfig(name="research", nominal={GPU: 16}))
+    for i in range(3):
+        admission.set_workload(workload(f"b{i}", workers(1, 8), queue="b", created_at=i))
+    admission.set_workload(workload("a1", workers(1, 8), queue="a", created_at=3))
+    first = admitted_of(bodies(admission.cycle(now=1.0)))
+    assert len(first) == 4
+    (b2_node,) = first["ns/b2"].assignments["workers"].domains
+    admission.set_workload(workload("a2", workers(1, 8), queue="a", created_at=4))
+    plan = admission.plan_reclaim(
+        workload("a2", workers(1, 8), queue="a", created_at=4), team("a", 8, reclaim="Any")
+    )
+    assert plan is not None
+    assert (plan.victims, dict(plan.reasons)) == (("ns/b2",), {"ns/b2": "InCohortFairSharing"})
+    (asked,) = only(admission.cycle(now=2.0), PreemptRequested)
+    assert isinstance(asked, PreemptRequested)
+    assert (asked.workload, asked.reclaim) == ("ns/a2", True)
+    # Once b2 is gone and a2 admitted, a's next gang would take a above b: nobody asks.
+    (released,) = bodies(
+        admission.preempted(
+            Preempted(
+                preemptor="ns/a2",
+                preemptor_uid="uid-a2",
+                victims=["ns/b2"],
+                mode={"ns/b2": "restart"},
+                reclaimed={"ns/b2": "InCohortFairSharing"},
+                cohort="research",
+            ),
+            now=3.0,
+        )
+    )
+    assert isinstance(released, Released)
+    _, rack, host = b2_node.values
+    admission.capacity.update(node(host, rack, applied=released.sequence))
+    assert "ns/a2" in admitted_of(bodies(admission.cycle(now=4.0)))
+    admission.set_workload(workload("a3", workers(1, 8), queue="a", created_at=5))
+    assert only(admission.cycle(now=5.0) + admission.cycle(now=6.0), PreemptRequested) == []
+
+
 def test_training_never_reclaims_from_training_unless_its_queue_opts_in() -> None:
     admission = borrowed_scene("Never")
     decisions = bodies(admission.cycle(now=3.0))
