@@ -41,7 +41,9 @@ async def cluster(tmp_path: Path, nats_url: str, cluster_id: str) -> AsyncIterat
             yield h
 
 
-def team_job(name: str, queue: str, *, pods: int = 2, gpus: int = 8) -> dict[str, Any]:
+def team_job(
+    name: str, queue: str, *, pods: int = 2, gpus: int = 8, priority_class: str = "low"
+) -> dict[str, Any]:
     """An indexed training Job of ``pods`` pods of ``gpus`` GPUs in ``queue``."""
     return {
         "apiVersion": "batch/v1",
@@ -52,40 +54,48 @@ def team_job(name: str, queue: str, *, pods: int = 2, gpus: int = 8) -> dict[str
             "completions": pods,
             "completionMode": "Indexed",
             "backoffLimit": 100,
-            "template": pod_template(queue=queue, priority_class="low", gpus=gpus),
+            "template": pod_template(queue=queue, priority_class=priority_class, gpus=gpus),
         },
     }
+
+
+async def create_queues(
+    h: Harness, cohort_spec: dict[str, Any], queues: dict[str, dict[str, Any]]
+) -> None:
+    """Cohort ``research`` with ``cohort_spec`` and one Queue per entry of ``queues`` (its
+    spec, in cohort ``research``), as Kubernetes objects; returns once the watcher has
+    published them all."""
+    cohort = {"apiVersion": "tidegate.io/v1alpha1", "kind": "Cohort"}
+    await h.create(COHORTS, {**cohort, "metadata": {"name": "research"}, "spec": cohort_spec}, None)
+    for name, spec in queues.items():
+        body = {
+            "apiVersion": "tidegate.io/v1alpha1",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {"cohort": "research", **spec},
+        }
+        await h.create(QUEUES, body, namespace=None)
+
+    def published() -> bool:
+        found = [h.state.get(subjects.queue(h.cluster, n)) for n in queues]
+        return isinstance(
+            h.state.get(subjects.cohort(h.cluster, "research")), CohortConfig
+        ) and all(isinstance(q, QueueConfig) and q.parent == "research" for q in found)
+
+    await h.until(published, within=15, what="the queue tree on the bus")
 
 
 async def create_tree(h: Harness) -> None:
     """Cohort ``research`` and Queues ``team-a`` (reclaims with ``Any``) and ``team-b``, 16
     GPUs nominal each, as Kubernetes objects the watcher publishes."""
-    cohort = {"apiVersion": "tidegate.io/v1alpha1", "kind": "Cohort"}
-    await h.create(COHORTS, {**cohort, "metadata": {"name": "research"}, "spec": {}}, None)
-    for name, reclaim in (("team-a", "Any"), ("team-b", "Never")):
-        spec = {
-            "cohort": "research",
-            "nominalQuota": {GPU: "16"},
-            "preemption": {"reclaimWithinCohort": reclaim},
-        }
-        body = {
-            "apiVersion": "tidegate.io/v1alpha1",
-            "kind": "Queue",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
-        await h.create(QUEUES, body, namespace=None)
-
-    def published() -> bool:
-        queues = [h.state.get(subjects.queue(h.cluster, n)) for n in ("team-a", "team-b")]
-        return isinstance(
-            h.state.get(subjects.cohort(h.cluster, "research")), CohortConfig
-        ) and all(
-            isinstance(q, QueueConfig) and q.parent == "research" and q.nominal == {GPU: 16}
-            for q in queues
-        )
-
-    await h.until(published, within=15, what="the queue tree on the bus")
+    await create_queues(
+        h,
+        {},
+        {
+            name: {"nominalQuota": {GPU: "16"}, "preemption": {"reclaimWithinCohort": reclaim}}
+            for name, reclaim in (("team-a", "Any"), ("team-b", "Never"))
+        },
+    )
 
 
 async def events_of(h: Harness, reason: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from tidegate.cli.busview import fill_view
-from tidegate.cli.explain import explain, render
+from tidegate.cli.explain import eviction_text, explain, render
 from tidegate.cli.main import main
 from tidegate.cli.queues import queue_table
 from tidegate.cli.queues import render as render_queues
@@ -299,3 +299,21 @@ async def test_explain_says_when_quota_was_reclaimed_by_whom_and_who_waits_to_bo
     assert following is not None
     assert following["reason"] == "WaitingForPreemption"
     assert following["borrowing"].startswith("waits for cohort research to give back quota")
+
+
+@pytest.mark.parametrize(
+    ("reason", "words"),
+    [
+        ("InCohortReclamation", "quota lent by cohort research reclaimed"),
+        (
+            "InCohortReclaimWhileBorrowing",
+            "quota of cohort research taken by a higher-priority borrower",
+        ),
+        ("InCohortFairSharing", "its queue held more than its fair share of cohort research"),
+        ("InClusterQueue", "its own queue's quota taken within the queue"),
+    ],
+)
+def test_an_eviction_for_quota_says_what_each_kueue_reason_took(reason: str, words: str) -> None:
+    preempted = msg.preempted("p", ["v"], reclaimed={"ns/v": reason}, cohort="research")
+    assert eviction_text(preempted, "ns/v") == f"evicted by ns/p: {words} ({reason})"
+    assert eviction_text(preempted, "ns/other") == "evicted by ns/p"

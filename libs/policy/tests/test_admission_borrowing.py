@@ -235,6 +235,87 @@ def test_a_lender_below_its_nominal_asks_preemption_to_reclaim_the_borrowed_gang
     assert only(admission.cycle(now=7.0), PreemptRequested) == []
 
 
+def test_quota_reclaimed_for_a_preemptor_is_held_for_it_until_it_is_admitted() -> None:
+    # b-borrow is evicted for a1, but its pods still hold n3 and n4: a1 cannot be placed yet.
+    # A free node n5 appears. b-small (8 GPUs, b's other queue member) would fit there by
+    # borrowing back the quota just reclaimed for a1; it waits instead, and a1 is admitted
+    # once its room is free, without a second preemption.
+    admission = borrowed_scene("Any")
+    assert len(only(admission.cycle(now=3.0), PreemptRequested)) == 1
+    event = Preempted(
+        preemptor="ns/a1",
+        preemptor_uid="uid-a1",
+        victims=["ns/b-borrow"],
+        mode={"ns/b-borrow": "restart"},
+        nominated={"n3": {GPU: 8, "cpu": 1000, "pods": 1}, "n4": {GPU: 8, "cpu": 1000, "pods": 1}},
+        reclaimed={"ns/b-borrow": "InCohortReclamation"},
+        cohort="research",
+    )
+    (released,) = bodies(admission.preempted(event, now=5.0))
+    assert isinstance(released, Released)
+    for name in ("n3", "n4"):  # the victim's pods are still terminating there
+        admission.capacity.update(
+            msg.capacity_node(name, "b1", "r2", gpus=8, free_gpus=0, applied=released.sequence)
+        )
+    admission.capacity.update(node("n5", "r3"))
+    admission.set_workload(workload("b-small", workers(1, 8), queue="b", created_at=4))
+    decisions = bodies(admission.cycle(now=6.0))
+    assert admitted_of(decisions) == {}
+    assert pending_of(decisions)["ns/b-small"].reason == "ExceedsQuota"
+    for name in ("n3", "n4"):
+        admission.capacity.update(node(name, "r2", applied=released.sequence))
+    decisions = bodies(admission.cycle(now=7.0))
+    assert list(admitted_of(decisions)) == ["ns/a1"]
+    assert only(admission.cycle(now=8.0), PreemptRequested) == []
+    assert only(admission.cycle(now=9.0), Admitted) == []
+
+
+def test_a_queue_above_its_nominal_but_below_its_fair_share_asks_to_reclaim() -> None:
+    # A 32-GPU pool: 8 nominal each, 16 the cohort's own. b holds 24 (16 borrowed), a holds 8
+    # (its nominal). a2 would take a to 16, above its nominal but not above b's share: a asks
+    # preemption (fair sharing) to take one of b's gangs. Once a holds 16 and b 16, neither
+    # asks again.
+    admission = cluster(
+        *two_racks(), queues=[team("a", 8, reclaim="Any"), team("b", 8, reclaim="Any")]
+    )
+    admission.set_cohort(CohortConfig(name="research", nominal={GPU: 16}))
+    for i in range(3):
+        admission.set_workload(workload(f"b{i}", workers(1, 8), queue="b", created_at=i))
+    admission.set_workload(workload("a1", workers(1, 8), queue="a", created_at=3))
+    first = admitted_of(bodies(admission.cycle(now=1.0)))
+    assert len(first) == 4
+    (b2_node,) = first["ns/b2"].assignments["workers"].domains
+    admission.set_workload(workload("a2", workers(1, 8), queue="a", created_at=4))
+    plan = admission.plan_reclaim(
+        workload("a2", workers(1, 8), queue="a", created_at=4), team("a", 8, reclaim="Any")
+    )
+    assert plan is not None
+    assert (plan.victims, dict(plan.reasons)) == (("ns/b2",), {"ns/b2": "InCohortFairSharing"})
+    (asked,) = only(admission.cycle(now=2.0), PreemptRequested)
+    assert isinstance(asked, PreemptRequested)
+    assert (asked.workload, asked.reclaim) == ("ns/a2", True)
+    # Once b2 is gone and a2 admitted, a's next gang would take a above b: nobody asks.
+    (released,) = bodies(
+        admission.preempted(
+            Preempted(
+                preemptor="ns/a2",
+                preemptor_uid="uid-a2",
+                victims=["ns/b2"],
+                mode={"ns/b2": "restart"},
+                reclaimed={"ns/b2": "InCohortFairSharing"},
+                cohort="research",
+            ),
+            now=3.0,
+        )
+    )
+    assert isinstance(released, Released)
+    _, rack, host = b2_node.values
+    admission.capacity.update(node(host, rack, applied=released.sequence))
+    assert "ns/a2" in admitted_of(bodies(admission.cycle(now=4.0)))
+    admission.set_workload(workload("a3", workers(1, 8), queue="a", created_at=5))
+    assert only(admission.cycle(now=5.0) + admission.cycle(now=6.0), PreemptRequested) == []
+
+
 def test_training_never_reclaims_from_training_unless_its_queue_opts_in() -> None:
     admission = borrowed_scene("Never")
     decisions = bodies(admission.cycle(now=3.0))
@@ -268,3 +349,57 @@ def test_the_growth_of_an_admitted_workload_stays_within_what_its_tree_can_give(
     assert "2 more pods of workers: queue a: nvidia.com/gpu 16 in use" in (
         pending_of(decisions)["ns/w"].message
     )
+
+
+def test_a_resize_reports_what_the_workload_borrows_after_it() -> None:
+    # a's nominal 8 and b's idle 8. w holds 8 within a's nominal, grows by 8 (borrowed: the
+    # resize borrows 8 from the cohort), then shrinks back to 4: what it gives back is what
+    # its queue borrowed first, so it borrows nothing any more.
+    admission = cluster(*two_racks(), queues=[team("a", 8), team("b", 8)])
+    state = msg.workload("w", msg.podset(count=2, gpus=4), queue="a", service_type="inference")
+    admission.set_workload(state)
+    first = admitted_of(bodies(admission.cycle(now=1.0)))["ns/w"]
+    assert (first.borrowed, first.cohort) == ({}, None)
+    admission.set_workload(msgspec.structs.replace(state, podsets=[msg.podset(count=4, gpus=4)]))
+    grown = admitted_of(bodies(admission.cycle(now=2.0)))["ns/w"]
+    assert grown.resized
+    assert (grown.charged[GPU], grown.borrowed, grown.cohort) == (16, {GPU: 8}, "research")
+    assert borrowing_summary(grown) == "borrowing 8 GPUs from cohort research"
+
+    admission.set_workload(msgspec.structs.replace(state, podsets=[msg.podset(count=1, gpus=4)]))
+    assert admission.cycle(now=3.0) == []  # the shrink follows the pods, not the spec
+    (decision,) = admission.replace(
+        msg.replace_requested(
+            "w",
+            {"workers": grown.assignments["workers"].domains},
+            admitted_sequence=grown.sequence,
+            give_back=True,
+        ),
+        now=4.0,
+    )
+    shrunk = decision.body
+    assert isinstance(shrunk, Admitted)
+    assert (shrunk.charged[GPU], shrunk.borrowed, shrunk.cohort) == (4, {}, None)
+
+
+def test_a_shrink_of_a_borrowing_workload_gives_back_borrowed_quota_first() -> None:
+    # w borrows 8 of its 16; giving back 4 leaves it borrowing 4 (its queue still uses 12 of
+    # nominal 8).
+    admission = cluster(*two_racks(), queues=[team("a", 8), team("b", 8)])
+    state = msg.workload("w", msg.podset(count=4, gpus=4), queue="a", service_type="inference")
+    admission.set_workload(state)
+    first = admitted_of(bodies(admission.cycle(now=1.0)))["ns/w"]
+    assert first.borrowed == {GPU: 8}
+    admission.set_workload(msgspec.structs.replace(state, podsets=[msg.podset(count=3, gpus=4)]))
+    (decision,) = admission.replace(
+        msg.replace_requested(
+            "w",
+            {"workers": first.assignments["workers"].domains},
+            admitted_sequence=first.sequence,
+            give_back=True,
+        ),
+        now=2.0,
+    )
+    shrunk = decision.body
+    assert isinstance(shrunk, Admitted)
+    assert (shrunk.charged[GPU], shrunk.borrowed, shrunk.cohort) == (12, {GPU: 4}, "research")

@@ -19,6 +19,7 @@ from tidegate.model.events import ReclaimPolicy, ServiceType, WithinQueuePolicy
 from tidegate.model.replica import QueueTally
 from tidegate.policy.queuetree import (
     MAX_SHARE,
+    SERVICE_RECLAIM,
     Contender,
     Dim,
     Holder,
@@ -853,6 +854,98 @@ def test_without_fair_sharing_reclaim_stops_at_the_guaranteed_quota() -> None:
     alice = [gang(f"alice-{i}", "alice", gpu=2, admitted_at=float(i)) for i in range(8)]
     after = reclaim_until_stuck(users_tree(), alice, CLASSICAL)
     assert usage_of(after)["bob"].resources[GPU] == 2
+
+
+def test_the_services_plan_reclaim_with_fair_sharing() -> None:
+    # The setting the admission and preemption services and `tidegate admit` share: Kueue's
+    # fair sharing with its two strategies, in order.
+    assert SERVICE_RECLAIM.fair_sharing
+    assert SERVICE_RECLAIM.strategies == ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+
+
+def test_a_queue_within_its_nominal_is_never_a_fair_share_victim() -> None:
+    # a and b are within their nominal, c borrows what a lent: a takes back from c, never from
+    # b, even though b's gang alone would free enough and ranks first (lower priority). Kueue
+    # takes fair-share victims only from queues that borrow.
+    tree = QueueTree.build(
+        [
+            q("a", "pool", nominal={GPU: 4}, reclaim="Any"),
+            q("b", "pool", nominal={GPU: 4}),
+            q("c", "pool", nominal={GPU: 0}),
+        ],
+        [],
+    )
+    holders = [gang("b-own", "b", gpu=4, priority=-1), gang("c-borrow", "c", gpu=2)]
+    preemptor = Preemptor(key=WorkloadKey("ns/a"), queue="a", request=need({GPU: 4}))
+    plan = plan_reclaim(tree, usage_of(holders), preemptor, holders, SERVICE_RECLAIM)
+    assert plan.victims == keys("c-borrow")
+    assert plan.reasons == {WorkloadKey("ns/c-borrow"): "InCohortReclamation"}
+
+
+def run_cycles(
+    tree: QueueTree,
+    running: list[Holder],
+    pending: dict[str, list[Holder]],
+    cycles: int,
+) -> tuple[list[Holder], list[int]]:
+    """Admission cycles as the services run them: the heads of the queues take turns by
+    `fair_order`; a head that does not fit reclaims by `plan_reclaim` under the services'
+    settings, its victims go back to the head of their queue (restart mode). Returns what runs
+    at the end and the evictions of each cycle."""
+    admitted_at = 1000.0
+    evictions: list[int] = []
+    for _ in range(cycles):
+        evicted = 0
+        progress = True
+        while progress:
+            progress = False
+            contenders = [
+                Contender(queue=name, key=items[0].key, request=items[0].holds)
+                for name, items in sorted(pending.items())
+                if items
+            ]
+            for contender in fair_order(tree, usage_of(running), contenders):
+                head = pending[contender.queue][0]
+                preemptor = Preemptor(key=head.key, queue=head.queue, request=head.holds)
+                plan = plan_reclaim(tree, usage_of(running), preemptor, running, SERVICE_RECLAIM)
+                if plan.outcome == "cannot":
+                    continue
+                for victim in [h for h in running if h.key in plan.victims]:
+                    running.remove(victim)
+                    pending[victim.queue].insert(0, victim)
+                    evicted += 1
+                admitted_at += 1
+                pending[contender.queue].pop(0)
+                running.append(Holder(head.key, head.queue, head.holds, admitted_at=admitted_at))
+                progress = True
+                break
+        evictions.append(evicted)
+    return running, evictions
+
+
+@pytest.mark.parametrize(("a_gpus", "b_gpus"), [(2, 2), (4, 2), (2, 4)])
+def test_two_queues_at_equal_weight_do_not_evict_each_other_forever(
+    a_gpus: int, b_gpus: int
+) -> None:
+    # Kueue's strategies are built so that two workloads never preempt each other back and
+    # forth. a holds the whole 16-GPU pool (nominal 0 each, both opted in); b's backlog
+    # arrives. b takes gangs of a until the two hold their fair share, half each, and then
+    # nothing moves however many cycles run, a's evicted gangs waiting at its head.
+    tree = QueueTree.build(
+        [
+            q("a", "pool", nominal={GPU: 0}, reclaim="Any"),
+            q("b", "pool", nominal={GPU: 0}, reclaim="Any"),
+        ],
+        [cohort("pool", nominal={GPU: 16})],
+    )
+    running = [gang(f"a-{i}", "a", gpu=a_gpus, admitted_at=float(i)) for i in range(16 // a_gpus)]
+    pending = {"a": [], "b": [gang(f"b-{i}", "b", gpu=b_gpus) for i in range(16 // b_gpus)]}
+    running, evictions = run_cycles(tree, running, pending, cycles=20)
+    held = usage_of(running)
+    assert (held["a"].resources[GPU], held["b"].resources[GPU]) == (8, 8)
+    assert sum(evictions) == 8 // a_gpus  # only what b's fair share needs
+    assert evictions[1:] == [0] * 19  # and then never again
+    assert len(pending["a"]) == 8 // a_gpus
 
 
 def test_an_unrelated_protected_queue_never_stops_a_valid_reclaim() -> None:

@@ -112,14 +112,24 @@ def state_of(view: "BusView", key: str) -> tuple[str, str | None, str]:
     return verdict.state, None, ""
 
 
+RECLAIM_WORDS: Final = {
+    "InCohortReclamation": "quota lent by {cohort} reclaimed",
+    "InCohortReclaimWhileBorrowing": "quota of {cohort} taken by a higher-priority borrower",
+    "InCohortFairSharing": "its queue held more than its fair share of {cohort}",
+    "InClusterQueue": "its own queue's quota taken within the queue",
+}
+"""What each of Kueue's preemption reasons means for the victim, in ``tidegate explain``."""
+
+
 def eviction_text(preempted: Preempted, victim: str) -> str:
-    """Why ``victim`` was evicted by ``preempted``: "evicted by ns/p", and when its quota was
-    reclaimed, whose lent quota and under which reason."""
+    """Why ``victim`` was evicted by ``preempted``: "evicted by ns/p", and when it was preempted
+    for quota, what happened to which quota under which of Kueue's reasons."""
     why = preempted.reclaimed.get(victim)
     if why is None:
         return f"evicted by {preempted.preemptor}"
     cohort = f"cohort {preempted.cohort}" if preempted.cohort else "its cohort"
-    return f"evicted by {preempted.preemptor}: quota lent by {cohort} reclaimed ({why})"
+    words = RECLAIM_WORDS.get(why, "quota lent by {cohort} reclaimed").format(cohort=cohort)
+    return f"evicted by {preempted.preemptor}: {words} ({why})"
 
 
 def waiting_to_borrow(

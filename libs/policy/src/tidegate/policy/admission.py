@@ -111,6 +111,7 @@ from tidegate.policy.queuetree import (
     in_tree,
     plan_reclaim,
     report,
+    resized_borrowing,
     take_turns,
 )
 from tidegate.policy.quota import (
@@ -200,6 +201,10 @@ class Nomination:
 
     nodes: dict[NodeName, Resources]
     at: float
+    quota: tuple[str, QuotaRequest] | None = None
+    """For a reclaim of lent quota: the preemptor's queue and its gang's request, held in the
+    queue tree while the nomination lasts, so that no other queue borrows back what was
+    reclaimed before the preemptor is admitted (no preempt / re-admit ping-pong)."""
 
 
 @dataclass(slots=True)
@@ -274,6 +279,9 @@ class Admission:
         self._tree_stale = True
         self._tree_state: tuple[QueueTree, int, TreeState] | None = None
         """The tree's arithmetic on the usage of quota version ``[1]`` (:meth:`_state`)."""
+        self._holding: set[WorkloadKey] = set()
+        """Workloads whose nomination may hold reclaimed quota (:attr:`Nomination.quota`;
+        pruned when looked at), so a quota check never scans every record."""
         self._cycle_memo: _CycleMemo | None = None
         """What a cycle learnt and may reuse until it ends (None outside a cycle)."""
         self._out_of_time: Callable[[], bool] | None = None
@@ -498,7 +506,11 @@ class Admission:
         ):
             self._drop_nomination(preemptor)
             nodes = {NodeName(n): dict(r) for n, r in event.nominated.items()}
-            record.nomination = Nomination(nodes=nodes, at=now)
+            name = queue_of(workload, self.settings.default_queue)
+            held = (name, _gang_request(workload)) if event.reclaimed and name else None
+            record.nomination = Nomination(nodes=nodes, at=now, quota=held)
+            if held is not None:
+                self._holding.add(preemptor)
             for node, amount in nodes.items():
                 self.capacity.hold(node, amount)
         self._prune(preemptor)
@@ -879,8 +891,10 @@ class Admission:
         if record.tried_at == growth:
             return True
         memo = self._cycle_memo
+        held = record.nomination is not None and record.nomination.quota is not None
         return (
             memo is not None
+            and not held  # quota held for it: it may fit where its queue's others do not
             and memo.over_quota(queue.name, workload, self._usage_version()) == remembered
         )
 
@@ -921,6 +935,26 @@ class Admission:
             for node_id in tree.nodes
             if node_id.kind == "queue"
         }
+
+    def _held_quota(self, tree: QueueTree, but: WorkloadKey | None) -> dict[str, dict[Dim, int]]:
+        """The quota reclaimed for waiting preemptors other than ``but``, per queue of
+        ``tree`` (:attr:`Nomination.quota`): the quota check of an admission counts it."""
+        held: dict[str, dict[Dim, int]] = {}
+        for key in sorted(self._holding):
+            record = self.records.get(key)
+            nomination = record.nomination if record is not None else None
+            if nomination is None or nomination.quota is None:
+                self._holding.discard(key)
+                continue
+            if key == but:
+                continue
+            name, request = nomination.quota
+            if tree.queue(name) is None:
+                continue
+            amounts = held.setdefault(name, {})
+            for dim, amount in dims_of(request).items():
+                amounts[dim] = amounts.get(dim, 0) + amount
+        return held
 
     # ------------------------------------------------------------------ elastic workloads
 
@@ -1055,8 +1089,10 @@ class Admission:
         key = key_of(workload)
         sequence = self._next_sequence()
         usage = {NodeName(node): taken for node, taken in grown_by.result.usage().items()}
-        body = resized(admitted, name, grown_by, sequence=sequence, epoch=self.epoch)
         charge = grown_by.charge
+        body = self._reborrowed(
+            resized(admitted, name, grown_by, sequence=sequence, epoch=self.epoch), admitted
+        )
         self.capacity.take(sequence, usage, at=now)
         self.quota.charge(
             key, Charge(queue=admitted.queue, resources=charge.resources, cards=charge.cards)
@@ -1066,6 +1102,23 @@ class Admission:
         record.reason = None
         record.usage = _merged(record.usage or {}, usage)
         return Decision(key=key, body=body, workload=workload, node_usage=usage)
+
+    def _reborrowed(self, body: Admitted, before: Admitted) -> Admitted:
+        """``body``, a resize of ``before`` (the admission in force, still charged), with what
+        it borrows recomputed (:func:`~tidegate.policy.queuetree.resized_borrowing`) and
+        ``cohort`` set only while it borrows."""
+        queue = self._queues.get(body.queue)
+        tree = self.tree() if queue is not None and in_tree(queue) else None
+        if queue is None or tree is None:
+            return body
+        charge = QuotaRequest(resources=body.charged, cards=body.charged_cards)
+        borrowed, cards = resized_borrowing(tree, self._state(tree), before, charge)
+        return msgspec.structs.replace(
+            body,
+            borrowed=borrowed,
+            borrowed_cards=cards,
+            cohort=queue.parent if borrowed or cards else None,
+        )
 
     def _give_back(
         self,
@@ -1095,6 +1148,7 @@ class Admission:
             origin=admitted.chain_start(),
             resized=True,
         )
+        body = self._reborrowed(body, admitted)
         self.capacity.take(sequence, {}, at=now)
         self.quota.charge(
             key, Charge(queue=admitted.queue, resources=charge.resources, cards=charge.cards)
@@ -1464,7 +1518,7 @@ class Admission:
             cards={m: n for m, n in demand.cards.items() if n},
             card_resources=demand.card_resources,
         )
-        fit = self._check_quota(queue, request)
+        fit = self._check_quota(queue, request, key_of(workload))
         if isinstance(fit, Failure):
             return fit
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
@@ -1490,13 +1544,20 @@ class Admission:
             workload, queue, restricted, result, request, demand, nominated, now, fit=fit
         )
 
-    def _check_quota(self, queue: QueueConfig, request: QuotaRequest) -> Failure | QuotaFit | None:
-        """Whether ``request`` fits ``queue``'s quota now: why not, or how (what it borrows)
-        for a queue in a tree, or None for a queue in no tree (``capability`` and
+    def _check_quota(
+        self, queue: QueueConfig, request: QuotaRequest, key: WorkloadKey | None = None
+    ) -> Failure | QuotaFit | None:
+        """Whether ``request`` (of workload ``key``) fits ``queue``'s quota now: why not, or
+        how (what it borrows) for a queue in a tree, with the quota reclaimed for other
+        workloads held for them, or None for a queue in no tree (``capability`` and
         ``cardQuota`` alone)."""
         tree = self.tree() if in_tree(queue) else None
         if tree is not None:
-            fit = check_admission(tree, self._state(tree), queue.name, request)
+            state = self._state(tree)
+            held = self._held_quota(tree, key)
+            if held:
+                state = state.with_change(held)
+            fit = check_admission(tree, state, queue.name, request)
             if not fit.fits:
                 return Failure(fit.reason or "ExceedsQuota", fit.message or "over quota")
             return fit

@@ -615,6 +615,43 @@ def check_admission(
     )
 
 
+def resized_borrowing(
+    tree: QueueTree,
+    usage: Mapping[str, QueueUsage] | TreeState,
+    admitted: Admitted,
+    charge: QuotaRequest,
+) -> tuple[dict[str, int], dict[str, int]]:
+    """What ``admitted`` borrows once resized to ``charge`` (per resource, per card model),
+    ``usage`` being its queue's as it is before the resize (with its current charge).
+
+    The borrowed amounts change by what the change of its charge changes in its queue's
+    borrowing, the rule :func:`check_admission` applies to a first admission: growth borrows
+    the part of the extra above the queue's nominal, a shrink gives back borrowed quota while
+    the queue is above its nominal. Never below 0 nor above the new charge; none outside a
+    tree or in a dimension the tree does not share."""
+    node = tree.queue(admitted.queue)
+    if node is None:
+        return {}, {}
+    state = usage if isinstance(usage, TreeState) else TreeState(tree, usage)
+    used = state.leaf.get(admitted.queue, {})
+    old = dims_of(QuotaRequest(resources=admitted.charged, cards=admitted.charged_cards))
+    new = dims_of(charge)
+    before = dims_of(QuotaRequest(resources=admitted.borrowed, cards=admitted.borrowed_cards))
+    after: dict[Dim, int] = {}
+    for dim in sorted((set(old) | set(new) | set(before)) & tree.governed(node.id)):
+        nominal = node.limits.get(dim, Limits()).nominal
+        in_use = used.get(dim, 0)
+        delta = new.get(dim, 0) - old.get(dim, 0)
+        change = max(0, in_use + delta - nominal) - max(0, in_use - nominal)
+        amount = min(new.get(dim, 0), max(0, before.get(dim, 0) + change))
+        if amount:
+            after[dim] = amount
+    return (
+        {d.name: a for d, a in after.items() if d.kind == "resource"},
+        {d.name: a for d, a in after.items() if d.kind == "card"},
+    )
+
+
 def _limits_note(tree: QueueTree, node_id: NodeId, dim: Dim) -> str:
     notes = []
     for member in tree.path(node_id):
@@ -985,10 +1022,16 @@ class ReclaimPlan:
     message: str | None = None
 
 
-SERVICE_RECLAIM: Final = ReclaimSettings(fair_sharing=False)
-"""How the admission and preemption services plan reclaim: a queue gets back what it lent, up
-to its nominal quota; fair-share preemption (a queue above its nominal taking from a higher
-share) is not wired yet (docs/queues.md, "What is wired today")."""
+SERVICE_RECLAIM: Final = ReclaimSettings()
+"""How the admission and preemption services (and ``tidegate admit``) plan reclaim: a queue
+gets back what it lent up to its nominal quota, and with fair-share preemption a queue above
+its nominal takes from one whose weighted share is higher, by Kueue's strategies in
+:data:`DEFAULT_STRATEGIES` (LessThanOrEqualToFinalShare, then LessThanInitialShare).
+
+Always on, as Kueue with ``fairSharing.enable`` (tidegate always orders a tree's queues by
+fair share, :func:`fair_order`); a queue takes from others only when its
+``reclaimWithinCohort`` allows it, or for inference (the tidal rule), as in Kueue
+(docs/queues.md, "Fair-share preemption")."""
 
 
 def plan_reclaim(
@@ -1285,13 +1328,20 @@ class _Search:
                 and (threshold is None or victim.priority <= threshold)
             ):
                 return "InCohortReclaimWhileBorrowing"
-        if self.settings.fair_sharing and fair_share_allows(
-            state,
-            preemptor_queue=self.preemptor.queue,
-            request=self.preemptor.request,
-            victim_queue=victim.queue,
-            victim_holds=victim.holds,
-            strategies=self.settings.strategies,
+        # Fair sharing takes only from a queue that borrows what the preemptor is short of
+        # (Kueue's candidates): a queue within its nominal has share 0 and is never a victim
+        # of a preemptor that is itself within its share.
+        if (
+            borrows
+            and self.settings.fair_sharing
+            and fair_share_allows(
+                state,
+                preemptor_queue=self.preemptor.queue,
+                request=self.preemptor.request,
+                victim_queue=victim.queue,
+                victim_holds=victim.holds,
+                strategies=self.settings.strategies,
+            )
         ):
             return "InCohortFairSharing"
         return None

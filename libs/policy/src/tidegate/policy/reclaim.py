@@ -5,10 +5,12 @@ Admission asks with a ``preempt-requested`` whose ``reclaim`` is set when its qu
 queue tree and :func:`tidegate.policy.queuetree.plan_reclaim` would free enough quota. The
 preemption service answers with :func:`select_reclaim_victims`: the same plan on its own view
 (running gangs, their admissions, their PodDisruptionBudgets), so that a gang a budget
-protects is skipped and named, never partly evicted. The tidal rules and the queue's
+protects is skipped and named, never partly evicted. Both plan under
+:data:`~tidegate.policy.queuetree.SERVICE_RECLAIM`: a queue gets back its nominal quota and,
+by Kueue's fair-share strategies, its fair share. The tidal rules and the queue's
 ``reclaimWithinCohort`` policy hold as :func:`~tidegate.policy.queuetree.why_not_victim`
 says: training never preempts training unless its queue opts in. The room the victims leave is
-nominated to the preemptor when it fits there.
+nominated to the preemptor when it fits there (and admission holds the reclaimed quota for it).
 """
 
 from collections.abc import Mapping, Sequence
