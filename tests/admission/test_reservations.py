@@ -107,3 +107,41 @@ async def test_a_big_gang_is_reserved_a_rack_others_backfill_and_it_starts_after
     assert (dropped.reason, dropped.reserved_sequence) == ("Started", newest.sequence)
     assert dropped.sequence > admitted.sequence
     assert harness.of(Admitted, "ns/long") == []
+
+
+async def test_the_periodic_cycle_republishes_a_reservation_whose_gang_outlived_its_runtime(
+    harness: Harness,
+) -> None:
+    """Nothing but time moves: g1, which the big gang's reservation waits for, declares two
+    seconds and runs on. The service's periodic cycle republishes the reservation with the
+    estimate moved one overrun step (three seconds), and nothing more within that step."""
+    await small_cluster(harness)
+    await harness.start_admission(reservation_overrun_seconds=3.0)
+    start = time.time()
+    g1 = workload("g1", workers(1, 8), created_at=start - 50, max_runtime_seconds=2.0)
+    g2 = workload("g2", workers(2, 8), created_at=start - 40, max_runtime_seconds=HOUR)
+    await harness.workload(g1)
+    await harness.workload(g2)
+    await harness.until(
+        lambda: harness.of(Admitted, "ns/g1") and harness.of(Admitted, "ns/g2"), what="g1, g2"
+    )
+    await report(harness, {"n1": 8, "n3": 8, "n4": 8})
+    await harness.workload(workload("big", _rack_gang(), created_at=start - 30))
+    await harness.until(lambda: harness.of(Reserved, "ns/big"), what="the reservation")
+    reserved = harness.of(Reserved, "ns/big")[0]
+    assert isinstance(reserved, Reserved)
+    assert [(w.workload, w.overdue) for w in reserved.waits_for] == [("ns/g1", False)]
+
+    await harness.until(lambda: len(harness.of(Reserved, "ns/big")) == 2, what="a re-plan")
+    moved = harness.of(Reserved, "ns/big")[1]
+    assert isinstance(moved, Reserved)
+    assert moved.domain == reserved.domain
+    steps = (moved.expected_start - reserved.expected_start) / 3.0  # 1 unless a cycle was late
+    assert steps >= 1
+    assert abs(steps - round(steps)) < 1e-6
+    assert [(w.workload, w.overdue) for w in moved.waits_for] == [("ns/g1", True)]
+    assert "outlived its declared runtime" in moved.message
+    # Within a step every tick plans the same: nothing is published twice for one estimate.
+    await asyncio.sleep(max(moved.expected_start - time.time() - 0.5, 0.0))
+    published = [r.expected_start for r in harness.of(Reserved, "ns/big")]
+    assert len(published) == len(set(published))

@@ -11,7 +11,10 @@ The stack runs as in production (:mod:`tests.e2e.system`) on a simulated cluster
   show its 16 GPUs running;
 * a Job that names a queue that does not exist is listed as waiting with the reason the bus
   gave it (``QueueNotFound``), and its ``explain`` answer says so too;
-* the stream's filter hides the other kinds.
+* the stream's filter hides the other kinds;
+* once the cluster is full, a rack-required gang that fits nowhere is reserved a rack: the
+  map marks that rack (the gang and its expected start) and its nodes, the reservations table
+  lists it, and the stream shows the ``reserved`` decision.
 
 A screenshot of the page lands in the test's directory (and where
 ``TIDEGATE_CONSOLE_SCREENSHOT`` names, which is how docs/console.png was made).
@@ -30,7 +33,7 @@ from tidegate.bus import BusSettings
 from tidegate.cli.console_server import serving
 from tidegate.cli.console_view import ConsoleView
 from tidegate.cli.demo_trace import QueueEntry, WorkloadEntry
-from tidegate.model import Admitted, Pending
+from tidegate.model import Admitted, Pending, Reserved
 
 from .browser import headless_chromium
 from .system import CLUSTER, System, running_system
@@ -83,7 +86,7 @@ async def test_console_in_a_browser(tmp_path: Path) -> None:
     ) as system:
         await system.set_up(
             priority_classes={},
-            queues=[QueueEntry(name="research", spec={"capability": {"nvidia.com/gpu": "48"}})],
+            queues=[QueueEntry(name="research", spec={"capability": {"nvidia.com/gpu": "96"}})],
         )
         settings = BusSettings(
             servers=(system.stack.nats_url,), name="console-test", wait_for_server_seconds=10
@@ -202,6 +205,55 @@ async def test_console_in_a_browser(tmp_path: Path) -> None:
                     driver.execute_script,
                     """document.querySelector('.filters input[data-kind="admitted"]').click();""",
                 )
+
+                # The cluster fills with one-pod jobs declaring two hours; a rack-required
+                # gang then fits nowhere and is reserved the rack whose jobs end first.
+                fillers = [
+                    job(f"fill-{i}", pods=1, **{"tidegate.io/max-runtime": "2h"}) for i in range(6)
+                ]
+                await system.submit(*fillers)
+                await system.until(
+                    lambda: all(system.of(Admitted, f.name) for f in fillers),
+                    within=60,
+                    what="the fillers admitted",
+                )
+                await system.submit(job("big", pods=2, **{"tidegate.io/topology-required": RACK}))
+                (reserved, *_) = await system.until(
+                    lambda: system.of(Reserved, "big"), within=60, what="big reserved"
+                )
+                held = "/".join(reserved.domain)
+                assert reserved.level == RACK, reserved
+                assert held != rack, reserved  # train-a declares no end: never its rack
+                marked = await on_page(
+                    system,
+                    driver,
+                    """const box = document.querySelector(
+                        '.domain.reserved-domain[data-reserved-for="console/big"]');
+                    if (!box) return null;
+                    return {path: box.dataset.path,
+                            line: box.querySelector('.reservation').textContent,
+                            nodes: [...box.querySelectorAll('.node')]
+                                .map((n) => n.dataset.reservedFor)};""",
+                    what="the reserved rack on the map",
+                )
+                assert marked["path"] == held, marked
+                assert marked["line"].startswith("reserved for console/big"), marked
+                assert (
+                    "expected start " + reserved.message.split("expected start ")[1][:9]
+                    in (marked["line"])
+                ), (marked, reserved.message)
+                assert marked["nodes"] == ["console/big"] * 2, marked
+                listed = await on_page(
+                    system,
+                    driver,
+                    """return document.querySelector(
+                        '#reservations tr[data-workload="console/big"]') &&
+                        !document.getElementById('reservations-section').hidden &&
+                        document.querySelector('#stream li[data-kind="reserved"]' +
+                            '[data-workload="console/big"]');""",
+                    what="big in the reservations table and the stream",
+                )
+                assert listed
 
                 shot = tmp_path / "console.png"
                 await asyncio.to_thread(driver.save_screenshot, str(shot))

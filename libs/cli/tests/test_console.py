@@ -27,6 +27,9 @@ from tidegate.cli.queues import queue_table
 from tidegate.model import (
     CohortConfig,
     QueueConfig,
+    ReservationDropped,
+    Reserved,
+    WaitedGang,
 )
 from tidegate.telemetry import workload_trace_context
 from tidegate.testing.bus import connected
@@ -251,7 +254,105 @@ def test_the_queue_tree_shows_what_a_queue_borrows_from_its_cohort() -> None:
         "used": "16",
         "borrowed": "8",
         "borrowing": True,
+        "lent": "0",
+        "lending": False,
+        "lendable": "0",
         "ceiling": "24",
     }
     gpu_b = next(d for d in rows["b"] if d["dim"] == GPU)
     assert (gpu_b["used"], gpu_b["borrowed"]) == ("0", "0")
+
+
+def test_the_queue_tree_shows_what_a_queue_lends_beside_what_others_borrow() -> None:
+    """The same cohort: b lends a the 8 GPUs a borrows, out of the 16 it could lend; a lends
+    nothing. The numbers are those of ``tidegate admit`` (queuetree.lent and report)."""
+    view = ConsoleView(cluster="c")
+    for body in (
+        CohortConfig(name="pool"),
+        QueueConfig(name="a", parent="pool", nominal={GPU: 8}),
+        QueueConfig(name="b", parent="pool", nominal={GPU: 16}),
+        msg.workload("train", msg.podset("main", 2, gpus=8)),
+    ):
+        view.apply_state(body, stream_sequence=1, time=1.0)
+    admission = msg.admitted("train", {("r1", "n1"): 1, ("r1", "n2"): 1}, sequence=1, queue="a")
+    view.apply_decision(admission, stream_sequence=2, time=2.0)
+    (pool,) = view.queue_tree()
+    rows = {child["name"]: child["dims"] for child in pool["children"]}
+    gpu_a = next(d for d in rows["a"] if d["dim"] == GPU)
+    gpu_b = next(d for d in rows["b"] if d["dim"] == GPU)
+    assert (gpu_a["borrowed"], gpu_a["lent"], gpu_a["lending"]) == ("8", "0", False)
+    assert (gpu_b["borrowed"], gpu_b["lent"], gpu_b["lending"]) == ("0", "8", True)
+    assert gpu_b["lendable"] == "16"
+
+
+def test_the_map_marks_a_reserved_domain_with_its_gang_and_expected_start() -> None:
+    """A reservation in force holds rack r2 for ns/big: the map marks the rack (the gang, its
+    expected start, the gangs it waits for) and its nodes, the waiting table and the list of
+    reservations carry it, and the stream shows the decision; once it is dropped, nothing."""
+    view = ConsoleView(cluster="c")
+    for body in (
+        msg.topology(),
+        msg.node("n1", "r1"),
+        msg.node("n2", "r1"),
+        msg.node("n3", "r2"),
+        msg.node("n4", "r2"),
+        QueueConfig(name="research"),
+        msg.workload("big", msg.podset("main", 2, gpus=8)),
+    ):
+        view.apply_state(body, stream_sequence=1, time=1.0)
+    start = 10 * 3600.0 + 30 * 60  # 10:30 UTC
+    view.apply_decision(msg.pending("big", sequence=1), stream_sequence=2, time=2.0)
+    reserved = Reserved(
+        workload="ns/big",
+        uid="uid-big",
+        queue="research",
+        sequence=2,
+        topology="default",
+        level=RACK,
+        domain=["r2"],
+        nodes=["n3", "n4"],
+        expected_start=start,
+        waits_for=[WaitedGang(workload="ns/x", expected_end=start, overdue=True)],
+        message="rack r2 reserved; expected start 10:30 UTC (in 1h) when ns/x ends",
+    )
+    shown = view.apply_decision(reserved, stream_sequence=3, time=3.0)
+    assert shown is not None
+    assert (shown["kind"], shown["workload"], shown["text"]) == (
+        "reserved",
+        "ns/big",
+        reserved.message,
+    )
+
+    snapshot = view.snapshot()
+    (listed,) = snapshot["reservations"]
+    assert listed["workload"] == "ns/big"
+    assert (listed["where"], listed["nodes"]) == ("rack r2", ["n3", "n4"])
+    assert listed["expected_start"] == "1970-01-01T10:30:00+00:00"
+    assert (listed["waits_for"], listed["overdue"]) == (["ns/x"], ["ns/x"])
+    r1, r2 = snapshot["map"]["root"]["children"]
+    assert "reservation" not in r1
+    assert r2["reservation"]["workload"] == "ns/big"
+    assert r2["reservation"]["expected_start"] == listed["expected_start"]
+    assert r2["reservation"]["waits_for"] == ["ns/x"]
+    assert r2["reservation"]["message"].startswith("rack r2 reserved for you; expected start 10:30")
+    cells = {n["name"]: n["reserved_for"] for r in (r1, r2) for n in r["nodes"]}
+    assert cells == {"n1": None, "n2": None, "n3": "ns/big", "n4": "ns/big"}
+    (waiting,) = snapshot["pending"]
+    assert waiting["reservation"] == r2["reservation"]["message"]
+
+    dropped = ReservationDropped(
+        workload="ns/big",
+        uid="uid-big",
+        queue="research",
+        reason="QueueDisallows",
+        sequence=3,
+        reserved_sequence=2,
+        message="its queue no longer allows the reservation",
+    )
+    shown = view.apply_decision(dropped, stream_sequence=4, time=4.0)
+    assert shown is not None
+    assert (shown["kind"], shown["reason"]) == ("reservation-dropped", "QueueDisallows")
+    snapshot = view.snapshot()
+    assert snapshot["reservations"] == []
+    assert all("reservation" not in r for r in snapshot["map"]["root"]["children"])
+    assert snapshot["pending"][0]["reservation"] is None

@@ -15,8 +15,11 @@ import pytest
 from tidegate.model import (
     Admitted,
     Pending,
+    Preempted,
+    PreemptRequested,
     QueueAging,
     QueueConfig,
+    Released,
     ReservationDropped,
     Reserved,
     WorkloadKey,
@@ -31,7 +34,7 @@ HOUR = 3600.0
 NODES = {"n1": ("b1", "r1"), "n2": ("b1", "r1"), "n3": ("b1", "r2"), "n4": ("b1", "r2")}
 
 
-T = TypeVar("T", Admitted, Pending, Reserved, ReservationDropped)
+T = TypeVar("T", Admitted, Pending, PreemptRequested, Reserved, ReservationDropped)
 
 
 def only(decisions: Sequence[Decision], kind: type[T]) -> list[T]:
@@ -288,3 +291,176 @@ def test_a_reservation_does_not_move_while_the_capacity_view_lags_the_end_of_its
     started = admission.cycle(now=400.0)
     assert [a.workload for a in only(started, Admitted)] == ["ns/big"]
     assert [d.reason for d in only(started, ReservationDropped)] == ["Started"]
+
+
+# --------------------------------------------------------------------------- interplay
+
+
+def elastic_scene(runtime: float | None) -> Admission:
+    """g1 on n1 (ends at 1 h), g2 on n3 (2 h), web (a Deployment declaring ``runtime``) on n4,
+    all admitted at time 0; n2 is free once ``old`` has finished. The big gang is then
+    reserved rack r1 (n1 and n2), expected to start at 1 h, at 200 s."""
+    admission = cluster(*(msg.capacity_node(n, b, r) for n, (b, r) in NODES.items()))
+    admission.set_workload(job("g1", 1, runtime=HOUR, created=0.0))
+    admission.set_workload(job("old", 1, runtime=None, created=1.0))
+    admission.set_workload(job("g2", 1, runtime=2 * HOUR, created=2.0))
+    web = msg.workload(
+        "web",
+        msg.podset(count=1, gpus=8),
+        owner_kind="Deployment",
+        max_runtime_seconds=runtime,
+        created_at=3.0,
+    )
+    admission.set_workload(web)
+    placed = {a.workload: nodes_of(a) for a in only(admission.cycle(now=0.0), Admitted)}
+    assert placed == {"ns/g1": {"n1"}, "ns/old": {"n2"}, "ns/g2": {"n3"}, "ns/web": {"n4"}}
+    finish(admission, "old")
+    report(admission, {"n1": 8, "n3": 8, "n4": 8})
+    admission.set_workload(big())
+    (reserved,) = only(admission.cycle(now=200.0), Reserved)
+    assert (reserved.domain, reserved.expected_start) == (["b1", "r1"], HOUR)
+    return admission
+
+
+def scaled(admission: Admission, name: str, count: int) -> None:
+    workload = admission.workload(K(name))
+    assert workload is not None
+    podset = msgspec.structs.replace(workload.podsets[0], count=count)
+    admission.set_workload(msgspec.structs.replace(workload, podsets=[podset]))
+
+
+@pytest.mark.parametrize(
+    ("runtime", "grows", "why"),
+    [
+        (None, False, "declares no runtime"),
+        (1800.0, True, None),  # admitted at 0: it ends at 30 min, before the start at 1 h
+        (HOUR, False, "would end at 01:00 UTC"),
+        (100.0, False, "outlived its declared runtime"),  # overdue at 300 s
+    ],
+)
+def test_an_elastic_workload_grows_onto_reserved_nodes_only_when_it_would_backfill(
+    runtime: float | None, grows: bool, why: str | None
+) -> None:
+    """The growth of an admitted workload follows the rule of a new admission: n2, the only
+    free node, is reserved for the big gang; web's extra pod goes there only when web is
+    declared to end before the expected start (counted from its own admission)."""
+    admission = elastic_scene(runtime)
+    scaled(admission, "web", 2)
+    decisions = admission.cycle(now=300.0)
+    resized = only(decisions, Admitted)
+    if grows:
+        (body,) = resized
+        assert (body.workload, body.resized, nodes_of(body)) == ("ns/web", True, {"n2", "n4"})
+        return
+    assert resized == []
+    (pending,) = only(decisions, Pending)
+    assert (pending.workload, pending.reason) == ("ns/web", "WaitingForCapacity")
+    assert "rack r1 is reserved for ns/big" in pending.message
+    assert why is not None
+    assert why in pending.message
+    assert admission.is_admitted(K("web"))
+
+
+@pytest.mark.parametrize(("runtime", "replaced"), [(None, False), (1800.0, True), (100.0, False)])
+def test_lost_slots_are_replaced_on_reserved_nodes_only_when_the_workload_would_backfill(
+    runtime: float | None, replaced: bool
+) -> None:
+    """n4, web's node, fails: its slot is placed again outside the reserved rack, or on it
+    only when web would backfill; with no room elsewhere web is evicted and re-queued rather
+    than delay the big gang."""
+    admission = elastic_scene(runtime)
+    held = admission.admitted()[K("web")]
+    lost = msg.replace_requested(
+        "web",
+        {"workers": list(held.assignments["workers"].domains)},
+        admitted_sequence=held.sequence,
+        nodes=["n4"],
+    )
+    (decision,) = admission.replace(lost, now=300.0)
+    if replaced:
+        assert isinstance(decision.body, Admitted)
+        assert (decision.body.replaces, nodes_of(decision.body)) == (held.sequence, {"n2"})
+        return
+    assert isinstance(decision.body, Released)
+    assert (decision.body.reason, decision.body.evict_pods) == ("Evicted", True)
+    assert "rack r1 is reserved for ns/big" in decision.body.message
+    assert not admission.is_admitted(K("web"))
+
+
+def test_inference_reclaiming_from_a_reserved_rack_gets_the_room_and_the_reservation_moves() -> (
+    None
+):
+    """Inference may still reclaim from a reserved domain: preemption evicts g1 (which the big
+    gang's reservation of rack r1 waits for) for an inference service declaring no runtime.
+    The service is admitted onto the room freed for it, though reserved, and the reservation is
+    recomputed at once: r1 is no longer expected to free, so it moves to r2 (g2's end)."""
+    admission = scene()
+    admission.set_workload(big())
+    (held,) = only(admission.cycle(now=200.0), Reserved)
+    assert (held.domain, [w.workload for w in held.waits_for]) == (["b1", "r1"], ["ns/g1"])
+    serve = msg.workload(
+        "serve", msg.podset(count=1, gpus=8), service_type="inference", created_at=150.0
+    )
+    admission.set_workload(serve)
+    # n2 is free but reserved, and serve declares no runtime: it asks for preemption.
+    (asked,) = only(admission.cycle(now=300.0), PreemptRequested)
+    assert asked.workload == "ns/serve"
+    event = Preempted(
+        preemptor="ns/serve",
+        preemptor_uid=serve.uid,
+        victims=["ns/g1"],
+        mode={"ns/g1": "abort"},  # (a restarted g1 would queue again ahead of the gang)
+        nominated={"n1": {"nvidia.com/gpu": 8, "cpu": 1000, "pods": 1}},
+    )
+    released = admission.preempted(event, now=400.0)
+    assert [d.key for d in released] == ["ns/g1"]
+    report(admission, {"n3": 8, "n4": 8})  # g1's pods are gone
+
+    decisions = admission.cycle(now=500.0)
+    (moved,) = only(decisions, Reserved)
+    assert (moved.workload, moved.domain, moved.expected_start) == (
+        "ns/big",
+        ["b1", "r2"],
+        2 * HOUR,
+    )
+    assert [w.workload for w in moved.waits_for] == ["ns/g2"]
+    assert moved.sequence > held.sequence
+    admitted = {a.workload: a for a in only(decisions, Admitted)}
+    assert set(admitted) == {"ns/serve"}
+    assert (nodes_of(admitted["ns/serve"]), admitted["ns/serve"].nominated_by) == (
+        {"n1"},
+        "ns/serve",
+    )
+    # Nothing moves afterwards: nothing is published again.
+    report(admission, {"n1": 8, "n3": 8, "n4": 8})
+    assert only(admission.cycle(now=600.0), Reserved) == []
+    assert only(admission.cycle(now=700.0), Reserved) == []
+
+
+def test_time_alone_replans_a_reservation_whose_gang_outlived_its_declared_runtime() -> None:
+    """Nothing but time moves: g1, which the big gang's reservation waits for, outlives its
+    declared hour. The periodic cycle plans the reservation again and republishes it with the
+    estimate moved by one ``overrun_seconds`` step, then nothing until that estimate passes."""
+    admission = scene(overrun_seconds=300)
+    admission.set_workload(big())
+    (held,) = only(admission.cycle(now=200.0), Reserved)
+    assert held.expected_start == HOUR
+    for tick in (201.0, 1000.0, HOUR - 1):  # ticks with nothing new: nothing published
+        assert admission.cycle(now=tick) == []
+
+    (moved,) = only(admission.cycle(now=HOUR + 1), Reserved)
+    assert moved.domain == held.domain
+    assert moved.expected_start == HOUR + 300
+    assert [(w.workload, w.overdue) for w in moved.waits_for] == [("ns/g1", True)]
+    assert "ns/g1 outlived its declared runtime, so the estimate moves" in moved.message
+    assert admission.reservations()[K("big")] == moved
+
+    for tick in (HOUR + 2, HOUR + 150, HOUR + 299):  # the moved estimate still holds
+        assert admission.cycle(now=tick) == []
+    # Something else moves meanwhile (the gang is tried again): the plan is the same.
+    admission.set_workload(job("other", 1, runtime=None, created=HOUR))
+    assert only(admission.cycle(now=HOUR + 299.5), Reserved) == []
+    (again,) = only(admission.cycle(now=HOUR + 300), Reserved)
+    assert again.expected_start == HOUR + 600
+    assert again.sequence > moved.sequence
+    assert only(admission.cycle(now=HOUR + 301), Reserved) == []

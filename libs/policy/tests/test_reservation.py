@@ -28,6 +28,7 @@ from tidegate.policy.reservation import (
     expected_end,
     may_backfill,
     plan_reservation,
+    replan_due,
     reservation_allowed,
     reserved_message,
     same_reservation,
@@ -240,6 +241,40 @@ def test_the_reserved_gang_is_not_kept_off_its_own_reservation() -> None:
     assert blocking([r], workload="research/pretrain", runtime_seconds=None, now=NOW) == []
 
 
+@pytest.mark.parametrize(
+    ("started", "runtime", "allowed"),
+    [
+        (NOW - HOUR, 2 * HOUR, True),  # running for 1 h of 2: it ends at +1 h, before +2.5 h
+        (NOW - HOUR, 3.5 * HOUR, False),  # it ends exactly at the expected start
+        (NOW - HOUR, 0.5 * HOUR, False),  # overdue: its end is no longer known
+        (NOW - HOUR, HOUR, False),  # due right now: overdue as well
+        (NOW - HOUR, None, False),
+    ],
+)
+def test_a_running_workload_backfills_its_growth_by_its_own_declared_end(
+    started: float, runtime: float | None, allowed: bool
+) -> None:
+    """The growth and the replacement slots of a running workload end with it: its declared
+    end counts from its admission (``started_at``), and an overdue one never backfills."""
+    r = reserved(plan(big_gang()))
+    assert r.expected_start == NOW + 2.5 * HOUR
+    assert may_backfill(r, runtime_seconds=runtime, now=NOW, started_at=started) is allowed
+    blockers = blocking(
+        [r], workload="team/web", runtime_seconds=runtime, now=NOW, started_at=started
+    )
+    assert blockers == ([] if allowed else [r])
+
+
+def test_the_room_preemption_freed_for_a_workload_is_open_to_it_though_reserved() -> None:
+    r = reserved(plan(big_gang()))
+    some = r.nodes[:2]
+    (narrowed,) = blocking(
+        [r], workload="serve/chat", runtime_seconds=None, now=NOW, opened={some[0]: {}}
+    )
+    assert narrowed.nodes == r.nodes[1:]
+    assert blocking([r], workload="serve/chat", runtime_seconds=None, now=NOW, opened=r.nodes) == []
+
+
 # --------------------------------------------------------------------------- expected ends
 
 
@@ -290,6 +325,41 @@ def test_the_estimate_moves_when_a_gang_outlives_its_declaration() -> None:
     assert isinstance(moved, ReservationPlan)
     assert moved.expected_start == later + 300.0
     assert not same_reservation(reserved(first), reserved(moved))
+
+    # Recomputed within the same step, the estimate does not move (nothing to republish).
+    again = plan_reservation(view, big_gang(), (A, E, late, D), now=later + 299.0)
+    assert isinstance(again, ReservationPlan)
+    assert again.expected_start == later + 300.0
+    assert same_reservation(reserved(moved), reserved(again))
+
+
+@pytest.mark.parametrize(
+    ("now", "estimate"),
+    [
+        (NOW + 0.5 * HOUR, (NOW + HOUR, False)),
+        (NOW + HOUR, (NOW + HOUR + 300.0, True)),  # due now: overdue
+        (NOW + HOUR + 1.0, (NOW + HOUR + 300.0, True)),
+        (NOW + HOUR + 299.0, (NOW + HOUR + 300.0, True)),
+        (NOW + HOUR + 300.0, (NOW + HOUR + 600.0, True)),
+    ],
+)
+def test_an_overdue_estimate_moves_in_steps_of_the_overrun(
+    now: float, estimate: tuple[float, bool]
+) -> None:
+    one_hour = gang("research/sft-12", "r2", [1], hours=1)
+    assert expected_end(one_hour, now=now, overrun_seconds=300.0) == estimate
+
+
+def test_time_alone_makes_a_plan_due_when_a_gang_it_waits_for_outlives_its_estimate() -> None:
+    r = reserved(plan(big_gang()))
+    waited = {w.workload: w.expected_end for w in r.waits_for}
+    first = min(waited.values())
+    running = set(waited)
+    assert not replan_due(r, running, now=first - 1.0)
+    assert replan_due(r, running, now=first)
+    # A gang that has already ended (its room is coming free) makes nothing due.
+    ended = {k for k, end in waited.items() if end != first}
+    assert not replan_due(r, ended, now=first)
 
 
 # --------------------------------------------------------------------------- limits and drops

@@ -252,22 +252,22 @@ def decide_on_quota(scenario: "AdmitScenario") -> dict[str, Any]:
 
 def queue_rows(nodes: "list[NodeReport]") -> dict[str, Any]:
     """Each queue of a tree report (:func:`~tidegate.policy.queuetree.report`): its cohort,
-    usage, nominal, borrowed, lendable and lent amounts and its share."""
+    usage, nominal, borrowed, lendable and lent (:func:`~tidegate.policy.queuetree.lent`)
+    amounts and its share."""
+    from tidegate.policy.queuetree import lent
+
+    lends = lent(nodes)
     rows: dict[str, Any] = {}
     for node in nodes:
         if node.id.kind != "queue":
             continue
-        siblings = [n for n in nodes if n.parent == node.parent and n.id != node.id]
-        others = {dim: sum(n.borrowed.get(dim, 0) for n in siblings) for dim in node.lendable}
         rows[node.id.name] = {
             "cohort": node.parent.name if node.parent else None,
             "usage": amounts_json(node.usage),
             "nominal": amounts_json(node.nominal),
             "borrowed": amounts_json(node.borrowed),
             "lendable": amounts_json(node.lendable),
-            "lent": amounts_json(
-                {dim: min(amount, others[dim]) for dim, amount in node.lendable.items()}
-            ),
+            "lent": amounts_json(lends[node.id]),
             "share": node.share / 1000,
         }
     return rows

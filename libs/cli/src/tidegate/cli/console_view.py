@@ -35,6 +35,8 @@ from tidegate.model import (
     PreemptRequested,
     Released,
     ReplaceRequested,
+    ReservationDropped,
+    Reserved,
     Tombstone,
     TopologyConfig,
     WorkloadKey,
@@ -43,7 +45,15 @@ from tidegate.model.pods import holds_capacity
 from tidegate.placement.accounting import CapacityAccounting
 from tidegate.placement.ordering import natural_key
 from tidegate.policy.cards import GPU_PRODUCT_LABEL
-from tidegate.policy.queuetree import NodeId, QueueTree, TreeState, usage_of_tallies
+from tidegate.policy.queuetree import (
+    NodeId,
+    QueueTree,
+    TreeState,
+    lent,
+    report,
+    usage_of_tallies,
+)
+from tidegate.policy.reservation import describe_domain, reserved_for_you
 
 DECISIONS_KEPT: Final = 500
 """Recent decisions kept for a page that connects (the stream goes on live after that)."""
@@ -120,6 +130,21 @@ def describe(body: Message, *, stream_sequence: int, at: float) -> dict[str, Any
                 "workload": body.workload,
                 "reason": body.cause,
                 "text": body.message or f"slots lost on {', '.join(body.nodes)}",
+            }
+        case Reserved():
+            out |= {
+                "kind": "reserved",
+                "workload": body.workload,
+                "queue": body.queue,
+                "text": body.message or reserved_for_you(body),
+            }
+        case ReservationDropped():
+            out |= {
+                "kind": "reservation-dropped",
+                "workload": body.workload,
+                "queue": body.queue,
+                "reason": body.reason,
+                "text": body.message or body.reason,
             }
         case _:
             return None
@@ -198,10 +223,16 @@ class ConsoleView:
                 out[pod.node_name] = out.get(pod.node_name, 0) + accelerators(pod.requests)
         return out
 
-    def node_use(self, node: NodeState, running_gpus: Mapping[str, int]) -> dict[str, Any]:
+    def node_use(
+        self,
+        node: NodeState,
+        running_gpus: Mapping[str, int],
+        reserved_for: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
         """One node's cell: its GPUs by use (running, released but not running, reserved
         for admitted pods not bound yet, free), readiness and card model; ``running_gpus``
-        is :meth:`running_gpus`."""
+        is :meth:`running_gpus`; ``reserved_for``: node → the waiting gang a reservation
+        holds it for (:meth:`reservations`)."""
         total = accelerators(node.allocatable)
         bound = accelerators(self.capacity.used(node.name))
         reserved = accelerators(self.capacity.reserved(node.name))
@@ -216,12 +247,48 @@ class ConsoleView:
             "free": max(total - bound - reserved, 0),
             "ready": node.ready,
             "schedulable": node.ready and not node.unschedulable,
+            "reserved_for": (reserved_for or {}).get(node.name),
         }
 
-    def topology_map(self) -> dict[str, Any]:
-        """The map: nested domains (widest level first), nodes as the leaves."""
+    def reservations(self) -> list[dict[str, Any]]:
+        """The reservations in force (docs/reservations.md): per waiting gang, the domain
+        and nodes held for it, its expected start, the gangs whose ends it waits for, and
+        what ``tidegate explain`` says of it; by expected start."""
+        out = []
+        for key in self.bus.replica.recorded():
+            held = self.bus.replica.reservation(key)
+            if held is None:
+                continue
+            out.append(
+                {
+                    "workload": held.workload,
+                    "queue": held.queue,
+                    "topology": held.topology,
+                    "level": held.level,
+                    "domain": list(held.domain),
+                    "where": describe_domain(held.level, held.domain),
+                    "nodes": list(held.nodes),
+                    "expected_start": _when(held.expected_start),
+                    "waits_for": [w.workload for w in held.waits_for],
+                    "overdue": [w.workload for w in held.waits_for if w.overdue],
+                    "message": reserved_for_you(held),
+                }
+            )
+        out.sort(key=lambda r: (r["expected_start"], r["workload"]))
+        return out
+
+    def topology_map(self, reservations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The map: nested domains (widest level first), nodes as the leaves. A domain a
+        reservation holds carries it (``reservation``: the gang and its expected start), as
+        does each node it holds (``reserved_for``); ``reservations``: :meth:`reservations`."""
         name, levels = self.levels()
         running = self.running_gpus()
+        held = [
+            r
+            for r in (self.reservations() if reservations is None else reservations)
+            if r["topology"] == name
+        ]
+        reserved_for = {node: r["workload"] for r in held for node in r["nodes"]}
         root: dict[str, Any] = {"level": None, "name": self.cluster, "path": [], "children": []}
         index: dict[tuple[str, ...], dict[str, Any]] = {(): root}
         for node_name in sorted(self.nodes, key=natural_key):
@@ -236,9 +303,15 @@ class ConsoleView:
                     index[path] = domain
                     parent["children"].append(domain)
                 parent = domain
-            parent.setdefault("nodes", []).append(self.node_use(node, running))
+            parent.setdefault("nodes", []).append(self.node_use(node, running, reserved_for))
         for domain in index.values():
             domain["children"].sort(key=lambda d: natural_key(d["name"]))
+        for r in held:
+            domain = index.get(tuple(r["domain"])) if r["level"] in levels else None
+            if domain is not None:
+                domain["reservation"] = {
+                    k: r[k] for k in ("workload", "queue", "expected_start", "waits_for", "message")
+                }
         return {"topology": name, "levels": levels, "root": root}
 
     def gangs_in(self, path: list[str]) -> list[dict[str, Any]]:
@@ -304,9 +377,15 @@ class ConsoleView:
                     "gpus": sum(accelerators(p.requests) * p.count for p in workload.podsets),
                     "trace_id": trace,
                     "trace_url": self.trace_url(trace),
+                    "reservation": self._reserved_text(key),
                 }
             )
         return out
+
+    def _reserved_text(self, key: str) -> str | None:
+        """What ``tidegate explain`` says of ``key``'s reservation in force, if it has one."""
+        held = self.bus.replica.reservation(WorkloadKey(key))
+        return reserved_for_you(held) if held is not None else None
 
     def explain(self, key: str) -> dict[str, Any] | None:
         """``tidegate explain``'s answer for ``key`` (None: not on the bus), with its trace
@@ -321,14 +400,20 @@ class ConsoleView:
         """Queues and cohorts as the forest admission checks quota on
         (:class:`~tidegate.policy.queuetree.QueueTree`, fed the replica's queue tallies): per
         node and quota dimension its nominal quota, what its subtree uses, what it borrows above
-        its quota, and the most it could take (its ceiling); roots first, children nested.
-        Empty while no queue is in a cohort."""
+        its quota, what it lends to the others of its cohort and could lend
+        (:func:`~tidegate.policy.queuetree.lent`, ``lendable`` of
+        :func:`~tidegate.policy.queuetree.report`, as ``tidegate admit`` shows them), and the
+        most it could take (its ceiling); roots first, children nested. Empty while no queue
+        is in a cohort."""
         if not any(q.parent for q in self.bus.queues.values()) and not self.cohorts:
             return []
         tree = QueueTree.build(self.bus.queues.values(), self.cohorts.values())
         replica = self.bus.replica
         tallies = {name: replica.tally(name) for name in replica.queues()}
         state = TreeState(tree, usage_of_tallies(tallies))
+        reports = report(tree, state)
+        lendable = {r.id: r.lendable for r in reports}
+        lends = lent(reports)
 
         def node(node_id: NodeId) -> dict[str, Any]:
             built = tree.nodes[node_id]
@@ -346,6 +431,9 @@ class ConsoleView:
                         "used": dim.show(state.total[node_id].get(dim, 0)),
                         "borrowed": dim.show(state.borrowed(node_id, dim)),
                         "borrowing": state.borrowed(node_id, dim) > 0,
+                        "lent": dim.show(lends[node_id].get(dim, 0)),
+                        "lending": lends[node_id].get(dim, 0) > 0,
+                        "lendable": dim.show(lendable[node_id].get(dim, 0)),
                         "ceiling": dim.show(state.potential(node_id, dim)),
                     }
                     for dim in dims
@@ -357,7 +445,8 @@ class ConsoleView:
 
     def snapshot(self) -> dict[str, Any]:
         """The page's whole state but the decision stream."""
-        topology = self.topology_map()
+        reservations = self.reservations()
+        topology = self.topology_map(reservations)
         nodes = [n for domain in _domains(topology["root"]) for n in domain.get("nodes", [])]
         totals = {
             key: sum(n[key] for n in nodes if n["ready"])
@@ -372,6 +461,7 @@ class ConsoleView:
             "queues": queue_table(self.bus),
             "tree": self.queue_tree(),
             "pending": self.pending(),
+            "reservations": reservations,
         }
 
 

@@ -138,9 +138,11 @@ from tidegate.policy.reservation import (
     drop_reason,
     keeps_reservation,
     plan_reservation,
+    replan_due,
     reservation_allowed,
     reserved_message,
     same_reservation,
+    view_without_reserved,
 )
 
 __all__ = [
@@ -246,6 +248,9 @@ class WorkloadRecord:
     """What the admission held takes on each node (what a reservation expects back)."""
     reservation: Reserved | None = None
     """The reservation in force for it (docs/reservations.md), as published."""
+    reclaimed: bool = False
+    """Preemption evicted a gang its reservation waits for: the room went to the preemptor,
+    not coming free, so the next plan replaces it even to a later start elsewhere."""
 
     def empty(self) -> bool:
         """Whether nothing is known any more (the record may be dropped)."""
@@ -493,6 +498,7 @@ class Admission:
                 record.stopped = uid
             if record is not None:
                 record.tried_at = None
+        self._reclaimed_from([v for v in event.victims if not self.is_admitted(WorkloadKey(v))])
         preemptor = WorkloadKey(event.preemptor)
         record = self.records.get(preemptor)
         if record is not None:
@@ -542,7 +548,7 @@ class Admission:
             return self._evict(key, f"{lost_because}; queue or workload unknown", moves)
         topology = self._topology_for(workload, queue)
         view = self.capacity.view(topology) if isinstance(topology, str) else None
-        if view is None:
+        if view is None or not isinstance(topology, str):
             return self._evict(key, f"{lost_because}; no topology to place on", moves)
         try:
             podsets = replacement_podsets(workload, admitted, request)
@@ -556,11 +562,17 @@ class Admission:
             if node in view:
                 view.remove_node(node)
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
-        result = place_or_message(view, PlacementRequest(podsets=podsets, profile=profile))
+        placement = PlacementRequest(podsets=podsets, profile=profile)
+        started_at = self.records[key].admitted_at
+        blockers = self._blockers(workload, queue, topology, now=now, started_at=started_at)
+        result = place_or_message(view_without_reserved(view, blockers), placement)
         if isinstance(result, str) or not result.fits:
             why = result if isinstance(result, str) else result.reason or "no room"
             lost = sum(p.count for p in podsets)
             message = f"no room for {lost} replacement pods ({lost_because}): {why}"
+            anywhere = place_or_message(view, placement) if blockers else None
+            if isinstance(anywhere, PlacementResult) and anywhere.fits:
+                message += self._backfill_note(workload, queue, blockers, now, started_at)
             return self._evict(key, message, moves)
         sequence = self._next_sequence()
         usage = {NodeName(node): taken for node, taken in result.usage().items()}
@@ -746,6 +758,7 @@ class Admission:
         self._expire(now)
         out: list[Decision] = []
         self._drop_reservations(out, heads=None)
+        self._replan_on_time(now)
         self._heads = {}
         self._grow_all(out, now)
         tree = self.tree()
@@ -1025,6 +1038,10 @@ class Admission:
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
         wanted: list[PodSetSpec] = []
         assert record.admitted is not None
+        started_at = record.admitted_at
+        blockers = self._blockers(
+            workload, queue, topology, now=now, started_at=started_at, nomination=nomination
+        )
         for name, extra in sorted(growth_of(workload, record.admitted).items()):
             admitted = record.admitted
             assert admitted is not None
@@ -1039,8 +1056,12 @@ class Admission:
                 capacity=self.capacity,
                 topology=topology,
                 profile=profile,
+                outside=blockers,
             )
             if isinstance(outcome, Failure):
+                if blockers and outcome.request and self._fits(topology, outcome.request):
+                    note = self._backfill_note(workload, queue, blockers, now, started_at)
+                    outcome = replace(outcome, message=outcome.message + note)
                 failure = failure or outcome
                 if outcome.request is not None:
                     wanted.extend(outcome.request.podsets)
@@ -1167,6 +1188,74 @@ class Admission:
                 self._reserved.setdefault(held.topology, []).append(held)
         return self._reserved.get(topology, [])
 
+    def _blockers(
+        self,
+        workload: WorkloadState,
+        queue: QueueConfig,
+        topology: str,
+        *,
+        now: float,
+        started_at: float | None = None,
+        nomination: Nomination | None = None,
+    ) -> list[Reserved]:
+        """The reservations ``workload`` is kept off (:func:`~tidegate.policy.reservation.
+        blocking`, the one rule): for a new admission, and, with ``started_at`` (when the
+        admission it holds was made), for its growth and the replacement of its lost slots.
+        The nodes of its ``nomination`` (room preemption freed for it) stay open to it."""
+        return blocking(
+            self._reservations_on(topology),
+            workload=key_of(workload),
+            runtime_seconds=declared_runtime(workload, queue),
+            now=now,
+            started_at=started_at,
+            opened=nomination.nodes if nomination is not None else (),
+        )
+
+    def _fits(self, topology: str, request: PlacementRequest) -> bool:
+        """Whether ``request`` fits ``topology``'s live view, reserved nodes included."""
+        anywhere = self.capacity.place(topology, request)
+        return isinstance(anywhere, PlacementResult) and anywhere.fits
+
+    @staticmethod
+    def _backfill_note(
+        workload: WorkloadState,
+        queue: QueueConfig,
+        blockers: Sequence[Reserved],
+        now: float,
+        started_at: float | None = None,
+    ) -> str:
+        """Why ``workload`` may not use the first of ``blockers``, as ``"; <why>"`` to append
+        to a message about pods that would fit on their nodes ("" when there are none)."""
+        if not blockers:
+            return ""
+        runtime = declared_runtime(workload, queue)
+        note = backfill_note(blockers[0], runtime_seconds=runtime, now=now, started_at=started_at)
+        return f"; {note}"
+
+    def _replan_on_time(self, now: float) -> None:
+        """Try again, this cycle, the gangs whose reservation time alone made stale
+        (:func:`~tidegate.policy.reservation.replan_due`): their plan is made anew and
+        republished if it changed, though nothing else moved."""
+        running: set[str] | None = None
+        for record in self.records.values():
+            held = record.reservation
+            if held is None:
+                continue
+            if running is None:
+                running = {k for k, r in self.records.items() if r.admitted is not None}
+            if replan_due(held, running, now=now):
+                record.tried_at = None
+
+    def _reclaimed_from(self, victims: Sequence[str]) -> None:
+        """Preemption evicted ``victims``: the reservations waiting for any of them are
+        planned anew, even to a later start elsewhere (their room went to the preemptor)."""
+        gone = set(victims)
+        for record in self.records.values():
+            held = record.reservation
+            if held is not None and any(w.workload in gone for w in held.waits_for):
+                record.reclaimed = True
+                record.tried_at = None
+
     def _place_outside(
         self, topology: str, request: PlacementRequest, blockers: Sequence[Reserved]
     ) -> PlacementResult | str:
@@ -1236,13 +1325,17 @@ class Admission:
         body = reserved_message(
             plan, workload=workload, queue=queue.name, topology=topology, sequence=0, now=now
         )
+        reclaimed, record.reclaimed = record.reclaimed, False
         if held is not None and (
-            same_reservation(held, body) or keeps_reservation(held, body, occupants)
+            same_reservation(held, body)
+            or (not reclaimed and keeps_reservation(held, body, occupants))
         ):
             return
         body = msgspec.structs.replace(body, sequence=self._next_sequence())
         record.reservation = body
         self._reserved = None
+        if held is not None:
+            self._growth += 1  # its nodes or start moved: waiting workloads are tried again
         self.decisions.apply(body)
         out.append(Decision(key=key, body=body, workload=workload))
 
@@ -1252,6 +1345,7 @@ class Admission:
         """End the reservation ``key`` holds: a ``reservation-dropped`` decision."""
         record = self.records[key]
         held, record.reservation = record.reservation, None
+        record.reclaimed = False
         self._reserved = None
         assert held is not None
         body = ReservationDropped(
@@ -1523,22 +1617,14 @@ class Admission:
             return fit
         profile = workload.profile or queue.profile or DEFAULT_PROFILE
         placement = PlacementRequest(podsets=restricted, profile=profile)
-        runtime = declared_runtime(workload, queue)
-        blockers = blocking(
-            self._reservations_on(topology),
-            workload=key_of(workload),
-            runtime_seconds=runtime,
-            now=now,
-        )
+        blockers = self._blockers(workload, queue, topology, now=now, nomination=nominated)
         result = self._place_outside(topology, placement, blockers)
         if isinstance(result, str):
             return Failure("Invalid", result)
         if not result.fits:
             message = result.reason or "no room"
-            anywhere = self.capacity.place(topology, placement) if blockers else None
-            if isinstance(anywhere, PlacementResult) and anywhere.fits:
-                note = backfill_note(blockers[0], runtime_seconds=runtime, now=now)
-                message = f"{message}; {note}"
+            if blockers and self._fits(topology, placement):
+                message += self._backfill_note(workload, queue, blockers, now)
             return Failure("WaitingForCapacity", message, placement)
         return self._commit(
             workload, queue, restricted, result, request, demand, nominated, now, fit=fit

@@ -49,6 +49,7 @@ from tidegate.model import (
     PreemptRequested,
     QueueConfig,
     ReplaceRequested,
+    Reserved,
     Resources,
     TopologyAssignment,
     TopologyRequest,
@@ -291,13 +292,15 @@ def grow_podset(
     topology: str,
     profile: str,
     check: Callable[[QueueConfig, QuotaRequest], Failure | None] | None = None,
+    outside: Sequence[Reserved] = (),
 ) -> PodsetGrowth | Failure:
     """Grow podset ``name`` of ``admitted`` by up to ``extra`` pods: the largest count that
     passes ``queue``'s quota (by ``usage``) and placement on ``capacity`` in the first shape
     that takes any (next to its slots, then inside its required domain). Returns that growth,
     or why none could be admitted (with the whole delta as ``request`` when room lacks: what
     preemption would have to free). ``check``, when given, is the quota check instead of
-    ``usage``'s (admission's, which knows queue trees)."""
+    ``usage``'s (admission's, which knows queue trees). ``outside``: reservations the growth
+    is kept off (:func:`~tidegate.policy.reservation.blocking`, as for a new admission)."""
     spec = next(p for p in workload.podsets if p.name == name)
     try:
         shapes = delta_shapes(spec, admitted.assignments.get(name))
@@ -319,7 +322,8 @@ def grow_podset(
         if verdict is not None:
             return Failure(verdict.reason, f"{count} more pods of {name}: {verdict.message}")
         delta = msgspec.structs.replace(shape, count=count)
-        result = capacity.place(topology, PlacementRequest(podsets=[delta], profile=profile))
+        request = PlacementRequest(podsets=[delta], profile=profile)
+        result = capacity.place(topology, request, outside=outside)
         assert result is not None  # the topology is known (chosen among the known ones)
         if isinstance(result, str):
             return Failure("Invalid", result)

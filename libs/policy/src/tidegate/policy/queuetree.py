@@ -954,6 +954,26 @@ def report(tree: QueueTree, usage: Mapping[str, QueueUsage] | TreeState) -> list
     return out
 
 
+def lent(reports: Sequence[NodeReport]) -> dict[NodeId, dict[Dim, int]]:
+    """What each node of a :func:`report` lends now, per dimension of its ``lendable``: as
+    much of its unused quota as the other children of its parent borrow (never more than it
+    could lend, nor than they borrow). ``tidegate admit`` and the console show it beside
+    ``borrowed``."""
+    borrowed: dict[NodeId | None, dict[Dim, int]] = {}
+    for node in reports:
+        into = borrowed.setdefault(node.parent, {})
+        for dim, amount in node.borrowed.items():
+            into[dim] = into.get(dim, 0) + amount
+    out: dict[NodeId, dict[Dim, int]] = {}
+    for node in reports:
+        beside = borrowed.get(node.parent, {})
+        out[node.id] = {
+            dim: min(amount, beside.get(dim, 0) - node.borrowed.get(dim, 0))
+            for dim, amount in node.lendable.items()
+        }
+    return out
+
+
 # --------------------------------------------------------------------------- reclaim
 
 

@@ -17,16 +17,20 @@ ends it waits for. Nothing here decides by itself what admission publishes; it s
   reservation's nodes (only when its declared end is before the expected start);
 - :func:`view_without_reserved`: the capacity view a workload may be placed on;
 - :func:`reservation_allowed`: the per-queue and per-cluster limits;
-- :func:`drop_reason`: when a reservation ends;
+- :func:`drop_reason`: when a reservation ends; :func:`replan_due`: when time alone makes
+  its estimate stale;
 - :func:`reserved_message`: the :class:`~tidegate.model.Reserved` decision for a plan.
 
 Pure: no I/O, no clock (``now`` is always passed in).
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
+
+import msgspec
 
 from tidegate.model import (
     QueueConfig,
@@ -41,7 +45,8 @@ from tidegate.placement import CapacityView, PlacementRequest, PlacementResult, 
 from tidegate.placement.reasons import short_name
 
 DEFAULT_OVERRUN_SECONDS: Final = 300.0
-"""How far past ``now`` the end of a gang that outlived its declared runtime is expected."""
+"""At most how far past ``now`` the end of a gang that outlived its declared runtime is
+expected (its estimate moves in steps of this length: :func:`expected_end`)."""
 
 DEFAULT_MAX_RESERVATIONS_PER_CLUSTER: Final = 4
 """Most reservations in force in a cluster at once, whatever the queues allow."""
@@ -52,7 +57,8 @@ class ReservationSettings:
     """Cluster-wide reservation settings (to become part of admission's settings)."""
 
     overrun_seconds: float = DEFAULT_OVERRUN_SECONDS
-    """An overdue gang is expected to end this long after ``now`` (the estimate moves)."""
+    """An overdue gang is expected to end at most this long after ``now``; its estimate moves
+    in steps of this length (:func:`expected_end`)."""
     max_per_cluster: int = DEFAULT_MAX_RESERVATIONS_PER_CLUSTER
     """Most reservations in force at once in the cluster; 0 turns reservations off."""
 
@@ -97,14 +103,18 @@ def expected_end(
     """When ``occupant`` is expected to end and whether it is overdue; None: no declaration.
 
     A gang still within its declared runtime ends at its declared end. One that outlived it is
-    not stopped (tidegate never kills for this); it is expected to end ``overrun_seconds``
-    after ``now``, so the estimate moves forward each time it is recomputed."""
+    not stopped (tidegate never kills for this); it is expected to end at its declared end plus
+    as many ``overrun_seconds`` as it takes to be after ``now`` (at most ``overrun_seconds``
+    away). The estimate moves forward in those steps, once every ``overrun_seconds``, so that
+    recomputing it in between gives the same answer (a plan republished only when it
+    changed is not republished at every cycle)."""
     end = occupant.declared_end
     if end is None:
         return None
     if end > now:
         return end, False
-    return now + overrun_seconds, True
+    steps = math.floor((now - end) / overrun_seconds) + 1
+    return end + steps * overrun_seconds, True
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,13 +270,27 @@ def plan_reservation(
 # --------------------------------------------------------------------------- backfill
 
 
-def may_backfill(reservation: Reserved, *, runtime_seconds: float | None, now: float) -> bool:
+def may_backfill(
+    reservation: Reserved,
+    *,
+    runtime_seconds: float | None,
+    now: float,
+    started_at: float | None = None,
+) -> bool:
     """Whether a workload declaring ``runtime_seconds``, admitted ``now``, may run on the
     nodes of ``reservation``: only when its declared end is before the expected start (it
-    cannot delay the reserved gang). A workload declaring no runtime never may."""
+    cannot delay the reserved gang). A workload declaring no runtime never may.
+
+    ``started_at``: for a workload already running (its growth, the replacements of its lost
+    slots), when it was admitted: its new pods end with it, so its declared end counts from
+    there; one that has outlived its declared runtime (overdue) never may, since its end is
+    no longer known."""
     if runtime_seconds is None:
         return False
-    return now + runtime_seconds < reservation.expected_start
+    end = (now if started_at is None else started_at) + runtime_seconds
+    if started_at is not None and end <= now:
+        return False
+    return end < reservation.expected_start
 
 
 def blocking(
@@ -275,13 +299,29 @@ def blocking(
     workload: str,
     runtime_seconds: float | None,
     now: float,
+    started_at: float | None = None,
+    opened: Collection[str] = (),
 ) -> list[Reserved]:
-    """The reservations (of other gangs) whose nodes ``workload`` may not be placed on."""
-    return [
-        r
-        for r in reservations
-        if r.workload != workload and not may_backfill(r, runtime_seconds=runtime_seconds, now=now)
-    ]
+    """The reservations (of other gangs) whose nodes ``workload`` may not be placed on: the
+    one rule for a new admission, the growth of an admitted workload and the replacement of
+    its lost slots (``started_at``: :func:`may_backfill`).
+
+    ``opened``: nodes preemption freed for this very workload (its nomination). Inference may
+    reclaim from a reserved domain, so the room it was given is not kept from it: those nodes
+    are left out of the reservations returned (and the reservation is recomputed)."""
+    out = []
+    for r in reservations:
+        if r.workload == workload or may_backfill(
+            r, runtime_seconds=runtime_seconds, now=now, started_at=started_at
+        ):
+            continue
+        if opened and any(node in opened for node in r.nodes):
+            kept = [node for node in r.nodes if node not in opened]
+            if not kept:
+                continue
+            r = msgspec.structs.replace(r, nodes=kept)
+        out.append(r)
+    return out
 
 
 def view_without_reserved(view: CapacityView, reservations: Iterable[Reserved]) -> CapacityView:
@@ -297,8 +337,15 @@ def view_without_reserved(view: CapacityView, reservations: Iterable[Reserved]) 
     return work
 
 
-def backfill_note(reservation: Reserved, *, runtime_seconds: float | None, now: float) -> str:
-    """Why a workload may not use ``reservation``'s nodes, for its pending message."""
+def backfill_note(
+    reservation: Reserved,
+    *,
+    runtime_seconds: float | None,
+    now: float,
+    started_at: float | None = None,
+) -> str:
+    """Why a workload may not use ``reservation``'s nodes, for its pending message
+    (``started_at``: as for :func:`may_backfill`)."""
     where = describe_domain(reservation.level, reservation.domain)
     until = _clock(reservation.expected_start)
     if runtime_seconds is None:
@@ -306,9 +353,16 @@ def backfill_note(reservation: Reserved, *, runtime_seconds: float | None, now: 
             f"{where} is reserved for {reservation.workload} (expected start {until}); this "
             "workload declares no runtime (tidegate.io/max-runtime), so it cannot backfill"
         )
+    end = (now if started_at is None else started_at) + runtime_seconds
+    if started_at is not None and end <= now:
+        return (
+            f"{where} is reserved for {reservation.workload} (expected start {until}); this "
+            f"workload outlived its declared runtime ({format_duration(runtime_seconds)}), "
+            "so it cannot backfill"
+        )
     return (
         f"{where} is reserved for {reservation.workload} (expected start {until}); this "
-        f"workload would end at {_clock(now + runtime_seconds)} "
+        f"workload would end at {_clock(end)} "
         f"(max runtime {format_duration(runtime_seconds)}), not before"
     )
 
@@ -464,6 +518,17 @@ def keeps_reservation(held: Reserved, planned: Reserved, occupants: Sequence[Occ
         return False
     running = {o.key for o in occupants}
     return all(w.workload not in running for w in held.waits_for)
+
+
+def replan_due(reservation: Reserved, running: Collection[str], *, now: float) -> bool:
+    """Whether time alone has made ``reservation``'s estimate stale, so that admission plans
+    it again though nothing else moved: a gang it waits for is still ``running`` (workload
+    keys of the admissions in force) at or past the end it was expected at. That gang has
+    outlived its declared runtime, or the moved estimate of one that had
+    (:func:`expected_end`); either way the expected start has become wrong (or has passed).
+    Until then the plan is the same and nothing is republished; an overdue gang makes it due
+    again every ``overrun_seconds``, not at every tick."""
+    return any(w.workload in running and w.expected_end <= now for w in reservation.waits_for)
 
 
 def same_reservation(a: Reserved, b: Reserved) -> bool:

@@ -33,16 +33,21 @@ function gpuCells(node) {
   return cells;
 }
 
+function clock(iso) {
+  return iso ? iso.slice(11, 16) + " UTC" : "-";
+}
+
 function renderNode(node, parent) {
   const prefix = parent ? parent + "-" : "";
   const short = prefix && node.name.startsWith(prefix) ? node.name.slice(prefix.length) : node.name;
   const state = node.ready ? (node.schedulable ? "" : " (cordoned)") : " NotReady";
+  const held = node.reserved_for ? `; held for ${node.reserved_for} (reservation)` : "";
   return el("div", {
-      class: "node" + (node.ready ? "" : " notready"),
+      class: "node" + (node.ready ? "" : " notready") + (node.reserved_for ? " held" : ""),
       "data-node": node.name, "data-gpus": node.gpus, "data-running": node.running,
       "data-released": node.released, "data-reserved": node.reserved, "data-free": node.free,
-      "data-ready": node.ready,
-      title: `${node.name}${state}: ${node.gpus} GPUs, ${node.running} running, ${node.released} released not running, ${node.reserved} reserved, ${node.free} free`,
+      "data-ready": node.ready, "data-reserved-for": node.reserved_for,
+      title: `${node.name}${state}: ${node.gpus} GPUs, ${node.running} running, ${node.released} released not running, ${node.reserved} reserved, ${node.free} free${held}`,
     },
     el("div", { class: "name" }, short),
     el("div", { class: "card" }, node.card || "no GPU model"),
@@ -59,13 +64,21 @@ function sumNodes(domain) {
 function renderDomain(domain) {
   const [gpus, used] = sumNodes(domain);
   const path = domain.path.join("/");
+  const held = domain.reservation;
   const box = el("div", {
-    class: "domain" + (selected === path ? " selected" : ""),
+    class: "domain" + (selected === path ? " selected" : "") + (held ? " reserved-domain" : ""),
     "data-level": domain.level, "data-path": path,
+    "data-reserved-for": held ? held.workload : null,
+    title: held ? held.message : null,
   });
   const title = el("div", { class: "title" }, domain.name, el("small", {}, `${domain.level} · ${used}/${gpus} GPUs in use`));
   title.addEventListener("click", () => selectDomain(domain));
   box.append(title);
+  if (held) {
+    const waits = held.waits_for.length ? ` when ${held.waits_for.join(", ")} end` : "";
+    box.append(el("div", { class: "reservation", "data-expected-start": held.expected_start },
+      `reserved for ${held.workload}`, el("span", { class: "muted" }, ` · expected start ${clock(held.expected_start)}${waits}`)));
+  }
   if (domain.children.length) box.append(el("div", { class: "children" }, ...domain.children.map(renderDomain)));
   if (domain.nodes) box.append(el("div", { class: "nodes" }, ...domain.nodes.map((n) => renderNode(n, domain.name))));
   return box;
@@ -157,7 +170,9 @@ function treeRows(node, depth, rows) {
       : el("td");
     rows.push(el("tr", { "data-node": `${node.kind}/${node.name}` }, name,
       el("td", {}, d ? `${d.dim} ${d.used}` + (d.nominal !== null ? ` / ${d.nominal}` : "") : "-"),
-      el("td", { class: d && d.borrowing ? "reason" : "muted" }, d ? d.borrowed : ""),
+      el("td", { class: d && d.borrowing ? "reason" : "muted", "data-borrowed": d ? d.borrowed : null }, d ? d.borrowed : ""),
+      el("td", { class: d && d.lending ? "lent" : "muted", "data-lent": d ? d.lent : null,
+                 title: d ? `could lend ${d.lendable}` : null }, d ? d.lent : ""),
       el("td", { class: "muted" }, d ? d.ceiling : "")));
   });
   for (const child of node.children) treeRows(child, depth + 1, rows);
@@ -189,7 +204,8 @@ function renderPending(pending) {
       el("td", {}, p.workload, el("div", { class: "muted" }, `${p.pods} pods, ${p.gpus} GPUs`)),
       el("td", {}, p.queue || "-"),
       el("td", {}, el("span", { class: "reason" }, p.reason || "-")),
-      el("td", {}, p.message, p.since ? el("div", { class: "muted" }, "since " + p.since) : null),
+      el("td", {}, p.message, p.reservation ? el("div", { class: "reservation" }, p.reservation) : null,
+        p.since ? el("div", { class: "muted" }, "since " + p.since) : null),
       el("td", {}, button, " ", trace));
     const detail = el("tr", { class: "detail" }, el("td", { colSpan: 5 }));
     detail.hidden = !opened.has(p.workload);
@@ -213,12 +229,23 @@ function renderTotals(totals) {
     el("span", {}, `${totals.free} free`), ...(totals.not_ready ? [el("span", { class: "reason" }, `${totals.not_ready} NotReady`)] : []));
 }
 
+function renderReservations(reservations) {
+  document.getElementById("reservations-section").hidden = !reservations.length;
+  const rows = reservations.map((r) => el("tr", { "data-workload": r.workload },
+    el("td", {}, r.workload, el("div", { class: "muted" }, r.queue)),
+    el("td", {}, r.where, el("div", { class: "muted" }, `${r.nodes.length} nodes`)),
+    el("td", {}, clock(r.expected_start), r.overdue.length ? el("div", { class: "reason" }, `${r.overdue.join(", ")} overdue`) : null),
+    el("td", { class: "muted" }, r.waits_for.join(", ") || "-")));
+  document.querySelector("#reservations tbody").replaceChildren(...rows);
+}
+
 function renderSnapshot(snapshot) {
   document.getElementById("cluster").textContent = snapshot.cluster;
   renderTotals(snapshot.totals);
   renderTopology(snapshot.map);
   renderQueues(snapshot.queues);
   renderTree(snapshot.tree || []);
+  renderReservations(snapshot.reservations || []);
   renderPending(snapshot.pending);
   loadDomain();
 }
