@@ -70,6 +70,7 @@ def decide(scenario: "AdmitScenario") -> dict[str, Any]:
         cycle_groups,
         dims_of,
         in_tree,
+        lent,
         plan_reclaim,
         report,
         take_turns,
@@ -222,20 +223,17 @@ def decide(scenario: "AdmitScenario") -> dict[str, Any]:
     queue_rows: dict[str, Any] = {}
     if tree is not None:
         nodes = report(tree, TreeState(tree, leaf))
+        lent_now = lent(nodes)
         for node in nodes:
             if node.id.kind != "queue":
                 continue
-            siblings = [n for n in nodes if n.parent == node.parent and n.id != node.id]
-            others = {dim: sum(n.borrowed.get(dim, 0) for n in siblings) for dim in node.lendable}
             queue_rows[node.id.name] = {
                 "cohort": node.parent.name if node.parent else None,
                 "usage": _amounts(node.usage),
                 "nominal": _amounts(node.nominal),
                 "borrowed": _amounts(node.borrowed),
                 "lendable": _amounts(node.lendable),
-                "lent": _amounts(
-                    {dim: min(amount, others[dim]) for dim, amount in node.lendable.items()}
-                ),
+                "lent": _amounts(lent_now[node.id]),
                 "share": node.share / 1000,
             }
     return {

@@ -30,7 +30,7 @@ tallies, :func:`usage_of_tallies`):
 - :func:`fair_order`: competing queues' heads by weighted dominant-resource share (lowest
   first), then priority, then FIFO, ties by key (Kueue's fair-sharing tournament).
 - :func:`report`: per node its quota, usage, borrowed and lendable amounts and share, for
-  ``tidegate queues`` and the Kueue-named metrics.
+  ``tidegate queues`` and the Kueue-named metrics; :func:`lent`: what of it others use.
 - :func:`plan_reclaim`: which whole gangs to preempt so a workload fits: the fewest, then the
   lowest priority and youngest, never more than needed, deterministic, under each queue's
   Kueue policies (:class:`~tidegate.model.QueuePreemption`), the tidal rules and, with fair
@@ -851,6 +851,20 @@ def report(tree: QueueTree, usage: Mapping[str, QueueUsage] | TreeState) -> list
     for node_id, node in tree.nodes.items():
         if node.parent is None:
             visit(node_id, 0)
+    return out
+
+
+def lent(nodes: Sequence[NodeReport]) -> dict[NodeId, dict[Dim, int]]:
+    """Per node of a :func:`report`, what of its unused quota the other nodes of its cohort
+    use now: its lendable amount, at most what its siblings borrow (with several lenders in
+    one cohort each is shown that bound: who lent a borrowed GPU is not recorded)."""
+    out: dict[NodeId, dict[Dim, int]] = {}
+    for node in nodes:
+        siblings = [n for n in nodes if n.parent == node.parent and n.id != node.id]
+        out[node.id] = {
+            dim: min(amount, sum(n.borrowed.get(dim, 0) for n in siblings))
+            for dim, amount in node.lendable.items()
+        }
     return out
 
 
