@@ -1193,7 +1193,9 @@ def lender_problems(
     and it must not leave W waiting so until the end of a ``settled`` log; and each such
     reclaim request is answered in its round: a ``preempted`` for W naming that request
     (``request_sequence``, or none), or W admitted, before admission asks again (and, when
-    ``settled``, at all). Admission's own decisions are replayed in its sequence order."""
+    ``settled``, at all) — unless it became moot first (W no longer fits the nominal beside
+    what Q holds, or no borrower is left). Admission's own decisions are replayed in its
+    sequence order."""
     nodes = quota_nodes(queues, cohorts)
     tree = QuotaArithmetic(nodes)
     log = distinct(decisions)
@@ -1270,8 +1272,10 @@ def lender_problems(
             case _:
                 pass
         for workload, request in list(asked.items()):
-            if {(workload, request.sequence), (workload, None)} & answered:
-                del asked[workload]
+            if {(workload, request.sequence), (workload, None)} & answered or not owed(
+                workload, request.queue
+            ):
+                del asked[workload]  # answered, or moot: the queue's own work took the room
     if settled:
         problems.extend(
             f"{workload}: reclaim request {request.sequence} never answered"
