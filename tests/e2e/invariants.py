@@ -97,8 +97,10 @@ from tidegate.kube.ungate import has_gate
 from tidegate.model import (
     Admitted,
     Message,
+    Pending,
     PodState,
     Preempted,
+    PreemptRequested,
     Released,
     parse_resources,
 )
@@ -946,3 +948,343 @@ def job_complete(job: Mapping[str, Any]) -> bool:
         c.get("type") == "Complete" and c.get("status") == "True"
         for c in job.get("status", {}).get("conditions") or []
     )
+
+
+# ---------------------------------------------------------------------- the queue tree
+
+QUOTA_REASONS: Final = ("ExceedsQuota", "CardQuotaExceeded")
+"""Pending reasons of a workload short of its queue's quota (docs/queues.md)."""
+Amounts = dict[str, int]
+
+
+@dataclass
+class QuotaNode:
+    """A Queue or Cohort object's quota fields, parsed (``cards`` keys are card models)."""
+
+    kind: str
+    """``queue`` or ``cohort``."""
+    name: str
+    parent: str | None
+    nominal: Amounts
+    borrowing: Amounts
+    lending: Amounts
+    capability: Amounts | None
+    """Ceiling per resource; a resource not named is not limited (None: no ceiling)."""
+    card_quota: Amounts | None
+    """Ceiling per card model; a model not named has 0 (None: no card ceiling)."""
+    reclaim_any: bool = False
+    """A Queue whose ``spec.preemption.reclaimWithinCohort`` is ``Any``."""
+    reclaimable: bool = True
+
+
+def quota_nodes(
+    queues: Iterable[Mapping[str, Any]], cohorts: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, str], QuotaNode]:
+    """(kind, name) → :class:`QuotaNode` of every Queue and Cohort object (as the API lists
+    them; a cohort a Queue names that no object defines is an empty root, docs/queues.md).
+    Card amounts are keyed ``"<model> cards"`` beside the resources."""
+
+    def amounts(spec: Mapping[str, Any], field: str, card_field: str) -> Amounts:
+        out = dict(parse_resources(spec.get(field)))
+        out.update({f"{m} cards": int(n) for m, n in (spec.get(card_field) or {}).items()})
+        return out
+
+    found: dict[tuple[str, str], QuotaNode] = {}
+    for kind, objects, parent_field in (("queue", queues, "cohort"), ("cohort", cohorts, "parent")):
+        for obj in objects:
+            spec = obj.get("spec") or {}
+            capability = spec.get("capability")
+            cards = spec.get("cardQuota")
+            preemption = spec.get("preemption") or {}
+            found[(kind, obj["metadata"]["name"])] = QuotaNode(
+                kind=kind,
+                name=obj["metadata"]["name"],
+                parent=spec.get(parent_field) or None,
+                nominal=amounts(spec, "nominalQuota", "cardNominalQuota"),
+                borrowing=amounts(spec, "borrowingLimit", "cardBorrowingLimit"),
+                lending=amounts(spec, "lendingLimit", "cardLendingLimit"),
+                capability=parse_resources(capability) if capability is not None else None,
+                card_quota={m: int(n) for m, n in cards.items()} if cards is not None else None,
+                reclaim_any=preemption.get("reclaimWithinCohort") == "Any",
+                reclaimable=spec.get("reclaimable", True) is not False,
+            )
+    for node in list(found.values()):
+        if node.parent is not None and ("cohort", node.parent) not in found:
+            found[("cohort", node.parent)] = QuotaNode(
+                "cohort", node.parent, None, {}, {}, {}, None, None
+            )
+    return found
+
+
+class QuotaArithmetic:
+    """Kueue's hierarchical-cohort arithmetic written out once more, small, from the objects
+    (docs/queues.md, "Borrowing and lending"): a node's subtree quota is its nominal plus
+    what its children lend up (their subtree quota, at most their lending limit); its
+    guaranteed part is what it never lends (subtree − lending limit); what counts against a
+    cohort is what its children use above their guaranteed parts; the most a node's subtree
+    can ever use (its *potential*) is its guaranteed part plus its parent's potential, capped
+    by its subtree quota plus its borrowing limit. Only the dimensions some node of a tree
+    names in a nominal or a limit are shared; the others are bounded by the ceilings only."""
+
+    def __init__(self, nodes: Mapping[tuple[str, str], QuotaNode]) -> None:
+        self.nodes = dict(nodes)
+        self.children: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for key, node in self.nodes.items():
+            if node.parent is not None:
+                self.children.setdefault(("cohort", node.parent), []).append(key)
+
+    def path(self, key: tuple[str, str]) -> list[tuple[str, str]]:
+        """The node, its parent, … up to its root (a cycle stops where it closes)."""
+        out = [key]
+        while (parent := self.nodes[out[-1]].parent) is not None:
+            if ("cohort", parent) in out:
+                break
+            out.append(("cohort", parent))
+        return out
+
+    def shared(self, key: tuple[str, str]) -> set[str]:
+        """The dimensions the tree of ``key`` shares."""
+        root = self.path(key)[-1]
+        dims: set[str] = set()
+        todo = [root]
+        while todo:
+            node = self.nodes[todo.pop()]
+            dims |= set(node.nominal) | set(node.borrowing) | set(node.lending)
+            todo.extend(self.children.get((node.kind, node.name), []))
+        return dims
+
+    def subtree(self, key: tuple[str, str], dim: str) -> int:
+        node = self.nodes[key]
+        return node.nominal.get(dim, 0) + sum(
+            self.lent_up(child, dim) for child in self.children.get(key, [])
+        )
+
+    def lent_up(self, key: tuple[str, str], dim: str) -> int:
+        limit = self.nodes[key].lending.get(dim)
+        quota = self.subtree(key, dim)
+        return quota if limit is None else min(quota, limit)
+
+    def guaranteed(self, key: tuple[str, str], dim: str) -> int:
+        return self.subtree(key, dim) - self.lent_up(key, dim)
+
+    def potential(self, key: tuple[str, str], dim: str) -> int:
+        node = self.nodes[key]
+        own = self.subtree(key, dim)
+        if node.parent is None:
+            return own
+        cap = self.guaranteed(key, dim) + self.potential(("cohort", node.parent), dim)
+        limit = node.borrowing.get(dim)
+        return cap if limit is None else min(cap, own + limit)
+
+    def counted(self, key: tuple[str, str], dim: str, usage: Mapping[str, Amounts]) -> int:
+        """What counts against ``key``'s subtree quota: a queue's usage, a cohort's
+        children's usage above their guaranteed parts."""
+        if key[0] == "queue":
+            return usage.get(key[1], {}).get(dim, 0)
+        return sum(
+            max(0, self.counted(child, dim, usage) - self.guaranteed(child, dim))
+            for child in self.children.get(key, [])
+        )
+
+    def total(self, key: tuple[str, str], usage: Mapping[str, Amounts]) -> Amounts:
+        """What the admitted workloads of ``key``'s subtree hold."""
+        if key[0] == "queue":
+            return dict(usage.get(key[1], {}))
+        out: Amounts = {}
+        for child in self.children.get(key, []):
+            out = res.add(out, self.total(child, usage))
+        return out
+
+
+def _charge(admitted: Admitted) -> Amounts:
+    return {
+        **admitted.charged,
+        **{f"{m} cards": n for m, n in admitted.charged_cards.items()},
+    }
+
+
+def _over_ceiling(node: QuotaNode, held: Mapping[str, int]) -> list[str]:
+    over = []
+    for dim, amount in sorted(held.items()):
+        if amount <= 0:
+            continue
+        if dim.endswith(" cards"):
+            if node.card_quota is not None:
+                ceiling = node.card_quota.get(dim.removesuffix(" cards"), 0)
+                if amount > ceiling:
+                    over.append(f"{dim} {amount} > card quota {ceiling}")
+        elif node.capability is not None and amount > node.capability.get(dim, amount):
+            over.append(f"{dim} {amount} > capability {node.capability[dim]}")
+    return over
+
+
+def quota_problems(
+    queues: Iterable[Mapping[str, Any]],
+    cohorts: Iterable[Mapping[str, Any]],
+    decisions: Iterable[Message],
+) -> list[str]:
+    """No queue ever above its ceiling nor above what its path up the tree allows, at any
+    point of the decision log: after each admission (in admission's sequence order, a
+    release ending its object's charge), for the admitted queue and every cohort above it,
+    what the admissions in force were charged (``charged``, ``charged_cards``) is within
+    each ``capability`` / ``cardQuota`` on the path (a cohort's bounds its subtree), within
+    the queue's potential (:class:`QuotaArithmetic`: nominal, borrowing limits of every
+    ancestor, lending limits of the others), and what counts against each cohort is within
+    its subtree quota (plus its borrowing limit below a root). ``queues`` and ``cohorts``
+    are the Queue and Cohort objects as listed (a run that changes them checks each span
+    with the objects of that span)."""
+    tree = QuotaArithmetic(quota_nodes(queues, cohorts))
+    held: dict[str, tuple[str, Amounts]] = {}
+    """uid → (queue, charge) of the admission in force."""
+    problems: list[str] = []
+    for decision in _by_sequence(decisions):
+        if isinstance(decision, Released):
+            held.pop(decision.uid, None)
+            continue
+        held[decision.uid] = (decision.queue, _charge(decision))
+        key = ("queue", decision.queue)
+        if key not in tree.nodes:
+            continue
+        usage: dict[str, Amounts] = {}
+        for queue, charge in held.values():
+            usage[queue] = res.add(usage.get(queue, {}), charge)
+        where = f"after admission {decision.sequence} of {decision.workload}"
+        shared = tree.shared(key)
+        for step in tree.path(key):
+            node = tree.nodes[step]
+            over = _over_ceiling(node, tree.total(step, usage))
+            problems.extend(f"{node.kind} {node.name} above its ceiling {where}: {o}" for o in over)
+            for dim in sorted(shared):
+                counted = tree.counted(step, dim, usage)
+                if step == key:
+                    bound, what = tree.potential(step, dim), "what its path allows"
+                elif node.parent is None:
+                    bound, what = tree.subtree(step, dim), "its subtree quota"
+                elif dim in node.borrowing:
+                    bound = tree.subtree(step, dim) + node.borrowing[dim]
+                    what = "its subtree quota plus its borrowing limit"
+                else:
+                    continue
+                if counted > bound:
+                    problems.append(
+                        f"{node.kind} {node.name} {where}: {dim} {counted} in use > {bound}, {what}"
+                    )
+    return problems
+
+
+def lender_problems(
+    queues: Iterable[Mapping[str, Any]],
+    cohorts: Iterable[Mapping[str, Any]],
+    decisions: Iterable[Message],
+    requests: Mapping[str, Mapping[str, int]],
+    training: Collection[str],
+    *,
+    settled: bool = False,
+) -> list[str]:
+    """A lender below its nominal whose lent quota borrowers hold gets it back within one
+    nomination round, from the decision log and the objects:
+
+    a workload W of ``requests`` (its gang's requests, as submitted) waits in queue Q on a
+    quota reason while the log shows Q *owed*: Q's Queue reclaims with ``Any``; W fits Q's
+    own nominal beside what Q holds, in every shared resource it requests, and the ceilings
+    on its path; and another queue of Q's tree, reclaimable, uses more than its nominal in
+    one of them while it holds only ``training`` workloads. Then admission must not publish
+    a quota wait for W (it asks to reclaim instead: ``preempt-requested`` with ``reclaim``),
+    and it must not leave W waiting so until the end of a ``settled`` log; and each such
+    reclaim request is answered in its round: a ``preempted`` for W naming that request
+    (``request_sequence``, or none), or W admitted, before admission asks again (and, when
+    ``settled``, at all) — unless it became moot first (W no longer fits the nominal beside
+    what Q holds, or no borrower is left). Admission's own decisions are replayed in its
+    sequence order."""
+    nodes = quota_nodes(queues, cohorts)
+    tree = QuotaArithmetic(nodes)
+    log = distinct(decisions)
+    answered = {(d.preemptor, d.request_sequence) for d in log if isinstance(d, Preempted)}
+    ordered = sorted(
+        (d for d in log if isinstance(d, Admitted | Released | Pending | PreemptRequested)),
+        key=lambda d: d.sequence,
+    )
+    held: dict[str, tuple[str, str, Amounts]] = {}
+    """uid → (workload, queue, charge) of the admission in force."""
+    waiting: dict[str, tuple[str, int]] = {}
+    """Workload → (its queue, the sequence of its quota wait) while it waits on quota."""
+    asked: dict[str, PreemptRequested] = {}
+    """Workload → its reclaim request not answered yet."""
+    problems: list[str] = []
+
+    def owed(workload: str, queue: str) -> bool:
+        key = ("queue", queue)
+        node = nodes.get(key)
+        request = requests.get(workload)
+        if node is None or request is None or node.parent is None or not node.reclaim_any:
+            return False
+        usage: dict[str, Amounts] = {}
+        holders: dict[str, set[str]] = {}
+        for who, where, charge in held.values():
+            usage[where] = res.add(usage.get(where, {}), charge)
+            holders.setdefault(where, set()).add(who)
+        shared = tree.shared(key) & {d for d, n in request.items() if n > 0}
+        mine = res.add(usage.get(queue, {}), dict(request))
+        if not shared or any(mine.get(d, 0) > node.nominal.get(d, 0) for d in shared):
+            return False
+        for step in tree.path(key):
+            if _over_ceiling(tree.nodes[step], res.add(tree.total(step, usage), dict(request))):
+                return False
+        root = tree.path(key)[-1]
+        return any(
+            other.kind == "queue"
+            and other.name != queue
+            and tree.path(okey)[-1] == root
+            and other.reclaimable
+            and holders.get(other.name, set()) <= set(training)
+            and any(usage.get(other.name, {}).get(d, 0) > other.nominal.get(d, 0) for d in shared)
+            for okey, other in nodes.items()
+        )
+
+    for decision in ordered:
+        match decision:
+            case Admitted():
+                held[decision.uid] = (decision.workload, decision.queue, _charge(decision))
+                waiting.pop(decision.workload, None)
+                asked.pop(decision.workload, None)
+            case Released():
+                held.pop(decision.uid, None)
+            case Pending(reason=reason, queue=str(queue)) if reason in QUOTA_REASONS:
+                if owed(decision.workload, queue):
+                    problems.append(
+                        f"{decision.workload} waits with {reason} (sequence "
+                        f"{decision.sequence}) though it fits queue {queue}'s nominal and "
+                        "borrowers hold what it lent: no reclaim asked"
+                    )
+                waiting[decision.workload] = (queue, decision.sequence)
+            case Pending():
+                waiting.pop(decision.workload, None)
+            case PreemptRequested(reclaim=True):
+                waiting.pop(decision.workload, None)
+                before = asked.get(decision.workload)
+                if before is not None:
+                    problems.append(
+                        f"{decision.workload}: reclaim request {before.sequence} not answered "
+                        f"before admission asked again ({decision.sequence})"
+                    )
+                if owed(decision.workload, decision.queue):
+                    asked[decision.workload] = decision
+            case _:
+                pass
+        for workload, request in list(asked.items()):
+            if {(workload, request.sequence), (workload, None)} & answered or not owed(
+                workload, request.queue
+            ):
+                del asked[workload]  # answered, or moot: the queue's own work took the room
+    if settled:
+        problems.extend(
+            f"{workload}: reclaim request {request.sequence} never answered"
+            for workload, request in asked.items()
+        )
+        problems.extend(
+            f"{workload} still waits on queue {queue}'s quota (since sequence {since}) though "
+            "it fits its nominal and borrowers hold what it lent: no reclaim asked"
+            for workload, (queue, since) in waiting.items()
+            if owed(workload, queue)
+        )
+    return problems

@@ -25,14 +25,18 @@ from typing import Final, TypeVar, cast
 from tidegate.bus import Bus, ConsumerSettings, DurableConsumer, Received, StateFollower, layout
 from tidegate.cli.demo_run import compressed_timeouts
 from tidegate.cli.demo_trace import (
+    CohortEntry,
     QueueEntry,
     WorkloadEntry,
+    cohort_object,
     priority_class_object,
     queue_object,
+    service_type,
     workload_object,
 )
 from tidegate.cli.stack import LocalStack, ServiceAccess, StackSettings
 from tidegate.kube import (
+    COHORTS,
     DEPLOYMENTS,
     EVENTS,
     JOBS,
@@ -53,6 +57,7 @@ from tidegate.model import (
     Preempted,
     PreemptRequested,
     Released,
+    parse_resources,
     subjects,
 )
 from tidegate.sim import SimCluster
@@ -70,8 +75,10 @@ from .invariants import (
     gated,
     job_complete,
     labels_of,
+    lender_problems,
     mirror_differences,
     pod_phase,
+    quota_problems,
     terminating,
 )
 
@@ -149,6 +156,14 @@ class System:
             managed_namespaces=[namespace], grace_seconds=grace_seconds, note=self.note
         )
         """The sampled invariants (sampled while :meth:`observing`)."""
+        self.queue_objects: list[JsonObject] = []
+        self.cohort_objects: list[JsonObject] = []
+        """The Queue and Cohort objects as last listed through the API (the queue tree the
+        quota invariants check against)."""
+        self.requests: dict[str, dict[str, int]] = {}
+        """Workload key → what its gang requests, as submitted (:meth:`submit`)."""
+        self.training: set[str] = set()
+        """Workloads submitted as training (the only possible victims of a reclaim)."""
 
     @property
     def violations(self) -> list[str]:
@@ -158,9 +173,13 @@ class System:
     # ------------------------------------------------------------------ set-up and input
 
     async def set_up(
-        self, *, priority_classes: Mapping[str, int], queues: Iterable[QueueEntry]
+        self,
+        *,
+        priority_classes: Mapping[str, int],
+        queues: Iterable[QueueEntry],
+        cohorts: Iterable[CohortEntry] = (),
     ) -> None:
-        """Create the managed namespace, priority classes and Queues."""
+        """Create the managed namespace, priority classes, Cohorts and Queues."""
         await self.kube.create(
             NAMESPACES,
             {
@@ -171,13 +190,23 @@ class System:
         )
         for name, value in priority_classes.items():
             await self.kube.create(PRIORITY_CLASSES, priority_class_object(name, value))
+        for cohort in cohorts:
+            await self.kube.create(COHORTS, cohort_object(cohort))
         for entry in queues:
             await self.kube.create(QUEUES, queue_object(entry))
+        await self.list_queue_tree()
 
     async def submit(self, *entries: WorkloadEntry) -> None:
         """Create the Jobs / Deployments of trace entries, as a user would."""
         for entry in entries:
             resource = JOBS if entry.kind == "Job" else DEPLOYMENTS
+            key = f"{self.namespace}/{entry.name}"
+            self.requests[key] = {
+                name: amount * entry.pods
+                for name, amount in parse_resources(dict(entry.requests)).items()
+            }
+            if service_type(entry) == "training":
+                self.training.add(key)
             await self.kube.create(
                 resource, workload_object(entry, self.namespace), namespace=self.namespace
             )
@@ -304,7 +333,7 @@ class System:
         assert not dead, f"{context}: " + "\n".join(dead)
         refused = self.refused()
         assert not refused, f"{context}: the API server refused {refused}\n{self.report()}"
-        doubled = decision_problems(self.decisions)
+        doubled = decision_problems(self.decisions) + self.queue_tree_problems()
         assert not doubled, f"{context}: " + "\n".join(doubled) + "\n" + self.report()
         assert not self.violations, (
             f"{context}: invariants broken:\n" + "\n".join(self.violations) + "\n" + self.report()
@@ -446,9 +475,13 @@ class System:
         return cast(list[JsonObject], nodes.items), cast(list[JsonObject], pods.items)
 
     async def _sampler(self, stop: asyncio.Event) -> None:
+        listed_tree = 0.0
         while not stop.is_set():
             self.nodes, self.pods = await self.list_cluster()
             self.checks.sample(self.nodes, self.pods, time.monotonic())
+            if time.monotonic() - listed_tree > 1.0:
+                await self.list_queue_tree()
+                listed_tree = time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.1)
 
@@ -456,8 +489,34 @@ class System:
 
     def admission_problems(self) -> list[str]:
         """Every decision-log check, victims never released included
-        (:func:`~tests.e2e.invariants.decision_problems`)."""
-        return decision_problems(self.decisions, settled=True)
+        (:func:`~tests.e2e.invariants.decision_problems`), and the queue tree's, a lender
+        still owed a reclaim included (:meth:`queue_tree_problems`)."""
+        return decision_problems(self.decisions, settled=True) + self.queue_tree_problems(
+            settled=True
+        )
+
+    def queue_tree_problems(self, *, settled: bool = False) -> list[str]:
+        """No queue above its ceiling or what its path allows at any point of the log
+        (:func:`~tests.e2e.invariants.quota_problems`), and every lender given back what it
+        lent within a round (:func:`~tests.e2e.invariants.lender_problems`), against the
+        Queue and Cohort objects last listed."""
+        return quota_problems(
+            self.queue_objects, self.cohort_objects, self.decisions
+        ) + lender_problems(
+            self.queue_objects,
+            self.cohort_objects,
+            self.decisions,
+            self.requests,
+            self.training,
+            settled=settled,
+        )
+
+    async def list_queue_tree(self) -> None:
+        """List the Queue and Cohort objects through the API now."""
+        queues = await self.kube.list_objects(QUEUES)
+        cohorts = await self.kube.list_objects(COHORTS)
+        self.queue_objects = cast(list[JsonObject], queues.items)
+        self.cohort_objects = cast(list[JsonObject], cohorts.items)
 
     async def until_bus_agrees(self, *, within: float) -> None:
         """Wait until the capacity view and the pod mirror on the bus equal the simulator's

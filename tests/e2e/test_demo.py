@@ -160,7 +160,8 @@ def test_the_built_in_tidal_day(tmp_path: Path) -> None:
     """`tidegate demo` as shipped: a compressed day on 512 GPUs. The report, computed from the
     pods the API server listed and the decisions on the bus, shows the HPA-like driver scaling
     inference up by day and down at night, inference running more by day, training filling
-    the night, and charts beside report.md; the traces it wrote have the admission shape, and
+    the night, two training teams of one cohort borrowing and giving back by reclaim, and
+    charts beside report.md; the traces it wrote have the admission shape, and
     `tidegate explain` answers for every workload it ran."""
     workdir = tmp_path / "demo"
     result = subprocess.run(
@@ -216,15 +217,41 @@ def test_the_built_in_tidal_day(tmp_path: Path) -> None:
     # As the tide goes out in the evening, training takes the room back.
     assert evening["running"]["training"] > afternoon["running"]["training"]
 
-    # Waits per queue; preemptions only of training by inference, with the work they cost.
+    # Waits per queue; preemptions only of training: by inference (the tidal rules), or by
+    # training of the other team of its cohort getting its lent GPUs back (a reclaim).
     queues = report["waits_per_queue"]
-    assert queues["research"]["admitted"] > 0
-    assert queues["pretrain"]["admitted"] > 0
+    for queue in ("pretrain", "team-a", "team-b"):
+        assert queues[queue]["admitted"] > 0, queue
     workloads = report["workloads"]
+    reclaimed = {(r["at"], r["preemptor"]) for r in report["reclaims"]}
     for preemption in report["preemptions"]:
-        assert workloads[preemption["preemptor"]]["service_type"] == "inference"
+        preemptor = workloads[preemption["preemptor"]]
         for victim in preemption["victims"]:
             assert workloads[victim]["service_type"] == "training"
+        if preemptor["service_type"] == "training":
+            assert (preemption["at"], preemption["preemptor"]) in reclaimed
+            assert {workloads[v]["queue"] for v in preemption["victims"]} == (
+                {"team-a", "team-b"} - {preemptor["queue"]}
+            )
+        else:
+            assert preemptor["service_type"] == "inference"
+
+    # Two teams share the cohort research: each borrowed the other's idle GPUs at some
+    # moment, and team-a got what it lent back from team-b's sweep by reclaim, whole.
+    teams = report["teams"]
+    assert {teams[t]["cohort"] for t in ("team-a", "team-b")} == {"research"}
+    assert teams["team-b"]["peak_borrowed"] > 0
+    assert teams["team-a"]["peak_lent"] > 0
+    assert teams["team-b"]["borrowed_gpu_hours"] > 0
+    assert any(
+        r["preemptor"] == "research/team-a-finetune"
+        and r["victims"] == {"research/team-b-sweep": "InCohortReclamation"}
+        for r in report["reclaims"]
+    ), report["reclaims"]
+    assert teams["team-a"]["took_back"] >= 1
+    assert teams["team-b"]["gave_back"] >= 1
+    series = report["team_usage"]
+    assert len(series["at"]) == len(series["queues"]["team-a"]["usage"]) > 0
     losses = report["preemption_losses"]
     assert len(losses["victims"]) == sum(len(p["victims"]) for p in report["preemptions"])
     assert losses["gpu_hours"] == pytest.approx(

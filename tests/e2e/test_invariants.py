@@ -20,8 +20,10 @@ from tidegate.model import (
     DomainCount,
     LostAdmission,
     Message,
+    Pending,
     PodState,
     Preempted,
+    PreemptRequested,
     Released,
     TopologyAssignment,
 )
@@ -610,3 +612,210 @@ def test_a_pod_still_gated_while_its_workload_is_admitted_is_named() -> None:
     ]
     # Once admission releases web (preempted), its gated pod waits for a new admission.
     assert gated_forever([*log, preempted("t/web"), released("t/web", 4)], pods, owners) == []
+
+
+# ------------------------------------------------------------------------- the queue tree
+
+GPU = "nvidia.com/gpu"
+
+
+def queue_obj(name: str, cohort: str | None = None, **spec: Any) -> dict[str, Any]:
+    """A Queue object as the API lists it."""
+    return {"metadata": {"name": name}, "spec": {**({"cohort": cohort} if cohort else {}), **spec}}
+
+
+def cohort_obj(name: str, **spec: Any) -> dict[str, Any]:
+    """A Cohort object as the API lists it."""
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def charged(workload: str, queue: str, sequence: int, gpus: int) -> Admitted:
+    """An admission of ``workload`` in ``queue`` charged ``gpus`` GPUs."""
+    return Admitted(
+        workload=workload,
+        uid=f"uid-{workload}",
+        queue=queue,
+        sequence=sequence,
+        epoch=1,
+        assignments={},
+        charged={GPU: gpus},
+    )
+
+
+def freed(workload: str, queue: str, sequence: int) -> Released:
+    return Released(
+        workload=workload, uid=f"uid-{workload}", queue=queue, reason="Completed", sequence=sequence
+    )
+
+
+def test_a_queue_above_its_ceiling_or_what_its_path_allows_is_named() -> None:
+    """Two teams of 16 GPUs nominal in cohort research; team-b may borrow 4, team-a keeps 8
+    it never lends and has a ceiling of 20. Each bound fires on an admission that crosses it
+    and not on its harmless neighbour (the same amounts with a release in between)."""
+    queues = [
+        queue_obj(
+            "team-a",
+            "research",
+            nominalQuota={GPU: "16"},
+            lendingLimit={GPU: "8"},
+            capability={GPU: "20"},
+        ),
+        queue_obj("team-b", "research", nominalQuota={GPU: "16"}, borrowingLimit={GPU: "4"}),
+        queue_obj("alone", capability={GPU: "8"}),
+    ]
+    cohorts = [cohort_obj("research")]
+
+    def problems(*log: Message) -> list[str]:
+        return invariants.quota_problems(queues, cohorts, log)
+
+    # Within every bound: team-b borrows 4 of team-a's lendable 8.
+    assert problems(charged("t/b1", "team-b", 1, 16), charged("t/b2", "team-b", 2, 4)) == []
+    # team-b's borrowing limit: 16 + 4 at most.
+    (found,) = problems(charged("t/b1", "team-b", 1, 16), charged("t/b2", "team-b", 2, 8))
+    assert found == (
+        "queue team-b after admission 2 of t/b2: nvidia.com/gpu 24 in use > 20, what its path "
+        "allows"
+    )
+    # team-a's ceiling (its nominal and team-b's idle 16 would allow 32).
+    (found,) = problems(charged("t/a1", "team-a", 1, 24))
+    assert found == (
+        "queue team-a above its ceiling after admission 1 of t/a1: nvidia.com/gpu 24 > "
+        "capability 20"
+    )
+    # A queue outside any tree: its capability only.
+    assert problems(charged("t/x", "alone", 1, 8)) == []
+    assert problems(charged("t/x", "alone", 1, 9)) != []
+    # The pool: team-a uses its 16 while team-b borrows 4 of what team-a may lend.
+    log = [charged("t/b1", "team-b", 1, 20), charged("t/a1", "team-a", 2, 16)]
+    assert problems(*log) == [
+        "cohort research after admission 2 of t/a1: nvidia.com/gpu 28 in use > 24, its subtree "
+        "quota"
+    ]
+    # The same with team-b's borrowing gang released first: nothing to name.
+    assert problems(log[0], freed("t/b1", "team-b", 2), charged("t/a1", "team-a", 3, 16)) == []
+    # Order is admission's sequence, not the stream's: a release stored late still came first.
+    assert problems(log[0], charged("t/a1", "team-a", 3, 16), freed("t/b1", "team-b", 2)) == []
+
+
+def test_a_cohort_ceiling_and_a_nested_cohorts_borrowing_limit_are_named() -> None:
+    queues = [
+        queue_obj("a", "left", nominalQuota={GPU: "8"}),
+        queue_obj("b", "right", nominalQuota={GPU: "8"}),
+    ]
+    cohorts = [
+        cohort_obj("root", capability={GPU: "12"}),
+        cohort_obj("left", parent="root", borrowingLimit={GPU: "2"}),
+        cohort_obj("right", parent="root"),
+    ]
+    found = invariants.quota_problems(queues, cohorts, [charged("t/a", "a", 1, 11)])
+    assert found == [
+        "queue a after admission 1 of t/a: nvidia.com/gpu 11 in use > 10, what its path allows",
+        "cohort left after admission 1 of t/a: nvidia.com/gpu 11 in use > 10, its subtree quota "
+        "plus its borrowing limit",
+    ]
+    log = [charged("t/a", "a", 1, 8), charged("t/b", "b", 2, 6)]
+    assert invariants.quota_problems(queues, cohorts, log) == [
+        "cohort root above its ceiling after admission 2 of t/b: nvidia.com/gpu 14 > capability 12"
+    ]
+
+
+TEAMS = [
+    queue_obj(
+        "team-a", "research", nominalQuota={GPU: "16"}, preemption={"reclaimWithinCohort": "Any"}
+    ),
+    queue_obj("team-b", "research", nominalQuota={GPU: "16"}),
+]
+
+
+def quota_wait(workload: str, queue: str, sequence: int) -> Pending:
+    return Pending(
+        workload=workload,
+        uid=f"uid-{workload}",
+        queue=queue,
+        reason="ExceedsQuota",
+        message="over",
+        sequence=sequence,
+    )
+
+
+def reclaim(workload: str, queue: str, sequence: int) -> PreemptRequested:
+    return PreemptRequested(
+        workload=workload, uid=f"uid-{workload}", queue=queue, sequence=sequence, reclaim=True
+    )
+
+
+def answer(preemptor: str, request: int, *victims: str) -> Preempted:
+    return Preempted(
+        preemptor=preemptor,
+        preemptor_uid=f"uid-{preemptor}",
+        victims=list(victims),
+        request_sequence=request,
+        reclaimed=dict.fromkeys(victims, "InCohortReclamation"),
+        cohort="research",
+    )
+
+
+def test_a_lender_left_without_what_it_lent_is_named() -> None:
+    """team-b borrows all of team-a's idle 16 GPUs; team-a's job of 8 fits its nominal: it
+    must ask to reclaim, and the request must be answered within its round."""
+    requests = {"t/a": {GPU: 8, "cpu": 1000}}
+    borrowing = [charged("t/b1", "team-b", 1, 16), charged("t/b2", "team-b", 2, 16)]
+
+    def problems(*log: Message, settled: bool = True, training: tuple[str, ...] = ()) -> list[str]:
+        return invariants.lender_problems(
+            TEAMS, [], [*borrowing, *log], requests, training or ("t/b1", "t/b2"), settled=settled
+        )
+
+    # Asked, answered with the borrowing gang, admitted: nothing to name.
+    assert (
+        problems(
+            reclaim("t/a", "team-a", 3),
+            answer("t/a", 3, "t/b2"),
+            Released(workload="t/b2", uid="uid-t/b2", queue="team-b", reason="Evicted", sequence=4),
+            charged("t/a", "team-a", 5, 8),
+        )
+        == []
+    )
+    # A quota wait instead of a reclaim request.
+    assert problems(quota_wait("t/a", "team-a", 3), settled=False) == [
+        "t/a waits with ExceedsQuota (sequence 3) though it fits queue team-a's nominal and "
+        "borrowers hold what it lent: no reclaim asked"
+    ]
+    # Asked twice: the first round went unanswered.
+    assert problems(
+        reclaim("t/a", "team-a", 3), reclaim("t/a", "team-a", 4), answer("t/a", 4, "t/b2")
+    ) == ["t/a: reclaim request 3 not answered before admission asked again (4)"]
+    # Never answered by the end of a settled run; admitted meanwhile is an answer.
+    assert problems(reclaim("t/a", "team-a", 3)) == ["t/a: reclaim request 3 never answered"]
+    assert problems(reclaim("t/a", "team-a", 3), settled=False) == []
+    assert (
+        problems(
+            reclaim("t/a", "team-a", 3), freed("t/b2", "team-b", 4), charged("t/a", "team-a", 5, 8)
+        )
+        == []
+    )
+    # Moot: another job of team-a took the room before the answer (nothing left to reclaim
+    # for t/a), or the borrower finished.
+    assert problems(reclaim("t/a", "team-a", 3), charged("t/a2", "team-a", 4, 12)) == []
+    assert problems(reclaim("t/a", "team-a", 3), freed("t/b2", "team-b", 4)) == []
+    # Its own queue full: the wait is right until its own job ends, then it is owed a reclaim.
+    own = [charged("t/a0", "team-a", 3, 16), quota_wait("t/a", "team-a", 4)]
+    assert problems(*own, settled=False) == []
+    assert problems(*own, freed("t/a0", "team-a", 5)) == [
+        "t/a still waits on queue team-a's quota (since sequence 4) though it fits its nominal "
+        "and borrowers hold what it lent: no reclaim asked"
+    ]
+    # Not owed: the borrower is inference (never a victim), or the lender does not reclaim.
+    assert problems(quota_wait("t/a", "team-a", 3), training=("t/b1",)) == []
+    never = [TEAMS[0] | {"spec": {"cohort": "research", "nominalQuota": {GPU: "16"}}}, TEAMS[1]]
+    assert (
+        invariants.lender_problems(
+            never,
+            [],
+            [*borrowing, quota_wait("t/a", "team-a", 3)],
+            requests,
+            ["t/b1", "t/b2"],
+            settled=True,
+        )
+        == []
+    )

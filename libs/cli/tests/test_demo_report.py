@@ -2,6 +2,8 @@
 
 from tidegate.cli.demo_report import (
     DemoRecord,
+    Reclaim,
+    TeamShare,
     UsageSample,
     WorkloadRecord,
     domains_per_level,
@@ -12,6 +14,8 @@ from tidegate.cli.demo_report import (
     preemption_losses,
     render_markdown,
     render_text,
+    team_sample,
+    team_summaries,
     to_json,
     usage_by_period,
     usage_series,
@@ -248,3 +252,95 @@ def test_a_re_placement_is_no_new_admission_nor_gang() -> None:
     assert serve.admitted_at == [2.0]
     assert [g.at for g in record.gangs] == [2.0]
     assert gang_locality(record)["rack"].inside_one == 1
+
+
+def test_teams_sharing_a_cohort_show_use_borrowed_lent_and_reclaims() -> None:
+    """Two teams of one cohort: the queue tree's report sampled twice (team-b borrowing 8 of
+    team-a's idle GPUs, then team-a back within its nominal after a reclaim) gives per team
+    its GPUs used, borrowed and lent per period, the GPU-hours, and the reclaims."""
+    from tidegate.model import CohortConfig, QueueConfig
+    from tidegate.policy.queuetree import NodeReport, QueueTree, report
+    from tidegate.policy.quota import QueueUsage
+
+    gpu = "nvidia.com/gpu"
+    tree = QueueTree.build(
+        [
+            QueueConfig(name="team-a", parent="research", nominal={gpu: 16}),
+            QueueConfig(name="team-b", parent="research", nominal={gpu: 16}),
+            QueueConfig(name="alone"),
+        ],
+        [CohortConfig(name="research")],
+    )
+
+    def at(usage_a: int, usage_b: int) -> list[NodeReport]:
+        usage = {
+            "team-a": QueueUsage(resources={gpu: usage_a}),
+            "team-b": QueueUsage(resources={gpu: usage_b}),
+        }
+        return list(report(tree, usage))
+
+    record = DemoRecord(total_gpus=64, day_length=100.0)
+    record.workloads["ns/a"] = WorkloadRecord(
+        key="ns/a", kind="Job", queue="team-a", pods=1, gpus_per_pod=8, submitted_at=0
+    )
+    record.workloads["ns/b"] = WorkloadRecord(
+        key="ns/b", kind="Job", queue="team-b", pods=3, gpus_per_pod=8, submitted_at=0
+    )
+    record.teams.append(team_sample(0.0, at(0, 24)))
+    record.teams.append(team_sample(50.0, at(8, 0)))
+    record.teams.append(team_sample(100.0, at(8, 0)))
+    assert record.teams[0].queues == {
+        "team-a": TeamShare(cohort="research", nominal=16, usage=0, borrowed=0, lent=8),
+        "team-b": TeamShare(cohort="research", nominal=16, usage=24, borrowed=8, lent=0),
+    }
+    assert record.decision(
+        50.0,
+        Preempted(
+            preemptor="ns/a",
+            preemptor_uid="u",
+            victims=["ns/b"],
+            reclaimed={"ns/b": "InCohortReclamation"},
+            cohort="research",
+        ),
+    )
+    assert record.reclaims == [
+        Reclaim(
+            at=50.0, preemptor="ns/a", cohort="research", victims={"ns/b": "InCohortReclamation"}
+        )
+    ]
+
+    teams = team_summaries(record, periods=2)
+    a, b = teams["team-a"], teams["team-b"]
+    assert (a.nominal, a.cohort, b.nominal) == (16, "research", 16)
+    assert [(p.usage, p.borrowed, p.lent) for p in a.periods] == [(0, 0, 8), (8, 0, 0)]
+    assert [(p.usage, p.borrowed, p.lent) for p in b.periods] == [(24, 8, 0), (0, 0, 0)]
+    # 8 GPUs for 50 simulated seconds, a day of 100: 8 x 12 day-clock hours.
+    assert b.borrowed_gpu_hours == a.lent_gpu_hours == 8 * 12
+    assert (a.peak_lent, b.peak_borrowed) == (8, 8)
+    assert (a.took_back, a.gave_back, b.took_back, b.gave_back) == (1, 0, 0, 1)
+
+    text = render_text(record)
+    assert "teams sharing a cohort (mean GPUs used / borrowed / lent):" in text
+    assert (
+        "team-b     cohort research, nominal 16: 00-06h 24/8/0, 06-12h 0/0/0, 12-18h 0/0/0" in text
+    )
+    assert "reclaim at 50s in cohort research: ns/a took back ns/b (InCohortReclamation)" in text
+    assert "## Teams sharing a cohort" in render_markdown(record)
+    data = to_json(record)
+    assert data["teams"]["team-a"]["lent_gpu_hours"] == 96  # type: ignore[index]
+    assert data["team_usage"]["queues"]["team-b"]["borrowed"] == [8, 0, 0]  # type: ignore[index]
+    assert data["reclaims"] == [
+        {
+            "at": 50.0,
+            "preemptor": "ns/a",
+            "cohort": "research",
+            "victims": {"ns/b": "InCohortReclamation"},
+        }
+    ]
+
+
+def test_a_record_without_cohorts_shows_no_teams() -> None:
+    record = record_with("ns/a")
+    assert team_summaries(record) == {}
+    assert "teams sharing a cohort" not in render_text(record)
+    assert to_json(record)["teams"] == {}

@@ -7,6 +7,7 @@ import pytest
 from tidegate.cli.demo_trace import (
     Autoscale,
     TraceError,
+    cohort_object,
     desired_replicas,
     load_at,
     load_trace,
@@ -18,7 +19,7 @@ from tidegate.cli.demo_trace import (
 
 def test_the_built_in_trace_parses_and_covers_each_family() -> None:
     trace = load_trace(None)
-    assert {q.name for q in trace.queues} >= {"online", "pretrain", "research"}
+    assert {q.name for q in trace.queues} >= {"online", "pretrain", "team-a", "team-b"}
     annotations = " ".join(
         key for w in trace.workloads for key in {**w.annotations, **w.template_annotations}
     )
@@ -181,7 +182,8 @@ KALOS_RUN_TIME_MEAN_OVER_MEDIAN = 1259.689 / 124.0
 def test_the_built_in_trace_is_a_tidal_day_with_the_published_training_mix() -> None:
     trace = load_trace(None)
     assert trace.day_length is not None
-    training = [w for w in trace.workloads if w.queue in ("pretrain", "research")]
+    training = [w for w in trace.workloads if w.name.startswith(("pretrain-", "sft-", "eval-"))]
+    assert {w.queue for w in training} == {"pretrain", "team-a", "team-b"}
     sizes = [w.pods * int(w.requests.get("nvidia.com/gpu", 0)) for w in training]
     assert len(sizes) >= 30
     assert statistics.fmean(sizes) == pytest.approx(KALOS_MEAN_GPUS, rel=0.05)
@@ -205,3 +207,43 @@ def test_the_built_in_trace_is_a_tidal_day_with_the_published_training_mix() -> 
     # Training arrives mostly when inference is low: at night and in the evening.
     off_peak = [w for w in training if w.at < 6 * hour or w.at >= 18 * hour]
     assert len(off_peak) > len(training) / 2
+
+
+def test_the_built_in_day_has_two_training_teams_sharing_a_cohort() -> None:
+    """team-a and team-b share the Cohort research: each a nominal GPU quota, both opted in to
+    reclaim among training; a sweep of team-b borrows, then team-a's fine-tune, within its
+    nominal, needs what it lent. The Cohort and Queues are the objects the demo creates."""
+    trace = load_trace(None)
+    (research,) = [c for c in trace.cohorts if c.name == "research"]
+    assert cohort_object(research) == {
+        "apiVersion": "tidegate.io/v1alpha1",
+        "kind": "Cohort",
+        "metadata": {"name": "research"},
+        "spec": {},
+    }
+    teams = {q.name: q.spec for q in trace.queues if q.spec.get("cohort") == "research"}
+    assert set(teams) == {"team-a", "team-b"}
+    nominal = {}
+    for name, spec in teams.items():
+        assert spec["preemption"] == {"reclaimWithinCohort": "Any"}
+        assert spec["reclaimable"] is True
+        quota = spec["nominalQuota"]
+        assert isinstance(quota, dict)
+        nominal[name] = int(quota["nvidia.com/gpu"])
+    entries = {w.name: w for w in trace.workloads}
+    sweep, finetune = entries["team-b-sweep"], entries["team-a-finetune"]
+
+    def gpus(name: str) -> int:
+        return entries[name].pods * int(entries[name].requests["nvidia.com/gpu"])
+
+    assert (sweep.queue, finetune.queue) == ("team-b", "team-a")
+    assert gpus("team-b-sweep") > nominal["team-b"]  # it borrows
+    assert gpus("team-a-finetune") <= nominal["team-a"]  # within its nominal: it may reclaim
+    assert sweep.at < finetune.at < sweep.at + (sweep.duration or 0)
+
+
+def test_cohorts_in_a_trace_are_parsed_and_named_on_error() -> None:
+    trace = parse_trace("cohorts: [{name: c, spec: {parent: root}}]")
+    assert [(c.name, c.spec) for c in trace.cohorts] == [("c", {"parent": "root"})]
+    with pytest.raises(TraceError, match=r"cohorts\[0\]"):
+        parse_trace("cohorts: [{spec: {}}]")

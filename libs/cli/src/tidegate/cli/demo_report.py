@@ -10,10 +10,11 @@ drawn from :func:`to_json`'s data by :mod:`tidegate.cli.demo_charts`.
 """
 
 import dataclasses
+import itertools
 import re
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tidegate.model import (
@@ -25,6 +26,8 @@ from tidegate.model import (
     Released,
     TopologyAssignment,
 )
+from tidegate.policy.cards import WHOLE_GPU_RESOURCE
+from tidegate.policy.queuetree import Dim, NodeReport, lent
 
 JsonObject = dict[str, object]
 
@@ -85,6 +88,38 @@ class Scaling:
     before: int
     after: int
     load: float
+
+
+@dataclass(frozen=True)
+class TeamShare:
+    """One queue of a cohort at one moment, in GPUs (``nvidia.com/gpu``): its nominal quota,
+    what its admitted workloads hold, what of that it borrows from its cohort, and what of its
+    unused nominal the other queues of the cohort use (lent)."""
+
+    cohort: str
+    nominal: int
+    usage: int
+    borrowed: int
+    lent: int
+
+
+@dataclass(frozen=True)
+class TeamSample:
+    """The queues of every cohort at one moment (queue name → :class:`TeamShare`)."""
+
+    at: float
+    queues: dict[str, TeamShare]
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """One preemption that gave lent quota back: the preemptor, the cohort, and per victim
+    the Kueue reason (``InCohortReclamation``, …)."""
+
+    at: float
+    preemptor: str
+    cohort: str | None
+    victims: dict[str, str]
 
 
 @dataclass
@@ -149,6 +184,10 @@ class DemoRecord:
     scalings: list[Scaling] = field(default_factory=list)
     day_length: float | None = None
     """Simulated seconds standing for 24 hours, when the trace is a compressed day."""
+    teams: list[TeamSample] = field(default_factory=list)
+    """The queues of cohorts over time (sampled with GPU use; empty without cohorts)."""
+    reclaims: list[Reclaim] = field(default_factory=list)
+    """Preemptions that gave a queue its lent quota back."""
 
     def decision(self, at: float, body: Message) -> str | None:
         """Record one decision; returns the line to print live (None for uninteresting ones)."""
@@ -188,12 +227,22 @@ class DemoRecord:
             case Preempted():
                 self.decisions["preempted"] += 1
                 self.preemptions.append((at, body.preemptor, list(body.victims)))
+                if body.reclaimed:
+                    self.reclaims.append(
+                        Reclaim(
+                            at=at,
+                            preemptor=body.preemptor,
+                            cohort=body.cohort,
+                            victims=dict(body.reclaimed),
+                        )
+                    )
                 for victim in body.victims:
                     record = self.workloads.get(victim)
                     if record is not None:
                         record.preempted_by.append((at, body.preemptor))
                 victims = ", ".join(f"{v} ({body.mode.get(v, 'restart')})" for v in body.victims)
-                return f"preempted {body.preemptor:<28} evicted whole: {victims}"
+                why = f" - lent quota of cohort {body.cohort} reclaimed" if body.reclaimed else ""
+                return f"preempted {body.preemptor:<28} evicted whole: {victims}{why}"
             case Released():
                 self.decisions["released"] += 1
                 record = self.workloads.get(body.workload)
@@ -430,6 +479,118 @@ def gpu_hours_lost(record: DemoRecord) -> float:
     return sum(loss.gpu_seconds for loss in preemption_losses(record)) * record.clock / 3600
 
 
+GPU_DIM = Dim("resource", WHOLE_GPU_RESOURCE)
+
+
+def team_sample(at: float, nodes: Sequence[NodeReport]) -> TeamSample:
+    """The queues of cohorts in a :func:`~tidegate.policy.queuetree.report` of the queue tree,
+    in GPUs (queues without a cohort are left out)."""
+    lent_now = lent(nodes)
+    return TeamSample(
+        at=at,
+        queues={
+            node.id.name: TeamShare(
+                cohort=node.parent.name,
+                nominal=node.nominal.get(GPU_DIM, 0),
+                usage=node.usage.get(GPU_DIM, 0),
+                borrowed=node.borrowed.get(GPU_DIM, 0),
+                lent=lent_now.get(node.id, {}).get(GPU_DIM, 0),
+            )
+            for node in nodes
+            if node.id.kind == "queue" and node.parent is not None
+        },
+    )
+
+
+@dataclass(frozen=True)
+class TeamPeriod:
+    """A cohort queue's mean GPUs used, borrowed and lent over one slice of the run."""
+
+    start: float
+    end: float
+    usage: float
+    borrowed: float
+    lent: float
+
+
+@dataclass(frozen=True)
+class TeamSummary:
+    """A cohort queue over the run: its nominal, its means per period, its peak borrowing,
+    the GPU-hours it borrowed and lent (day clock for a compressed day), and its reclaims:
+    ``took_back`` preemptions it made to get lent GPUs back, ``gave_back`` gangs of it taken."""
+
+    cohort: str
+    nominal: int
+    periods: list[TeamPeriod]
+    peak_borrowed: int
+    peak_lent: int
+    borrowed_gpu_hours: float
+    lent_gpu_hours: float
+    took_back: int
+    gave_back: int
+
+
+def team_summaries(record: DemoRecord, periods: int = 4) -> dict[str, TeamSummary]:
+    """Per queue of a cohort, by name: :class:`TeamSummary` from the record's samples (each
+    sample's value held until the next) and its reclaims."""
+    if not record.teams:
+        return {}
+    span = record.day_length or max(t.at for t in record.teams) or 1.0
+    names = sorted({name for sample in record.teams for name in sample.queues})
+    keyed = {w.key: w.queue for w in record.workloads.values()}
+    out: dict[str, TeamSummary] = {}
+    for name in names:
+        seen = [(t.at, t.queues[name]) for t in record.teams if name in t.queues]
+        rows = []
+        for index in range(periods):
+            start, end = span * index / periods, span * (index + 1) / periods
+            inside = [share for at, share in seen if start <= at < end]
+            rows.append(
+                TeamPeriod(
+                    start=start,
+                    end=end,
+                    usage=_mean([s.usage for s in inside]),
+                    borrowed=_mean([s.borrowed for s in inside]),
+                    lent=_mean([s.lent for s in inside]),
+                )
+            )
+        borrowed = lent_total = 0.0
+        for (at, share), (later, _) in itertools.pairwise(seen):
+            borrowed += share.borrowed * (later - at)
+            lent_total += share.lent * (later - at)
+        out[name] = TeamSummary(
+            cohort=seen[-1][1].cohort,
+            nominal=seen[-1][1].nominal,
+            periods=rows,
+            peak_borrowed=max(share.borrowed for _, share in seen),
+            peak_lent=max(share.lent for _, share in seen),
+            borrowed_gpu_hours=borrowed * record.clock / 3600,
+            lent_gpu_hours=lent_total * record.clock / 3600,
+            took_back=sum(1 for r in record.reclaims if keyed.get(r.preemptor) == name),
+            gave_back=sum(
+                1 for r in record.reclaims for victim in r.victims if keyed.get(victim) == name
+            ),
+        )
+    return out
+
+
+def team_series(record: DemoRecord) -> JsonObject:
+    """The cohort queues' GPUs over time: ``at`` and, per queue, ``usage``, ``borrowed`` and
+    ``lent`` columns (0 where a sample does not show the queue)."""
+    names = sorted({name for sample in record.teams for name in sample.queues})
+    empty = TeamShare(cohort="", nominal=0, usage=0, borrowed=0, lent=0)
+    return {
+        "at": [t.at for t in record.teams],
+        "queues": {
+            name: {
+                column: [getattr(t.queues.get(name, empty), column) for t in record.teams]
+                for column in ("usage", "borrowed", "lent")
+            }
+            for name in names
+        },
+    }
+
+
 def _mean(values: list[int]) -> float:
     return statistics.fmean(values) if values else 0.0
 
@@ -474,6 +635,7 @@ def render_text(record: DemoRecord, *, width: int = 60) -> str:
         ]
         lines.append(f"  |{sparkline(shares)}|")
     lines.extend(_tidal_lines(record))
+    lines.extend(_team_lines(record))
     counts = ", ".join(f"{kind} {n}" for kind, n in sorted(record.decisions.items()))
     lines.append(f"decisions: {counts or 'none'}")
     return "\n".join(lines)
@@ -528,6 +690,75 @@ def _tidal_lines(record: DemoRecord) -> list[str]:
         f"gangs inside one {level}: {row.inside_one} of {row.gangs} ({row.share:.0%})"
         for level, row in gang_locality(record).items()
     )
+    return lines
+
+
+def _team_lines(record: DemoRecord) -> list[str]:
+    """Per queue of a cohort: GPUs used / borrowed / lent per period, and its reclaims."""
+    teams = team_summaries(record)
+    if not teams:
+        return []
+    lines = ["teams sharing a cohort (mean GPUs used / borrowed / lent):"]
+    for name, team in teams.items():
+        periods = ", ".join(
+            f"{_period_name(record, _as_period(p))} {p.usage:.0f}/{p.borrowed:.0f}/{p.lent:.0f}"
+            for p in team.periods
+        )
+        lines.append(f"  {name:<10} cohort {team.cohort}, nominal {team.nominal}: {periods}")
+        lines.append(
+            f"  {'':<10} borrowed {team.borrowed_gpu_hours:.0f}, lent "
+            f"{team.lent_gpu_hours:.0f} {_unit(record)}; took lent GPUs back {team.took_back}x, "
+            f"gave back {team.gave_back} gangs"
+        )
+    for reclaim in record.reclaims:
+        victims = ", ".join(f"{v} ({why})" for v, why in reclaim.victims.items())
+        lines.append(
+            f"reclaim at {reclaim.at:.0f}s in cohort {reclaim.cohort}: {reclaim.preemptor} "
+            f"took back {victims}"
+        )
+    return lines
+
+
+def _as_period(row: TeamPeriod) -> PeriodUsage:
+    return PeriodUsage(start=row.start, end=row.end, samples=0, running={}, gated={})
+
+
+def _team_markdown(record: DemoRecord) -> list[str]:
+    teams = team_summaries(record)
+    if not teams:
+        return []
+    lines = [
+        "## Teams sharing a cohort",
+        "",
+        "Mean GPUs used / borrowed from the cohort / lent to the cohort, per period; "
+        f"GPU-hours borrowed and lent ({_unit(record)}); reclaims made and suffered.",
+        "",
+        "| queue | cohort | nominal | "
+        + " | ".join(
+            _period_name(record, _as_period(p)) for p in next(iter(teams.values())).periods
+        )
+        + " | borrowed | lent | took back | gave back |",
+        "|---|---|---:|"
+        + "---:|" * len(next(iter(teams.values())).periods)
+        + "---:|---:|---:|---:|",
+    ]
+    for name, team in teams.items():
+        cells = " | ".join(f"{p.usage:.0f} / {p.borrowed:.0f} / {p.lent:.0f}" for p in team.periods)
+        lines.append(
+            f"| {name} | {team.cohort} | {team.nominal} | {cells} | "
+            f"{team.borrowed_gpu_hours:.0f} | {team.lent_gpu_hours:.0f} | {team.took_back} | "
+            f"{team.gave_back} |"
+        )
+    lines.append("")
+    if record.reclaims:
+        lines.extend(["| at s | preemptor | cohort | victims (reason) |", "|---:|---|---|---|"])
+        lines.extend(
+            f"| {r.at:.0f} | {r.preemptor} | {r.cohort or '-'} | "
+            + ", ".join(f"{v} ({why})" for v, why in r.victims.items())
+            + " |"
+            for r in record.reclaims
+        )
+        lines.append("")
     return lines
 
 
@@ -595,6 +826,7 @@ def render_markdown(record: DemoRecord, charts: dict[str, str] | None = None) ->
             for loss in losses
         )
         lines.append("")
+    lines.extend(_team_markdown(record))
     lines.extend(["## Gang placement", "", "| level | gangs | inside one domain | share |"])
     lines.append("|---|---:|---:|---:|")
     lines.extend(
@@ -648,6 +880,15 @@ def to_json(record: DemoRecord) -> JsonObject:
             {"at": s.at, "workload": s.workload, "from": s.before, "to": s.after, "load": s.load}
             for s in record.scalings
         ],
+        "teams": {
+            name: {
+                **dataclasses.asdict(team),
+                "periods": [dataclasses.asdict(p) for p in team.periods],
+            }
+            for name, team in team_summaries(record).items()
+        },
+        "team_usage": team_series(record),
+        "reclaims": [dataclasses.asdict(r) for r in record.reclaims],
         "decisions": dict(record.decisions),
         "preemptions": [
             {"at": at, "preemptor": p, "victims": v} for at, p, v in record.preemptions

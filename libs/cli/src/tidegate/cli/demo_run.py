@@ -1,7 +1,7 @@
 """The running part of ``tidegate demo`` (see :mod:`tidegate.cli.demo` for what it does).
 
 :func:`run_demo` starts the local stack, and :class:`DemoRunner` sets the simulated cluster up
-(priority classes, Queues), submits the trace's workloads on time through the Kubernetes API,
+(priority classes, Cohorts, Queues), submits the trace's workloads on time through the Kubernetes API,
 prints every decision from the bus as it arrives, samples GPU use and Job completion, and stops
 when every Job has finished or cannot be admitted (or at the trace's ``end_after``).
 """
@@ -15,14 +15,29 @@ from pathlib import Path
 
 import yaml
 
-from tidegate.bus import BusSettings, ConsumerSettings, DurableConsumer, Received, layout
+from tidegate.bus import (
+    BusSettings,
+    ConsumerSettings,
+    DurableConsumer,
+    Received,
+    StateFollower,
+    layout,
+)
 from tidegate.bus import connect as bus_connect
+from tidegate.cli.busview import BusView
 from tidegate.cli.console_server import serving
 from tidegate.cli.console_view import ConsoleView
-from tidegate.cli.demo_report import DemoRecord, Scaling, UsageSample, WorkloadRecord
+from tidegate.cli.demo_report import (
+    DemoRecord,
+    Scaling,
+    UsageSample,
+    WorkloadRecord,
+    team_sample,
+)
 from tidegate.cli.demo_trace import (
     Trace,
     WorkloadEntry,
+    cohort_object,
     desired_replicas,
     load_at,
     priority_class_object,
@@ -32,8 +47,10 @@ from tidegate.cli.demo_trace import (
 )
 from tidegate.cli.nodeagent import AgentSettings, NodeAgent
 from tidegate.cli.nodeagent import fake_nodes as agent_nodes
+from tidegate.cli.queues import tree_reports
 from tidegate.cli.stack import LocalStack, StackError, StackSettings
 from tidegate.kube import (
+    COHORTS,
     CRDS,
     DEPLOYMENTS,
     JOBS,
@@ -259,6 +276,8 @@ class DemoRunner:
         self.say = say
         self.time_scale = time_scale
         self.started = time.monotonic()
+        self.view = BusView()
+        """The bus's queues, cohorts and decisions in force: the teams' use of their cohort."""
 
     def now(self) -> float:
         """Simulated seconds since the trace started."""
@@ -285,6 +304,7 @@ class DemoRunner:
             await self._set_up(kube)
 
             async def on_decision(received: Received) -> None:
+                await self.view.on_decision(received)
                 text = self.record.decision(self.now(), received.envelope.body)
                 if text is not None:
                     self.line(text)
@@ -302,7 +322,21 @@ class DemoRunner:
             )
             stop = asyncio.Event()
             self.started = time.monotonic()
+            # The queue tree's definitions and workloads, for the teams' use of their cohort.
+            tree = StateFollower(
+                bus,
+                stream=layout.state_stream(cluster),
+                subjects=[
+                    f"tg.{cluster}.workload.>",
+                    f"tg.{cluster}.config.queue.>",
+                    f"tg.{cluster}.config.cohort.>",
+                ],
+                handler=self.view.on_state,
+                name="demo-queue-tree",
+            )
             async with asyncio.TaskGroup() as tasks:
+                following = tasks.create_task(tree.run())
+                tasks.create_task(_cancel_when(stop, following))
                 tasks.create_task(consumer.run(stop))
                 tasks.create_task(self._submit_all(kube))
                 for entry in self.trace.workloads:
@@ -332,6 +366,12 @@ class DemoRunner:
         for name, value in self.trace.priority_classes.items():
             with contextlib.suppress(AlreadyExists):
                 await kube.create(PRIORITY_CLASSES, priority_class_object(name, value))
+        for cohort in self.trace.cohorts:
+            try:
+                await kube.create(COHORTS, cohort_object(cohort))
+            except AlreadyExists:
+                await kube.patch(COHORTS, cohort.name, {"spec": dict(cohort.spec)})
+            self.say(f"  cohort {cohort.name}: {json.dumps(cohort.spec)}")
         for entry in self.trace.queues:
             try:
                 await kube.create(QUEUES, queue_object(entry))
@@ -428,6 +468,13 @@ class DemoRunner:
                 gated[kind] = gated.get(kind, 0) + _pod_gpus(pod)
         return UsageSample(at=self.now(), running=running, gated=gated)
 
+    def _sample_teams(self) -> None:
+        """Record the queues of cohorts as the queue tree shows them now (nothing without a
+        cohort), as ``tidegate queues`` computes it."""
+        if not self.view.cohorts and not any(q.parent for q in self.view.queues.values()):
+            return
+        self.record.teams.append(team_sample(self.now(), tree_reports(self.view)))
+
     async def _watch(self, kube: KubeClient, stop: asyncio.Event) -> bool:
         """Sample GPU use and Job completion until the trace is done; True if a service died."""
 
@@ -449,6 +496,7 @@ class DemoRunner:
                     break
                 pods = await kube.list_objects(PODS, namespace=self.trace.namespace)
                 self.record.sample_usage(self._usage(pods.items))
+                self._sample_teams()
                 jobs = await kube.list_objects(JOBS, namespace=self.trace.namespace)
                 for job in jobs.items:
                     key = f"{self.trace.namespace}/{_meta(job).get('name')}"
@@ -467,6 +515,12 @@ class DemoRunner:
             await asyncio.sleep(0.5)
             stop.set()
         return failed
+
+
+async def _cancel_when(stop: asyncio.Event, task: "asyncio.Task[None]") -> None:
+    """Cancel ``task`` once ``stop`` is set."""
+    await stop.wait()
+    task.cancel()
 
 
 def _meta(obj: dict[str, object]) -> dict[str, object]:

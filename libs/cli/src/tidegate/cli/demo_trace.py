@@ -1,6 +1,7 @@
 """Workload traces for ``tidegate demo``: a YAML file of queues and timed workload arrivals.
 
-A trace says what a platform team would set up (priority classes, Queues) and what its users
+A trace says what a platform team would set up (priority classes, Queues and the Cohorts
+they share quota through) and what its users
 submit over time (training Jobs, inference Deployments), with the annotations of whichever
 system they wrote them for (tidegate, Kueue, KAI, Volcano). This module parses a trace and turns
 each entry into the Kubernetes objects the demo creates; it does no I/O besides reading the
@@ -31,6 +32,14 @@ class TraceError(ValueError):
 
 class QueueEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A Queue to create: its name and its spec as in the Queue custom resource."""
+
+    name: str
+    spec: dict[str, object] = msgspec.field(default_factory=dict)
+
+
+class CohortEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A Cohort to create (a node of the queue tree, docs/queues.md): its name and its spec
+    as in the Cohort custom resource."""
 
     name: str
     spec: dict[str, object] = msgspec.field(default_factory=dict)
@@ -110,6 +119,8 @@ class Trace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     namespace: str = "default"
     priority_classes: dict[str, int] = msgspec.field(default_factory=dict)
     queues: list[QueueEntry] = msgspec.field(default_factory=list)
+    cohorts: list[CohortEntry] = msgspec.field(default_factory=list)
+    """Cohorts the queues share quota through (``spec.cohort`` of a Queue names one)."""
     workloads: list[WorkloadEntry] = msgspec.field(default_factory=list)
     end_after: float | None = None
     """Stop the demo this many simulated seconds after the start even if work remains."""
@@ -207,6 +218,16 @@ def queue_object(entry: QueueEntry) -> JsonObject:
     return {
         "apiVersion": "tidegate.io/v1alpha1",
         "kind": "Queue",
+        "metadata": {"name": entry.name},
+        "spec": dict(entry.spec),
+    }
+
+
+def cohort_object(entry: CohortEntry) -> JsonObject:
+    """A tidegate.io/v1alpha1 Cohort."""
+    return {
+        "apiVersion": "tidegate.io/v1alpha1",
+        "kind": "Cohort",
         "metadata": {"name": entry.name},
         "spec": dict(entry.spec),
     }

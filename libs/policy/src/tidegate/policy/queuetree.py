@@ -30,7 +30,7 @@ tallies, :func:`usage_of_tallies`):
 - :func:`fair_order`: competing queues' heads by weighted dominant-resource share (lowest
   first), then priority, then FIFO, ties by key (Kueue's fair-sharing tournament).
 - :func:`report`: per node its quota, usage, borrowed and lendable amounts and share, for
-  ``tidegate queues`` and the Kueue-named metrics.
+  ``tidegate queues`` and the Kueue-named metrics; :func:`lent`: what of it others use.
 - :func:`plan_reclaim`: which whole gangs to preempt so a workload fits: the fewest, then the
   lowest priority and youngest, never more than needed, deterministic, under each queue's
   Kueue policies (:class:`~tidegate.model.QueuePreemption`), the tidal rules and, with fair
