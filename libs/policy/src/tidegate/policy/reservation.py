@@ -466,6 +466,24 @@ def keeps_reservation(held: Reserved, planned: Reserved, occupants: Sequence[Occ
     return all(w.workload not in running for w in held.waits_for)
 
 
+def keeps_without_estimate(
+    held: Reserved,
+    occupants: Sequence[Occupant],
+    *,
+    now: float,
+    settings: ReservationSettings = ReservationSettings(),
+) -> bool:
+    """Whether ``held`` stays though a recomputation finds no estimate at all: every gang it
+    waited for has ended, so its room is coming free and the capacity view lags those ends
+    (as in :func:`keeps_reservation`; without them the rest of the cluster may hold no
+    declared end). Only until ``overrun_seconds`` past its expected start: a room that never
+    shows up free does not keep the nodes closed for good."""
+    if now > held.expected_start + settings.overrun_seconds:
+        return False
+    running = {o.key for o in occupants}
+    return all(w.workload not in running for w in held.waits_for)
+
+
 def same_reservation(a: Reserved, b: Reserved) -> bool:
     """Whether ``b`` says what ``a`` says (same domain, nodes and estimate): admission
     republishes a reservation only when this is False."""
