@@ -349,3 +349,32 @@ def test_a_reservation_without_estimate_is_dropped_once_its_gang_has_not_come_fr
     decisions = admission.cycle(now=HOUR + overrun + 1)
     assert [d.reason for d in only(decisions, ReservationDropped)] == ["NoEstimate"]
     assert admission.reservations() == {}
+
+
+def test_a_reservation_is_kept_while_the_view_lags_the_end_of_one_of_the_gangs_it_waits_for() -> (
+    None
+):
+    """Rack r1 frees when g1 (n1, 1 h) and g3 (n2, 1.5 h) end; r2 is held without a declared
+    runtime. g1 ends and the view still shows n1 taken: replaying g3's end alone finds no
+    room, so no estimate. The reservation stays (seen in the demo: the 32-pod gang, waiting
+    for two gangs, lost its block when the first of them ended, to two gangs that took it);
+    once the view catches up it is re-planned on g3's end."""
+    admission = cluster(
+        *(msg.capacity_node(n, b, r) for n, (b, r) in NODES.items()),
+        queues=(QueueConfig(name="q"),),
+        settings=AdmissionSettings(reservations=ReservationSettings()),
+    )
+    admission.set_workload(job("g1", 1, runtime=HOUR, created=0.0))
+    admission.set_workload(job("g3", 1, runtime=1.5 * HOUR, created=0.0))
+    admission.set_workload(job("g2", 2, runtime=None, created=0.0, required=RACK))
+    assert len(only(admission.cycle(now=0.0), Admitted)) == 3
+    report(admission, {"n1": 8, "n2": 8, "n3": 8, "n4": 8})
+    admission.set_workload(big())
+    (reserved,) = only(admission.cycle(now=200.0), Reserved)
+    assert [w.workload for w in reserved.waits_for] == ["ns/g1", "ns/g3"]
+    decisions = finish(admission, "g1") + admission.cycle(now=300.0)
+    assert only(decisions, ReservationDropped) == []
+    assert admission.reservations()["ns/big"].domain == ["b1", "r1"]
+    report(admission, {"n2": 8, "n3": 8, "n4": 8})  # the capacity view catches up
+    (again,) = only(admission.cycle(now=400.0), Reserved)
+    assert (again.domain, [w.workload for w in again.waits_for]) == (["b1", "r1"], ["ns/g3"])
