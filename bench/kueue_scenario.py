@@ -894,12 +894,27 @@ async def load(
     done = asyncio.Event()
     load_at_start = round(os.getloadavg()[0], 2)
 
+    restarts: dict[str, int] = {}
+
+    async def restart_the_dead() -> None:
+        """Start again a service whose process exited, as the kubelet would, and count it."""
+        for process in stack.dead_services():
+            print(
+                f"  {process.name} exited with status {process.returncode}; restarting it\n"
+                f"{process.log_tail(5)}",
+                file=sys.stderr,
+                flush=True,
+            )
+            restarts[process.name] = restarts.get(process.name, 0) + 1
+            await stack.start_service(process.name)
+
     async def report() -> None:
         while not done.is_set():
             try:
                 await asyncio.wait_for(done.wait(), args.progress)
             except TimeoutError:
                 print(progress(started, observer, plan_), file=sys.stderr, flush=True)
+                await restart_the_dead()
 
     reporter = asyncio.create_task(report())
     lag = await submit(kube, observer, list(plan_.jobs))
@@ -907,6 +922,7 @@ async def load(
     while time.monotonic() < deadline:
         if all(observer.done(job) is not None for job in plan_.jobs):
             break
+        await restart_the_dead()
         if time.monotonic() - observer.last_change > args.stall:
             print(f"  no progress for {args.stall:g} s: stalled", file=sys.stderr, flush=True)
             break
@@ -959,6 +975,7 @@ async def load(
         "decisions_on_stream": observer.decisions,
         "pending_reasons": pending_reasons(observer, names),
         "processes": process_figures(stack),
+        "service_restarts": restarts,
         "load_avg_1m_at_start": load_at_start,
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
     }

@@ -44,4 +44,9 @@ def test_settings_name_the_bad_field() -> None:
     with pytest.raises(SettingsError) as raised:
         Settings(lease_ttl_seconds=0.5)
     assert raised.value.setting == "lease_ttl_seconds"
+    with pytest.raises(SettingsError) as raised:
+        Settings(lease_ttl_seconds=6, cycle_budget_seconds=3)
+    assert raised.value.setting == "cycle_budget_seconds"
+    assert Settings(lease_ttl_seconds=6, cycle_budget_seconds=2).cycle_budget == 2
+    assert Settings(lease_ttl_seconds=12).cycle_budget == 3
     assert Settings(default_queue="q").policy().default_queue == "q"

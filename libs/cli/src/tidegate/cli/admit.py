@@ -1,42 +1,52 @@
-"""``tidegate admit SCENARIO``: over a queue tree, who is admitted, who borrows how much, whose
-quota is reclaimed and why the others wait.
+"""``tidegate admit SCENARIO``: over a queue tree and a cluster, who is admitted and where,
+who borrows how much, whose quota is reclaimed, who is reserved room, and why the others wait.
 
 Reads a scenario (JSON or YAML, a file or standard input: cohorts, queues with nominal quota
-and borrowing / lending limits, running and pending workloads; WHAT-IF.md, section
-``tidegate admit``) and runs one admission cycle on quota, with the functions the admission
-and preemption services decide with (:mod:`tidegate.policy.queuetree`): the queues of one tree
-take turns by :func:`~tidegate.policy.queuetree.fair_order`, each queue in its own order
-(:func:`~tidegate.policy.ordering.order_workloads`), a StrictFIFO queue stopping at its first
-waiting workload; a workload fits by
+and borrowing / lending limits, optionally a Topology and nodes, running and pending workloads,
+``now``; WHAT-IF.md, section ``tidegate admit``) and answers one admission cycle.
+
+With ``nodes``, the answer is the admission service's own cycle
+(:meth:`tidegate.policy.admission.Admission.cycle`: quota, placement, reservations and
+backfill, aging), with the preemption service's victim choice for what it asks
+(:mod:`tidegate.cli.admit_cluster`). Each admitted entry's ``placement`` is as in
+``tidegate place``; ``reserved`` lists the reservations in force.
+
+Without ``nodes``, placement is not checked (quota only), with the functions the admission
+and preemption services decide quota with (:mod:`tidegate.policy.queuetree`): the queues of
+one tree take turns by :func:`~tidegate.policy.queuetree.fair_order`, each queue in its own
+order (:func:`~tidegate.policy.ordering.order_workloads`), a StrictFIFO queue stopping at its
+first waiting workload; a workload fits by
 :func:`~tidegate.policy.queuetree.check_admission`; one that does not, where waiting could
 cure it, is given back lent quota by :func:`~tidegate.policy.queuetree.plan_reclaim` under the
 services' settings (:data:`~tidegate.policy.queuetree.SERVICE_RECLAIM`): the victims are
 reported and leave, and it is admitted. A queue outside any tree is bounded by its
-``capability`` alone (:func:`~tidegate.policy.quota.check_quota`). ``until_stable`` repeats the
-cycle until nothing more is admitted.
+``capability`` alone (:func:`~tidegate.policy.quota.check_quota`).
 
-Placement is not checked: ``nodes`` must be empty (quota only). Exit status 0 with one JSON
+``until_stable`` repeats cycles until nothing more changes. Exit status 0 with one JSON
 document, 2 with one line naming the field when the input is malformed.
 """
 
 import argparse
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from tidegate.cli.whatif import add_document_argument, answer, malformed
 
 if TYPE_CHECKING:
     from tidegate.cli.admit_scenario import AdmitScenario
-    from tidegate.policy.queuetree import Dim
+    from tidegate.policy.queuetree import Dim, NodeReport
 
 HELP: Final = (
-    "What-if: over a queue tree, who is admitted, who borrows how much, and whose lent quota "
-    "is reclaimed?"
+    "What-if: over a queue tree and a cluster, who is admitted where, who borrows how much, "
+    "whose lent quota is reclaimed, and who is reserved room?"
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``SCENARIO`` (a file, or ``-`` / nothing for standard input)."""
-    add_document_argument(parser, "scenario", what="scenario (cohorts, queues, running, pending)")
+    add_document_argument(
+        parser, "scenario", what="scenario (cohorts, queues, nodes, running, pending, now)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,13 +61,23 @@ def run(args: argparse.Namespace) -> int:
     return answer(decide(scenario))
 
 
-def _amounts(amounts: "dict[Dim, int] | Any") -> dict[str, str]:
+def amounts_json(amounts: "Mapping[Dim, int]") -> dict[str, str]:
     """Amounts per dimension as Kubernetes quantities (cards as "<model> cards": "n")."""
     return {str(dim): dim.show(amount) for dim, amount in sorted(amounts.items()) if amount}
 
 
 def decide(scenario: "AdmitScenario") -> dict[str, Any]:
-    """The answer of the module docstring, as a JSON-ready dict."""
+    """The answer of the module docstring, as a JSON-ready dict: on the cluster when the
+    scenario gives ``nodes`` (:mod:`tidegate.cli.admit_cluster`), else on quota alone."""
+    if scenario.nodes:
+        from tidegate.cli.admit_cluster import decide_on_cluster
+
+        return decide_on_cluster(scenario)
+    return decide_on_quota(scenario)
+
+
+def decide_on_quota(scenario: "AdmitScenario") -> dict[str, Any]:
+    """The quota-only answer (no ``nodes``): one cycle (or until stable) on quota alone."""
     from tidegate.model import PendingReason, QueueConfig, WorkloadState
     from tidegate.policy.ordering import key_of, order_queues, order_workloads
     from tidegate.policy.queuetree import (
@@ -177,7 +197,7 @@ def decide(scenario: "AdmitScenario") -> dict[str, Any]:
         entry: dict[str, Any] = {
             "workload": key,
             "queue": queue.name,
-            "borrowed": _amounts(fit.borrowed),
+            "borrowed": amounts_json(fit.borrowed),
             "placement": None,
         }
         if fit.borrowing and cohort is not None:
@@ -219,30 +239,35 @@ def decide(scenario: "AdmitScenario") -> dict[str, Any]:
         if not scenario.until_stable or len(admitted) == before or not todo:
             break
 
-    queue_rows: dict[str, Any] = {}
-    if tree is not None:
-        nodes = report(tree, TreeState(tree, leaf))
-        for node in nodes:
-            if node.id.kind != "queue":
-                continue
-            siblings = [n for n in nodes if n.parent == node.parent and n.id != node.id]
-            others = {dim: sum(n.borrowed.get(dim, 0) for n in siblings) for dim in node.lendable}
-            queue_rows[node.id.name] = {
-                "cohort": node.parent.name if node.parent else None,
-                "usage": _amounts(node.usage),
-                "nominal": _amounts(node.nominal),
-                "borrowed": _amounts(node.borrowed),
-                "lendable": _amounts(node.lendable),
-                "lent": _amounts(
-                    {dim: min(amount, others[dim]) for dim, amount in node.lendable.items()}
-                ),
-                "share": node.share / 1000,
-            }
     return {
         "admitted": admitted,
         "preempted": preempted,
         "pending": [{"workload": key, **why} for key, why in sorted(waiting.items())],
-        "queues": queue_rows,
+        "reserved": [],
+        "queues": queue_rows(report(tree, TreeState(tree, leaf)) if tree is not None else []),
         "cycles": cycles,
         "placement_checked": False,
     }
+
+
+def queue_rows(nodes: "list[NodeReport]") -> dict[str, Any]:
+    """Each queue of a tree report (:func:`~tidegate.policy.queuetree.report`): its cohort,
+    usage, nominal, borrowed, lendable and lent amounts and its share."""
+    rows: dict[str, Any] = {}
+    for node in nodes:
+        if node.id.kind != "queue":
+            continue
+        siblings = [n for n in nodes if n.parent == node.parent and n.id != node.id]
+        others = {dim: sum(n.borrowed.get(dim, 0) for n in siblings) for dim in node.lendable}
+        rows[node.id.name] = {
+            "cohort": node.parent.name if node.parent else None,
+            "usage": amounts_json(node.usage),
+            "nominal": amounts_json(node.nominal),
+            "borrowed": amounts_json(node.borrowed),
+            "lendable": amounts_json(node.lendable),
+            "lent": amounts_json(
+                {dim: min(amount, others[dim]) for dim, amount in node.lendable.items()}
+            ),
+            "share": node.share / 1000,
+        }
+    return rows

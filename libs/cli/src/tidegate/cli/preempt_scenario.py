@@ -122,7 +122,7 @@ def parse_scenario(document: object) -> Scenario:
     topology = parse_topology(topology_field) if topology_field is not None else DEFAULT_TOPOLOGY
     nodes = parse_nodes(root.require("nodes"), allow_used=False)
     if topology_field is None:
-        nodes = [_with_hostname(node) for node in nodes]
+        nodes = [with_hostname(node) for node in nodes]
     mapping_field = root.get("owner_kind_service_types")
     owner_map = (
         _owner_kind_map(mapping_field)
@@ -149,7 +149,7 @@ def parse_scenario(document: object) -> Scenario:
 # --------------------------------------------------------------------------- pieces
 
 
-def _with_hostname(node: NodeCapacity) -> NodeCapacity:
+def with_hostname(node: NodeCapacity) -> NodeCapacity:
     """Without a topology the hostname is the only level; a node is its own host by default."""
     if HOSTNAME_LEVEL in node.labels:
         return node

@@ -50,9 +50,9 @@ reason ``Suspended`` (``Deleted`` for the namespace). One suspended for tidegate
 (``resume_on_admission``, Kueue's way) is queued and admitted like any other.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Final, get_args
 
 import msgspec
 
@@ -96,21 +96,31 @@ from tidegate.policy.elastic import growth as growth_of
 from tidegate.policy.ordering import blocks_queue, key_of, order_queues, order_workloads
 from tidegate.policy.queuetree import (
     SERVICE_RECLAIM,
+    Dim,
     Holder,
     NodeReport,
     Preemptor,
     QueueTree,
     QuotaFit,
     ReclaimPlan,
+    TreeState,
     build_services_tree,
     check_admission,
     cycle_groups,
+    dims_of,
     in_tree,
     plan_reclaim,
     report,
     take_turns,
 )
-from tidegate.policy.quota import Charge, QueueUsage, QuotaLedger, QuotaRequest, gang_resources
+from tidegate.policy.quota import (
+    Charge,
+    QueueUsage,
+    QuotaLedger,
+    QuotaReason,
+    QuotaRequest,
+    gang_resources,
+)
 from tidegate.policy.replacement import (
     ReplacementError,
     lost_slots_cause,
@@ -263,6 +273,14 @@ class Admission:
         """The queue tree of the queues and cohorts known, built on first use after a change
         (:meth:`tree`)."""
         self._tree_stale = True
+        self._tree_state: tuple[QueueTree, int, TreeState] | None = None
+        """The tree's arithmetic on the usage of quota version ``[1]`` (:meth:`_state`)."""
+        self._cycle_memo: _CycleMemo | None = None
+        """What a cycle learnt and may reuse until it ends (None outside a cycle)."""
+        self._out_of_time: Callable[[], bool] | None = None
+        self.cut_short = False
+        """Whether the last cycle ended before trying every waiting workload (its time was
+        up): the caller should run another soon."""
         self.records: dict[WorkloadKey, WorkloadRecord] = {}
         """What admission knows, one record per workload."""
         self.decisions = Replica()
@@ -691,9 +709,29 @@ class Admission:
 
     # ------------------------------------------------------------------ the cycle
 
-    def cycle(self, *, now: float) -> list[Decision]:
+    def cycle(self, *, now: float, out_of_time: Callable[[], bool] | None = None) -> list[Decision]:
         """Run one admission cycle: first the growth of admitted workloads that grew, then
-        every waiting workload; return its decisions in order."""
+        every waiting workload; return its decisions in order.
+
+        ``out_of_time`` (asked before each workload that must be tried again) ends the cycle
+        early when it says so: the workloads not reached keep their state and are tried in
+        the next cycle, and :attr:`cut_short` is set, so that the caller runs one soon."""
+        self._cycle_memo = _CycleMemo()
+        self._out_of_time = out_of_time
+        self.cut_short = False
+        try:
+            return self._cycle(now)
+        finally:
+            self._cycle_memo = None
+            self._out_of_time = None
+
+    def _stop_trying(self) -> bool:
+        """Whether the cycle's time is up (then :attr:`cut_short` says so)."""
+        if self._out_of_time is not None and self._out_of_time():
+            self.cut_short = True
+        return self.cut_short
+
+    def _cycle(self, now: float) -> list[Decision]:
         self._expire(now)
         out: list[Decision] = []
         self._drop_reservations(out, heads=None)
@@ -733,7 +771,9 @@ class Admission:
                     self._run_queue(out, queue, ordered, now, growth)
             else:
                 self._run_cohort(out, tree, group, by_queue, now, growth)
-        self._drop_reservations(out, heads=self._heads)
+        # A cycle cut short did not see every queue's heads: keep the reservations it did
+        # not get to judge.
+        self._drop_reservations(out, heads=None if self.cut_short else self._heads)
         return out
 
     def _groups(
@@ -757,6 +797,8 @@ class Admission:
             if blocked_by is not None:
                 self._strict_wait(out, workload, queue, blocked_by)
                 continue
+            if not self._will_wait(workload, queue, growth) and self._stop_trying():
+                return
             reason = self._consider(out, workload, queue, now, growth)
             if reason is not None and blocks_queue(queue, reason):
                 blocked_by = key_of(workload)
@@ -786,10 +828,12 @@ class Admission:
             tree,
             group,
             ordered,
-            _gang_request,
-            lambda: self._tree_usage(tree),
+            self._request_of,
+            lambda: self._state(tree),
             attempt,
             strict_wait,
+            lambda workload, queue: self._will_wait(workload, queue, growth),
+            self._stop_trying,
         )
 
     def _strict_wait(
@@ -812,16 +856,48 @@ class Admission:
         waits, or None when admitted."""
         record = self.records[key_of(workload)]
         waiting = self._heads.setdefault(queue.name, [])
-        remembered = record.reason
-        if record.tried_at == growth and remembered is not None:
-            reason: PendingReason | None = remembered
+        memo = self._cycle_memo
+        if self._will_wait(workload, queue, growth):
+            reason: PendingReason | None = record.reason
         else:
             reason = self._try(out, workload, queue, now, head=len(waiting))
             if reason is not None:
                 record.tried_at = growth
+            if memo is not None and reason is not None and reason in get_args(QuotaReason):
+                memo.note_over_quota(queue.name, workload, reason, self._usage_version())
         if reason is not None and reason != "Invalid":
             waiting.append(key_of(workload))
         return reason
+
+    def _will_wait(self, workload: WorkloadState, queue: QueueConfig, growth: int) -> bool:
+        """Whether ``workload`` is sure to wait again for the reason it waits: it was tried
+        in vain since nothing moved, or a gang of its queue asking no more waits for quota
+        now (:class:`_CycleMemo`)."""
+        record = self.records[key_of(workload)]
+        remembered = record.reason
+        if remembered is None:
+            return False
+        if record.tried_at == growth:
+            return True
+        memo = self._cycle_memo
+        return (
+            memo is not None
+            and memo.over_quota(queue.name, workload, self._usage_version()) == remembered
+        )
+
+    def _usage_version(self) -> tuple[int, int]:
+        """Changes whenever quota usage or capacity does (what a quota check depends on)."""
+        return (self.quota.version, self.capacity.version)
+
+    def _request_of(self, workload: WorkloadState) -> QuotaRequest:
+        """:func:`_gang_request`, computed once per workload object within a cycle."""
+        memo = self._cycle_memo
+        if memo is None:
+            return _gang_request(workload)
+        known = memo.requests.get(id(workload))
+        if known is None or known[0] is not workload:
+            known = memo.requests[id(workload)] = (workload, _gang_request(workload))
+        return known[1]
 
     def _tree_blocked(self, tree: QueueTree | None, queue: QueueConfig) -> str | None:
         """Why ``queue``'s tree keeps it from admitting (it or a cohort above it is Invalid)."""
@@ -829,6 +905,15 @@ class Admission:
             return None
         node = tree.queue(queue.name)
         return tree.blocked(node.id) if node is not None else None
+
+    def _state(self, tree: QueueTree) -> TreeState:
+        """The tree's arithmetic on the usage in force, rebuilt only after usage or the tree
+        changed (a cycle asks for it at every turn and every quota check)."""
+        version = self.quota.version
+        cached = self._tree_state
+        if cached is None or cached[0] is not tree or cached[1] != version:
+            cached = self._tree_state = (tree, version, TreeState(tree, self._tree_usage(tree)))
+        return cached[2]
 
     def _tree_usage(self, tree: QueueTree) -> dict[str, QueueUsage]:
         """What each queue of ``tree`` holds now (admissions and pods that bypassed the gate)."""
@@ -1278,11 +1363,27 @@ class Admission:
         preemptor = Preemptor(
             key=key_of(workload),
             queue=queue.name,
-            request=_gang_request(workload),
+            request=self._request_of(workload),
             priority=workload.priority,
             service_type=workload.service_type,
             created_at=workload.created_at,
         )
+        memo = self._cycle_memo
+        if memo is not None and memo.cannot_reclaim(preemptor, self.quota.version):
+            return ReclaimPlan(outcome="cannot", message="as for an earlier gang this cycle")
+        plan = plan_reclaim(
+            tree, self._state(tree), preemptor, self._holders(tree), SERVICE_RECLAIM
+        )
+        if memo is not None and plan.outcome == "cannot":
+            memo.no_reclaim(preemptor, self.quota.version)
+        return plan
+
+    def _holders(self, tree: QueueTree) -> list[Holder]:
+        """Every admitted gang of ``tree``'s queues as a reclaim victim candidate (kept for
+        the rest of a cycle while usage does not change)."""
+        memo = self._cycle_memo
+        if memo is not None and memo.holders is not None and memo.holders[0] == self.quota.version:
+            return memo.holders[1]
         holders = []
         for key, record in sorted(self.records.items()):
             admitted, held = record.admitted, record.workload
@@ -1300,7 +1401,9 @@ class Admission:
                     preemptable=held.preemptable,
                 )
             )
-        return plan_reclaim(tree, self._tree_usage(tree), preemptor, holders, SERVICE_RECLAIM)
+        if memo is not None:
+            memo.holders = (self.quota.version, holders)
+        return holders
 
     @staticmethod
     def _take_tries(record: WorkloadRecord) -> int:
@@ -1396,7 +1499,7 @@ class Admission:
         ``cardQuota`` alone)."""
         tree = self.tree() if in_tree(queue) else None
         if tree is not None:
-            fit = check_admission(tree, self._tree_usage(tree), queue.name, request)
+            fit = check_admission(tree, self._state(tree), queue.name, request)
             if not fit.fits:
                 return Failure(fit.reason or "ExceedsQuota", fit.message or "over quota")
             return fit
@@ -1635,3 +1738,80 @@ def _attempts(workload: WorkloadState) -> list[list[PodSetSpec]] | Failure:
         p if p.min_count is None else msgspec.structs.replace(p, min_count=None) for p in podsets
     ]
     return [whole] if minimum is None else [whole, minimum]
+
+
+@dataclass(slots=True)
+class _CycleMemo:
+    """What one cycle learnt that holds until usage changes (the quota ledger's version).
+
+    A reclaim found impossible for a gang of a queue is impossible for a later gang of the
+    same queue, priority and service type that asks at least as much of every resource and is
+    no older (it may evict no more than the first could: victims are eligible by priority,
+    service type and, for equal priority, being newer than the preemptor)."""
+
+    holders: tuple[int, list[Holder]] | None = None
+    requests: dict[int, tuple[WorkloadState, QuotaRequest]] = field(default_factory=dict)
+    """Each workload's gang request by object (the object kept, so its id stays its own)."""
+    _over: dict[str, list[tuple[WorkloadState, PendingReason]]] = field(default_factory=dict)
+    _over_version: tuple[int, int] = (-1, -1)
+    _cannot: dict[tuple[str, int, str], list[tuple[dict[Dim, int], float]]] = field(
+        default_factory=dict
+    )
+    _cannot_version: int = -1
+
+    def note_over_quota(
+        self, queue: str, workload: WorkloadState, reason: PendingReason, version: tuple[int, int]
+    ) -> None:
+        """Remember that ``workload`` (one podset, no minimum) waits for quota on ``version``."""
+        podset = workload.podsets[0]
+        if podset.min_count is not None or workload.min_members is not None:
+            return
+        if version != self._over_version:
+            self._over, self._over_version = {}, version
+        self._over.setdefault(queue, []).append((workload, reason))
+
+    def over_quota(
+        self, queue: str, workload: WorkloadState, version: tuple[int, int]
+    ) -> PendingReason | None:
+        """The quota reason an earlier gang of ``queue`` waits for on this ``version`` when
+        ``workload`` asks at least as much in the same way (one podset of the same shape, at
+        least as many pods, no minimum): then it cannot fit either. None otherwise."""
+        if version != self._over_version or len(workload.podsets) != 1:
+            return None
+        podset = workload.podsets[0]
+        if podset.min_count is not None or workload.min_members is not None:
+            return None
+        for earlier, reason in self._over.get(queue, ()):
+            first = earlier.podsets[0]
+            if (
+                podset.count >= first.count
+                and workload.created_at >= earlier.created_at
+                and workload.priority == earlier.priority
+                and workload.service_type == earlier.service_type
+                and workload.topology == earlier.topology
+                and workload.card_request == earlier.card_request
+                and msgspec.structs.replace(podset, name=first.name, count=first.count) == first
+            ):
+                return reason
+        return None
+
+    def no_reclaim(self, preemptor: Preemptor, version: int) -> None:
+        """Remember that no reclaim lets ``preemptor`` fit on usage ``version``."""
+        if version != self._cannot_version:
+            self._cannot, self._cannot_version = {}, version
+        kind = (preemptor.queue, preemptor.priority, preemptor.service_type)
+        self._cannot.setdefault(kind, []).append((dims_of(preemptor.request), preemptor.created_at))
+
+    def cannot_reclaim(self, preemptor: Preemptor, version: int) -> bool:
+        """Whether an earlier gang of this cycle shows no reclaim can let ``preemptor`` fit."""
+        if version != self._cannot_version:
+            return False
+        wanted = dims_of(preemptor.request)
+        for amounts, created_at in self._cannot.get(
+            (preemptor.queue, preemptor.priority, preemptor.service_type), ()
+        ):
+            if created_at <= preemptor.created_at and all(
+                wanted.get(dim, 0) >= amount for dim, amount in amounts.items()
+            ):
+                return True
+        return False

@@ -356,36 +356,61 @@ def take_turns(
     usage: Callable[[], "Mapping[str, QueueUsage] | TreeState"],
     attempt: Callable[[WorkloadState, QueueConfig], PendingReason | None],
     strict_wait: Callable[[WorkloadState, QueueConfig, WorkloadState], None],
+    will_wait: Callable[[WorkloadState, QueueConfig], bool] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
     """One cycle over a group of :func:`cycle_groups`: the heads of its queues (each queue's
     workloads in ``ordered``, in the queue's own order) take turns; the next tried is the first
     by :func:`fair_order` on ``usage()`` as it is after every attempt so far. ``attempt`` tries
     a workload and says why it waits (None: admitted); a StrictFIFO queue whose head waits
-    stops there, each workload behind it handed to ``strict_wait`` with that head."""
-    heads = {q.name: deque(ordered[q.name]) for q in group}
+    stops there, each workload behind it handed to ``strict_wait`` with that head.
+
+    A head that ``will_wait`` says is sure to wait again as before (nothing it depends on
+    moved) is tried at once, without a turn: it changes nobody's usage, so the order among
+    the others is the same, and a long queue of such heads costs no fair-share comparisons.
+    ``stop`` (asked before each turn) ends the cycle early: the rest is not tried."""
+    heads = {q.name: deque(ordered[q.name]) for q in group if ordered[q.name]}
     queues = {q.name: q for q in group}
-    while heads:
-        contenders = [
-            Contender(
-                queue=name,
-                key=workload_key(items[0].namespace, items[0].name),
-                priority=items[0].priority,
-                created_at=items[0].created_at,
-                request=request_of(items[0]),
-            )
-            for name, items in sorted(heads.items())
-        ]
-        first = contenders[0]
-        if len(contenders) > 1 and tree is not None:
-            first = fair_order(tree, usage(), contenders)[0]
-        queue = queues[first.queue]
-        workload = heads[queue.name].popleft()
+    at_head: dict[str, Contender] = {}
+
+    def tried(name: str, workload: WorkloadState) -> bool:
+        """Attempt ``workload``, the head of ``name``; False when that closed the queue."""
+        queue = queues[name]
         reason = attempt(workload, queue)
         if reason is not None and blocks_queue(queue, reason):
-            for behind in heads.pop(queue.name):
+            for behind in heads.pop(name):
                 strict_wait(behind, queue, workload)
-        elif not heads[queue.name]:
-            del heads[queue.name]
+            return False
+        return True
+
+    def settle(name: str) -> None:
+        """Try at once the heads of ``name`` sure to wait; the next one contends."""
+        queue, items = queues[name], heads[name]
+        while items and will_wait is not None and will_wait(items[0], queue):
+            if not tried(name, items.popleft()):
+                return
+        if not items:
+            del heads[name]
+            return
+        head = items[0]
+        at_head[name] = Contender(
+            queue=name,
+            key=workload_key(head.namespace, head.name),
+            priority=head.priority,
+            created_at=head.created_at,
+            request=request_of(head),
+        )
+
+    for name in list(heads):
+        settle(name)
+    paths: dict[str, list[NodeId]] = {}
+    while heads and (stop is None or not stop()):
+        contenders = [at_head[name] for name in sorted(heads)]
+        first = contenders[0]
+        if len(contenders) > 1 and tree is not None:
+            first = fair_first(tree, usage(), contenders, paths=paths)
+        if tried(first.queue, heads[first.queue].popleft()):
+            settle(first.queue)
 
 
 class TreeState:
@@ -404,6 +429,8 @@ class TreeState:
         """Usage counted against the subtree quota (Kueue's ``Usage``)."""
         self.total: dict[NodeId, dict[Dim, int]] = {}
         """Everything the subtree's admitted workloads hold (for ceilings)."""
+        self.shares: dict[tuple[NodeId, frozenset[tuple[Dim, int]]], tuple[int, Dim | None]] = {}
+        """:func:`weighted_share` answers on this state, by node and extra amounts."""
         for node_id, node in tree.nodes.items():
             if node.parent is None:
                 self._accumulate(node_id)
@@ -640,10 +667,19 @@ def weighted_share(
     over the dimensions, then × 1000 / its weight in thousandths. 0 for a root or a node that
     does not borrow; :data:`MAX_SHARE` for a borrowing node of weight 0. Returns the share and
     the dominant dimension (ties: the smallest :class:`Dim`)."""
+    key = (node_id, frozenset(extra.items()) if extra else frozenset())
+    known = state.shares.get(key)
+    if known is None:
+        known = state.shares[key] = _weighted_share(state, node_id, extra or {})
+    return known
+
+
+def _weighted_share(
+    state: TreeState, node_id: NodeId, extra: Mapping[Dim, int]
+) -> tuple[int, Dim | None]:
     node = state.tree.nodes[node_id]
     if node.parent is None:
         return 0, None
-    extra = extra or {}
     quota = state.subtree_quota[node_id]
     used = state.used[node_id]
     borrowing = {
@@ -695,10 +731,7 @@ def fair_order(
     again; a caller that admits the winner should ask again with the new usage.
     """
     state = usage if isinstance(usage, TreeState) else TreeState(tree, usage)
-    paths: dict[int, list[NodeId]] = {}
-    for index, contender in enumerate(contenders):
-        node = tree.queue(contender.queue)
-        paths[index] = list(reversed(tree.path(node.id))) if node is not None else []
+    paths = _contender_paths(tree, contenders)
     remaining = list(range(len(contenders)))
     ordered: list[Contender] = []
     while remaining:
@@ -706,6 +739,36 @@ def fair_order(
         ordered.append(contenders[winner])
         remaining.remove(winner)
     return ordered
+
+
+def fair_first(
+    tree: QueueTree,
+    usage: Mapping[str, QueueUsage] | TreeState,
+    contenders: Sequence[Contender],
+    *,
+    paths: dict[str, list[NodeId]] | None = None,
+) -> Contender:
+    """The first of :func:`fair_order` (one tournament instead of all of them); ``paths``
+    keeps each queue's path from the root between calls."""
+    state = usage if isinstance(usage, TreeState) else TreeState(tree, usage)
+    indexed = _contender_paths(tree, contenders, {} if paths is None else paths)
+    return contenders[_tournament(state, contenders, indexed, range(len(contenders)), 0)]
+
+
+def _contender_paths(
+    tree: QueueTree, contenders: Sequence[Contender], known: dict[str, list[NodeId]] | None = None
+) -> dict[int, list[NodeId]]:
+    known = {} if known is None else known
+    paths: dict[int, list[NodeId]] = {}
+    for index, contender in enumerate(contenders):
+        path = known.get(contender.queue)
+        if path is None:
+            node = tree.queue(contender.queue)
+            path = known[contender.queue] = (
+                list(reversed(tree.path(node.id))) if node is not None else []
+            )
+        paths[index] = path
+    return paths
 
 
 def _tie_key(c: Contender) -> tuple[int, float, str, str]:

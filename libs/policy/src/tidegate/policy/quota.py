@@ -170,6 +170,9 @@ class QuotaLedger:
         self._outside: dict[WorkloadKey, Charge] = {}
         self._resources: dict[str, Resources] = {}
         self._cards: dict[str, dict[str, int]] = {}
+        self.version = 0
+        """Bumped whenever any queue's usage changes (for callers that cache what they
+        derive from it)."""
 
     def charge(self, key: WorkloadKey, charge: Charge) -> None:
         """Record that ``key`` holds ``charge`` (replacing any earlier charge of ``key``)."""
@@ -226,6 +229,7 @@ class QuotaLedger:
         return check_quota(queue, self.usage(queue.name), request)
 
     def _add(self, charge: Charge, sign: int) -> None:
+        self.version += 1
         self._resources[charge.queue] = _accumulate(
             self._resources.get(charge.queue, {}), charge.resources, sign
         )

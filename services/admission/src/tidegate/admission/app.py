@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -91,6 +91,12 @@ class AdmissionMetrics:
             "tidegate_admission_cycle_duration_seconds",
             "Time one admission cycle takes (decide and commit).",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),
+            registry=registry,
+        )
+        self.cycles_cut = Counter(
+            "tidegate_admission_cycles_cut_total",
+            "Cycles that ran out of their time budget before trying every waiting workload "
+            "(the next cycle went on at once): a backlog larger than one cycle tries.",
             registry=registry,
         )
         self.decisions = Counter(
@@ -333,7 +339,13 @@ class Leader:
             handlers.wake.clear()
             async with handlers.lock:
                 started = time.monotonic()
-                decisions = [*handlers.outbox, *self._admission.cycle(now=time.time())]
+                cycle = self._admission.cycle(
+                    now=time.time(), out_of_time=_clock_past(started + settings.cycle_budget)
+                )
+                if self._admission.cut_short:
+                    self._metrics.cycles_cut.inc()
+                    handlers.wake.set()  # go on with the rest right after this commit
+                decisions = [*handlers.outbox, *cycle]
                 handlers.outbox.clear()
                 try:
                     await self.commit(decisions)
@@ -461,3 +473,8 @@ _KINDS: dict[type, DecisionKind] = {
     Reserved: "reserved",
     ReservationDropped: "reservation-dropped",
 }
+
+
+def _clock_past(deadline: float) -> Callable[[], bool]:
+    """Whether the monotonic clock is past ``deadline`` (a cycle's time budget)."""
+    return lambda: time.monotonic() > deadline

@@ -32,6 +32,10 @@ class Settings(ServiceSettings):
     """After an event, wait this long for more before running a cycle (bursts coalesce)."""
     cycle_tick_seconds: float = 1.0
     """Run a cycle at least this often, so timeouts (preemption, nomination) take effect."""
+    cycle_budget_seconds: float | None = None
+    """Longest a cycle tries workloads before it commits what it decided and yields; the
+    next cycle goes on at once. Keeps the lease renewed under a long backlog; at most a
+    third of ``lease_ttl_seconds`` (None: a quarter of it)."""
     preemption_timeout_seconds: float = 30.0
     """How long a preemption request is awaited before it is asked again."""
     nomination_timeout_seconds: float = 120.0
@@ -67,6 +71,15 @@ class Settings(ServiceSettings):
             raise SettingsError(
                 "lease_ttl_seconds", "must be at least 1 (JetStream TTLs are whole seconds)"
             )
+        if self.cycle_budget_seconds is not None and not (
+            0 < self.cycle_budget_seconds * 3 <= self.lease_ttl_seconds
+        ):
+            raise SettingsError(
+                "cycle_budget_seconds",
+                f"{self.cycle_budget_seconds} must be positive and at most a third of "
+                f"lease_ttl_seconds {self.lease_ttl_seconds} (a cycle must not outlast the "
+                "lease)",
+            )
         if self.decisions_kept_after_delete_seconds < 0:
             raise SettingsError("decisions_kept_after_delete_seconds", "must not be negative")
         if self.reservations_max_per_cluster < 0:
@@ -75,6 +88,13 @@ class Settings(ServiceSettings):
             raise SettingsError("cycle_coalesce_seconds", "must not be negative")
         if self.default_queue is not None and not self.default_queue.strip():
             raise SettingsError("default_queue", "must not be blank")
+
+    @property
+    def cycle_budget(self) -> float:
+        """``cycle_budget_seconds``, or a quarter of the lease's TTL when unset."""
+        if self.cycle_budget_seconds is not None:
+            return self.cycle_budget_seconds
+        return self.lease_ttl_seconds / 4
 
     def policy(self) -> AdmissionSettings:
         """The policy part of these settings."""
