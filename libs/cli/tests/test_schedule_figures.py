@@ -83,6 +83,9 @@ def test_a_gang_without_a_required_level_may_use_free_gpus_across_racks() -> Non
     three = Gang("ns/three", pods=3, gpus_per_pod=8, submitted_at=0)
     timeline = Timeline(nodes=nodes, gpus=gpus, gangs=[three], snapshots=[], end=0)
     assert fragmented_gpus(timeline, Snapshot(0, split.free, ("ns/three",))) == 16
+    # With a two-pod gang of the same kind also waiting, the same GPUs are usable.
+    both = Timeline(nodes=nodes, gpus=gpus, gangs=[gang, three], snapshots=[], end=0)
+    assert fragmented_gpus(both, Snapshot(0, split.free, ("ns/three", "ns/spread"))) == 0
 
 
 def test_fragmentation_is_time_averaged() -> None:

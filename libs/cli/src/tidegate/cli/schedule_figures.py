@@ -21,7 +21,7 @@ GPUs only (CPU and memory are not checked, nor card models); pure, no I/O, used 
 """
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 JsonObject = dict[str, object]
@@ -101,25 +101,50 @@ def _domain(path: Mapping[str, str], levels: Sequence[str], level: str | None) -
     return tuple(path.get(name, "") for name in levels[:depth])
 
 
-def fragmented_gpus(timeline: Timeline, snapshot: Snapshot) -> int:
+def _domains_by_level(timeline: Timeline) -> Callable[[str | None], dict[str, tuple[str, ...]]]:
+    """Each node's domain at a level (computed once per level)."""
+    levels = _levels(timeline)
+    cache: dict[str | None, dict[str, tuple[str, ...]]] = {}
+
+    def at(level: str | None) -> dict[str, tuple[str, ...]]:
+        if level not in cache:
+            cache[level] = {
+                node: _domain(path, levels, level) for node, path in timeline.nodes.items()
+            }
+        return cache[level]
+
+    return at
+
+
+def fragmented_gpus(
+    timeline: Timeline,
+    snapshot: Snapshot,
+    domains: Callable[[str | None], dict[str, tuple[str, ...]]] | None = None,
+) -> int:
     """Free GPUs at ``snapshot`` that no waiting gang could use (0 when nothing waits)."""
     gangs = {g.key: g for g in timeline.gangs}
     waiting = [gangs[key] for key in snapshot.waiting if key in gangs]
     free = {node: max(0, snapshot.free.get(node, 0)) for node in timeline.nodes}
     if not waiting:
         return 0
-    levels = _levels(timeline)
+    domains_at = domains if domains is not None else _domains_by_level(timeline)
+    # A domain that fits a gang of some GPUs per pod and level fits every smaller one of the
+    # same kind: only the fewest pods per (GPUs per pod, level) matter. A gang asking no GPU
+    # uses none of the free ones.
+    fewest: dict[tuple[int, str | None], int] = {}
+    for gang in waiting:
+        if gang.gpus_per_pod > 0:
+            kind = (gang.gpus_per_pod, gang.required_level)
+            fewest[kind] = min(gang.pods, fewest.get(kind, gang.pods))
     usable: set[str] = set()
-    # Gangs of one shape make the same GPUs usable; a shape asking no GPU uses none of them.
-    shapes = {(g.pods, g.gpus_per_pod, g.required_level) for g in waiting if g.gpus_per_pod > 0}
-    for pods, per_pod, level in shapes:
-        domains = {node: _domain(path, levels, level) for node, path in timeline.nodes.items()}
+    for (per_pod, level), pods in fewest.items():
+        node_domains = domains_at(level)
         slots: dict[tuple[str, ...], int] = {}
-        for node, domain in domains.items():
+        for node, domain in node_domains.items():
             slots[domain] = slots.get(domain, 0) + free[node] // per_pod
         usable.update(
             node
-            for node, domain in domains.items()
+            for node, domain in node_domains.items()
             if free[node] >= per_pod and slots[domain] >= pods
         )
     return sum(free.values()) - sum(free[node] for node in usable)
@@ -180,7 +205,8 @@ def schedule_figures(timeline: Timeline, *, big_gpus: int = BIG_GPUS) -> JsonObj
         (s.at, float(total - sum(max(0, s.free.get(n, 0)) for n in timeline.nodes)))
         for s in snapshots
     ]
-    fragmented = [(s.at, float(fragmented_gpus(timeline, s))) for s in snapshots]
+    domains = _domains_by_level(timeline)
+    fragmented = [(s.at, float(fragmented_gpus(timeline, s, domains))) for s in snapshots]
     mean_allocated = _time_average(allocated, timeline.end)
     mean_fragmented = _time_average(fragmented, timeline.end)
     big = [g for g in timeline.gangs if g.gpus >= big_gpus]
