@@ -4,6 +4,7 @@
                         [--seed 7] [--utilization 0.5] [--nats-servers 1]
                         [--env TIDEGATE_KUBE_QPS=0 ...]
     python bench/e2e.py --find-max-rate [--rate 20] [--duration 30] ...
+    python bench/e2e.py --reservations both [--nodes 256 --rate 2 --duration 60 ...]
 
 Runs tidegate as in production, on one machine (:class:`tidegate.cli.stack.LocalStack`): a
 nats-server (or ``--nats-servers 3`` as a JetStream cluster), the five services as their own
@@ -46,6 +47,17 @@ decision stream):
 - **start-up replay time** of each service at the end: SIGTERM, start again, time until
   ``/readyz`` answers (the replay of the streams is what it waits for).
 
+- **schedule figures** (``schedule``, :mod:`tidegate.cli.schedule_figures`): GPUs allocated
+  (time-averaged share), the waits (created → first admission) of the big Jobs (128 GPUs or
+  more: p50, max) and of the small ones (p50, p99, max), and the fragmented GPUs (free, but in
+  domains too small for any waiting Job; time-averaged), sampled every second until the drain
+  ends. Every Job declares its runtime (``tidegate.io/max-runtime``: its duration times
+  ``--declare-runtimes``, 1.5 unless set, rounded up to 5 s; 0 declares none) so that
+  reservations can estimate and small Jobs backfill. ``--reservations off`` runs admission with
+  ``TIDEGATE_RESERVATIONS_MAX_PER_CLUSTER=0``; ``--reservations both`` runs the same seeded
+  stream twice, on a fresh stack each, and prints the figures side by side
+  (docs/reservations.md, "Measured").
+
 ``--find-max-rate`` instead probes offered rates on one running stack (doubling from ``--rate``,
 or halving when that rate already falls behind, then bisecting) and reports the highest rate
 whose backlog did not grow (slope ≤ 10% of the rate), whose admitted rate kept up with the
@@ -62,6 +74,7 @@ average is reported too. Keep runs short on a shared machine.
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import itertools
 import json
@@ -80,12 +93,23 @@ from typing import Any
 
 from tidegate.bus import Bus, ConsumerSettings, DurableConsumer, Received, layout
 from tidegate.bus.server import NatsServerProcess
+from tidegate.cli.demo_run import reservation_env
 from tidegate.cli.demo_trace import (
+    DeclaredRuntimes,
     QueueEntry,
     WorkloadEntry,
+    declared_runtime,
     priority_class_object,
     queue_object,
     workload_object,
+)
+from tidegate.cli.schedule_figures import (
+    Gang,
+    Snapshot,
+    Timeline,
+    nearest_rank,
+    schedule_figures,
+    side_by_side,
 )
 from tidegate.cli.stack import SERVICES, LocalStack, StackSettings
 from tidegate.kube import JOBS, NAMESPACES, PRIORITY_CLASSES, QUEUES, KubeClient, KubeSettings
@@ -95,7 +119,8 @@ from tidegate.model import Admitted, Pending, Released, WorkloadState, subjects
 from tidegate.model.pods import admission_gated
 from tidegate.runtime import eventloop
 from tidegate.runtime.tool import ToolSettingError, run_tool
-from tidegate.sim.kinds import PODS
+from tidegate.sim.kinds import NODES, PODS
+from tidegate.sim.topology import BLOCK, HOSTNAME
 from tidegate.testing import connected
 
 CLUSTER = "e2ebench"
@@ -138,6 +163,8 @@ class JobSpec:
     """required, preferred or none."""
     duration: float
     """Seconds each pod runs."""
+    max_runtime: float | None = None
+    """The runtime it declares (``tidegate.io/max-runtime``), if any."""
 
     def entry(self) -> WorkloadEntry:
         """The Job as the demo's trace machinery builds it."""
@@ -154,6 +181,7 @@ class JobSpec:
             requests={"cpu": "1", "nvidia.com/gpu": self.gpus},
             duration=self.duration,
             annotations=annotations,
+            max_runtime=self.max_runtime,
         )
 
 
@@ -189,9 +217,12 @@ def job_stream(
     utilization: float,
     prefix: str,
     sizes: str = SIZE_MIXES[0],
+    declare: float = 0.0,
 ) -> list[JobSpec]:
     """The seeded Jobs of one run: Poisson arrivals at ``rate``, mixed sizes and topologies,
-    durations so that about ``utilization`` of the GPUs are busy."""
+    durations so that about ``utilization`` of the GPUs are busy; with ``declare`` (a factor,
+    at least 1) each declares its duration times it, rounded up to 5 s, as its runtime."""
+    rule = DeclaredRuntimes(factor=declare, round_up_to=DECLARED_ROUND_UP_TO) if declare else None
     rng = random.Random(seed)
     total_gpus = nodes * GPUS_PER_NODE
     rack_gpus = NODES_PER_RACK * GPUS_PER_NODE
@@ -214,7 +245,7 @@ def job_stream(
     mean_gpus = statistics.fmean(p * g for p, g, _ in shapes)
     # Little's law: busy GPUs = rate x GPUs per Job x duration.
     mean_duration = max(1.0, utilization * total_gpus / (rate * mean_gpus))
-    return [
+    specs = [
         JobSpec(
             name=f"{prefix}{index:06d}",
             at=at,
@@ -225,6 +256,16 @@ def job_stream(
         )
         for index, (at, (pods, gpus, topology)) in enumerate(zip(times, shapes, strict=True))
     ]
+    if rule is None:
+        return specs
+    return [
+        dataclasses.replace(spec, max_runtime=declared_runtime(spec.duration, rule))
+        for spec in specs
+    ]
+
+
+DECLARED_ROUND_UP_TO = 5.0
+"""Seconds a Job's declared runtime is rounded up to (``--declare-runtimes``)."""
 
 
 def offered_load(specs: list[JobSpec], *, seconds: float, nodes: int) -> dict[str, float]:
@@ -303,6 +344,10 @@ class Observer:
         self._sequences: set[int] = set()
         self.last_change = time.monotonic()
         """When a pod was last ungated or a decision last arrived (the pipeline's progress)."""
+        self.held: dict[str, tuple[str, int]] = {}
+        """Pod name → (node, GPUs) while it is bound and not finished."""
+        self.first_admitted: dict[str, float] = {}
+        """Job name → epoch seconds of its first admission."""
 
     def on_pod(self, event: Any) -> None:
         """A pod changed in the simulator's store."""
@@ -310,6 +355,7 @@ class Observer:
         metadata = pod.get("metadata", {})
         if metadata.get("namespace") != NAMESPACE:
             return
+        self._hold(event.type, pod)
         job = self.jobs.get(metadata.get("labels", {}).get("app", ""))
         if job is None:
             return
@@ -327,6 +373,27 @@ class Observer:
         ):
             job.running[name] = now
 
+    def _hold(self, kind: str, pod: dict[str, Any]) -> None:
+        """Keep which node holds how many GPUs of this pod (for the schedule figures)."""
+        name = pod.get("metadata", {}).get("name", "")
+        node = pod.get("spec", {}).get("nodeName")
+        if (
+            kind == "DELETED"
+            or not node
+            or pod.get("status", {}).get("phase")
+            in (
+                "Succeeded",
+                "Failed",
+            )
+        ):
+            self.held.pop(name, None)
+            return
+        gpus = 0
+        for container in pod.get("spec", {}).get("containers") or []:
+            value = (container.get("resources") or {}).get("requests", {}).get("nvidia.com/gpu")
+            gpus += int(value) if value is not None else 0
+        self.held[name] = (str(node), gpus)
+
     async def on_decision(self, received: Received) -> None:
         """A decision on the stream (each stream sequence counted once)."""
         if received.stream_sequence in self._sequences:
@@ -337,6 +404,8 @@ class Observer:
         if not isinstance(body, Admitted | Released | Pending):
             return
         name = body.workload.split("/")[-1]
+        if isinstance(body, Admitted) and body.replaces is None:
+            self.first_admitted.setdefault(name, received.envelope.time)
         self.seen.setdefault(name, []).append(
             Seen(
                 stream_sequence=received.stream_sequence,
@@ -389,6 +458,70 @@ class Observer:
     def backlog(self) -> int:
         """Jobs created whose pods are not all ungated yet."""
         return sum(1 for j in self.jobs.values() if j.created and j.all_ungated() is None)
+
+    def snapshot(self, gpus: Mapping[str, int]) -> Snapshot:
+        """Now (epoch seconds): the free GPUs per node (of ``gpus``, each node's GPUs) and the
+        Jobs created but not yet admitted."""
+        held: dict[str, int] = {}
+        for node, count in self.held.values():
+            held[node] = held.get(node, 0) + count
+        waiting = tuple(
+            name
+            for name, job in self.jobs.items()
+            if job.created_wall and name not in self.first_admitted
+        )
+        return Snapshot(
+            at=time.time(),
+            free={node: total - held.get(node, 0) for node, total in gpus.items()},
+            waiting=waiting,
+        )
+
+
+def cluster_nodes(stack: LocalStack) -> tuple[dict[str, dict[str, str]], dict[str, int]]:
+    """The simulated nodes' topology paths (block, rack, host) and GPUs."""
+    assert stack.sim is not None
+    paths: dict[str, dict[str, str]] = {}
+    gpus: dict[str, int] = {}
+    for node in stack.sim.store.objects(NODES.key):
+        name = str(node.get("metadata", {}).get("name"))
+        labels = node.get("metadata", {}).get("labels") or {}
+        paths[name] = {level: labels[level] for level in (BLOCK, RACK, HOSTNAME) if level in labels}
+        gpus[name] = int(node.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu", 0))
+    return paths, gpus
+
+
+def schedule_timeline(
+    observer: Observer,
+    specs: Sequence[JobSpec],
+    nodes: tuple[dict[str, dict[str, str]], dict[str, int]],
+    snapshots: Sequence[Snapshot],
+    end: float,
+) -> Timeline:
+    """The run's Jobs, their first admissions and the sampled free GPUs, for
+    :func:`tidegate.cli.schedule_figures.schedule_figures` (epoch seconds)."""
+    gangs = [
+        Gang(
+            key=spec.name,
+            pods=spec.pods,
+            gpus_per_pod=spec.gpus,
+            submitted_at=observer.jobs[spec.name].created_wall,
+            started_at=observer.first_admitted.get(spec.name),
+            required_level=RACK if spec.topology == "required" else None,
+        )
+        for spec in specs
+        if spec.name in observer.jobs and observer.jobs[spec.name].created_wall
+    ]
+    paths, gpus = nodes
+    return Timeline(
+        nodes=paths,
+        gpus=gpus,
+        gangs=gangs,
+        snapshots=list(snapshots),
+        end=end,
+        levels=[
+            level for level in (BLOCK, RACK, HOSTNAME) if any(level in p for p in paths.values())
+        ],
+    )
 
 
 # --------------------------------------------------------------------------------- processes
@@ -490,11 +623,6 @@ def _bus_row(delta: list[int], jobs: int) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------------- runs
-
-
-def nearest_rank(ordered: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0 < q <= 1) of sorted, non-empty ``ordered`` by nearest rank."""
-    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
 def percentiles(values: list[float]) -> dict[str, float | int | None]:
@@ -747,10 +875,13 @@ async def run_load(
     done = asyncio.Event()
 
     cpu: list[tuple[float, dict[str, float]]] = []
+    layout_now = cluster_nodes(stack)
+    snapshots: list[Snapshot] = []
 
     async def sample() -> None:
         while not done.is_set():
             samples.append((time.monotonic() - started, observer.backlog()))
+            snapshots.append(observer.snapshot(layout_now[1]))
             cpu.append(
                 (
                     time.monotonic() - started,
@@ -773,6 +904,9 @@ async def run_load(
     done.set()
     await sampler
     drained_at = time.monotonic()
+    schedule = schedule_figures(
+        schedule_timeline(observer, specs, layout_now, snapshots, end=time.time())
+    )
     bus = bus_per_job(bus_before, bus_counts(stack), len(specs))
     await asyncio.sleep(1.0)  # the last decisions reach the observer
     jobs = [observer.jobs[n] for n in names]
@@ -864,6 +998,7 @@ async def run_load(
         "decisions_lost": len(lost) + len(released_without),
         "decisions_lost_examples": (lost + released_without)[:5],
         "decisions_duplicated": sum(observer.duplicated(n) for n in names),
+        "schedule": schedule,
     }
 
 
@@ -899,6 +1034,7 @@ def stack_settings(args: argparse.Namespace, workdir: Path) -> StackSettings:
     env: Mapping[str, str] = {
         "TIDEGATE_LOG_LEVEL": "WARNING",
         "TIDEGATE_WEBHOOK": "off",
+        **reservation_env(args.reservations != "off"),
         **dict(item.split("=", 1) for item in args.env),
     }
     return StackSettings(
@@ -979,6 +1115,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "seed": args.seed,
                     "utilization_target": args.utilization,
                     "sizes": args.sizes,
+                    "reservations": args.reservations,
+                    "declare_runtimes": args.declare_runtimes,
                     "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
                     "service_env": list(args.env),
                     "event_loop": eventloop.running_loop_kind(),
@@ -996,6 +1134,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         utilization=args.utilization,
                         prefix="job-",
                         sizes=args.sizes,
+                        declare=args.declare_runtimes,
                     )
                     figures.update(
                         await run_load(
@@ -1043,6 +1182,7 @@ async def find_max_rate(
             utilization=args.utilization,
             prefix=f"p{len(probes):02d}-",
             sizes=args.sizes,
+            declare=args.declare_runtimes,
         )
         result = await run_load(
             stack,
@@ -1182,6 +1322,23 @@ def print_run(figures: Mapping[str, Any]) -> None:
         f"({figures['unreleased_after_settle']} admitted still unreleased); lost "
         f"{figures['decisions_lost']}, duplicated {figures['decisions_duplicated']}"
     )
+    schedule = figures.get("schedule")
+    if schedule:
+        print("  schedule figures (created → first admission; fragmented: time-averaged):")
+        for line in side_by_side({"this run": schedule}).splitlines()[2:]:
+            print(f"    {line}")
+
+
+def both_ways(args: argparse.Namespace) -> dict[str, Any]:
+    """The same seeded stream with reservations on, then off, each on a fresh stack; the
+    figures of both and their schedule figures side by side."""
+    runs: dict[str, Any] = {}
+    for mode in ("on", "off"):
+        runs[mode] = run_tool(run(argparse.Namespace(**{**vars(args), "reservations": mode})))
+    table = side_by_side(
+        {f"reservations {mode}": figures.get("schedule") or {} for mode, figures in runs.items()}
+    )
+    return {"reservations": "both", "runs": runs, "side_by_side": table}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1216,6 +1373,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TIDEGATE_X=VALUE",
         help="a service setting for every service (repeatable), e.g. TIDEGATE_KUBE_QPS=0",
     )
+    parser.add_argument(
+        "--reservations",
+        choices=("on", "off", "both"),
+        default="on",
+        help="admission's reservations for big Jobs; both: run on, then off, side by side",
+    )
+    parser.add_argument(
+        "--declare-runtimes",
+        type=float,
+        default=1.5,
+        metavar="FACTOR",
+        help="each Job declares its duration x FACTOR (>= 1) as tidegate.io/max-runtime; "
+        "0: none (default: %(default)s)",
+    )
     parser.add_argument("--find-max-rate", action="store_true")
     parser.add_argument("--max-rate", type=float, default=400.0, help="probe no higher")
     parser.add_argument("--bisect-steps", type=int, default=3)
@@ -1224,8 +1395,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if any("=" not in item for item in args.env):
         parser.error("--env takes TIDEGATE_NAME=VALUE")
+    if args.declare_runtimes and args.declare_runtimes < 1:
+        parser.error("--declare-runtimes: a factor of at least 1 (or 0 for none)")
+    if args.reservations == "both" and args.find_max_rate:
+        parser.error("--reservations both compares one load, not --find-max-rate")
     try:
-        figures = run_tool(run(args))
+        figures = both_ways(args) if args.reservations == "both" else run_tool(run(args))
     except ToolSettingError as exc:
         parser.error(str(exc))
     if args.out:
@@ -1234,6 +1409,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(figures))
         return 0
+    if args.reservations == "both":
+        for mode, one in figures["runs"].items():
+            print(f"reservations {mode}:")
+            print_one(args, one)
+        print(figures["side_by_side"])
+        return 0
+    print_one(args, figures)
+    return 0
+
+
+def print_one(args: argparse.Namespace, figures: Mapping[str, Any]) -> None:
+    """The figures of one run (of ``--reservations on`` or ``off``), readably."""
     print(
         f"end-to-end benchmark: {figures['nodes']} nodes ({figures['shape']}), seed {args.seed}, "
         f"sizes {args.sizes}"
@@ -1254,7 +1441,6 @@ def main(argv: list[str] | None = None) -> int:
         f"{figures.get('load_avg_after_load')}, at the end {figures['load_avg_1m']} on "
         f"{figures['cpus']} cpus (measured while everything else on the machine ran)"
     )
-    return 0
 
 
 if __name__ == "__main__":

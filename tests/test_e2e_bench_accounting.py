@@ -98,11 +98,12 @@ def job(observer: object, pods: int) -> object:
 def pod_event(name: str, *, gated: bool) -> SimpleNamespace:
     gates = [{"name": ADMISSION_GATE}] if gated else []
     return SimpleNamespace(
+        type="MODIFIED",
         obj={
             "metadata": {"namespace": e2e.NAMESPACE, "name": name, "labels": {"app": "job-1"}},
             "spec": {"schedulingGates": gates},
             "status": {"phase": "Pending"},
-        }
+        },
     )
 
 
@@ -240,3 +241,73 @@ async def test_bus_counts_read_each_named_connection_from_the_server(cluster_id:
         # The envelopes went out; only the short acknowledgements came back.
         sent_bytes, received_bytes = then[2] - first[2], then[3] - first[3]
         assert sent_bytes > 2 * received_bytes > 0, then
+
+
+def test_every_job_declares_a_runtime_not_below_its_run_unless_told_not_to() -> None:
+    def stream(declare: float) -> list[object]:
+        return e2e.job_stream(  # type: ignore[no-any-return]
+            seed=7, rate=5.0, seconds=20.0, nodes=64, utilization=0.5, prefix="j-", declare=declare
+        )
+
+    declared = stream(1.5)
+    plain = stream(0.0)
+    assert [s.duration for s in declared] == [s.duration for s in plain]
+    assert all(s.max_runtime is None for s in plain)
+    for spec in declared:
+        assert spec.max_runtime >= spec.duration * 1.5
+        assert spec.max_runtime % e2e.DECLARED_ROUND_UP_TO == 0
+        meta = e2e.workload_object(spec.entry(), e2e.NAMESPACE)["metadata"]
+        assert meta["annotations"]["tidegate.io/max-runtime"] == f"{spec.max_runtime:g}"
+
+
+def test_reservations_off_turns_them_off_in_admission() -> None:
+    def env(mode: str) -> dict[str, str]:
+        args = SimpleNamespace(env=[], reservations=mode, nodes=32, nats_servers=1)
+        return dict(e2e.stack_settings(args, Path("/tmp")).extra_env)
+
+    assert env("off")["TIDEGATE_RESERVATIONS_MAX_PER_CLUSTER"] == "0"
+    assert "TIDEGATE_RESERVATIONS_MAX_PER_CLUSTER" not in env("on")
+
+
+def bound_pod(name: str, node: str, gpus: int, phase: str = "Running") -> SimpleNamespace:
+    return SimpleNamespace(
+        type="MODIFIED",
+        obj={
+            "metadata": {"namespace": e2e.NAMESPACE, "name": name, "labels": {"app": "job-1"}},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}],
+            },
+            "status": {"phase": phase},
+        },
+    )
+
+
+def test_the_schedule_figures_follow_the_pods_held_and_the_first_admissions() -> None:
+    observer = e2e.Observer()
+    times = job(observer, 2)
+    gpus = {"n1": 8, "n2": 8}
+    waiting = observer.snapshot(gpus)
+    assert waiting.waiting == ("job-1",)
+    assert waiting.free == {"n1": 8, "n2": 8}
+    asyncio.run(observer.on_decision(received(msg.admitted("job-1", sequence=1), at=1010.0)))
+    observer.on_pod(bound_pod("job-1-a", "n1", 1))
+    observer.on_pod(bound_pod("job-1-b", "n1", 1))
+    running = observer.snapshot(gpus)
+    assert running.waiting == ()
+    assert running.free == {"n1": 6, "n2": 8}
+    observer.on_pod(bound_pod("job-1-a", "n1", 1, phase="Succeeded"))
+    assert observer.snapshot(gpus).free == {"n1": 7, "n2": 8}
+    nodes = ({"n1": {"tidegate.io/rack": "r1"}, "n2": {"tidegate.io/rack": "r1"}}, gpus)
+    times.created_wall = 1000.0  # type: ignore[attr-defined]
+    timeline = e2e.schedule_timeline(
+        observer,
+        [times.spec],
+        nodes,
+        [waiting, running],
+        end=running.at + 1,  # type: ignore[attr-defined]
+    )
+    (gang,) = timeline.gangs
+    assert (gang.submitted_at, gang.started_at, gang.gpus) == (1000.0, 1010.0, 2)
+    figures = e2e.schedule_figures(timeline)
+    assert figures["small"]["max"] == 10.0

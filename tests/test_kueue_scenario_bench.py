@@ -291,11 +291,12 @@ def test_a_job_is_done_once_every_pod_finished() -> None:
 
     def pod(name: str, phase: str) -> SimpleNamespace:
         return SimpleNamespace(
+            type="MODIFIED",
             obj={
                 "metadata": {"namespace": kb.NAMESPACE, "name": name, "labels": {"app": job.name}},
                 "spec": {},
                 "status": {"phase": phase},
-            }
+            },
         )
 
     observer.on_pod(pod("p0", "Succeeded"))

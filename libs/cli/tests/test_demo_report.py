@@ -14,6 +14,8 @@ from tidegate.cli.demo_report import (
     preemption_losses,
     render_markdown,
     render_text,
+    reservation_figures,
+    schedule_timeline,
     team_sample,
     team_summaries,
     to_json,
@@ -26,6 +28,8 @@ from tidegate.model import (
     Pending,
     Preempted,
     Released,
+    ReservationDropped,
+    Reserved,
 )
 from tidegate.testing.messages import Messages
 
@@ -344,3 +348,74 @@ def test_a_record_without_cohorts_shows_no_teams() -> None:
     assert team_summaries(record) == {}
     assert "teams sharing a cohort" not in render_text(record)
     assert to_json(record)["teams"] == {}
+
+
+def test_reservation_figures_from_free_gpus_per_node_and_waits_after_evictions() -> None:
+    record = record_with("ns/big", "ns/small")
+    record.reservations = True
+    record.levels = ["rack", "host"]
+    record.node_gpus = {"n1": 8, "n2": 8, "n3": 8, "n4": 8}
+    record.node_paths = {
+        n: {"rack": "r1" if n in ("n1", "n2") else "r2", "host": n} for n in record.node_gpus
+    }
+    big = record.workloads["ns/big"]  # 2 pods of 8 GPUs, submitted at 0
+    big.required_level = "rack"
+    small = record.workloads["ns/small"]  # submitted at 1
+    small.pods, small.gpus_per_pod = 1, 8
+    # At 0 both wait; the free GPUs are one node in each rack: the small one fits, the big not.
+    record.sample_free(0.0, {"n2": 8, "n4": 8})
+    assert record.free[-1].waiting == ("ns/big", "ns/small")
+    assert record.free[-1].free == {"n1": 8, "n2": 0, "n3": 8, "n4": 0}
+    admitted = Admitted(
+        workload="ns/small",
+        uid="s",
+        queue="q",
+        sequence=1,
+        epoch=1,
+        assignments={"main": msg.assignment({("b", "r1", "n1"): 1})},
+    )
+    record.decision(2.0, admitted)
+    record.sample_free(2.0, {"n1": 8, "n2": 8, "n4": 8})
+    assert record.free[-1].waiting == ("ns/big",)  # 8 free on n3 alone: fragmented
+    reserved = Reserved(
+        workload="ns/big",
+        uid="b",
+        queue="q",
+        sequence=2,
+        topology="default",
+        level="rack",
+        domain=["r1"],
+        nodes=["n1", "n2"],
+        expected_start=0.0,
+        message="rack r1 reserved",
+    )
+    assert record.decision(2.5, reserved) == f"reserved  {'ns/big':<28} rack r1 reserved"
+    dropped = ReservationDropped(workload="ns/big", uid="b", queue="q", reason="Started")
+    record.decision(4.0, dropped)
+    record.decision(4.0, msg.admitted("ns/big", sequence=3, uid="b"))
+    record.sample_free(4.0, dict.fromkeys(record.node_gpus, 8))
+    record.decision(
+        6.0, Preempted(preemptor="ns/serve", preemptor_uid="x", victims=["ns/big"], mode={})
+    )
+    record.sample_free(6.0, {})  # evicted: waits again with everything free
+    record.decision(9.0, msg.admitted("ns/big", sequence=4, uid="b"))
+    record.sample_free(9.0, dict.fromkeys(record.node_gpus, 8))
+    record.sample_free(10.0, dict.fromkeys(record.node_gpus, 8))
+    assert record.decisions["reserved"] == 1
+    assert record.decisions["reservation-dropped"] == 1
+    timeline = schedule_timeline(record)
+    assert [(g.key, g.submitted_at, g.started_at) for g in timeline.gangs] == [
+        ("ns/big", 0.0, 4.0),
+        ("ns/big (evicted at 6s)", 6.0, 9.0),
+        ("ns/small", 1.0, 2.0),
+    ]
+    figures = reservation_figures(record)
+    assert figures["reservations"] is True
+    # Allocated: 16 of 32 for 0..2 s, 24 for 2..4, 32 for 4..6, 0 for 6..9, 32 for 9..10.
+    assert figures["utilization"] == (16 * 2 + 24 * 2 + 32 * 2 + 0 * 3 + 32 * 1) / 10 / 32
+    # Fragmented: 0 at 0 s (the small one fits), 8 for 2..4 s, 0 after (the big one fits).
+    assert figures["fragmented_gpus"] == 8 * 2 / 10
+    assert figures["small"] == {"count": 3, "never_started": 0, "p50": 3.0, "p99": 4.0, "max": 4.0}
+    text = render_text(record)
+    assert "reservations on: big gangs (>= 128 GPUs) and small Jobs" in text
+    assert to_json(record)["reservation_figures"] == figures

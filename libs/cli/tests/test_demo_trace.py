@@ -6,12 +6,15 @@ import pytest
 
 from tidegate.cli.demo_trace import (
     Autoscale,
+    DeclaredRuntimes,
     TraceError,
     cohort_object,
+    declared_runtime,
     desired_replicas,
     load_at,
     load_trace,
     parse_trace,
+    required_level,
     service_type,
     workload_object,
 )
@@ -38,6 +41,11 @@ def test_the_built_in_trace_parses_and_covers_each_family() -> None:
         ("workloads: [{name: a, colour: red}]", r"unknown field `colour`"),
         ("queues: [{spec: {}}]", r"missing required field `name`"),
         ("workloads: [", r"not YAML"),
+        (
+            "workloads: [{name: a, max_runtime: 0}]",
+            r"workloads\[0\]\.max_runtime: must be positive",
+        ),
+        ("declared_runtimes: {factor: 0.5}", r"declared_runtimes: need factor >= 1"),
     ],
 )
 def test_bad_traces_name_the_field(text: str, message: str) -> None:
@@ -247,3 +255,68 @@ def test_cohorts_in_a_trace_are_parsed_and_named_on_error() -> None:
     assert [(c.name, c.spec) for c in trace.cohorts] == [("c", {"parent": "root"})]
     with pytest.raises(TraceError, match=r"cohorts\[0\]"):
         parse_trace("cohorts: [{spec: {}}]")
+
+
+def test_jobs_declare_runtimes_by_the_trace_rule_never_below_their_run() -> None:
+    trace = parse_trace(
+        """
+        declared_runtimes: {factor: 1.5, round_up_to: 25}
+        workloads:
+          - {name: short, duration: 5}
+          - {name: long, duration: 1200}
+          - {name: own, duration: 100, max_runtime: 110}
+          - {name: serve, kind: Deployment}
+        """
+    )
+    runtimes = {w.name: w.max_runtime for w in trace.workloads}
+    assert runtimes == {"short": 25, "long": 1800, "own": 110, "serve": None}
+    rule = DeclaredRuntimes(factor=1.5, round_up_to=25)
+    for duration in (1, 5, 16.7, 24.9, 25, 45, 117, 633, 1200):
+        declared = declared_runtime(duration, rule)
+        assert declared >= duration * 1.5
+        assert declared % 25 == 0
+        assert declared - duration * 1.5 < 25
+    # Without the rule nothing is declared.
+    assert parse_trace("workloads: [{name: a, duration: 5}]").workloads[0].max_runtime is None
+
+
+def test_the_declared_runtime_is_written_in_the_services_seconds() -> None:
+    (entry,) = parse_trace("workloads: [{name: a, duration: 40, max_runtime: 75}]").workloads
+    job = workload_object(entry, "ns", time_scale=0.05)
+    meta = job["metadata"]
+    assert isinstance(meta, dict)
+    assert meta["annotations"] == {"tidegate.io/max-runtime": "3.75"}
+    # The simulated duration stays in simulated seconds (the simulator scales it itself).
+    spec = job["spec"]
+    assert isinstance(spec, dict)
+    assert spec["template"]["metadata"]["annotations"] == {"tidegate.io/sim-duration-seconds": "40"}
+    # A trace's own annotation wins.
+    (own,) = parse_trace(
+        "workloads: [{name: a, max_runtime: 75, annotations: {tidegate.io/max-runtime: 9m}}]"
+    ).workloads
+    own_meta = workload_object(own, "ns", time_scale=0.05)["metadata"]
+    assert isinstance(own_meta, dict)
+    assert own_meta["annotations"] == {"tidegate.io/max-runtime": "9m"}
+
+
+def test_required_level_is_read_as_the_watcher_reads_it() -> None:
+    trace = parse_trace(
+        """
+        workloads:
+          - {name: kueue, template_annotations: {kueue.x-k8s.io/podset-required-topology: rack}}
+          - {name: kai, annotations: {kai.scheduler/topology-required-placement: block}}
+          - {name: tg, annotations: {tidegate.io/topology-required: host}}
+          - {name: preferred, annotations: {tidegate.io/topology-preferred: rack}}
+        """
+    )
+    levels = {w.name: required_level(w) for w in trace.workloads}
+    assert levels == {"kueue": "rack", "kai": "block", "tg": "host", "preferred": None}
+
+
+def test_every_job_of_the_built_in_trace_declares_at_least_its_run() -> None:
+    jobs = [w for w in load_trace(None).workloads if w.kind == "Job" and w.duration is not None]
+    assert jobs
+    for job in jobs:
+        assert job.max_runtime is not None
+        assert job.duration is not None
+        assert job.max_runtime >= job.duration, job.name

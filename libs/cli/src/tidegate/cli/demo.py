@@ -72,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve tidegate console beside the demo, for its length (default address: "
         "%(const)s; loopback only, see docs/operations.md)",
     )
+    parser.add_argument(
+        "--reservations",
+        choices=("on", "off"),
+        default="on",
+        help="reservations and backfill for big gangs (docs/reservations.md); off sets "
+        "admission's TIDEGATE_RESERVATIONS_MAX_PER_CLUSTER to 0 (default: %(default)s)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the final report")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -133,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
                 fake_nodes=args.fake_nodes,
                 crds=args.crds,
                 console=console,
+                reservations=args.reservations == "on",
             )
         )
     except (StackError, AgentError, KubeError) as exc:

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from tidegate.cli.schedule_figures import Gang, Snapshot, Timeline, schedule_figures
 from tidegate.model import (
     Admitted,
     Message,
@@ -24,6 +25,8 @@ from tidegate.model import (
     Preempted,
     PreemptRequested,
     Released,
+    ReservationDropped,
+    Reserved,
     TopologyAssignment,
 )
 from tidegate.policy.cards import WHOLE_GPU_RESOURCE
@@ -139,6 +142,8 @@ class WorkloadRecord:
     released: list[tuple[float, str]] = field(default_factory=list)
     finished_at: float | None = None
     service_type: str = "training"
+    required_level: str | None = None
+    """The topology level its pods must share one domain of, if any."""
 
     @property
     def state(self) -> str:
@@ -188,6 +193,16 @@ class DemoRecord:
     """The queues of cohorts over time (sampled with GPU use; empty without cohorts)."""
     reclaims: list[Reclaim] = field(default_factory=list)
     """Preemptions that gave a queue its lent quota back."""
+
+    reservations: bool | None = None
+    """Whether admission could reserve domains for big gangs (``--reservations``)."""
+    levels: list[str] = field(default_factory=list)
+    """The topology levels, widest first."""
+    node_gpus: dict[str, int] = field(default_factory=dict)
+    node_paths: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per node, level -> domain value."""
+    free: list[Snapshot] = field(default_factory=list)
+    """Free GPUs per node and the Jobs waiting, at each sample."""
 
     def decision(self, at: float, body: Message) -> str | None:
         """Record one decision; returns the line to print live (None for uninteresting ones)."""
@@ -249,6 +264,12 @@ class DemoRecord:
                 if record is not None:
                     record.released.append((at, body.reason))
                 return f"released  {body.workload:<28} {body.reason}"
+            case Reserved():
+                self.decisions["reserved"] += 1
+                return f"reserved  {body.workload:<28} {body.message}"
+            case ReservationDropped():
+                self.decisions["reservation-dropped"] += 1
+                return f"unreserve {body.workload:<28} {body.reason}"
             case _:
                 return None
 
@@ -260,6 +281,19 @@ class DemoRecord:
         """Record GPU use by service type (and the total, for the utilization line)."""
         self.usage.append(sample)
         self.sample(sample.at, sum(sample.running.values()))
+
+    def sample_free(self, at: float, allocated: dict[str, int]) -> None:
+        """Record the free GPUs per node (from the GPUs held per node) and the Jobs waiting."""
+        waiting = tuple(
+            w.key
+            for w in self.workloads.values()
+            if w.kind == "Job"
+            and w.finished_at is None
+            and w.state != "Admitted"
+            and not w.waiting_permanently
+        )
+        free = {node: gpus - allocated.get(node, 0) for node, gpus in self.node_gpus.items()}
+        self.free.append(Snapshot(at=at, free=free, waiting=waiting))
 
     @property
     def clock(self) -> float:
@@ -591,6 +625,75 @@ def team_series(record: DemoRecord) -> JsonObject:
     }
 
 
+def schedule_timeline(record: DemoRecord) -> Timeline:
+    """The run as a :class:`~tidegate.cli.schedule_figures.Timeline`: the training Jobs (not
+    those refused for a reason waiting cannot cure) with a wait from their submission and one
+    from each eviction to the admission that follows, and the free GPUs per node at each
+    sample, until the last sample."""
+    end = max((s.at for s in record.free), default=0.0)
+    gangs: list[Gang] = []
+    for w in record.workloads.values():
+        if w.kind != "Job" or w.waiting_permanently:
+            continue
+        # A wait from submission to the first admission, and one from each eviction to the
+        # admission after it (an evicted gang queues again).
+        starts = [(w.key, w.submitted_at)] + [
+            (f"{w.key} (evicted at {at:.0f}s)", at) for at, _ in w.preempted_by
+        ]
+        for key, since in starts:
+            started = next((t for t in w.admitted_at if t >= since), None)
+            gangs.append(
+                Gang(
+                    key=key,
+                    pods=w.pods,
+                    gpus_per_pod=w.gpus_per_pod,
+                    submitted_at=since,
+                    started_at=started,
+                    required_level=w.required_level,
+                )
+            )
+    return Timeline(
+        nodes=record.node_paths,
+        gpus=record.node_gpus,
+        gangs=gangs,
+        snapshots=record.free,
+        end=end,
+        levels=record.levels,
+    )
+
+
+def reservation_figures(record: DemoRecord) -> JsonObject:
+    """Utilization, big and small Jobs' waits and fragmentation of the run
+    (:func:`tidegate.cli.schedule_figures.schedule_figures`), and whether reservations were on."""
+    return {"reservations": record.reservations, **schedule_figures(schedule_timeline(record))}
+
+
+def _reservation_lines(record: DemoRecord) -> list[str]:
+    """The reservation figures in the text report (docs/reservations.md, "Measured")."""
+    if not record.free:
+        return []
+    figures = reservation_figures(record)
+    shown = {True: "on", False: "off", None: "?"}[record.reservations]
+    lines = [f"reservations {shown}: big gangs (>= {figures['big_gpus']} GPUs) and small Jobs"]
+    utilization = figures["utilization"]
+    fragmented = figures["fragmented_gpus"]
+    lines.append(
+        "  GPUs allocated (time-averaged) "
+        + (f"{utilization:.1%}" if isinstance(utilization, float) else "-")
+        + ", fragmented (free, but fit no waiting Job) "
+        + (f"{fragmented:.1f}" if isinstance(fragmented, float) else "-")
+    )
+    for name, quantiles in (("big", ("p50", "max")), ("small", ("p50", "p99", "max"))):
+        row = figures[name]
+        assert isinstance(row, dict)
+        parts = ", ".join(f"{q} {_seconds(row[q])}s" for q in quantiles)
+        lines.append(
+            f"  {name:<5} {row['count']:>3} Jobs, {row['never_started']} never started; "
+            f"wait {parts}"
+        )
+    return lines
+
+
 def _mean(values: list[int]) -> float:
     return statistics.fmean(values) if values else 0.0
 
@@ -636,6 +739,7 @@ def render_text(record: DemoRecord, *, width: int = 60) -> str:
         lines.append(f"  |{sparkline(shares)}|")
     lines.extend(_tidal_lines(record))
     lines.extend(_team_lines(record))
+    lines.extend(_reservation_lines(record))
     counts = ", ".join(f"{kind} {n}" for kind, n in sorted(record.decisions.items()))
     lines.append(f"decisions: {counts or 'none'}")
     return "\n".join(lines)
@@ -889,6 +993,7 @@ def to_json(record: DemoRecord) -> JsonObject:
         },
         "team_usage": team_series(record),
         "reclaims": [dataclasses.asdict(r) for r in record.reclaims],
+        "reservation_figures": reservation_figures(record),
         "decisions": dict(record.decisions),
         "preemptions": [
             {"at": at, "preemptor": p, "victims": v} for at, p, v in record.preemptions

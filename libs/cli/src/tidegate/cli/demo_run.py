@@ -42,6 +42,7 @@ from tidegate.cli.demo_trace import (
     load_at,
     priority_class_object,
     queue_object,
+    required_level,
     service_type,
     workload_object,
 )
@@ -59,6 +60,7 @@ from tidegate.kube import (
     PODS,
     PRIORITY_CLASSES,
     QUEUES,
+    TOPOLOGIES,
     AlreadyExists,
     KubeClient,
     KubeSettings,
@@ -81,6 +83,7 @@ async def run_demo(
     fake_nodes: str | None = None,
     crds: Path | None = None,
     console: tuple[str, int] | None = None,
+    reservations: bool = True,
 ) -> tuple[DemoRecord, bool]:
     """Run the whole demo in ``workdir`` (an empty directory); returns what it saw, and whether
     a service died on the way.
@@ -89,16 +92,17 @@ async def run_demo(
     CRDs from ``crds`` are created where missing, ``fake_nodes`` (a topology description) are
     registered for the length of the run by the node agent, and the pod templates carry the
     scheduling gate themselves (see docs/demo.md, "On a real cluster"). With ``console`` (host,
-    port) the page of ``tidegate console`` is served there while the demo runs."""
+    port) the page of ``tidegate console`` is served there while the demo runs. Without
+    ``reservations`` admission reserves nothing for big gangs (docs/reservations.md)."""
     settings = StackSettings(
         workdir=workdir,
         cluster=cluster,
         nodes=nodes,
         time_scale=time_scale,
-        extra_env=compressed_timeouts(time_scale),
+        extra_env={**compressed_timeouts(time_scale), **reservation_env(reservations)},
         kubeconfig=kubeconfig,
     )
-    record = DemoRecord(day_length=trace.day_length)
+    record = DemoRecord(day_length=trace.day_length, reservations=reservations)
     async with contextlib.AsyncExitStack() as context:
         if kubeconfig is None:
             say(
@@ -252,7 +256,14 @@ def compressed_timeouts(time_scale: float) -> dict[str, str]:
     time also waits 20x less before, e.g., admission asks preemption again (never under 1 s)."""
     return {
         "TIDEGATE_PREEMPTION_TIMEOUT_SECONDS": f"{max(1.0, 30.0 * time_scale):g}",
+        # An overdue gang is expected to end 5 simulated minutes from now, not 5 wall minutes.
+        "TIDEGATE_RESERVATION_OVERRUN_SECONDS": f"{300.0 * time_scale:g}",
     }
+
+
+def reservation_env(reservations: bool) -> dict[str, str]:
+    """Admission's setting for ``--reservations off`` (none in the cluster); nothing for on."""
+    return {} if reservations else {"TIDEGATE_RESERVATIONS_MAX_PER_CLUSTER": "0"}
 
 
 class DemoRunner:
@@ -350,6 +361,7 @@ class DemoRunner:
         self.record.total_gpus = sum(
             _int(_status(node).get("allocatable", {}), "nvidia.com/gpu") for node in nodes.items
         )
+        await self._record_topology(kube, nodes.items)
         self.say(f"  cluster: {len(nodes.items)} nodes, {self.record.total_gpus} GPUs")
         with contextlib.suppress(AlreadyExists):
             await kube.create(
@@ -380,6 +392,30 @@ class DemoRunner:
                 await kube.patch(QUEUES, entry.name, {"spec": dict(entry.spec)})
             self.say(f"  queue {entry.name}: {json.dumps(entry.spec)}")
 
+    async def _record_topology(self, kube: KubeClient, nodes: list[dict[str, object]]) -> None:
+        """Each node's GPUs and topology path (the levels of the ``default`` Topology), for the
+        fragmentation figure (:mod:`tidegate.cli.schedule_figures`)."""
+        levels: list[str] = []
+        with contextlib.suppress(NotFound):
+            topology = await kube.get(TOPOLOGIES, "default")
+            found = _spec(topology).get("levels")
+            levels = [
+                str(level["nodeLabel"])
+                for level in (found if isinstance(found, list) else [])
+                if isinstance(level, dict) and "nodeLabel" in level
+            ]
+        self.record.levels = levels
+        for node in nodes:
+            name = str(_meta(node).get("name"))
+            labels = _meta(node).get("labels")
+            labels = labels if isinstance(labels, dict) else {}
+            self.record.node_gpus[name] = _int(
+                _status(node).get("allocatable", {}), "nvidia.com/gpu"
+            )
+            self.record.node_paths[name] = {
+                level: str(labels[level]) for level in levels if level in labels
+            }
+
     async def _submit_all(self, kube: KubeClient) -> None:
 
         for entry in sorted(self.trace.workloads, key=lambda w: w.at):
@@ -396,12 +432,17 @@ class DemoRunner:
                 gpus_per_pod=parse_quantity("nvidia.com/gpu", gpus),
                 submitted_at=self.now(),
                 service_type=service_type(entry),
+                required_level=required_level(entry),
             )
             resource = JOBS if entry.kind == "Job" else DEPLOYMENTS
             await kube.create(
                 resource,
                 workload_object(
-                    entry, self.trace.namespace, gate=self.gate, per_index_backoff=True
+                    entry,
+                    self.trace.namespace,
+                    gate=self.gate,
+                    per_index_backoff=True,
+                    time_scale=self.time_scale,
                 ),
                 namespace=self.trace.namespace,
             )
@@ -497,6 +538,7 @@ class DemoRunner:
                 pods = await kube.list_objects(PODS, namespace=self.trace.namespace)
                 self.record.sample_usage(self._usage(pods.items))
                 self._sample_teams()
+                self.record.sample_free(self.now(), _allocated(pods.items))
                 jobs = await kube.list_objects(JOBS, namespace=self.trace.namespace)
                 for job in jobs.items:
                     key = f"{self.trace.namespace}/{_meta(job).get('name')}"
@@ -550,6 +592,19 @@ def _int(mapping: object, key: str) -> int:
 
 def _pod_gpus(pod: Pod) -> int:
     return sum(_int(c.resources.requests, "nvidia.com/gpu") for c in pod.spec.containers)
+
+
+def _allocated(pods: list[dict[str, object]]) -> dict[str, int]:
+    """GPUs per node held by pods bound there and not finished."""
+    held: dict[str, int] = {}
+    for obj in pods:
+        try:
+            pod = decode(obj, Pod)
+        except ObjectError:
+            continue
+        if pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed"):
+            held[pod.spec.node_name] = held.get(pod.spec.node_name, 0) + _pod_gpus(pod)
+    return held
 
 
 def _job_done(job: dict[str, object]) -> bool:

@@ -18,6 +18,8 @@ from typing import Literal
 import msgspec
 import yaml
 
+from tidegate.kube.read.annotations import Layer, podset_settings
+from tidegate.kube.read.keys import TG_MAX_RUNTIME
 from tidegate.model.names import ADMISSION_GATE
 
 JsonObject = dict[str, object]
@@ -111,6 +113,37 @@ class WorkloadEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """What this entry shows, printed when it is submitted."""
     autoscale: Autoscale | None = None
     """Deployments only: replicas driven by an HPA-like load curve (``pods`` is the start)."""
+    max_runtime: float | None = None
+    """The runtime it declares, in simulated seconds: the demo writes it as
+    ``tidegate.io/max-runtime`` in the services' (wall) seconds. Set from the trace's
+    ``declared_runtimes`` rule when absent."""
+
+
+class DeclaredRuntimes(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How the trace's Jobs declare their runtimes (``tidegate.io/max-runtime``), as users of a
+    batch system do: each Job with a ``duration`` and no ``max_runtime`` of its own declares
+    its duration times ``factor``, rounded up to a multiple of ``round_up_to`` (users ask for
+    round figures and more than they need; the declaration is never below the run)."""
+
+    factor: float = 1.5
+    round_up_to: float = 25.0
+    """Simulated seconds (25 is a quarter of an hour of the demo's 2400-second day)."""
+
+
+def declared_runtime(duration: float, rule: DeclaredRuntimes) -> float:
+    """The runtime a Job of ``duration`` simulated seconds declares under ``rule``."""
+    wanted = duration * rule.factor
+    return max(rule.round_up_to, math.ceil(wanted / rule.round_up_to - 1e-9) * rule.round_up_to)
+
+
+def required_level(entry: WorkloadEntry) -> str | None:
+    """The topology level an entry's pods must share one domain of (its pod template first,
+    then the workload, read as the watcher reads them), or None."""
+    layers = (
+        Layer("the pod template", {}, entry.template_annotations),
+        Layer("the workload", {}, entry.annotations),
+    )
+    return podset_settings(layers, []).topology.required
 
 
 class Trace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -127,6 +160,8 @@ class Trace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     day_length: float | None = None
     """Simulated seconds that stand for 24 hours (a compressed day): the report then shows
     the hour of the day and GPU-hours on that clock."""
+    declared_runtimes: DeclaredRuntimes | None = None
+    """When set, Jobs without a ``max_runtime`` declare one by this rule."""
 
 
 def load_trace(path: Path | None) -> Trace:
@@ -165,9 +200,27 @@ def parse_trace(text: str, *, origin: str = "trace") -> Trace:
         names.add(workload.name)
         if workload.autoscale is not None:
             _check_autoscale(workload, where)
+        if workload.max_runtime is not None and workload.max_runtime <= 0:
+            raise TraceError(f"{where}.max_runtime: must be positive, got {workload.max_runtime}")
     if trace.day_length is not None and trace.day_length <= 0:
         raise TraceError(f"{origin}: day_length: must be positive, got {trace.day_length}")
-    return trace
+    rule = trace.declared_runtimes
+    if rule is None:
+        return trace
+    if rule.factor < 1 or rule.round_up_to <= 0:
+        raise TraceError(
+            f"{origin}: declared_runtimes: need factor >= 1 (a declaration is never below the "
+            f"run) and round_up_to > 0, got {rule.factor} and {rule.round_up_to}"
+        )
+    return msgspec.structs.replace(
+        trace,
+        workloads=[
+            msgspec.structs.replace(w, max_runtime=declared_runtime(w.duration, rule))
+            if w.kind == "Job" and w.duration is not None and w.max_runtime is None
+            else w
+            for w in trace.workloads
+        ],
+    )
 
 
 def _check_autoscale(workload: WorkloadEntry, where: str) -> None:
@@ -234,7 +287,12 @@ def cohort_object(entry: CohortEntry) -> JsonObject:
 
 
 def workload_object(
-    entry: WorkloadEntry, namespace: str, *, gate: bool = False, per_index_backoff: bool = False
+    entry: WorkloadEntry,
+    namespace: str,
+    *,
+    gate: bool = False,
+    per_index_backoff: bool = False,
+    time_scale: float = 1.0,
 ) -> JsonObject:
     """The Job (Indexed, all pods at once) or Deployment an entry submits.
 
@@ -243,7 +301,9 @@ def workload_object(
     With ``per_index_backoff`` a Job counts failures per index (``backoffLimitPerIndex``), so
     that a real Job controller replaces an evicted gang after 10 s instead of up to 10 minutes
     (the demo's Jobs; docs/preemption.md). Such a Job keeps a failed pod's finalizer in a
-    namespace being deleted: delete it before its namespace.
+    namespace being deleted: delete it before its namespace. A declared ``max_runtime`` becomes
+    ``tidegate.io/max-runtime`` on the workload, times ``time_scale`` (the services count wall
+    seconds; the simulator scales the pods' durations the same way).
     """
     labels = {"app": entry.name}
     if entry.queue is not None:
@@ -279,6 +339,10 @@ def workload_object(
         "labels": dict(labels),
         "annotations": dict(entry.annotations),
     }
+    if entry.max_runtime is not None and TG_MAX_RUNTIME not in entry.annotations:
+        annotations = metadata["annotations"]
+        assert isinstance(annotations, dict)
+        annotations[TG_MAX_RUNTIME] = f"{entry.max_runtime * time_scale:g}"
     if entry.kind == "Job":
         pod_spec["restartPolicy"] = "Never"
         job_spec: JsonObject = {

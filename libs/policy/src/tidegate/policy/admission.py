@@ -137,6 +137,7 @@ from tidegate.policy.reservation import (
     declared_runtime,
     drop_reason,
     keeps_reservation,
+    keeps_without_estimate,
     plan_reservation,
     replan_due,
     reservation_allowed,
@@ -1319,7 +1320,9 @@ class Admission:
         except PlacementError:
             return
         if isinstance(plan, NoEstimate):
-            if held is not None:
+            if held is not None and not keeps_without_estimate(
+                held, occupants, now=now, settings=settings
+            ):
                 self._drop(out, key, "NoEstimate", plan.message)
             return
         body = reserved_message(

@@ -517,7 +517,26 @@ def keeps_reservation(held: Reserved, planned: Reserved, occupants: Sequence[Occ
     if planned.domain == held.domain or planned.expected_start <= held.expected_start:
         return False
     running = {o.key for o in occupants}
-    return all(w.workload not in running for w in held.waits_for)
+    return any(w.workload not in running for w in held.waits_for)
+
+
+def keeps_without_estimate(
+    held: Reserved,
+    occupants: Sequence[Occupant],
+    *,
+    now: float,
+    settings: ReservationSettings = ReservationSettings(),
+) -> bool:
+    """Whether ``held`` stays though a recomputation finds no estimate at all: a gang it
+    waited for has ended, so its room is coming free while the capacity view lags that end
+    (the topology-cache reports a node after its pods are gone, as in
+    :func:`keeps_reservation`): counting neither that gang nor its room, the plan can find the
+    gangs still running too few. Only until ``overrun_seconds`` past its expected start: a
+    room that never shows up free does not keep the nodes closed for good."""
+    if now > held.expected_start + settings.overrun_seconds:
+        return False
+    running = {o.key for o in occupants}
+    return any(w.workload not in running for w in held.waits_for)
 
 
 def replan_due(reservation: Reserved, running: Collection[str], *, now: float) -> bool:
