@@ -1,30 +1,14 @@
-"""Benchmark of the admission service: its burst rate (decisions per second over a burst of
-workloads on an idle cluster), and the latency from a workload's publish to the publish of its
-decision at an offered load of 100 workloads/s.
+"""Benchmark of the admission service: decisions per second in a burst, and the latency from a
+workload's publish to its decision at 100 workloads/s.
 
     python bench/admission.py [--json] [--out FILE] [--nodes 4096] [--rate 100]
                               [--seconds 10] [--burst 2000] [--seed 7]
 
-Starts a throwaway nats-server and the real admission service as its own process
-(``python -m tidegate.admission``), publishes a Topology (blocks of 16 racks of 32 nodes), one
-queue and synthetic free capacity for ``--nodes`` nodes (each 128 CPUs, 1Ti memory, 8 GPUs,
-110 pods; as the topology-cache would), then:
-
-1. **latency**: publishes ``--rate`` workloads per second for ``--seconds``; each has 1–64 pods
-   (1 CPU, 2Gi; a quarter of them also 1 GPU per pod) and a topology request (a third
-   required in one rack, a third preferred in one rack, a third unconstrained). The latency of
-   a workload is its decision envelope's ``time`` (stamped by admission when it publishes)
-   minus the time the harness published the workload; p50 and p99 in milliseconds.
-2. **burst rate**: publishes ``--burst`` such workloads as fast as the bus takes them and
-   divides their number by the time from the first publish to the last first-decision. This
-   is a burst on an idle cluster with nothing playing the topology-cache: the capacity view
-   never changes and no workload finishes, so it is not what the whole pipeline sustains
-   (``bench/e2e.py`` measures that).
-
-With --json it prints one object ``{"burst_decisions_per_s": …, "latency_ms": {"p50": …, "p99": …},
-…}`` (and writes it to --out when given). Figures are measurements, never assertions; the
-harness and the service share this machine's cores, so the load average is reported too.
-``BENCH_PYTHON_ARGS="-m cProfile -o /tmp/admission.prof"`` runs the service under a profiler.
+Starts a throwaway nats-server and the admission service as its own process, publishes a
+topology, one queue and free capacity for ``--nodes`` idle nodes (nothing plays the
+topology-cache), then offers ``--rate`` workloads/s for ``--seconds`` and a burst of
+``--burst``. Prints ``latency_ms`` and ``burst_decisions_per_s``; measurements, never
+assertions. ``BENCH_PYTHON_ARGS="-m cProfile -o FILE"`` runs the service under a profiler.
 """
 
 import argparse

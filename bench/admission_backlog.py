@@ -1,23 +1,14 @@
-"""Benchmark of an admission cycle under a long queue: the CPU one cycle costs when many
-workloads wait for capacity on a full cluster and capacity keeps changing.
+"""Benchmark of one admission cycle with a long queue waiting on a full cluster whose capacity
+keeps changing.
 
     python bench/admission_backlog.py [--json] [--out FILE] [--nodes 1024] [--waiting 1000]
                                       [--cycles 20] [--seed 1]
 
-Runs the pure admission policy (``tidegate.policy.admission.Admission``) in this process, no
-bus and no service: the decision loop alone. The cluster is ``--nodes`` nodes of 8 GPUs in
-racks of 32 and blocks of 16 racks. Gangs drawn as ``bench/e2e.py`` draws its Jobs (the
-heavy-tail mix: 2**X pods, X exponential of mean 1, at most 256; 1, 2, 4 or 8 GPUs per pod; a
-third rack-required, a third rack-preferred, a third unconstrained) are admitted until the
-first does not fit; then ``--waiting`` more are queued and one cycle places them all (the
-first cycle). Each of the ``--cycles`` timed cycles follows a capacity report that frees one
-GPU on a node, so capacity grew and every waiting workload is retried, as under overload in
-the whole pipeline (docs/benchmarks.md).
-
-Figures: the first cycle's time, the mean time per timed cycle and per waiting workload in
-it, and how many distinct shapes the waiting workloads have. With --json it prints one object
-(and writes it to --out when given). Measurements, never assertions; the load average is
-reported beside them.
+The admission policy alone, in this process (no bus, no service): gangs drawn as
+``bench/e2e.py`` draws its Jobs fill the cluster, ``--waiting`` more are queued, and before each
+of ``--cycles`` timed cycles one GPU is freed so every waiting workload is tried again. Prints
+``first_cycle_ms``, ``cycle_ms``, ``per_waiting_workload_us`` and ``distinct_shapes_waiting``;
+measurements, never assertions.
 """
 
 import argparse

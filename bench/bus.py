@@ -1,21 +1,14 @@
-"""Benchmark of publishing to JetStream: awaiting each acknowledgement vs. asynchronous.
+"""Benchmark of JetStream publishing (awaited and asynchronous), durable consuming and a state
+follower's replay.
 
     python bench/bus.py [--awaited 2000] [--async-messages 30000] [--in-flight 4096]
                         [--follow 20000] [--json] [--out FILE]
 
-Starts a throwaway nats-server (file storage, like production), creates one cluster's streams,
-and publishes decision envelopes (~300 bytes of JSON, each with its own Nats-Msg-Id):
-
-* **awaited** — ``Bus.publish`` one after another, each waiting for JetStream's ack;
-* **async** — ``Publisher.submit`` with at most ``--in-flight`` unacknowledged, then ``flush``;
-* **consume** — a durable consumer reading the async batch back (batches of 256, acked);
-* **follow** — a :class:`~tidegate.bus.StateFollower` replaying ``--follow`` pod states, each
-  on its own subject (how every service rebuilds its view at start), with the CPU it took.
-
-Prints messages per second for each. With --json it prints one object (and writes it to --out
-when given): ``{"awaited_msgs_per_s", "async_msgs_per_s", "consume_msgs_per_s", ...,
-"load_average_1m"}``; the load average says how busy the machine was.
-Figures are measurements on this machine, never assertions. Quick by default (a few seconds).
+Starts a throwaway nats-server with file storage and one cluster's streams, then measures
+``Bus.publish`` one message at a time, ``Publisher`` with up to ``--in-flight``
+unacknowledged, a durable consumer reading them back, and a ``StateFollower`` replaying
+``--follow`` pod states. Prints messages per second for each (and the follower's CPU per
+message); measurements, never assertions. Quick (a few seconds).
 """
 
 import argparse

@@ -1,75 +1,20 @@
-"""Benchmark of the whole pipeline: how long a user waits from creating a Job to its pods running.
+"""Benchmark of the whole pipeline: from creating a Job to its pods ungated and Running.
 
     python bench/e2e.py [--json] [--out FILE] [--nodes 1024] [--rate 20] [--duration 60]
-                        [--seed 7] [--utilization 0.5] [--nats-servers 1]
-                        [--env TIDEGATE_KUBE_QPS=0 ...]
+                        [--seed 7] [--utilization 0.5] [--sizes heavy-tail|log-uniform]
+                        [--nats-servers 1] [--env TIDEGATE_X=V ...]
     python bench/e2e.py --find-max-rate [--rate 20] [--duration 30] ...
     python bench/e2e.py --reservations both [--nodes 256 --rate 2 --duration 60 ...]
 
-Runs tidegate as in production, on one machine (:class:`tidegate.cli.stack.LocalStack`): a
-nats-server (or ``--nats-servers 3`` as a JetStream cluster), the five services as their own
-processes, and the simulated Kubernetes cluster with its scheduler, kubelets and controllers in
-this process (``--nodes`` nodes of 8 GPUs, racks of 32, blocks of 8 racks). A seeded stream of
-Jobs is created through the Kubernetes API at ``--rate`` Jobs per second (Poisson arrivals) for
-``--duration`` seconds: 1–256 pods each (log-uniform), 1, 2, 4 or 8 GPUs per pod, a third
-required in one rack, a third preferred in one rack, a third unconstrained. Each pod runs for a
-seeded time chosen so that the offered load keeps about ``--utilization`` of the GPUs busy, then
-finishes, so capacity churns: admissions, releases and capacity changes all the time.
-
-Figures (from the API server's objects, observed in this process as they change, and from the
-decision stream):
-
-- **created → last pod ungated** and **created → last pod Running**, per Job, p50/p99/max in ms
-  (created: when the harness sent the create); created → ungated also split into the time the
-  Job **queued** (its first pending decision to its admission: waiting for capacity, the
-  reasons are counted) and the rest, the **pipeline** time;
-- the **offered load** (``offered_load``): pods/s, GPUs and run time per Job, and the GPU
-  demand as a share of the GPUs (Little's law; above 1 the Jobs must queue however fast
-  tidegate is);
-- **admitted workloads/s** over the run (admitted decisions / time from the first create to the
-  last admission), and the offered rate;
-- **backlog**: Jobs created but not yet wholly ungated, sampled every second; its slope over the
-  second half of the submission window (Jobs/s; about 0 when the pipeline keeps up);
-- **lost or in flight**: after the drain the pipeline settles (``--settle``): admitted Jobs
-  whose pods are still gated when it went ``--quiet`` seconds without ungating a pod or
-  publishing a decision are **lost** (their gated pods listed from the API server), as is a Job
-  released without an admission; those still gated while it keeps working when the settle
-  time is up are **in flight** (``unreleased_after_settle``, never counted as lost); and
-  **duplicated** (a workload uid admitted while an earlier admission of it is in force, without
-  replacing it): both must be 0;
-- every service's **CPU seconds** and **peak RSS** (``/proc/<pid>``: utime+stime, VmHWM), the
-  nats-server's, and this process's (the simulated cluster and the harness), and each one's
-  **CPU per Job** during the load with the share of a core it kept busy (``cpu_per_job``);
-- **NATS messages per Job** (``bus_messages_per_job``), sent and received by each connection
-  from the first create to the end of the drain, from the nats-server's connection counters
-  (``/connz``): publishes, acknowledgements and requests sent; deliveries, publish
-  acknowledgements and replies received;
-- **start-up replay time** of each service at the end: SIGTERM, start again, time until
-  ``/readyz`` answers (the replay of the streams is what it waits for).
-
-- **schedule figures** (``schedule``, :mod:`tidegate.cli.schedule_figures`): GPUs allocated
-  (time-averaged share), the waits (created → first admission) of the big Jobs (128 GPUs or
-  more: p50, max) and of the small ones (p50, p99, max), and the fragmented GPUs (free, but in
-  domains too small for any waiting Job; time-averaged), sampled every second until the drain
-  ends. Every Job declares its runtime (``tidegate.io/max-runtime``: its duration times
-  ``--declare-runtimes``, 1.5 unless set, rounded up to 5 s; 0 declares none) so that
-  reservations can estimate and small Jobs backfill. ``--reservations off`` runs admission with
-  ``TIDEGATE_RESERVATIONS_MAX_PER_CLUSTER=0``; ``--reservations both`` runs the same seeded
-  stream twice, on a fresh stack each, and prints the figures side by side
-  (docs/reservations.md, "Measured").
-
-``--find-max-rate`` instead probes offered rates on one running stack (doubling from ``--rate``,
-or halving when that rate already falls behind, then bisecting) and reports the highest rate
-whose backlog did not grow (slope ≤ 10% of the rate), whose admitted rate kept up with the
-offered one (≥ 90%) and that lost or duplicated nothing.
-
-Everything runs on the event loop ``TIDEGATE_EVENT_LOOP`` names (uvloop unless it says
-``asyncio``) and with the garbage-collector threshold ``TIDEGATE_GC_THRESHOLD`` names (20,000
-unless set), the harness and the services alike; the JSON records both (``event_loop``,
-``gc_threshold``).
-
-Figures are measurements, never assertions; everything shares this machine's cores, so the load
-average is reported too. Keep runs short on a shared machine.
+Runs tidegate on one machine as in production (:class:`tidegate.cli.stack.LocalStack`: a
+nats-server, the five services as processes, the simulated cluster in this process) and
+creates a seeded Poisson stream of Jobs at ``--rate`` for ``--duration`` seconds. Prints per-Job
+latencies, the offered load, admitted/s and the backlog, decisions lost or duplicated, CPU and
+memory per process, CPU and bus messages per Job, each service's restart time, and the schedule
+figures (GPUs allocated, big and small Jobs' waits, fragmentation; ``--reservations both``
+runs the stream with and without reservations side by side); ``--find-max-rate`` probes for
+the highest rate the pipeline keeps up with. The event loop and garbage-collector threshold
+follow ``TIDEGATE_EVENT_LOOP`` and ``TIDEGATE_GC_THRESHOLD``. Measurements, never assertions.
 """
 
 import argparse
@@ -195,7 +140,7 @@ MIN_PROBE_RATE = 0.5
 SIZE_MIXES = ("heavy-tail", "log-uniform")
 """How the pods per Job are drawn (``--sizes``): ``heavy-tail`` (default) 2**X pods with X
 exponential of mean 1 (mean about 3 pods; 1 in 150 Jobs has 32 or more, 1 in 1,100 has 128 or
-more), ``log-uniform`` uniform in log2 between 1 and 256 (mean about 46 pods: issue 14's first
+more), ``log-uniform`` uniform in log2 between 1 and 256 (mean about 46 pods: the first
 mix, far beyond what 1,024 nodes serve at 20 Jobs/s, see ``offered_load``)."""
 
 

@@ -3,21 +3,10 @@
     python bench/explain.py [--json] [--out FILE] [--nodes 16384] [--workloads 10000]
                             [--namespaces 100] [--pods 4] [--repeat 3]
 
-A throwaway nats-server is filled with what the services of a cluster of ``--nodes`` nodes
-running ``--workloads`` workloads leave on the bus: a node state per node, a capacity record
-per node, 8 queues, every workload's state (spread over ``--namespaces`` namespaces) and
-``--pods`` pod states each, and its decisions (half admitted; a quarter waiting for capacity;
-an eighth preempted, released and pending again, each preempted decision naming its victim;
-the rest waiting on quota). Then, ``--repeat`` times each:
-
-1. **explain**: :func:`tidegate.cli.busview.read_view` + :func:`tidegate.cli.explain.explain`
-   of one workload, in this process (connect, replay, answer), in seconds;
-2. **queues**: the same for :func:`tidegate.cli.queues.queue_table`;
-3. **explain (command)**: ``python -m tidegate.cli explain NS/NAME --json`` as a user runs it,
-   interpreter start included.
-
-Figures are medians of the repeats; measurements, never assertions. The load average is
-reported: the machine is shared.
+Fills a throwaway nats-server with what the services of such a cluster leave on the bus (node
+states and capacity, queues, workload and pod states, decisions), then times, median of
+``--repeat``: explain and queues in this process, and ``python -m tidegate.cli explain … --json``
+as a user runs it. Measurements, never assertions.
 """
 
 import argparse

@@ -1,47 +1,15 @@
-"""Benchmark of each service's memory and start-up replay with a large cluster mirrored on the bus.
+"""Benchmark of each service's memory, its growth under churn, and its restart time, with a large
+cluster mirrored on the bus.
 
     python bench/footprint.py [--nodes 16384] [--pods 100000] [--managed-jobs 50]
                               [--churn-rounds 5] [--churn-jobs 500] [--json] [--out FILE]
 
-Sizing the Deployments needs each service's resident memory as a function of the cluster it
-mirrors, and how long a restarted service takes to replay the streams before it is ready. This
-runs tidegate as in production on one machine (:class:`tidegate.cli.stack.LocalStack`: a
-nats-server, the five services as processes, the simulated cluster with its control plane in
-this process; racks of 32 nodes of 8 GPUs, blocks of 8 racks), then:
-
-1. **nodes only**: once every service is ready on the empty cluster of ``--nodes`` nodes, each
-   service's resident memory (``VmRSS`` from ``/proc``): base + per-node cost.
-2. **pods**: ``--pods`` pods (Jobs of 1,000 pods of 100m CPU in a namespace tidegate does not
-   manage, so they are neither gated nor admitted: the cluster's other tenants) are created,
-   scheduled and run, and mirrored; then ``--managed-jobs`` Jobs of 8 one-GPU pods go through
-   the whole pipeline (queue, admission, ungating), so the ledger and the decision log are not
-   empty. Once every
-   pod runs and the watcher has published them all (the state stream holds at least one
-   message per node and pod), the services settle for ``--settle`` seconds and each one's
-   resident and peak memory are read again. Per pod = (loaded − nodes only) / pods.
-3. **churn**: ``--churn-rounds`` rounds, each creating ``--churn-jobs`` managed Jobs of 2
-   one-GPU pods that run for a second, through the whole pipeline (queue, admission,
-   ungating, completion), then deleting them (and their pods) once every pod succeeded; after
-   each round, once the deletions reached the services (``--churn-settle`` seconds), each
-   service's resident memory. Per service, the least-squares slope of that memory over the
-   workloads seen so far (``churn_rss_slope_kib_per_1000_workloads``): a service that keeps
-   something per workload it ever saw grows by that much per 1,000 workloads, one whose
-   tables forget deleted workloads stays near 0 (issue 29, seam 8). Caches bounded by a count
-   (the ungater's remembered pending reasons and admission's admitted uids, 65,536 each; the
-   Event cache of every Kubernetes client, 4,096) grow until full, so below those counts the
-   slope includes them. The first round's reading is left out
-   of the slope (it pays the first-use costs of the churn path); ``--churn-rounds 0`` skips
-   the step. The decision stream's kinds after it are reported (``decisions_after_churn``).
-4. **replay**: each service in turn is stopped (SIGTERM) and started again; the seconds until
-   its ``/readyz`` answers (it replays the state and capacity streams first, the churned
-   Jobs' tombstones included) and its resident memory once ready.
-
-The streams' sizes (messages, bytes) are reported too. The memory model it supports is
-``RSS ≈ base + a × nodes + b × pods`` per service: this run gives ``base + a × nodes`` (step 1)
-and ``b`` (step 2); a second run at another ``--nodes`` separates ``base`` from ``a``.
-
-Figures are measurements, never assertions. At full size (16,384 nodes, 100,000 pods) this needs
-several GiB of memory and minutes; smoke it small first (``--nodes 256 --pods 2000``).
+Runs tidegate on one machine (:class:`tidegate.cli.stack.LocalStack`) and reads each service's
+resident memory: with the nodes only; with ``--pods`` pods of other tenants and
+``--managed-jobs`` Jobs through the pipeline (per pod); after rounds of ``--churn-jobs`` Jobs
+created, run and deleted (KiB kept per 1,000 workloads); and after a restart, with the replay's
+duration. Measurements, never assertions. Full size needs several GiB and minutes; smoke it
+with ``--nodes 64 --pods 200 --churn-rounds 3 --churn-jobs 20``.
 """
 
 import argparse

@@ -3,38 +3,14 @@
     python bench/kueue_scenario.py [--scenario tas|baseline | --config generator.yaml]
                                    [--scale 1.0] [--json] [--out FILE]
 
-Kueue's scheduler performance test (``test/performance/scheduler`` in kubernetes-sigs/kueue)
-generates cohorts of ClusterQueues and a stream of workloads of several classes from one
-generator file, and reports per class the mean time from creation to admission, the run's wall
-time and the queues' usage. This script reads the same generator file (the copies in
-``../shared/data/kueue-perf/``, Apache 2.0, or any file with ``--config``) and runs it as a user
-would see it: a nats-server, the five services as processes and the simulated cluster
-(:class:`tidegate.cli.stack.LocalStack`), with
-
-- the topology's nodes (``levels`` with their node counts, the last level's ``capacity``) and
-  Kueue's Topology object for them (``kueue.x-k8s.io``, as a cluster set up for Kueue has it),
-  which every queue names; a scenario without a topology gets ``--baseline-nodes`` flat nodes
-  of 96 CPUs (Kueue's baseline has no nodes at all: minimalkueue runs no pods);
-- one tidegate Queue per ClusterQueue, in its cohort (``spec.cohort``), with Kueue's
-  ``nominalQuota`` and ``borrowingLimit`` on the CPU and its preemption policies, and a
-  ``capability`` (hard ceiling) of nominal + borrowing limit: the most Kueue lets it hold;
-- each workload a Job of ``podCount`` pods requesting ``request`` CPU, with Kueue's TAS
-  annotations on the pod template (required / preferred / ``balanced``: a slice-required
-  topology of ``sliceSize`` pods, as Kueue's generator maps it), created on Kueue's schedule
-  (every workloads set of every queue at once, one workload per ``creationIntervalMs``); its
-  pods run for the class's ``runtimeMs`` in the simulated kubelet, then succeed.
-
-Figures: per class the mean / p50 / p99 time from creation to admission (the admitted
-decision) and to all pods Running; the wall time (first create to the last pod finished); per
-queue the usage (CPU held from admission to release, time-averaged over the wall time, as % of
-its nominal quota); each process's CPU seconds and peak RSS; decisions lost or duplicated
-(bench/e2e.py's accounting); and beside them Kueue's figures on this kind of machine, its CI
-means and thresholds (``rangespec.yaml`` beside the generator file) and the quota's own bound
-(the CPU-seconds of work over the cohorts' nominal CPUs). tidegate does more work than Kueue's
-harness here: pods are created, gated, released, bound and run.
-
-Measurements, never assertions; the full scenarios take minutes and both cores: smoke it with
-``--scale 0.01`` on a shared machine. docs/benchmarks.md says how to read the figures.
+Reads a generator file of Kueue's scheduler performance test (``--scenario`` takes Kueue's own
+copies from ``../shared/data/kueue-perf/``) and runs it on one machine as a user would see it
+(:class:`tidegate.cli.stack.LocalStack`): the topology's nodes, one Queue per ClusterQueue in
+its cohort, each workload a Job whose pods run for its class's runtime. Prints per class the
+time to admission and to all pods running, the wall time, queue usage, CPU and memory per
+process and decisions lost or duplicated, beside Kueue's figures and CI thresholds.
+Measurements, never assertions; the full scenarios take minutes and both cores, so smoke it
+with ``--scale 0.01``.
 """
 
 import argparse

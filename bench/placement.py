@@ -1,19 +1,12 @@
-"""Benchmark of the placement engine: gang placement latency, node update cost, and how close
-preferred placements come to the fewest domains an integer program finds.
+"""Benchmark of the placement engine: gang placement time, one node's update, and preferred
+placements against the optimum an integer program finds.
 
-    python bench/placement.py --nodes 16384 [--json] [--repeat 50] [--seed 7]
+    python bench/placement.py --nodes 16384 [--json] [--out FILE] [--repeat 50] [--seed 7]
 
-Builds a seeded synthetic cluster (blocks of 32 racks of 32 nodes; each node 8 GPUs, 96 CPUs,
-1Ti memory; 60% of nodes fully used, 10% half used, 30% idle, chosen at random) and times
-``place`` for (a) a 256-pod gang of 8-GPU pods required in one block and preferred in one rack
-and (b) a 64-pod gang of 1-GPU pods required in one rack, printing p50 and p99 in milliseconds
-over ``--repeat`` repetitions each, and the cost of updating one node's free capacity. Then, on
-small random instances, it compares the number of racks used by preferred-rack placements with
-the exact optimum from HiGHS (see placement_optimum.py) and prints the ratio.
-
-With --json it prints one object (and writes it to --out when given):
-``{"nodes": N, "block_gang": {"p50_ms", "p99_ms"}, "rack_gang": {...}, "node_update_us": ...,
-"optimum_ratio": {...}, ...}``. Figures are measurements, never assertions (README of bench/).
+On a seeded synthetic cluster (blocks of 32 racks of 32 nodes of 8 GPUs, mostly used) it times
+``place`` for a block-required gang and a rack-required gang (p50 and p99 over ``--repeat``),
+the cost of one node update, and, on small instances, the racks preferred placements use
+against the HiGHS optimum (placement_optimum.py). Measurements, never assertions.
 """
 
 import argparse
@@ -43,7 +36,7 @@ NODE_ALLOCATABLE = {"cpu": 96_000, "memory": 1024 * GIB, "nvidia.com/gpu": 8, "p
 
 
 def synthetic_nodes(count: int, seed: int) -> list[NodeCapacity]:
-    """The issue's cluster: 60% full, 10% half used, 30% idle, at random (seeded)."""
+    """The benchmark's cluster: 60% full, 10% half used, 30% idle, at random (seeded)."""
     rng = random.Random(seed)
     states = ["full"] * round(count * 0.6) + ["half"] * round(count * 0.1)
     states += ["idle"] * (count - len(states))

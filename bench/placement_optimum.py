@@ -1,16 +1,10 @@
 """The exact fewest-domains placement of one podset, as an integer program (HiGHS).
 
-The placement engine spreads a podset that fits in no single domain of its preferred level
-over as few such domains as it can, greedily. This module computes the true optimum on small
-instances so the benchmark can report how far the greedy answer is from it (and a test can
-check that the two agree where the answer is obvious).
-
-Model, for nodes n with room f_n (pods that fit) in domains D(n) of the compared level:
-minimise Σ_d y_d subject to Σ_n x_n = count, 0 ≤ x_n ≤ f_n · y_D(n), x integer, y binary.
-With ``outer_of`` (each domain's parent, e.g. its block) the objective is lexicographic, as
-placement's is: fewest parents first (weight M > number of domains on z_b ≥ y_d), then fewest
-domains. Only per-node room matters here: it is exactly what placement sees. Used by
-bench/placement.py and libs/placement/tests; needs highspy (a dev dependency).
+Not a benchmark: bench/placement.py and libs/placement/tests compare placement's greedy answer
+with this optimum on small instances. For nodes n with room f_n in domains D(n): minimise
+Σ_d y_d subject to Σ_n x_n = count, 0 ≤ x_n ≤ f_n · y_D(n), x integer, y binary; with
+``outer_of`` the objective is lexicographic, fewest parents first, as placement's is. Needs
+highspy (a dev dependency).
 """
 
 from collections.abc import Sequence

@@ -1,17 +1,12 @@
-"""Benchmark: tidal victim search on a full cluster (issue 8).
+"""Benchmark of the victim search on a full cluster.
 
-An inference gang of 32 pods that requires one rack arrives at a cluster of 2,048 eight-GPU
-nodes (4 blocks × 16 racks × 32 nodes) that 700 running training gangs of mixed priority use
-completely. The benchmark times :func:`tidegate.policy.victims.select_victims` — the same call
-the preemption service and ``tidegate preempt`` make: quota check, the placement attempt on
-free room, the victim search and the final placement after eviction — and prints the figures.
+    python bench/preemption.py [--json] [--out FILE] [--seed 8] [--repeat 25]
 
-    python bench/preemption.py            # a readable summary
-    python bench/preemption.py --json     # {"victim_search_ms": {"p50": …, "p99": …}, "victims": …}
-
-Results are also written to bench/results/preemption.json (``--out`` to change). The cluster is
-synthetic and seeded (``--seed``), so runs are comparable; timings depend on the machine and on
-what else runs on it.
+Times :func:`tidegate.policy.victims.select_victims`, the call the preemption service and
+``tidegate preempt`` make, for a 32-pod gang that requires one rack, on 2,048 eight-GPU nodes
+fully used by 700 training gangs of mixed priority (seeded). Prints ``victim_search_ms`` (p50,
+p99) and the victims; writes bench/results/preemption.json unless ``--out`` says otherwise.
+Measurements, never assertions.
 """
 
 import argparse

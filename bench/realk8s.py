@@ -1,33 +1,13 @@
-"""Benchmark on the real control plane: how much time tidegate adds to the bare kube-scheduler.
+"""Benchmark on a real Kubernetes control plane: the time tidegate adds to the bare kube-scheduler.
 
     python bench/realk8s.py [--nodes 1024] [--kubeconfig FILE] [--env TIDEGATE_X=V] [--json]
                             [--out FILE]
 
-On a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler v1.36; started from ``KUBEBUILDER_ASSETS`` by ``tidegate.testing.controlplane``
-unless ``--kubeconfig`` names a cluster) with ``--nodes`` fake 8-GPU nodes kept by the node
-agent (``tidegate nodes``, in this process; racks of 32 nodes), it times two scenarios, each
-twice: **bare** (no gate: the kube-scheduler binds the pods as they come) and **tidegate**
-(the five services running as processes, pods created behind tidegate's scheduling gate, so
-the watcher, topology-cache, admission and ungater must admit and release the gang before the
-scheduler binds it):
-
-1. **one big Job**: ``--pods`` pods (default: 1,000 for 1,024 nodes, scaled down with
-   ``--nodes``), each asking a whole node's 8 GPUs, rack-preferred
-   (``tidegate.io/topology-preferred: tidegate.io/rack``): seconds from creating the Job to
-   every pod Running (Running is written by the node agent once the pod is bound);
-2. **many small Jobs**: ``--jobs`` Jobs of 8 such pods (default 100, fewer when the nodes
-   cannot hold them all) created at once: per Job, seconds from its creation to all its pods
-   Running; p50 and p99 over the Jobs, and the time until the last one.
-
-It prints the figures and the ratios tidegate/bare (the target: at most 1.2 for the big Job and
-at most 2 for the p99 of the small ones; see docs/benchmarks.md) and writes them as JSON with
-``--out``. Figures are measurements, never assertions. The gate is put into the pod templates
-by the benchmark, as the gate webhook would add it (the demo does the same; see
-docs/demo.md): the webhook's own round trip is not part of the figure.
-
-This machine's cores are shared with the control plane, the agent and the services; run it
-on a quiet machine. A smoke run: ``python bench/realk8s.py --nodes 16``.
+Starts a control plane from ``KUBEBUILDER_ASSETS`` (or uses ``--kubeconfig``) with ``--nodes``
+fake 8-GPU nodes kept by the node agent, and times a 1,000-pod Job and 100 Jobs of 8 pods to
+all Running, once bare and once with the five services in the loop (pods gated as the webhook
+would gate them). Prints both and the ratios tidegate/bare; measurements, never assertions.
+Run it on a quiet machine; a smoke run: ``python bench/realk8s.py --nodes 16``.
 """
 
 import argparse

@@ -3,20 +3,11 @@
     python bench/sim.py [--nodes 10x20x50x8gpu] [--jobs 100] [--pods-per-job 1000]
                         [--watchers 4] [--json] [--out FILE]
 
-Starts a SimCluster with the given topology (default 10,000 nodes), then:
-
-* **populate** — time to create the nodes (and bootstrap objects);
-* **list nodes** — one HTTP list of every node;
-* **pods** — ``--jobs`` Jobs of ``--pods-per-job`` pods each (default 100,000 pods of one
-  cpu each, not gated), created by the Job controller, bound by the scheduler and started by
-  the kubelets, while ``--watchers`` watcher processes follow every pod event over HTTP
-  (resuming from their last resourceVersion, relisting on 410, like informers); reports the time
-  until every pod exists, is bound, and is Running, and the events each watcher received;
-* **list pods** — one HTTP list of every pod, and one page of 500 with a label selector;
-* **single writes** — latency of pod creates over HTTP on the loaded cluster.
-
-Prints the figures; with --json prints one object (and writes it to --out). Figures are
-measurements on this machine, never assertions.
+Starts a SimCluster (10,000 nodes by default), creates ``--jobs`` Jobs of ``--pods-per-job``
+pods that its controllers bind and start while ``--watchers`` processes follow every pod event
+over HTTP, then lists and writes on the loaded cluster. Prints the times until every pod
+exists, is bound and Running, the events each watcher received, list and create times;
+measurements, never assertions.
 """
 
 import argparse

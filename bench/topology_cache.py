@@ -1,24 +1,12 @@
-"""Benchmark of the topology-cache's accounting (pure, no NATS): how much one change costs.
+"""Benchmark of the topology-cache's accounting (pure, no NATS): what one change costs.
 
     python bench/topology_cache.py [--blocks 8] [--racks 32] [--hosts 40] [--pods 40000]
                                    [--gangs 200] [--json] [--out FILE]
 
-Builds a cluster of blocks × racks × hosts nodes (8 GPUs each) on a three-level Topology and
-measures, with :class:`tidegate.placement.accounting.CapacityAccounting`:
-
-* **build** — applying every node and pod, then the first full set of records (what a
-  restarted cache does after replay), in seconds;
-* **churn** — one pod deleted and another bound, then the changed records built, as the
-  service does for each change: changes per second and records per change (O(levels));
-* **host gangs** — admitting gangs of 16 pods at the hostname level and binding their pods one
-  by one (reservation → usage): events per second;
-* **rack gangs** — the same with assignments at rack level, so reservations are spread over
-  each rack's nodes and spreads are recomputed as pods bind: events per second, with
-  ``--gangs`` of them pending at once.
-
-Prints the figures; with --json prints one object (and writes it to --out when given), with
-the 1-minute load average to say how busy the machine was. Figures are measurements on this
-machine, never assertions. Quick by default (a few seconds).
+On blocks × racks × hosts nodes of 8 GPUs it times, with
+:class:`tidegate.placement.accounting.CapacityAccounting`, a build from scratch, churn (changes
+per second and records per change) and gangs bound pod by pod at host and at rack level
+(events per second). Measurements, never assertions; quick (a few seconds).
 """
 
 import argparse

@@ -1,22 +1,12 @@
-"""Benchmark of the ungater: slot planning cost, and pods released per second end to end.
+"""Benchmark of the ungater: slot planning, and pods released per second end to end.
 
     python bench/ungater.py [--json] [--out FILE] [--pods 1024] [--hosts 128]
                             [--concurrency 16] [--qps 0]
 
-1. **planning**: :func:`tidegate.policy.slots.plan_podset` for ``--pods`` ranked gated pods
-   over ``--hosts`` host domains (half of them already released, the other half to place),
-   median of 20 runs, in milliseconds.
-2. **release**: a simulated cluster without scheduler and kubelet (so nothing else writes the
-   pods once created), a throwaway nats-server, the real watcher and the real ungater in this
-   process. An Indexed Job's ``--pods`` pods are created gated; once the watcher has published
-   them, one admitted decision spreads them over ``--hosts`` hosts, and the time from that
-   publish until the API server has stored every pod released is measured (the store is
-   observed directly). Pods per second = pods / that time. ``--concurrency`` is the ungater's
-   ``max_concurrent_patches``, ``--qps`` its client rate limit (0: none). Each release is a
-   GET and a PATCH.
-
-Figures are measurements, never assertions; everything shares this machine's cores, so the
-load average is reported too.
+Times :func:`tidegate.policy.slots.plan_podset` for ``--pods`` gated pods over ``--hosts``
+hosts, then, with a simulated cluster (no scheduler or kubelets), a throwaway nats-server and
+the real watcher and ungater in this process, the time from one admitted decision until the
+API server holds all ``--pods`` pods released. Measurements, never assertions.
 """
 
 import argparse
