@@ -101,6 +101,7 @@ from tidegate.model import (
     PodState,
     Preempted,
     PreemptRequested,
+    QuantityError,
     Released,
     parse_resources,
 )
@@ -625,16 +626,23 @@ def eviction_problems(decisions: Iterable[Message]) -> list[str]:
 def unreleased_victims(decisions: Iterable[Message]) -> list[str]:
     """Victims of a preemption that admission never released as ``Evicted`` (their quota
     would leak); only meaningful once the run has settled. A preemption delivered again is the
-    same preemption, and one whose victim's admission ended otherwise first (it completed) is
-    owed nothing."""
+    same preemption, and one whose victim's admission ended otherwise first (it completed,
+    even when the preemption is stored after that release) is owed nothing."""
     waiting: dict[str, str] = {}
+    ended: set[str] = set()
+    """Workloads whose last admission was released: a preemption stored after that (chosen
+    while it ran, published late) is owed nothing."""
     for decision in distinct(decisions):
         match decision:
+            case Admitted():
+                ended.discard(decision.workload)
             case Preempted():
                 for victim in decision.victims:
-                    waiting[victim] = decision.preemptor
+                    if victim not in ended:
+                        waiting[victim] = decision.preemptor
             case Released():
                 waiting.pop(decision.workload, None)
+                ended.add(decision.workload)
             case _:
                 pass
     return [
@@ -984,9 +992,16 @@ def quota_nodes(
     them; a cohort a Queue names that no object defines is an empty root, docs/queues.md).
     Card amounts are keyed ``"<model> cards"`` beside the resources."""
 
+    def resources(values: Mapping[str, Any] | None) -> Amounts:
+        # A malformed amount makes the queue Invalid: it may hold nothing of that resource.
+        try:
+            return dict(parse_resources(dict(values or {})))
+        except QuantityError:
+            return dict.fromkeys(values or {}, 0)
+
     def amounts(spec: Mapping[str, Any], field: str, card_field: str) -> Amounts:
-        out = dict(parse_resources(spec.get(field)))
-        out.update({f"{m} cards": int(n) for m, n in (spec.get(card_field) or {}).items()})
+        out = resources(spec.get(field))
+        out.update({f"{m} cards": _cards(n) for m, n in (spec.get(card_field) or {}).items()})
         return out
 
     found: dict[tuple[str, str], QuotaNode] = {}
@@ -1003,8 +1018,8 @@ def quota_nodes(
                 nominal=amounts(spec, "nominalQuota", "cardNominalQuota"),
                 borrowing=amounts(spec, "borrowingLimit", "cardBorrowingLimit"),
                 lending=amounts(spec, "lendingLimit", "cardLendingLimit"),
-                capability=parse_resources(capability) if capability is not None else None,
-                card_quota={m: int(n) for m, n in cards.items()} if cards is not None else None,
+                capability=resources(capability) if capability is not None else None,
+                card_quota={m: _cards(n) for m, n in cards.items()} if cards is not None else None,
                 reclaim_any=preemption.get("reclaimWithinCohort") == "Any",
                 reclaimable=spec.get("reclaimable", True) is not False,
             )
@@ -1014,6 +1029,14 @@ def quota_nodes(
                 "cohort", node.parent, None, {}, {}, {}, None, None
             )
     return found
+
+
+def _cards(value: object) -> int:
+    """A card amount of a Queue object; a malformed one allows none."""
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return 0
 
 
 class QuotaArithmetic:

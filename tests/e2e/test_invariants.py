@@ -361,6 +361,14 @@ def test_double_admissions_and_unreleased_victims_are_named() -> None:
     # Delivered again after the victim's release: the same preemption, owed nothing more.
     again: list[Message] = [preempted("t/a"), released("t/a", 2), preempted("t/a")]
     assert unreleased_victims(again) == []
+    # Chosen while it ran, stored after it completed (chaos seed 13): owed nothing; admitted
+    # again and preempted then, it is owed its release.
+    late: list[Message] = [admitted("t/a", 1), released("t/a", 2, "Completed"), preempted("t/a")]
+    assert unreleased_victims(late) == []
+    later = Preempted(preemptor="t/s2", preemptor_uid="s2", victims=["t/a"])
+    assert unreleased_victims([*late, admitted("t/a", 3), later]) == [
+        "t/a was preempted for t/s2 but never released as Evicted"
+    ]
 
 
 def test_a_release_that_ends_no_admission_is_named() -> None:
@@ -695,6 +703,24 @@ def test_a_queue_above_its_ceiling_or_what_its_path_allows_is_named() -> None:
     assert problems(log[0], freed("t/b1", "team-b", 2), charged("t/a1", "team-a", 3, 16)) == []
     # Order is admission's sequence, not the stream's: a release stored late still came first.
     assert problems(log[0], charged("t/a1", "team-a", 3, 16), freed("t/b1", "team-b", 2)) == []
+
+
+def test_a_malformed_queue_is_checked_as_one_that_may_hold_nothing() -> None:
+    """A Queue whose amounts do not parse is Invalid: the check does not fail on it, and an
+    admission into it is named."""
+    queues = [queue_obj("broken", capability={"cpu": "four"}, cardQuota={"H200": "x"})]
+    assert invariants.quota_problems(queues, [], []) == []
+    assert invariants.quota_problems(queues, [], [charged("t/x", "broken", 1, 0)]) == []
+    bad = Admitted(
+        workload="t/y",
+        uid="uid-t/y",
+        queue="broken",
+        sequence=2,
+        epoch=1,
+        assignments={},
+        charged={"cpu": 1000},
+    )
+    assert invariants.quota_problems(queues, [], [bad]) != []
 
 
 def test_a_cohort_ceiling_and_a_nested_cohorts_borrowing_limit_are_named() -> None:
