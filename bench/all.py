@@ -67,6 +67,7 @@ def runs(full: bool) -> list[Run]:
         Run("placement_65536", "placement.py", ("--nodes", "65536")),
         Run("admission", "admission.py"),
         Run("admission_backlog", "admission_backlog.py"),
+        Run("admission_cohorts", "admission_cohorts.py"),
         Run("preemption", "preemption.py"),
         Run("bus", "bus.py"),
         Run("topology_cache", "topology_cache.py"),

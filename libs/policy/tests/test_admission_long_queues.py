@@ -4,10 +4,18 @@ budget (docs/admission.md, "A cycle")."""
 
 import msgspec
 
-from tidegate.model import Admitted, CohortConfig, Pending, QueueConfig, WorkloadState
+from tidegate.model import (
+    Admitted,
+    CohortConfig,
+    Pending,
+    PreemptRequested,
+    QueueConfig,
+    QueuePreemption,
+    WorkloadState,
+)
 from tidegate.policy.admission import Admission
 
-from .test_admission import GPU, bodies, cluster, msg, two_racks
+from .test_admission import GPU, bodies, cluster, msg, only, two_racks
 
 
 def team(name: str, nominal: int) -> QueueConfig:
@@ -75,3 +83,33 @@ def test_a_cycle_out_of_time_stops_and_the_next_goes_on_with_the_rest() -> None:
     second = bodies(admission.cycle(now=2.0))
     assert not admission.cut_short
     assert [b.workload for b in second if isinstance(b, Admitted)] == ["ns/job-2", "ns/job-3"]
+
+
+def test_a_queue_asks_for_one_reclaim_at_a_time() -> None:
+    """b borrows a's 16 GPUs as two gangs; a submits two gangs of 8 that could each reclaim
+    one. The first asks; the second waits for quota while that reclaim is outstanding (as
+    Kueue keeps a preempting head at the head of its ClusterQueue)."""
+    admission = cluster(
+        *two_racks(),
+        queues=[
+            QueueConfig(
+                name="a",
+                parent="research",
+                nominal={GPU: 16},
+                preemption=QueuePreemption(reclaim_within_cohort="Any"),
+            ),
+            team("b", 16),
+        ],
+    )
+    admission.set_workload(gang("b-own", 2, 8, queue="b", created_at=0))
+    admission.set_workload(gang("b-borrow-1", 1, 8, queue="b", created_at=1))
+    admission.set_workload(gang("b-borrow-2", 1, 8, queue="b", created_at=2))
+    admission.cycle(now=1.0)
+    assert len(admission.admitted()) == 3
+    admission.set_workload(gang("a1", 1, 8, queue="a", created_at=3))
+    admission.set_workload(gang("a2", 1, 8, queue="a", created_at=4))
+    decided = bodies(admission.cycle(now=2.0))
+    assert [b.workload for b in decided if isinstance(b, PreemptRequested)] == ["ns/a1"]
+    assert reasons(decided) == {"ns/a1": "WaitingForPreemption", "ns/a2": "ExceedsQuota"}
+    # Still one while that request is outstanding.
+    assert only(admission.cycle(now=3.0), PreemptRequested) == []

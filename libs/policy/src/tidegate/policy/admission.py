@@ -912,6 +912,24 @@ class Admission:
             and memo.over_quota(queue.name, workload, self._usage_version()) == remembered
         )
 
+    def _preempting(self) -> set[str]:
+        """The queues with a workload that asked preemption for room and waits for its
+        answer or holds what it freed (computed once per cycle, kept current within it)."""
+        memo = self._cycle_memo
+        if memo is not None and memo.preempting is not None:
+            return memo.preempting
+        queues = set()
+        for record in self.records.values():
+            if (record.awaiting is not None or record.nomination is not None) and (
+                record.workload is not None
+            ):
+                name = queue_of(record.workload, self.settings.default_queue)
+                if name is not None:
+                    queues.add(name)
+        if memo is not None:
+            memo.preempting = queues
+        return queues
+
     def _usage_version(self) -> tuple[int, int]:
         """Changes whenever quota usage or capacity does (what a quota check depends on)."""
         return (self.quota.version, self.capacity.version)
@@ -1476,6 +1494,10 @@ class Admission:
                 if record.nomination is not None or record.awaiting is not None:
                     message = f"waiting for borrowed quota to be reclaimed: {failure.message}"
                     return self._wait(out, workload, queue.name, "WaitingForPreemption", message)
+                if queue.name in self._preempting():
+                    # One reclaim in flight per queue, as Kueue keeps the head that preempts
+                    # at the head: the others ask when it is answered.
+                    return self._wait(out, workload, queue.name, failure.reason, failure.message)
                 plan = self.plan_reclaim(workload, queue)
                 if plan is not None and plan.outcome == "reclaims":
                     return self._request_preemption(
@@ -1578,6 +1600,8 @@ class Admission:
         key = key_of(workload)
         record = self._record(key)
         record.awaiting = now
+        if self._cycle_memo is not None and self._cycle_memo.preempting is not None:
+            self._cycle_memo.preempting.add(queue.name)
         body = PreemptRequested(
             workload=key,
             uid=workload.uid,
@@ -1897,6 +1921,8 @@ class _CycleMemo:
     service type and, for equal priority, being newer than the preemptor)."""
 
     holders: tuple[int, list[Holder]] | None = None
+    preempting: set[str] | None = None
+    """Queues with a preemption asked for and not yet answered (:meth:`Admission._preempting`)."""
     requests: dict[int, tuple[WorkloadState, QuotaRequest]] = field(default_factory=dict)
     """Each workload's gang request by object (the object kept, so its id stays its own)."""
     _over: dict[str, list[tuple[WorkloadState, PendingReason]]] = field(default_factory=dict)

@@ -1042,7 +1042,7 @@ class ReclaimPlan:
     message: str | None = None
 
 
-SERVICE_RECLAIM: Final = ReclaimSettings()
+SERVICE_RECLAIM: Final = ReclaimSettings(combination_budget=500)
 """How the admission and preemption services (and ``tidegate admit``) plan reclaim: a queue
 gets back what it lent up to its nominal quota, and with fair-share preemption a queue above
 its nominal takes from one whose weighted share is higher, by Kueue's strategies in
@@ -1051,7 +1051,8 @@ its nominal takes from one whose weighted share is higher, by Kueue's strategies
 Always on, as Kueue with ``fairSharing.enable`` (tidegate always orders a tree's queues by
 fair share, :func:`fair_order`); a queue takes from others only when its
 ``reclaimWithinCohort`` allows it, or for inference (the tidal rule), as in Kueue
-(docs/queues.md, "Fair-share preemption")."""
+(docs/queues.md, "Fair-share preemption"). The fewest victims are searched among 500 sets
+that free enough, then a minimal set is taken (a cycle plans many reclaims)."""
 
 
 def plan_reclaim(
@@ -1298,19 +1299,36 @@ class _Search:
                 for dim, amount in self.holds[i].items():
                     own_removed[dim] = own_removed.get(dim, 0) + amount
         within_nominal = self._ends_within_nominal(own_removed)
-        state = self.state
+        # The usage as each victim is taken; the tree's arithmetic on it is built only when a
+        # rule needs it (fair sharing, the final fit), not once per victim.
+        removed: dict[str, dict[Dim, int]] = {}
+        built: list[TreeState] = [self.state]
+
+        def state_now() -> TreeState:
+            if not built:
+                built.append(self.state.with_change(removed))
+            return built[0]
+
         reasons: dict[WorkloadKey, VictimReason] = {}
         for i in combo:
             victim = self.candidates[i]
             if victim.queue == queue:
                 reasons[victim.key] = "InClusterQueue"
             else:
-                why = self._cross_queue_reason(state, victim, self.holds[i], within_nominal)
+                used = dict(self.state.leaf.get(victim.queue, {}))
+                for dim, amount in removed.get(victim.queue, {}).items():
+                    used[dim] = used.get(dim, 0) + amount
+                why = self._cross_queue_reason(
+                    state_now, used, victim, self.holds[i], within_nominal
+                )
                 if why is None:
                     return None
                 reasons[victim.key] = why
-            state = state.with_change({victim.queue: {d: -a for d, a in self.holds[i].items()}})
-        fit = check_admission(self.tree, state, queue, self.preemptor.request)
+            into = removed.setdefault(victim.queue, {})
+            for dim, amount in self.holds[i].items():
+                into[dim] = into.get(dim, 0) - amount
+            built.clear()
+        fit = check_admission(self.tree, state_now(), queue, self.preemptor.request)
         if require_fit and not fit.fits:
             return None
         return reasons, fit
@@ -1327,11 +1345,17 @@ class _Search:
         return True
 
     def _cross_queue_reason(
-        self, state: TreeState, victim: Holder, holds: Mapping[Dim, int], within_nominal: bool
+        self,
+        state: Callable[[], TreeState],
+        used: Mapping[Dim, int],
+        victim: Holder,
+        holds: Mapping[Dim, int],
+        within_nominal: bool,
     ) -> VictimReason | None:
+        """Why ``victim`` (of another queue, whose usage is ``used`` now) may be taken, or
+        None; ``state`` gives the tree's arithmetic on the usage now when fair sharing asks."""
         other = self.tree.queue(victim.queue)
         assert other is not None
-        used = state.leaf.get(victim.queue, {})
         borrows = any(
             used.get(dim, 0) > other.limits.get(dim, Limits()).nominal
             for dim in self.short
@@ -1355,7 +1379,7 @@ class _Search:
             borrows
             and self.settings.fair_sharing
             and fair_share_allows(
-                state,
+                state(),
                 preemptor_queue=self.preemptor.queue,
                 request=self.preemptor.request,
                 victim_queue=victim.queue,
