@@ -113,3 +113,25 @@ def test_a_queue_asks_for_one_reclaim_at_a_time() -> None:
     assert reasons(decided) == {"ns/a1": "WaitingForPreemption", "ns/a2": "ExceedsQuota"}
     # Still one while that request is outstanding.
     assert only(admission.cycle(now=3.0), PreemptRequested) == []
+
+
+def test_a_gang_waiting_for_quota_is_tried_again_only_when_its_tree_moves() -> None:
+    """A gang waiting for its cohort's quota is not tried again when capacity or another
+    tree's usage changes (nothing it depends on moved), and is when its own tree's does."""
+    admission = cohort_of_two()
+    admission.set_queue(QueueConfig(name="other", nominal={GPU: 8}, parent="elsewhere"))
+    admission.set_workload(gang("hold", 2, 8, queue="a", created_at=0))
+    admission.cycle(now=1.0)
+    admission.set_workload(gang("waits", 1, 8, queue="a", created_at=1))
+    assert reasons(bodies(admission.cycle(now=2.0))) == {"ns/waits": "ExceedsQuota"}
+    record = admission.records[msg.key("waits")]
+    tries = record.tries
+    admission.capacity.update(msg.capacity_node("n5", "b1", "r2", gpus=8))
+    admission.set_workload(gang("elsewhere", 1, 8, queue="other", created_at=2))
+    decided = bodies(admission.cycle(now=3.0))
+    assert [b.workload for b in decided if isinstance(b, Admitted)] == ["ns/elsewhere"]
+    assert record.tries == tries  # not tried again
+    # Its own tree moves: the gang holding the cohort's quota is deleted.
+    admission.remove_workload(msg.key("hold"))
+    decided = bodies(admission.cycle(now=4.0))
+    assert [b.workload for b in decided if isinstance(b, Admitted)] == ["ns/waits"]

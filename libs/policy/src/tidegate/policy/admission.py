@@ -237,6 +237,10 @@ class WorkloadRecord:
     """The growth counter when it was last tried in vain (not tried again before it moves)."""
     grow_tried_at: int | None = None
     """The same for the growth of an admitted workload that could not be (fully) admitted."""
+    quota_tried: tuple[object, ...] | None = None
+    """What its quota check depended on when it last waited for quota
+    (:meth:`Admission._quota_key`): while that is the same it waits again, whatever else
+    (capacity elsewhere, other trees) moved."""
     no_growth: tuple[WorkloadState, Admitted] | None = None
     """The very (frozen) workload and admission found not to grow: while both are the same
     objects the answer is the same, so the cycle does not compare them again."""
@@ -283,6 +287,10 @@ class Admission:
         """The queue tree of the queues and cohorts known, built on first use after a change
         (:meth:`tree`)."""
         self._tree_stale = True
+        self._config_version = 0
+        """Bumped when a Queue or Cohort changes."""
+        self._roots: tuple[QueueTree | None, int, dict[object, int]] | None = None
+        """Per tree root, the newest usage change in the tree, on the quota version ``[1]``."""
         self._tree_state: tuple[QueueTree, int, TreeState] | None = None
         """The tree's arithmetic on the usage of quota version ``[1]`` (:meth:`_state`)."""
         self._holding: set[WorkloadKey] = set()
@@ -331,12 +339,14 @@ class Admission:
         if self._queues.get(queue.name) != queue:
             self._queues[queue.name] = queue
             self._growth += 1
+            self._config_version += 1
             self._tree_stale = True
 
     def remove_queue(self, name: str) -> None:
         """A Queue was deleted: its waiting workloads become QueueNotFound."""
         if self._queues.pop(name, None) is not None:
             self._growth += 1
+            self._config_version += 1
             self._tree_stale = True
 
     def set_cohort(self, cohort: CohortConfig) -> None:
@@ -344,12 +354,14 @@ class Admission:
         if self._cohorts.get(cohort.name) != cohort:
             self._cohorts[cohort.name] = cohort
             self._growth += 1
+            self._config_version += 1
             self._tree_stale = True
 
     def remove_cohort(self, name: str) -> None:
         """A Cohort was deleted (a queue naming it then shares through an implicit cohort)."""
         if self._cohorts.pop(name, None) is not None:
             self._growth += 1
+            self._config_version += 1
             self._tree_stale = True
 
     def tree(self) -> QueueTree | None:
@@ -387,6 +399,7 @@ class Admission:
             record.awaiting = None
         if before != workload:
             record.tried_at = None
+            record.quota_tried = None
             record.grow_tried_at = None
         record.workload = workload
         bypass = self._bypass_charge(workload)
@@ -499,6 +512,7 @@ class Admission:
                 record.stopped = uid
             if record is not None:
                 record.tried_at = None
+                record.quota_tried = None
         self._reclaimed_from([v for v in event.victims if not self.is_admitted(WorkloadKey(v))])
         preemptor = WorkloadKey(event.preemptor)
         record = self.records.get(preemptor)
@@ -606,6 +620,7 @@ class Admission:
             record.moves = (released.body.uid, moves)
         body = msgspec.structs.replace(released.body, evict_pods=True)
         record.tried_at = None
+        record.quota_tried = None
         self._prune(key)
         return [Decision(key=key, body=body, workload=released.workload)]
 
@@ -867,7 +882,9 @@ class Admission:
         """``workload`` waits behind ``head`` of its StrictFIFO queue."""
         message = f"queue {queue.name} is StrictFIFO and waits for {head}"
         self._wait(out, workload, queue.name, "WaitingForCapacity", message)
-        self.records[key_of(workload)].tried_at = None
+        record = self.records[key_of(workload)]
+        record.tried_at = None
+        record.quota_tried = None
 
     def _consider(
         self,
@@ -885,10 +902,12 @@ class Admission:
         if self._will_wait(workload, queue, growth):
             reason: PendingReason | None = record.reason
         else:
+            quota_key = self._quota_key(queue)
             reason = self._try(out, workload, queue, now, head=len(waiting))
+            record.quota_tried = quota_key if reason in QUOTA_REASONS else None
             if reason is not None:
                 record.tried_at = growth
-            if memo is not None and reason is not None and reason in get_args(QuotaReason):
+            if memo is not None and reason is not None and reason in QUOTA_REASONS:
                 memo.note_over_quota(queue.name, workload, reason, self._usage_version())
         if reason is not None and reason != "Invalid":
             waiting.append(key_of(workload))
@@ -904,12 +923,49 @@ class Admission:
             return False
         if record.tried_at == growth:
             return True
-        memo = self._cycle_memo
         held = record.nomination is not None and record.nomination.quota is not None
+        if (
+            record.quota_tried is not None
+            and not held
+            and remembered in QUOTA_REASONS
+            and record.quota_tried == self._quota_key(queue)
+        ):
+            return True
+        memo = self._cycle_memo
         return (
             memo is not None
             and not held  # quota held for it: it may fit where its queue's others do not
             and memo.over_quota(queue.name, workload, self._usage_version()) == remembered
+        )
+
+    def _tree_version(self, queue: str) -> int:
+        """The quota ledger's version when usage last changed anywhere in ``queue``'s tree
+        (the queue alone when it is in no tree); 0 when it never did."""
+        tree = self.tree()
+        version = self.quota.version
+        cached = self._roots
+        if cached is None or cached[0] is not tree or cached[1] != version:
+            newest: dict[object, int] = {}
+            for name, at in self.quota.changed_at.items():
+                root = self._root_of(tree, name)
+                newest[root] = max(newest.get(root, 0), at)
+            cached = self._roots = (tree, version, newest)
+        return cached[2].get(self._root_of(tree, queue), 0)
+
+    @staticmethod
+    def _root_of(tree: QueueTree | None, queue: str) -> object:
+        node = tree.queue(queue) if tree is not None else None
+        return tree.root(node.id) if tree is not None and node is not None else queue
+
+    def _quota_key(self, queue: QueueConfig) -> tuple[object, ...]:
+        """What a quota check of ``queue`` depends on besides the workload itself: its tree's
+        usage, the queues and cohorts, whether the queue has a preemption in flight, and the
+        quota held for preemptors."""
+        return (
+            self._tree_version(queue.name),
+            self._config_version,
+            queue.name in self._preempting(),
+            tuple(sorted(self._holding)),
         )
 
     def _preempting(self) -> set[str]:
@@ -1264,6 +1320,7 @@ class Admission:
                 running = {k for k, r in self.records.items() if r.admitted is not None}
             if replan_due(held, running, now=now):
                 record.tried_at = None
+                record.quota_tried = None
 
     def _reclaimed_from(self, victims: Sequence[str]) -> None:
         """Preemption evicted ``victims``: the reservations waiting for any of them are
@@ -1274,6 +1331,7 @@ class Admission:
             if held is not None and any(w.workload in gone for w in held.waits_for):
                 record.reclaimed = True
                 record.tried_at = None
+                record.quota_tried = None
 
     def _place_outside(
         self, topology: str, request: PlacementRequest, blockers: Sequence[Reserved]
@@ -1726,6 +1784,7 @@ class Admission:
         record.awaiting = None
         record.reason = None
         record.tried_at = None
+        record.quota_tried = None
         record.admitted_at = now
         record.usage = dict(usage)
         return Decision(key=key, body=body, workload=workload, node_usage=usage)
@@ -1909,6 +1968,10 @@ def _attempts(workload: WorkloadState) -> list[list[PodSetSpec]] | Failure:
         p if p.min_count is None else msgspec.structs.replace(p, min_count=None) for p in podsets
     ]
     return [whole] if minimum is None else [whole, minimum]
+
+
+QUOTA_REASONS: Final[frozenset[PendingReason | None]] = frozenset(get_args(QuotaReason))
+"""The reasons of a workload waiting for quota."""
 
 
 @dataclass(slots=True)

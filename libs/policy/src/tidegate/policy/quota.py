@@ -173,6 +173,8 @@ class QuotaLedger:
         self.version = 0
         """Bumped whenever any queue's usage changes (for callers that cache what they
         derive from it)."""
+        self.changed_at: dict[str, int] = {}
+        """Per queue, :attr:`version` when its usage last changed."""
 
     def charge(self, key: WorkloadKey, charge: Charge) -> None:
         """Record that ``key`` holds ``charge`` (replacing any earlier charge of ``key``)."""
@@ -230,6 +232,7 @@ class QuotaLedger:
 
     def _add(self, charge: Charge, sign: int) -> None:
         self.version += 1
+        self.changed_at[charge.queue] = self.version
         self._resources[charge.queue] = _accumulate(
             self._resources.get(charge.queue, {}), charge.resources, sign
         )
