@@ -289,8 +289,11 @@ class Admission:
         self._tree_stale = True
         self._config_version = 0
         """Bumped when a Queue or Cohort changes."""
-        self._roots: tuple[QueueTree | None, int, dict[object, int]] | None = None
-        """Per tree root, the newest usage change in the tree, on the quota version ``[1]``."""
+        self._roots: tuple[QueueTree | None, int, dict[object, int], dict[str, object]] | None = (
+            None
+        )
+        """Per tree root, the newest usage change in the tree, on the quota version ``[1]``;
+        and each queue's root (for the tree ``[0]``)."""
         self._tree_state: tuple[QueueTree, int, TreeState] | None = None
         """The tree's arithmetic on the usage of quota version ``[1]`` (:meth:`_state`)."""
         self._holding: set[WorkloadKey] = set()
@@ -944,18 +947,26 @@ class Admission:
         tree = self.tree()
         version = self.quota.version
         cached = self._roots
-        if cached is None or cached[0] is not tree or cached[1] != version:
+        if cached is None or cached[0] is not tree:
+            cached = self._roots = (tree, -1, {}, {})
+        if cached[1] != version:
             newest: dict[object, int] = {}
             for name, at in self.quota.changed_at.items():
-                root = self._root_of(tree, name)
+                root = self._root_of(tree, name, cached[3])
                 newest[root] = max(newest.get(root, 0), at)
-            cached = self._roots = (tree, version, newest)
-        return cached[2].get(self._root_of(tree, queue), 0)
+            cached = self._roots = (tree, version, newest, cached[3])
+        return cached[2].get(self._root_of(tree, queue, cached[3]), 0)
 
     @staticmethod
-    def _root_of(tree: QueueTree | None, queue: str) -> object:
-        node = tree.queue(queue) if tree is not None else None
-        return tree.root(node.id) if tree is not None and node is not None else queue
+    def _root_of(tree: QueueTree | None, queue: str, known: dict[str, object]) -> object:
+        """The root of ``queue``'s tree (the queue itself when in none), kept in ``known``."""
+        root = known.get(queue)
+        if root is None:
+            node = tree.queue(queue) if tree is not None else None
+            root = known[queue] = (
+                tree.root(node.id) if tree is not None and node is not None else queue
+            )
+        return root
 
     def _quota_key(self, queue: QueueConfig) -> tuple[object, ...]:
         """What a quota check of ``queue`` depends on besides the workload itself: its tree's
@@ -1613,7 +1624,10 @@ class Admission:
         if memo is not None and memo.holders is not None and memo.holders[0] == self.quota.version:
             return memo.holders[1]
         holders = []
-        for key, record in sorted(self.records.items()):
+        for key in self.quota.holders():  # the admitted ones, sorted (not every record)
+            record = self.records.get(key)
+            if record is None:
+                continue
             admitted, held = record.admitted, record.workload
             if admitted is None or held is None or tree.queue(admitted.queue) is None:
                 continue
