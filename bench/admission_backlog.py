@@ -117,16 +117,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON object to this file")
     args = parser.parse_args(argv)
-    figures = run(args)
-    if args.json:
+    report(run(args), as_json=args.json, out=args.out)
+    return 0
+
+
+def report(figures: dict[str, object], *, as_json: bool, out: Path | None) -> None:
+    """Print ``figures`` (one JSON object, or a line per figure) and write them to ``out``."""
+    if as_json:
         print(json.dumps(figures))
     else:
         for name, value in figures.items():
-            print(f"{name:>28}: {value}")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(figures, indent=2) + "\n")
-    return 0
+            print(f"{name:>30}: {value}")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

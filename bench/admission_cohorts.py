@@ -14,12 +14,12 @@ cycle's seconds and decisions, and seconds per waiting workload. Measurements, n
 """
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
+from admission_backlog import report
 from kueue_scenario import (
     DATA,
     SCENARIOS,
@@ -170,15 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.config is None and args.scenario is None:
         args.scenario = "tas"
-    figures = run(args)
-    if args.json:
-        print(json.dumps(figures))
-    else:
-        for name, value in figures.items():
-            print(f"{name:>30}: {value}")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    report(run(args), as_json=args.json, out=args.out)
     return 0
 
 

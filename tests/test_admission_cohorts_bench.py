@@ -2,29 +2,10 @@
 its cycles decide every workload (at a tiny scale; the benchmark itself is not run here)."""
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from tidegate.testing.bench import load_script
 
-
-def load_bench() -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(
-        "admission_cohorts_bench", BENCH / "admission_cohorts.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["admission_cohorts_bench"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ac = load_bench()
+ac = load_script("admission_cohorts.py", "admission_cohorts_bench")
 
 
 def test_the_tas_scenario_is_built_with_its_queues_nodes_and_policies() -> None:

@@ -3,17 +3,16 @@ time queued) fire on hand-made violations and stay quiet otherwise. The benchmar
 never run in the test command (it takes minutes)."""
 
 import asyncio
-import importlib.util
-import sys
 import time
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 from tidegate.bus import Received
 from tidegate.bus.server import NatsServerProcess
 from tidegate.model import Admitted, Envelope, Pending, Released, subjects
 from tidegate.model.names import ADMISSION_GATE
 from tidegate.testing import connected
+from tidegate.testing.bench import load_script
 from tidegate.testing.messages import Messages
 
 msg = Messages(
@@ -27,20 +26,8 @@ msg = Messages(
 )
 """The decisions about bench/job-1 the benchmark's observer is fed."""
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "e2e.py"
 
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("e2e_bench", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["e2e_bench"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-e2e = load_bench()
+e2e = load_script("e2e.py", "e2e_bench")
 
 _stream = iter(range(1, 1_000_000))
 

@@ -1,32 +1,13 @@
 """bench/kueue_scenario.py's reading of Kueue's generator format and its figures, on hand-made
 inputs. The benchmark itself is never run in the test command (it takes minutes)."""
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from tidegate.testing.bench import load_script
 
-
-def load_bench() -> ModuleType:
-    # The bench imports bench/e2e.py as a sibling module, as when run as a script.
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(
-        "kueue_scenario_bench", BENCH / "kueue_scenario.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kueue_scenario_bench"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-kb = load_bench()
+kb = load_script("kueue_scenario.py", "kueue_scenario_bench")
 
 TAS = """
 topology:
