@@ -410,20 +410,7 @@ def _running(item: Field, keys: set[str], nodes: set[str] | None) -> tuple[Holde
         created_at=common.created_at,
         preemptable=common.preemptable,
     )
-    namespace, name = common.key.split("/", 1)
-    workload = WorkloadState(
-        namespace=namespace,
-        name=name,
-        uid=f"uid-{common.key}",
-        owner_kind="",
-        queue=queue,
-        priority=common.priority,
-        service_type=common.service_type,
-        preemptable=common.preemptable,
-        podsets=_podsets_of(pods, common.card),
-        created_at=common.created_at,
-        max_runtime_seconds=common.max_runtime_seconds,
-    )
+    workload = _workload(common, queue, _podsets_of(pods, common.card))
     started = common.started or common.created_at
     return holder, RunningWorkload(workload=workload, pods=pods, started=started)
 
@@ -468,13 +455,19 @@ def _pending(item: Field, keys: set[str]) -> tuple[WorkloadState, QuotaRequest]:
             p if p.card_name is not None else msgspec.structs.replace(p, card_name=common.card)
             for p in podsets
         ]
+    workload = _workload(common, common.queue, podsets)
+    return workload, _charge(gang_resources(podsets), common.card)
+
+
+def _workload(common: _Common, queue: str | None, podsets: list[PodSetSpec]) -> WorkloadState:
+    """A scenario's workload as the watcher would publish it."""
     namespace, name = common.key.split("/", 1)
-    workload = WorkloadState(
+    return WorkloadState(
         namespace=namespace,
         name=name,
         uid=f"uid-{common.key}",
         owner_kind="",
-        queue=common.queue,
+        queue=queue,
         priority=common.priority,
         service_type=common.service_type,
         preemptable=common.preemptable,
@@ -482,4 +475,3 @@ def _pending(item: Field, keys: set[str]) -> tuple[WorkloadState, QuotaRequest]:
         created_at=common.created_at,
         max_runtime_seconds=common.max_runtime_seconds,
     )
-    return workload, _charge(gang_resources(podsets), common.card)
