@@ -128,6 +128,9 @@ async def connect(settings: KubeSettings | None = None) -> "KubeClient":
         raise KubeConfigError(f"cannot load {where}: {exc}") from exc
     api = ApiClient(configuration=configuration)
     api.user_agent = settings.user_agent
+    # kubernetes-asyncio opens its aiohttp session with trust_env=True and offers no option;
+    # the session's own flag is the one aiohttp reads per request.
+    api.rest_client.pool_manager._trust_env = settings.trust_env
     return KubeClient(Transport(api, settings), settings, refresher=refresher)
 
 

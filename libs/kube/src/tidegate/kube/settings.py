@@ -55,6 +55,11 @@ class KubeSettings:
     """Objects per page when listing (limit/continue); 0 lists in one response."""
     user_agent: str = "tidegate"
     """User-Agent header sent with every request."""
+    trust_env: bool = False
+    """Whether HTTP(S)_PROXY, NO_PROXY and ~/.netrc from the environment apply to the API
+    server's requests (aiohttp's ``trust_env``). Off: with it aiohttp looks ~/.netrc up in a
+    worker thread for every request (about a tenth of the services' CPU in
+    ``bench/kueue_scenario.py``); a kubeconfig's ``proxy-url`` works either way."""
 
     def __post_init__(self) -> None:
         if self.source not in ("auto", "kubeconfig", "in-cluster"):
