@@ -3,6 +3,8 @@
 import json
 import socket
 
+import pytest
+
 from tidegate.bus.server import (
     LOWEST_PICKED_PORT,
     NatsServerProcess,
@@ -42,3 +44,23 @@ def test_a_free_port_is_not_one_an_outgoing_connection_can_take() -> None:
         assert LOWEST_PICKED_PORT <= port < low, port
         with socket.socket() as server:
             server.bind(("127.0.0.1", port))
+
+
+def test_a_port_handed_out_is_not_handed_out_again_and_xdist_workers_draw_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A port given to a server that is stopped for a moment (a NATS restart in the chaos test)
+    must not go to another: this process never hands one out twice, and two pytest-xdist
+    workers draw from disjoint slices (a CI run saw a restarted nats-server find its port
+    taken)."""
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    low, _ = ephemeral_range()
+    slices = []
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+        slices.append({free_port() for _ in range(50)})
+    middle = LOWEST_PICKED_PORT + (low - LOWEST_PICKED_PORT) // 2
+    assert all(port < middle for port in slices[0])
+    assert all(port >= middle for port in slices[1])

@@ -55,6 +55,9 @@ LOWEST_PICKED_PORT = 10_000
 
 _PICKS = 64
 _random = random.SystemRandom()  # not the global generator: tests seed that one
+_handed: set[int] = set()
+"""Ports this process handed out: one may belong to a server stopped for a moment (a restart)
+and must not go to another."""
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -75,18 +78,37 @@ def free_port(host: str = "127.0.0.1") -> int:
     the kernel picks.
     """
     low, _ = ephemeral_range()
-    for _ in range(_PICKS if low - LOWEST_PICKED_PORT >= 1000 else 0):
-        port = _random.randrange(LOWEST_PICKED_PORT, low)
+    start, end = _slice(LOWEST_PICKED_PORT, low)
+    for _ in range(_PICKS if end - start >= 1000 else 0):
+        port = _random.randrange(start, end)
+        if port in _handed:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((host, port))
             except OSError:
                 continue
+            _handed.add(port)
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         picked: int = sock.getsockname()[1]
         return picked
+
+
+def _slice(low: int, high: int) -> tuple[int, int]:
+    """``[low, high)``, or this pytest-xdist worker's share of it: workers running at once
+    never draw the same port, so one cannot take the port of another's server while it
+    restarts."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()):
+        return low, high
+    index, workers = int(worker[2:]), max(1, int(count))
+    if index >= workers:
+        return low, high
+    width = (high - low) // workers
+    return low + index * width, low + (index + 1) * width
 
 
 @dataclass
