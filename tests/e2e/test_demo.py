@@ -277,12 +277,19 @@ def test_the_built_in_tidal_day(tmp_path: Path) -> None:
     assert trace_problems(spans, report) == []
     traces = {span.trace_id for span in spans}
 
-    # `tidegate explain --json` (in this process) answers for every workload the demo ran. A
-    # workload still running when the report was taken may complete before the services stop.
+    # `tidegate explain --json` (in this process) answers for every workload the demo ran. The
+    # services run on after the report is taken: a running workload may complete, a pending one
+    # may wait for another reason (a Job's end freed its quota) or be admitted.
     answers = explained(workdir / "jetstream", list(workloads))
     for name, entry in workloads.items():
-        later = {"Completed"} if entry["state"] == "Admitted" else set()
-        assert as_reported(answers[name]) in {entry["state"], *later}, (name, answers[name])
+        reported = as_reported(answers[name])
+        if entry["state"].startswith("Pending(") and reported.startswith("Pending("):
+            continue
+        later = {
+            "Admitted": {"Completed"},
+            "Pending": {"Admitted", "Completed"},
+        }.get(entry["state"].split("(")[0], set())
+        assert reported in {entry["state"], *later}, (name, answers[name])
         assert answers[name]["trace_id"] in traces, (name, answers[name])
 
 
