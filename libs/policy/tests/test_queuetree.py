@@ -1136,3 +1136,54 @@ def test_a_workload_that_fits_preempts_nobody_and_one_that_never_fits_neither() 
     assert (plan.outcome, plan.victims) == ("cannot", ())
     assert plan.fit is not None
     assert plan.fit.lasting
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_state_changed_in_place_equals_one_built_afresh(seed: int) -> None:
+    """``TreeState.with_change`` sums only the changed queues' paths again: on random trees
+    (lending limits, an Invalid queue, a queue outside any tree) and random changes it agrees
+    with a state built from scratch on the changed usage."""
+    rng = random.Random(seed)
+    cohorts = [
+        cohort("root", nominal={CPU: rng.randint(0, 8)}),
+        cohort("left", "root", nominal={CPU: rng.randint(0, 8)}, lending={CPU: rng.randint(0, 4)}),
+        cohort("right", "root"),
+    ]
+    queues = [
+        q(
+            f"q{i}",
+            rng.choice(["root", "left", "right"]),
+            nominal={CPU: rng.randint(0, 10), GPU: rng.randint(0, 10)},
+            lending={CPU: rng.randint(0, 5)} if rng.random() < 0.5 else None,
+            invalid="bad" if i == 5 else None,
+        )
+        for i in range(6)
+    ] + [q("alone", nominal={CPU: 4})]
+    tree = QueueTree.build(queues, cohorts)
+    usage = {
+        f"q{i}": {
+            Dim("resource", CPU): rng.randint(0, 12),
+            Dim("resource", GPU): rng.randint(0, 12),
+        }
+        for i in range(6)
+    }
+    state = TreeState(tree, usage)
+    for _ in range(5):
+        changes = {
+            name: {Dim("resource", rng.choice([CPU, GPU])): rng.randint(-6, 6)}
+            for name in rng.sample([*usage, "alone", "nowhere"], k=rng.randint(1, 3))
+        }
+        changed = state.with_change(changes)
+        for name, delta in changes.items():
+            amounts = usage.setdefault(name, {})
+            for dim, amount in delta.items():
+                amounts[dim] = amounts.get(dim, 0) + amount
+        fresh = TreeState(tree, usage)
+        assert changed.leaf == fresh.leaf
+        assert changed.subtree_quota == fresh.subtree_quota
+        assert changed.used == fresh.used
+        assert changed.total == fresh.total
+        assert {n: weighted_share(changed, n) for n in tree.nodes} == {
+            n: weighted_share(fresh, n) for n in tree.nodes
+        }
+        state = changed

@@ -44,7 +44,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from tidegate.model import (
     Admitted,
@@ -68,9 +68,9 @@ MAX_SHARE: Final = 2**63 - 1
 DimKind = Literal["resource", "card"]
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Dim:
-    """One quota dimension: a resource (``cpu``, ``nvidia.com/gpu``) or a GPU card model."""
+class Dim(NamedTuple):
+    """One quota dimension: a resource (``cpu``, ``nvidia.com/gpu``) or a GPU card model. A
+    named tuple: hashed on every dictionary lookup of the tree's arithmetic."""
 
     kind: DimKind
     name: str
@@ -87,9 +87,9 @@ class Dim:
 NodeKind = Literal["queue", "cohort"]
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class NodeId:
-    """A node of a queue tree. Queues and cohorts have separate names."""
+class NodeId(NamedTuple):
+    """A node of a queue tree. Queues and cohorts have separate names. A named tuple, as
+    :class:`Dim`."""
 
     kind: NodeKind
     name: str
@@ -438,24 +438,32 @@ class TreeState:
     def _accumulate(self, node_id: NodeId) -> None:
         node = self.tree.nodes[node_id]
         quota = {dim: limit.nominal for dim, limit in node.limits.items()}
+        for child in node.children:
+            self._accumulate(child)
+            if self.tree.nodes[child].invalid is not None:
+                continue  # an Invalid subtree neither lends nor counts against the pool
+            for dim, amount in self.subtree_quota[child].items():
+                quota[dim] = quota.get(dim, 0) + amount - self.guaranteed(child, dim)
+        self.subtree_quota[node_id] = quota
+        self._sum_usage(node_id)
+
+    def _sum_usage(self, node_id: NodeId) -> None:
+        """``used`` and ``total`` of ``node_id`` from its own usage and its children's."""
+        node = self.tree.nodes[node_id]
         used: dict[Dim, int] = {}
         total: dict[Dim, int] = {}
         if node_id.kind == "queue":
             used = dict(self.leaf.get(node_id.name, {}))
             total = dict(used)
         for child in node.children:
-            self._accumulate(child)
             for dim, amount in self.total[child].items():
                 total[dim] = total.get(dim, 0) + amount
             if self.tree.nodes[child].invalid is not None:
-                continue  # an Invalid subtree neither lends nor counts against the pool
-            for dim, amount in self.subtree_quota[child].items():
-                quota[dim] = quota.get(dim, 0) + amount - self.guaranteed(child, dim)
+                continue
             for dim, amount in self.used[child].items():
                 above = amount - self.guaranteed(child, dim)
                 if above > 0:
                     used[dim] = used.get(dim, 0) + above
-        self.subtree_quota[node_id] = quota
         self.used[node_id] = used
         self.total[node_id] = total
 
@@ -501,13 +509,25 @@ class TreeState:
         return max(0, self.used[node_id].get(dim, 0) - self.subtree_quota[node_id].get(dim, 0))
 
     def with_change(self, changes: Mapping[str, Mapping[Dim, int]]) -> "TreeState":
-        """A new state with amounts added to (negative: removed from) queues' usage."""
-        leaf = {name: dict(amounts) for name, amounts in self.leaf.items()}
+        """A new state with amounts added to (negative: removed from) queues' usage. Only the
+        changed queues' paths are summed again: quotas do not depend on usage."""
+        new = TreeState.__new__(TreeState)
+        new.tree = self.tree
+        new.leaf = dict(self.leaf)
+        new.subtree_quota = self.subtree_quota
+        new.used = dict(self.used)
+        new.total = dict(self.total)
+        new.shares = {}
         for name, delta in changes.items():
-            amounts = leaf.setdefault(name, {})
+            amounts = dict(new.leaf.get(name, {}))
             for dim, amount in delta.items():
                 amounts[dim] = amounts.get(dim, 0) + amount
-        return TreeState(self.tree, leaf)
+            new.leaf[name] = amounts
+            node = self.tree.queue(name)
+            if node is not None:
+                for node_id in self.tree.path(node.id):
+                    new._sum_usage(node_id)
+        return new
 
     def queue_usage(self, name: str) -> QueueUsage:
         """A queue's usage as :mod:`tidegate.policy.quota` reads it."""
