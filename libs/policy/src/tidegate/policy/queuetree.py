@@ -1109,6 +1109,20 @@ def plan_reclaim(
         if holder.key == preemptor.key:
             continue
         why = why_not_victim(tree, state, preemptor, holder, short=fit.short)
+        if (
+            why is None
+            and holder.queue != preemptor.queue
+            and not _borrows_in(
+                tree,
+                state.leaf.get(holder.queue, {}),
+                holder.queue,
+                dims_of(holder.holds),
+                fit.short,
+            )
+        ):
+            # Every reason to take a gang of another queue needs its queue to borrow what the
+            # preemptor is short of; taking gangs only lowers usage, so it never will.
+            why = f"queue {holder.queue} does not borrow what the preemptor is short of"
         if why is None:
             candidates.append(holder)
         else:
@@ -1145,6 +1159,25 @@ def plan_reclaim(
             f"{len(victims)} gang{'' if len(victims) == 1 else 's'} preempted for "
             f"{preemptor.key}: " + ", ".join(f"{v} ({reasons[v]})" for v in victims)
         ),
+    )
+
+
+def _borrows_in(
+    tree: QueueTree,
+    used: Mapping[Dim, int],
+    queue: str,
+    holds: Mapping[Dim, int],
+    short: Iterable[Dim],
+) -> bool:
+    """Whether ``queue``, using ``used``, is above its nominal in a dimension of ``short`` that
+    ``holds`` (a victim's amounts) has some of: the one condition of taking a gang of another
+    queue."""
+    other = tree.queue(queue)
+    assert other is not None
+    return any(
+        used.get(dim, 0) > other.limits.get(dim, Limits()).nominal
+        for dim in short
+        if holds.get(dim, 0) > 0
     )
 
 
@@ -1374,13 +1407,7 @@ class _Search:
     ) -> VictimReason | None:
         """Why ``victim`` (of another queue, whose usage is ``used`` now) may be taken, or
         None; ``state`` gives the tree's arithmetic on the usage now when fair sharing asks."""
-        other = self.tree.queue(victim.queue)
-        assert other is not None
-        borrows = any(
-            used.get(dim, 0) > other.limits.get(dim, Limits()).nominal
-            for dim in self.short
-            if holds.get(dim, 0) > 0
-        )
+        borrows = _borrows_in(self.tree, used, victim.queue, holds, self.short)
         if borrows:
             if within_nominal:
                 return "InCohortReclamation"
