@@ -135,3 +135,32 @@ def test_a_gang_waiting_for_quota_is_tried_again_only_when_its_tree_moves() -> N
     admission.remove_workload(msg.key("hold"))
     decided = bodies(admission.cycle(now=4.0))
     assert [b.workload for b in decided if isinstance(b, Admitted)] == ["ns/waits"]
+
+
+def test_a_gang_judged_by_one_like_it_counts_as_tried_on_that_quota() -> None:
+    """A gang left waiting because an earlier one of its queue asking no more waits for quota
+    is remembered as tried on that quota, like the earlier one: in later cycles where only
+    another tree moves, both are skipped by that memory alone (the earlier one is skipped
+    first, so no comparison with it could vouch for the later one)."""
+    admission = cluster(*two_racks(), queues=[team("a", 16), team("b", 8)])
+    admission.set_cohort(CohortConfig(name="research"))
+    admission.set_queue(QueueConfig(name="other", nominal={GPU: 8}, parent="elsewhere"))
+    admission.set_workload(gang("hold", 2, 8, queue="a", created_at=0))
+    admission.set_workload(gang("b-job", 1, 8, queue="b", created_at=0))
+    admission.cycle(now=1.0)
+    admission.set_workload(gang("first", 2, 8, queue="a", created_at=1))
+    admission.set_workload(gang("like-it", 2, 8, queue="a", created_at=2))
+    admission.cycle(now=2.0)
+    # Their tree moves, not enough: the first is tried again, the other is judged by it.
+    admission.remove_workload(msg.key("b-job"))
+    admission.cycle(now=3.0)
+    first, like_it = (admission.records[msg.key(n)] for n in ("first", "like-it"))
+    assert first.reason == like_it.reason == "ExceedsQuota"
+    assert first.quota_tried is not None
+    assert like_it.quota_tried == first.quota_tried
+    # Only another tree moves: neither is tried again.
+    tries = (first.tries, like_it.tries)
+    admission.set_workload(gang("elsewhere", 1, 8, queue="other", created_at=4))
+    decided = bodies(admission.cycle(now=4.0))
+    assert [b.workload for b in decided if isinstance(b, Admitted)] == ["ns/elsewhere"]
+    assert (first.tries, like_it.tries) == tries

@@ -297,6 +297,8 @@ class Admission:
         self._tree_state: tuple[QueueTree, int, TreeState] | None = None
         """The tree's arithmetic on the usage of quota version ``[1]`` (:meth:`_state`)."""
         self._holding: set[WorkloadKey] = set()
+        self._holding_version = 0
+        """Counts changes of ``_holding``."""
         """Workloads whose nomination may hold reclaimed quota (:attr:`Nomination.quota`;
         pruned when looked at), so a quota check never scans every record."""
         self._cycle_memo: _CycleMemo | None = None
@@ -535,6 +537,7 @@ class Admission:
             record.nomination = Nomination(nodes=nodes, at=now, quota=held)
             if held is not None:
                 self._holding.add(preemptor)
+                self._holding_version += 1
             for node, amount in nodes.items():
                 self.capacity.hold(node, amount)
         self._prune(preemptor)
@@ -782,6 +785,8 @@ class Admission:
         self._grow_all(out, now)
         tree = self.tree()
         by_queue: dict[str, list[WorkloadState]] = {}
+        unusable: dict[str, tuple[PendingReason, str] | None] = {}
+        """Why each queue seen cannot admit (None: it can), judged once per cycle."""
         for key in sorted(self.records):
             record = self.records[key]
             workload = record.workload
@@ -790,19 +795,17 @@ class Admission:
             if stopped(workload):
                 continue
             name = queue_of(workload, self.settings.default_queue)
-            queue = self._queues.get(name) if name is not None else None
             if workload.invalid_reason is not None:
                 self._wait(out, workload, name, "Invalid", workload.invalid_reason)
-            elif name is None:
+                continue
+            if name is None:
                 self._wait(out, workload, None, "QueueNotFound", "the workload names no queue")
-            elif queue is None:
-                self._wait(out, workload, name, "QueueNotFound", f"queue {name} does not exist")
-            elif (problem := queue_problem(queue)) is not None:
-                self._wait(out, workload, name, "Invalid", f"queue {name} is invalid: {problem}")
-            elif (blocked := self._tree_blocked(tree, queue)) is not None:
-                self._wait(
-                    out, workload, name, "Invalid", f"queue {name} cannot be used: {blocked}"
-                )
+                continue
+            if name not in unusable:
+                unusable[name] = self._unusable(tree, name)
+            why = unusable[name]
+            if why is not None:
+                self._wait(out, workload, name, why[0], why[1])
             else:
                 by_queue.setdefault(name, []).append(workload)
 
@@ -818,6 +821,17 @@ class Admission:
         # not get to judge.
         self._drop_reservations(out, heads=None if self.cut_short else self._heads)
         return out
+
+    def _unusable(self, tree: QueueTree | None, name: str) -> tuple[PendingReason, str] | None:
+        """Why queue ``name`` admits nothing now (its workloads' reason and message), or None."""
+        queue = self._queues.get(name)
+        if queue is None:
+            return "QueueNotFound", f"queue {name} does not exist"
+        if (problem := queue_problem(queue)) is not None:
+            return "Invalid", f"queue {name} is invalid: {problem}"
+        if (blocked := self._tree_blocked(tree, queue)) is not None:
+            return "Invalid", f"queue {name} cannot be used: {blocked}"
+        return None
 
     def _groups(
         self, tree: QueueTree | None, queues: Sequence[QueueConfig]
@@ -919,7 +933,25 @@ class Admission:
     def _will_wait(self, workload: WorkloadState, queue: QueueConfig, growth: int) -> bool:
         """Whether ``workload`` is sure to wait again for the reason it waits: it was tried
         in vain since nothing moved, or a gang of its queue asking no more waits for quota
-        now (:class:`_CycleMemo`)."""
+        now (:class:`_CycleMemo`). A head is asked twice in a row (before its turn and at
+        it): the second answer is the first while nothing changed."""
+        memo = self._cycle_memo
+        if memo is None:
+            return self._sure_to_wait(workload, queue, growth)
+        stamp = (
+            id(workload),
+            growth,
+            *self._usage_version(),
+            self._config_version,
+            self._holding_version,
+        )
+        if memo.will_wait is not None and memo.will_wait[0] == stamp:
+            return memo.will_wait[1]
+        answer = self._sure_to_wait(workload, queue, growth)
+        memo.will_wait = (stamp, answer)
+        return answer
+
+    def _sure_to_wait(self, workload: WorkloadState, queue: QueueConfig, growth: int) -> bool:
         record = self.records[key_of(workload)]
         remembered = record.reason
         if remembered is None:
@@ -935,11 +967,16 @@ class Admission:
         ):
             return True
         memo = self._cycle_memo
-        return (
+        if (
             memo is not None
             and not held  # quota held for it: it may fit where its queue's others do not
             and memo.over_quota(queue.name, workload, self._usage_version()) == remembered
-        )
+        ):
+            # As good as tried on this quota: skipped on it in later cycles too, without
+            # the comparison (a long queue's tail is otherwise compared at every cycle).
+            record.quota_tried = self._quota_key(queue)
+            return True
+        return False
 
     def _tree_version(self, queue: str) -> int:
         """The quota ledger's version when usage last changed anywhere in ``queue``'s tree
@@ -971,13 +1008,24 @@ class Admission:
     def _quota_key(self, queue: QueueConfig) -> tuple[object, ...]:
         """What a quota check of ``queue`` depends on besides the workload itself: its tree's
         usage, the queues and cohorts, whether the queue has a preemption in flight, and the
-        quota held for preemptors."""
-        return (
+        quota held for preemptors (within a cycle, computed once per queue until one of them
+        changes)."""
+        memo = self._cycle_memo
+        preempting = self._preempting()
+        stamp = (self.quota.version, self._config_version, len(preempting), self._holding_version)
+        if memo is not None:
+            known = memo.quota_keys.get(queue.name)
+            if known is not None and known[0] == stamp:
+                return known[1]
+        key = (
             self._tree_version(queue.name),
             self._config_version,
-            queue.name in self._preempting(),
+            queue.name in preempting,
             tuple(sorted(self._holding)),
         )
+        if memo is not None:
+            memo.quota_keys[queue.name] = (stamp, key)
+        return key
 
     def _preempting(self) -> set[str]:
         """The queues with a workload that asked preemption for room and waits for its
@@ -1044,6 +1092,7 @@ class Admission:
             nomination = record.nomination if record is not None else None
             if nomination is None or nomination.quota is None:
                 self._holding.discard(key)
+                self._holding_version += 1
                 continue
             if key == but:
                 continue
@@ -2002,6 +2051,11 @@ class _CycleMemo:
     """Queues with a preemption asked for and not yet answered (:meth:`Admission._preempting`)."""
     requests: dict[int, tuple[WorkloadState, QuotaRequest]] = field(default_factory=dict)
     """Each workload's gang request by object (the object kept, so its id stays its own)."""
+    quota_keys: dict[str, tuple[tuple[int, ...], tuple[object, ...]]] = field(default_factory=dict)
+    """:meth:`Admission._quota_key` by queue, with what it was computed on."""
+    will_wait: tuple[tuple[int, ...], bool] | None = None
+    """The last :meth:`Admission._will_wait` answer, with the workload object's id and what
+    it was computed on."""
     _over: dict[str, list[tuple[WorkloadState, PendingReason]]] = field(default_factory=dict)
     _over_version: tuple[int, int] = (-1, -1)
     _cannot: dict[tuple[str, int, str], list[tuple[dict[Dim, int], float]]] = field(
