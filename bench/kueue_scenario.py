@@ -543,6 +543,9 @@ class Outcome:
     to_admitted_s: float | None
     to_running_s: float | None
     held: tuple[float, float] | None
+    stages: tuple[float | None, float | None, float | None] = (None, None, None)
+    """Seconds of its quota hold: admission to all pods Running, Running to the pods' end,
+    their end to the release."""
 
 
 def spread(values: Sequence[float]) -> dict[str, float | int | None]:
@@ -747,6 +750,12 @@ def outcome(observer: Following, job: PlannedJob) -> Outcome:
     finished_wall = None if finished is None else times.created_wall + finished - times.created
     ends = [t for t in (released, finished_wall) if t is not None]
     held = (admitted, min(ends) if ends else time.time()) if admitted is not None else None
+    running_wall = None if running is None else times.created_wall + running - times.created
+    stages = (
+        _between(admitted, running_wall),
+        _between(running_wall, finished_wall),
+        _between(finished_wall, released),
+    )
     return Outcome(
         name=job.name,
         klass=job.klass.name,
@@ -756,7 +765,22 @@ def outcome(observer: Following, job: PlannedJob) -> Outcome:
         to_admitted_s=None if admitted is None else max(0.0, admitted - times.created_wall),
         to_running_s=None if running is None else running - times.created,
         held=held,
+        stages=stages,
     )
+
+
+def _between(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else max(0.0, end - start)
+
+
+def hold_figures(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """Where a Job's quota hold goes: admission to all pods Running, the pods' run, their end
+    to the release (only Jobs that went through all three)."""
+    whole = [o.stages for o in outcomes if None not in o.stages]
+    return {
+        name: spread([float(stage[i] or 0.0) for stage in whole])
+        for i, name in enumerate(("to_running", "running", "to_release"))
+    }
 
 
 async def set_up(kube: KubeClient, plan_: Plan, topology: Topology | None) -> None:
@@ -933,6 +957,7 @@ async def load(
             "per_queue": usage,
         },
         "cohort_peak_pct_of_pool": peaks,
+        "quota_hold": hold_figures(outcomes),
         "cohort_pool_enforced": all(p <= 100.0 for p in peaks.values()),
         "admitted": sum(1 for o in outcomes if o.to_admitted_s is not None),
         "all_running": sum(1 for o in outcomes if o.to_running_s is not None),
@@ -986,6 +1011,13 @@ def print_figures(figures: Mapping[str, Any]) -> None:
         )
     usage = figures["usage_pct_of_nominal"]
     print(f"  usage of nominal quota: mean {usage['mean']} %, lowest queue {usage['min']} %")
+    hold = figures.get("quota_hold")
+    if hold and hold["running"]["count"]:
+        print(
+            "  quota held per Job, mean s: admission to all pods Running "
+            f"{hold['to_running']['mean_s']}, running {hold['running']['mean_s']}, "
+            f"pods' end to release {hold['to_release']['mean_s']}"
+        )
     peaks = figures["cohort_peak_pct_of_pool"]
     print(
         f"  cohort peak use of its pool: {max(peaks.values(), default=0)} % "

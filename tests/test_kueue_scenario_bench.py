@@ -229,6 +229,19 @@ def test_usage_is_held_cpu_over_time_as_a_share_of_nominal() -> None:
     assert usage == {"q1": 25.0, "q2": 200.0, "q3": 0.0}
 
 
+def test_the_quota_hold_is_split_where_jobs_went_through_every_stage() -> None:
+    whole = [
+        kb.Outcome("a", "small", "q", "c", 1000, 1.0, 2.0, (0.0, 3.0), stages=(0.5, 2.0, 0.5)),
+        kb.Outcome("b", "small", "q", "c", 1000, 1.0, 2.0, (0.0, 5.0), stages=(1.5, 2.0, 1.5)),
+    ]
+    unreleased = kb.Outcome("c", "small", "q", "c", 1000, 1.0, 2.0, None, stages=(9.0, 9.0, None))
+    hold = kb.hold_figures([*whole, unreleased])
+    assert hold["to_running"]["count"] == 2
+    assert hold["to_running"]["mean_s"] == 1.0
+    assert hold["running"]["mean_s"] == 2.0
+    assert hold["to_release"]["mean_s"] == 1.0
+
+
 def test_a_cohort_holding_more_than_its_pool_shows_above_100() -> None:
     handover = [
         outcome("a", "q1", 0.0, (0.0, 5.0), cpu=20_000),

@@ -611,6 +611,9 @@ def test_queue_tallies_always_equal_a_recount_of_the_verdicts(messages: list[Mes
         assert tally.pending == waiting
         gpus = sum(a.charged["nvidia.com/gpu"] for a in admitted_here)
         assert tally.usage == ({"nvidia.com/gpu": gpus} if gpus else {})
+    recount = {k: a for k in sorted(replica.recorded()) if (a := replica.in_force(k)) is not None}
+    assert replica.admissions() == recount
+    assert replica.admitted_keys() == list(recount)
 
 
 def test_a_workload_never_deleted_is_not_forgotten_and_a_new_objects_decisions_count() -> None:

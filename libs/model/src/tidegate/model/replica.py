@@ -179,6 +179,8 @@ class Replica:
         self._departed: dict[tuple[WorkloadKey, str], None] = {}
         """Deleted objects whose record was dropped (insertion order, :data:`GONE_KEPT`)."""
         self._shares: dict[WorkloadKey, Share] = {}
+        self._in_force: dict[WorkloadKey, Admitted] = {}
+        """The admission in force of every key that has one, kept with the shares."""
         self._tallies: dict[str, QueueTally] = {}
         self._arrivals = 0
 
@@ -365,13 +367,13 @@ class Replica:
         return seen.body
 
     def admissions(self) -> dict[WorkloadKey, Admitted]:
-        """Every admission in force, by workload."""
-        out: dict[WorkloadKey, Admitted] = {}
-        for key in sorted(self._records):
-            admitted = self.in_force(key)
-            if admitted is not None:
-                out[key] = admitted
-        return out
+        """Every admission in force, by workload (sorted)."""
+        return {key: self._in_force[key] for key in sorted(self._in_force)}
+
+    def admitted_keys(self) -> list[WorkloadKey]:
+        """The workloads with an admission in force, sorted: what victim searches look at,
+        without a verdict for every workload ever recorded."""
+        return sorted(self._in_force)
 
     def workload(self, key: WorkloadKey) -> WorkloadState | None:
         """The workload known under ``key`` (its current object), if any."""
@@ -466,7 +468,13 @@ class Replica:
         return {workload}
 
     def _reshare(self, key: WorkloadKey) -> None:
-        new = _share_of(self.verdict(key))
+        verdict = self.verdict(key)
+        admitted = verdict.in_force
+        if admitted is None:
+            self._in_force.pop(key, None)
+        else:
+            self._in_force[key] = admitted.body
+        new = _share_of(verdict)
         old = self._shares.get(key)
         if old == new:
             return

@@ -46,7 +46,7 @@ def running_gangs(
     excluded = set(exclude)
     budgets = list(budgets)
     out = []
-    for key in replica.recorded():
+    for key in replica.admitted_keys():
         verdict = replica.verdict(key)
         known, workload = verdict.in_force, verdict.workload
         if key in excluded or known is None or workload is None:
