@@ -19,6 +19,7 @@ follow ``TIDEGATE_EVENT_LOOP`` and ``TIDEGATE_GC_THRESHOLD``. Measurements, neve
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import itertools
@@ -31,10 +32,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tidegate.bus import Bus, ConsumerSettings, DurableConsumer, Received, layout
 from tidegate.bus.server import NatsServerProcess
@@ -993,6 +994,30 @@ def stack_settings(args: argparse.Namespace, workdir: Path) -> StackSettings:
     )
 
 
+class BenchStack(NamedTuple):
+    """A running local stack with the benchmark's own Kubernetes client and bus connection."""
+
+    stack: LocalStack
+    kube: KubeClient
+    bus: Bus
+
+
+@contextlib.asynccontextmanager
+async def bench_stack(settings: StackSettings) -> AsyncIterator[BenchStack]:
+    """Start the local stack of ``settings``; connect a Kubernetes client without a rate
+    limit and a bus connection with the cluster's streams (replicated as the services
+    replicate them); close and stop everything at exit. What every benchmark on the local
+    stack starts with."""
+    async with (
+        LocalStack.running(settings) as stack,
+        await kube_connect(
+            KubeSettings(source="kubeconfig", kubeconfig=stack.kubeconfig, qps=0)
+        ) as kube,
+        connected(stack.nats_url, settings.cluster, stream_replicas=settings.nats_servers) as bus,
+    ):
+        yield BenchStack(stack, kube, bus)
+
+
 def observing(
     bus: Bus,
     durable: str,
@@ -1024,13 +1049,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tidegate-e2e-bench-") as scratch:
         workdir = Path(scratch)
         started = time.monotonic()
-        async with (
-            LocalStack.running(stack_settings(args, workdir)) as stack,
-            await kube_connect(
-                KubeSettings(source="kubeconfig", kubeconfig=stack.kubeconfig, qps=0)
-            ) as kube,
-            connected(stack.nats_url, CLUSTER, stream_replicas=args.nats_servers) as bus,
-        ):
+        async with bench_stack(stack_settings(args, workdir)) as (stack, kube, bus):
             start_up = round(time.monotonic() - started, 2)
             observer = Observer()
             assert stack.sim is not None

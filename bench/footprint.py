@@ -26,6 +26,7 @@ from typing import Any
 
 from e2e import (  # type: ignore[import-not-found]
     JobSpec,
+    bench_stack,
     node_shape,
     proc_figures,
     set_up,
@@ -34,10 +35,8 @@ from e2e import (  # type: ignore[import-not-found]
 from tidegate.bus import Bus, layout
 from tidegate.cli.demo_trace import workload_object
 from tidegate.cli.stack import SERVICES, LocalStack, StackSettings
-from tidegate.kube import JOBS, NAMESPACES, KubeClient, KubeSettings
-from tidegate.kube import connect as kube_connect
+from tidegate.kube import JOBS, NAMESPACES, KubeClient
 from tidegate.sim.kinds import PODS
-from tidegate.testing import connected
 
 CLUSTER = "footprint"
 MANAGED = "bench"
@@ -189,13 +188,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             },
         )
         started = time.monotonic()
-        async with (
-            LocalStack.running(settings) as stack,
-            await kube_connect(
-                KubeSettings(source="kubeconfig", kubeconfig=stack.kubeconfig, qps=0)
-            ) as kube,
-            connected(stack.nats_url, CLUSTER) as bus,
-        ):
+        async with bench_stack(settings) as (stack, kube, bus):
             figures["stack_start_s"] = round(time.monotonic() - started, 2)
             await asyncio.sleep(args.settle)
             nodes_only = rss(stack)

@@ -31,6 +31,7 @@ import yaml
 from e2e import (  # type: ignore[import-not-found]
     JobTimes,
     Observer,
+    bench_stack,
     gated_pods,
     lost_decisions,
     nearest_rank,
@@ -49,13 +50,11 @@ from tidegate.cli.demo_trace import (
     queue_object,
 )
 from tidegate.cli.stack import LocalStack, StackSettings
-from tidegate.kube import NAMESPACES, PRIORITY_CLASSES, QUEUES, KubeClient, KubeSettings
-from tidegate.kube import connect as kube_connect
+from tidegate.kube import NAMESPACES, PRIORITY_CLASSES, QUEUES, KubeClient
 from tidegate.kube.resources import ResourceType
 from tidegate.model import QuantityError, format_quantity, parse_quantity, subjects
 from tidegate.runtime.tool import ToolSettingError, run_tool
 from tidegate.sim.kinds import PODS
-from tidegate.testing import connected
 
 CLUSTER: Final = "kueuebench"
 NAMESPACE: Final = "bench"
@@ -844,13 +843,7 @@ async def run_scenario(args: argparse.Namespace, scenario: Scenario, plan_: Plan
             },
         )
         started = time.monotonic()
-        async with (
-            LocalStack.running(settings) as stack,
-            await kube_connect(
-                KubeSettings(source="kubeconfig", kubeconfig=stack.kubeconfig, qps=0)
-            ) as kube,
-            connected(stack.nats_url, CLUSTER) as bus,
-        ):
+        async with bench_stack(settings) as (stack, kube, bus):
             start_up = round(time.monotonic() - started, 2)
             observer = Following()
             assert stack.sim is not None

@@ -1,13 +1,21 @@
 """Benchmark on a real Kubernetes control plane: the time tidegate adds to the bare kube-scheduler.
 
-    python bench/realk8s.py [--nodes 1024] [--kubeconfig FILE] [--env TIDEGATE_X=V] [--json]
-                            [--out FILE]
+    python bench/realk8s.py [--nodes 1024] [--kubeconfig FILE | --simulator]
+                            [--env TIDEGATE_X=V] [--json] [--out FILE]
 
 Starts a control plane from ``KUBEBUILDER_ASSETS`` (or uses ``--kubeconfig``) with ``--nodes``
 fake 8-GPU nodes kept by the node agent, and times a 1,000-pod Job and 100 Jobs of 8 pods to
 all Running, once bare and once with the five services in the loop (pods gated as the webhook
-would gate them). Prints both and the ratios tidegate/bare; measurements, never assertions.
-Run it on a quiet machine; a smoke run: ``python bench/realk8s.py --nodes 16``.
+would gate them). Prints both, the ratios tidegate/bare and the CPU seconds of each process of
+the tidegate run; measurements, never assertions. Run it on a quiet machine; a smoke run:
+``python bench/realk8s.py --nodes 16``.
+
+``--simulator`` runs the same two measurements on the simulated cluster (``libs/sim``, in this
+process, started as the other benchmarks start it) where there are no Kubernetes binaries.
+There the bare run is not kube-scheduler: the simulator's own binder stands in for it (first
+fitting node by name, in this process) and its kubelets mark a bound pod Running at once, so
+the figures show where tidegate's added time goes, not how it compares with a real
+kube-scheduler. The JSON's ``cluster`` says which kind ran (``real`` or ``simulator``).
 """
 
 import argparse
@@ -22,12 +30,15 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+from e2e import bench_stack, process_figures  # type: ignore[import-not-found]
+
 from tidegate.cli.demo_run import load_crds, wait_established
 from tidegate.cli.nodeagent import AgentSettings, fake_nodes
-from tidegate.cli.stack import LocalStack, StackSettings
+from tidegate.cli.stack import SERVICES, LocalStack, StackSettings
 from tidegate.kube import (
     CRDS,
     JOBS,
@@ -43,11 +54,19 @@ from tidegate.kube import (
     connect,
 )
 from tidegate.model.names import ADMISSION_GATE
+from tidegate.runtime import eventloop
+from tidegate.runtime.tool import run_tool
 
 REPO = Path(__file__).resolve().parent.parent
 RACK_SIZE = 32
 GPUS = {"nvidia.com/gpu": "8"}
 QUEUE = "bench"
+SIMULATED_BARE = (
+    "the simulator's binder (libs/sim, in the benchmark's process) stands in for "
+    "kube-scheduler, and its kubelets mark a bound pod Running at once: the figures show where "
+    "tidegate's added time goes, not how it compares with a real kube-scheduler"
+)
+"""What the bare run is on the simulated cluster (printed, and in the JSON)."""
 
 
 def shape_for(nodes: int) -> str:
@@ -58,17 +77,19 @@ def shape_for(nodes: int) -> str:
     return f"1x{nodes // rack}x{rack}x8gpu"
 
 
-def job_body(name: str, pods: int, *, gated: bool, bench_label: str) -> dict[str, Any]:
-    """A Job of ``pods`` GPU-full pods, rack-preferred, in tidegate's queue."""
+def job_body(name: str, pods: int, *, gated: bool, bench_label: str | None) -> dict[str, Any]:
+    """A Job of ``pods`` GPU-full pods, rack-preferred, in tidegate's queue, on the nodes
+    labelled ``bench_label`` (None: any node; the simulated cluster has the bench's only)."""
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         # The pods run until the scenario's namespace is deleted; then nothing should wait.
         "terminationGracePeriodSeconds": 0,
-        "nodeSelector": {"tidegate.io/bench": bench_label},
         "containers": [
             {"name": "main", "image": "busybox", "resources": {"requests": GPUS, "limits": GPUS}}
         ],
     }
+    if bench_label is not None:
+        spec["nodeSelector"] = {"tidegate.io/bench": bench_label}
     if gated:
         spec["schedulingGates"] = [{"name": ADMISSION_GATE}]
     labels = {"tidegate.io/queue": QUEUE}
@@ -156,7 +177,7 @@ async def scenario(
     *,
     jobs: dict[str, int],
     gated: bool,
-    bench_label: str,
+    bench_label: str | None,
     say: Callable[[str], None],
 ) -> dict[str, float]:
     """Create ``jobs`` (name → pods) at once; seconds from creation to all Running, per Job."""
@@ -213,59 +234,61 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
+TidegateLoop = Callable[[], AbstractAsyncContextManager[LocalStack]]
+"""Starts the five services against the cluster (and stops them at exit): the stack."""
+
+
+def sizes(args: argparse.Namespace) -> tuple[int, int]:
+    """The big Job's pods and the number of 8-pod Jobs for ``args``."""
+    return args.pods or max(1, args.nodes * 1000 // 1024), args.jobs or min(100, args.nodes // 8)
+
+
 async def run_all(
-    kube: KubeClient, kubeconfig: Path, args: argparse.Namespace, say: Callable[[str], None]
+    kube: KubeClient,
+    args: argparse.Namespace,
+    say: Callable[[str], None],
+    *,
+    bench_label: str | None,
+    tidegate: TidegateLoop,
+    bare_stack: LocalStack | None = None,
 ) -> dict[str, Any]:
-    """Both scenarios, bare then with tidegate; the figures."""
-    bench_label = uuid.uuid4().hex[:8]
-    pods = args.pods or max(1, args.nodes * 1000 // 1024)
-    small_jobs = args.jobs or min(100, args.nodes // 8)
-    agent_settings = AgentSettings(
-        nodes=shape_for(args.nodes),
-        prefix=f"b{bench_label}-",
-        labels={"tidegate.io/bench": bench_label},
-        topology_name="default",
-        delete_nodes_on_exit=True,
-    )
+    """Both scenarios on the cluster's ready nodes, bare then with tidegate (``tidegate()``
+    running); the figures, with each process's CPU seconds of a run where a stack is up
+    (``bare_stack``: the simulator's, without services)."""
+    pods, small_jobs = sizes(args)
     results: dict[str, Any] = {"nodes": args.nodes, "big_job_pods": pods, "small_jobs": small_jobs}
     big = {"big": pods}
     small = {f"small-{i:03d}": 8 for i in range(small_jobs)}
-    # The CRDs first: the node agent creates the Topology of its nodes when it starts.
-    await ensure_setup(kube, say)
-    async with fake_nodes(kubeconfig, agent_settings, say=lambda line: say(f"  {line}")) as agent:
-        begun = time.monotonic()
-        await agent.wait_ready(timeout_seconds=600)
-        results["nodes_ready_s"] = round(time.monotonic() - begun, 2)
-        figures: dict[str, dict[str, dict[str, float]]] = {}
-        say("bare kube-scheduler (no gate)")
-        figures["bare"] = {
-            "big": await scenario(kube, jobs=big, gated=False, bench_label=bench_label, say=say),
-            "small": await scenario(
-                kube, jobs=small, gated=False, bench_label=bench_label, say=say
-            ),
+    figures: dict[str, dict[str, dict[str, float]]] = {}
+    cpu: dict[str, dict[str, float]] = {}
+    say(
+        "bare: "
+        + (
+            "the simulator's binder (no gate)"
+            if bare_stack is not None
+            else "kube-scheduler (no gate)"
+        )
+    )
+    before = cpu_seconds(bare_stack) if bare_stack is not None else {}
+    figures["bare"] = {
+        "big": await scenario(kube, jobs=big, gated=False, bench_label=bench_label, say=say),
+        "small": await scenario(kube, jobs=small, gated=False, bench_label=bench_label, say=say),
+    }
+    if bare_stack is not None:
+        cpu["bare"] = spent(before, cpu_seconds(bare_stack))
+    say(f"  big Job: {figures['bare']['big']['big']:.2f} s")
+    say("tidegate in the loop (5 services, gated pods)")
+    async with tidegate() as stack:
+        before = cpu_seconds(stack)
+        figures["tidegate"] = {
+            "big": await scenario(kube, jobs=big, gated=True, bench_label=bench_label, say=say),
+            "small": await scenario(kube, jobs=small, gated=True, bench_label=bench_label, say=say),
         }
-        say(f"  big Job: {figures['bare']['big']['big']:.2f} s")
-        with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as workdir:
-            stack_settings = StackSettings(
-                workdir=Path(workdir),
-                cluster="bench",
-                kubeconfig=kubeconfig,
-                extra_env=dict(item.split("=", 1) for item in args.env),
-            )
-            say("tidegate in the loop (5 services, gated pods)")
-            async with LocalStack.running(stack_settings) as stack:
-                figures["tidegate"] = {
-                    "big": await scenario(
-                        kube, jobs=big, gated=True, bench_label=bench_label, say=say
-                    ),
-                    "small": await scenario(
-                        kube, jobs=small, gated=True, bench_label=bench_label, say=say
-                    ),
-                }
-                dead = stack.dead_services()
-                if dead:
-                    raise SystemExit(f"services died: {[p.name for p in dead]}")
-        say(f"  big Job: {figures['tidegate']['big']['big']:.2f} s")
+        cpu["tidegate"] = spent(before, cpu_seconds(stack))
+        dead = stack.dead_services()
+        if dead:
+            raise SystemExit(f"services died: {[p.name for p in dead]}")
+    say(f"  big Job: {figures['tidegate']['big']['big']:.2f} s")
     for mode, runs in figures.items():
         per_job = list(runs["small"].values())
         results[mode] = {
@@ -275,6 +298,8 @@ async def run_all(
             "small_jobs_last_s": round(max(per_job), 3) if per_job else None,
             "small_jobs_mean_s": round(statistics.fmean(per_job), 3) if per_job else None,
         }
+        if mode in cpu:
+            results[mode]["cpu_s"] = cpu[mode]
     bare, gated = results["bare"], results["tidegate"]
     results["ratio"] = {
         "big_job": _ratio(gated["big_job_s"], bare["big_job_s"]),
@@ -283,8 +308,23 @@ async def run_all(
     }
     results["gate"] = "in the pod template (no webhook round trip)"
     results["service_env"] = dict(item.split("=", 1) for item in args.env)
+    results["event_loop"] = eventloop.running_loop_kind()
     results["load_average"] = [round(x, 2) for x in os.getloadavg()]
     return results
+
+
+def cpu_seconds(stack: LocalStack) -> dict[str, float]:
+    """CPU seconds so far of each process of ``stack`` and of this one (which runs the
+    simulator, when there is one)."""
+    figures = {name: proc["cpu_s"] for name, proc in process_figures(stack).items()}
+    if stack.sim is None:
+        figures["harness"] = figures.pop("harness+simulator")
+    return figures
+
+
+def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds each process spent between two readings (one started since: all of it)."""
+    return {name: round(cpu - before.get(name, 0.0), 2) for name, cpu in after.items()}
 
 
 def _ratio(value: float | None, base: float | None) -> float | None:
@@ -328,8 +368,8 @@ async def control_plane(kubeconfig: Path | None) -> AsyncIterator[Path]:
     binaries = find_binaries()
     if binaries is None:
         raise SystemExit(
-            "no Kubernetes binaries: set KUBEBUILDER_ASSETS (see docs/testing.md) or pass "
-            "--kubeconfig"
+            "no Kubernetes binaries: set KUBEBUILDER_ASSETS (see docs/testing.md), pass "
+            "--kubeconfig, or run on the simulated cluster with --simulator"
         )
     with tempfile.TemporaryDirectory(prefix="tidegate-k8s-") as workdir:
         plane = await asyncio.to_thread(ControlPlane.start, binaries, Path(workdir))
@@ -339,13 +379,92 @@ async def control_plane(kubeconfig: Path | None) -> AsyncIterator[Path]:
             await asyncio.to_thread(plane.stop)
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the benchmark and return its figures."""
-    say: Callable[[str], None] = (lambda _l: None) if args.json else print
+async def on_real_cluster(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+    """The benchmark on the ``--kubeconfig`` cluster or a control plane of its own, with fake
+    nodes from the node agent; the services run as a local stack against it."""
+    bench_label = uuid.uuid4().hex[:8]
+    agent_settings = AgentSettings(
+        nodes=shape_for(args.nodes),
+        prefix=f"b{bench_label}-",
+        labels={"tidegate.io/bench": bench_label},
+        topology_name="default",
+        delete_nodes_on_exit=True,
+    )
     async with control_plane(args.kubeconfig) as kubeconfig:
         settings = KubeSettings(kubeconfig=kubeconfig, qps=200, burst=400)
         async with await connect(settings) as kube:
-            return await run_all(kube, kubeconfig, args, say)
+            # The CRDs first: the node agent creates the Topology of its nodes when it starts.
+            await ensure_setup(kube, say)
+            async with fake_nodes(
+                kubeconfig, agent_settings, say=lambda line: say(f"  {line}")
+            ) as agent:
+                begun = time.monotonic()
+                await agent.wait_ready(timeout_seconds=600)
+                ready = round(time.monotonic() - begun, 2)
+                with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as workdir:
+                    stack_settings = StackSettings(
+                        workdir=Path(workdir),
+                        cluster="bench",
+                        kubeconfig=kubeconfig,
+                        extra_env=dict(item.split("=", 1) for item in args.env),
+                    )
+                    results = await run_all(
+                        kube,
+                        args,
+                        say,
+                        bench_label=bench_label,
+                        tidegate=lambda: LocalStack.running(stack_settings),
+                    )
+    return {"cluster": "real", "nodes_ready_s": ready, **results}
+
+
+async def on_simulator(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+    """The benchmark on the simulated cluster: a local stack started without services (the
+    simulator's binder alone: the bare run), then the five services started on it."""
+    say(f"on the simulated cluster: {SIMULATED_BARE}")
+    with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as workdir:
+        settings = StackSettings(
+            workdir=Path(workdir),
+            cluster="bench",
+            nodes=shape_for(args.nodes),
+            services=(),
+            # As on the real cluster: no webhook gates the pods, the gated Jobs carry the gate.
+            admission_gate=False,
+            ready_timeout_seconds=300,
+            extra_env=dict(item.split("=", 1) for item in args.env),
+        )
+        begun = time.monotonic()
+        async with bench_stack(settings) as (stack, kube, _bus):
+            started = round(time.monotonic() - begun, 2)
+            await ensure_setup(kube, say)
+
+            @contextlib.asynccontextmanager
+            async def services() -> AsyncIterator[LocalStack]:
+                try:
+                    for name in SERVICES:
+                        await stack.start_service(name)
+                    yield stack
+                finally:
+                    for name in reversed(stack.processes):
+                        await stack.stop_service(name)
+
+            results = await run_all(
+                kube, args, say, bench_label=None, tidegate=services, bare_stack=stack
+            )
+    return {
+        "cluster": "simulator",
+        "bare_means": SIMULATED_BARE,
+        "stack_start_s": started,
+        **results,
+    }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the benchmark and return its figures."""
+    say: Callable[[str], None] = (lambda _l: None) if args.json else print
+    if args.simulator:
+        return await on_simulator(args, say)
+    return await on_real_cluster(args, say)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -354,7 +473,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--nodes", type=int, default=1024, help="fake 8-GPU nodes")
     parser.add_argument("--pods", type=int, default=0, help="pods of the big Job")
     parser.add_argument("--jobs", type=int, default=0, help="8-pod Jobs created at once")
-    parser.add_argument("--kubeconfig", type=Path, help="an existing cluster to use")
+    cluster = parser.add_mutually_exclusive_group()
+    cluster.add_argument("--kubeconfig", type=Path, help="an existing cluster to use")
+    cluster.add_argument(
+        "--simulator",
+        action="store_true",
+        help="the simulated cluster instead of a real one (its binder stands in for "
+        "kube-scheduler in the bare run)",
+    )
     parser.add_argument(
         "--env",
         action="append",
@@ -374,7 +500,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 if __name__ == "__main__":
     options = parse_args(sys.argv[1:])
-    figures = asyncio.run(main(options))
+    # On the simulator it runs in this process: on the loop and garbage-collector threshold
+    # the other benchmarks of the simulated cluster run it on.
+    figures = run_tool(main(options)) if options.simulator else asyncio.run(main(options))
     text = json.dumps(figures, indent=2)
     if options.out is not None:
         options.out.parent.mkdir(parents=True, exist_ok=True)
@@ -388,3 +516,6 @@ if __name__ == "__main__":
             f"tidegate/bare: big Job {ratio['big_job']}, small Jobs p50 "
             f"{ratio['small_jobs_p50']}, p99 {ratio['small_jobs_p99']}"
         )
+        print(f"CPU seconds of the tidegate run: {figures['tidegate']['cpu_s']}")
+        if figures["cluster"] == "simulator":
+            print(f"on the simulated cluster, bare is not kube-scheduler: {SIMULATED_BARE}")

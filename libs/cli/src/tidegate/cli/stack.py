@@ -97,6 +97,10 @@ class StackSettings:
     service_api_url: str | None = None
     """With ``access``: the API server URL the services' kubeconfigs name (a fault proxy in
     front of the simulator, say); None: the simulator's own."""
+    admission_gate: bool | None = None
+    """Whether the simulated cluster gates managed pods as tidegate's webhook would
+    (``SimSettings.admission_gate``; None: it does). False: pods are gated only by what
+    creates them, as on a cluster without the webhook."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.nats_servers <= 5:
@@ -323,6 +327,7 @@ async def _cluster(settings: StackSettings) -> AsyncIterator[SimCluster | None]:
         time_scale=settings.time_scale,
         gpu_product=settings.gpu_product,
         rbac=settings.access is not None,
+        admission_gate=settings.admission_gate,
     )
     async with SimCluster.running(sim_settings) as sim:
         yield sim
