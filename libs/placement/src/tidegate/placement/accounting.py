@@ -358,7 +358,10 @@ class CapacityAccounting:
         """The admission reserved per workload: the one in force in :attr:`decisions`."""
         self.decisions = Replica()
         """The decisions in force (fed workload states, tombstones and decisions)."""
-        self._entries_of: dict[_Owner, list[_Entry]] = {}
+        self._entries_of: dict[_Owner, dict[tuple[str, ...], dict[tuple[str, ...], list[_Entry]]]]
+        self._entries_of = {}
+        """A podset's entries by their domain's levels, then values: a pod's move looks up the
+        ones holding its node (a gang on a thousand hosts has a thousand)."""
         self._entries_at: dict[_Domain, list[_Entry]] = {}
         self._indexes: dict[tuple[str, ...], _LevelIndex] = {}
         self._views: dict[str, _TopologyView] = {}
@@ -559,7 +562,9 @@ class CapacityAccounting:
         for entry in entries:
             self._index(entry.domain[0])
             for alias in entry.aliases:
-                self._entries_of.setdefault((key, alias), []).append(entry)
+                levels, values = entry.domain
+                by_levels = self._entries_of.setdefault((key, alias), {})
+                by_levels.setdefault(levels, {}).setdefault(values, []).append(entry)
             self._entries_at.setdefault(entry.domain, []).append(entry)
             self._dirty_entries.add(entry)
             self._touched.update(self._members(entry.domain))
@@ -719,9 +724,10 @@ class CapacityAccounting:
             counts.pop(node, None)
             if not counts:
                 del self._bound[pod.owner]
-        for entry in self._entries_of.get(pod.owner, ()):
-            if self._in_domain(node, entry.domain):
-                self._dirty_entries.add(entry)
+        for levels, by_values in self._entries_of.get(pod.owner, {}).items():
+            values = self._indexes[levels].values_of.get(node)
+            if values is not None:
+                self._dirty_entries.update(by_values.get(values, ()))
 
     def _reindex(self, node: str, labels: Mapping[str, str] | None) -> None:
         for levels, index in self._indexes.items():
@@ -746,7 +752,14 @@ class CapacityAccounting:
             self._apply_share(entry, {})
             self._dirty_entries.discard(entry)
             for alias in entry.aliases:
-                _remove(self._entries_of, (workload, alias), entry)
+                by_levels = self._entries_of.get((workload, alias), {})
+                by_values = by_levels.get(entry.domain[0])
+                if by_values is not None:
+                    _remove(by_values, entry.domain[1], entry)
+                    if not by_values:
+                        del by_levels[entry.domain[0]]
+                    if not by_levels:
+                        del self._entries_of[(workload, alias)]
             _remove(self._entries_at, entry.domain, entry)
 
     def _index(self, levels: tuple[str, ...]) -> _LevelIndex:
@@ -760,10 +773,6 @@ class CapacityAccounting:
     def _members(self, domain: _Domain) -> set[str] | frozenset[str]:
         levels, values = domain
         return self._indexes[levels].members.get(values, _NO_NODES)
-
-    def _in_domain(self, node: str, domain: _Domain) -> bool:
-        levels, values = domain
-        return self._indexes[levels].values_of.get(node) == values
 
     # ------------------------------------------------------------------ internals: settling
 

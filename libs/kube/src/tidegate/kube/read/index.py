@@ -70,6 +70,7 @@ from tidegate.model import resources as res
 from tidegate.model.events import (
     DisruptionBudgetState,
     Message,
+    PodState,
     ServiceType,
     StateKind,
     WorkloadState,
@@ -177,6 +178,9 @@ class ClusterIndex:
         self._profiles = frozenset(profiles) if profiles is not None else None
         self.nodes: dict[str, Node] = {}
         self.pods: dict[tuple[str, str], Pod] = {}
+        self._pod_states: dict[tuple[str, str], tuple[Pod, PodState]] = {}
+        """Each pod's :func:`pod_state` without its workload, for the pod object it was
+        computed from: a gang's state reads every member's at each change of one."""
         self.owners: dict[str, Owner] = {}
         """Jobs, JobSets, Deployments, ReplicaSets by UID."""
         self.podgroups: dict[tuple[str, str], Owner] = {}
@@ -527,6 +531,7 @@ class ClusterIndex:
         applied.affected.add(StateKey("pod", *key))
         if deleted:
             self.pods.pop(key, None)
+            self._pod_states.pop(key, None)
             self._unlink(key, applied, deleted=True)
             return
         try:
@@ -637,6 +642,14 @@ class ClusterIndex:
                 return _Resolution(None, waits_for=parent_ref.uid)
             owner = parent
         return _Resolution((owner.meta.namespace, owner.meta.name), ("owner", owner.meta.uid))
+
+    def _pod_state(self, pod: Pod) -> PodState:
+        """``pod_state(pod)`` (no workload), computed once per pod object."""
+        key = (pod.metadata.namespace, pod.metadata.name)
+        known = self._pod_states.get(key)
+        if known is None or known[0] is not pod:
+            known = self._pod_states[key] = (pod, pod_state(pod)[0])
+        return known[1]
 
     def _desired_pod(self, key: tuple[str, str]) -> Desired:
         pod = self.pods.get(key)
@@ -834,7 +847,9 @@ class ClusterIndex:
         if workload[0] in self.deleting_namespaces:
             message = msgspec.structs.replace(message, namespace_deleting=True)
         levels = self.context().placement_levels
-        bypassing = [state for pod in members if bypassed_gate(state := pod_state(pod)[0], levels)]
+        bypassing = [
+            state for pod in members if bypassed_gate(state := self._pod_state(pod), levels)
+        ]
         if bypassing:
             message = msgspec.structs.replace(
                 message,
