@@ -644,8 +644,8 @@ KUEUE_HERE: Final[dict[str, dict[str, Any]]] = {
     },
 }
 """Kueue's own harness (minimalkueue on a real API server and etcd, no kube-scheduler, no pods)
-on this kind of machine at full scale, and its CI means, as issue "Measured beside Kueue on
-Kueue's own benchmark" quotes them; (low, high) over the classes of a size group."""
+on this kind of machine at full scale, and its CI means, as docs/benchmarks.md (Beside Kueue, on
+Kueue's own benchmark) quotes them; (low, high) over the classes of a size group."""
 
 
 def read_thresholds(path: Path) -> dict[str, Any]:
@@ -671,7 +671,7 @@ def beside_kueue(
     *,
     comparable: bool = True,
 ) -> dict[str, Any]:
-    """Each headline figure beside Kueue's here, its CI mean and threshold, and the issue's
+    """Each headline figure beside Kueue's here, its CI mean and threshold, and the
     target (at most half of Kueue's here), with whether it is met. Kueue's figures are at full
     scale: a run at another scale is not ``comparable`` and says met of nothing."""
     kueue = KUEUE_HERE.get(scenario or "", {})

@@ -276,7 +276,7 @@ def victim_aborted_for_serve() -> Preempted:
 async def test_a_preempted_stored_twice_leaves_the_victims_readmission_alone(
     harness: Harness,
 ) -> None:
-    """Issue 12 finding 1 against the running service: the same ``preempted`` stored a second
+    """Against the running service: the same ``preempted`` stored a second
     time (re-published by a preemption failover after JetStream's duplicate window, so under
     another stream sequence) after the restart-mode victim was admitted again must not
     release that new admission."""

@@ -1,4 +1,4 @@
-"""The decision stream stays proportional to live workloads (issue 12, bounded state).
+"""The decision stream stays proportional to live workloads.
 
 The stream has no age limit (an admission lives as long as its workload); the admission
 leader purges the decisions of a workload it has not known for

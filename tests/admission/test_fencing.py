@@ -1,6 +1,6 @@
 """A deposed admission leader is fenced off: once a successor has claimed the fences, the old
 leader's next commit writes nothing to the ledger and publishes nothing, whatever its own clock
-says (issue 12; docs/architecture.md, Fencing)."""
+says (docs/architecture.md, Fencing)."""
 
 import pytest
 

@@ -1,8 +1,8 @@
-"""An aborted preemption victim stays out across any leader change (issue 12 finding 3).
+"""An aborted preemption victim stays out across any leader change.
 
-Before, the fact lived only in the leader's memory (and, while the nomination lasted, in the
-preemption service's record): a successor taking over after the nomination timed out admitted
-the suspended Job again and reserved room for pods that never come.
+The fact is in the ledger, not only in the leader's memory (and, while the nomination lasts, in
+the preemption service's record): otherwise a successor taking over after the nomination timed
+out would admit the suspended Job again and reserve room for pods that never come.
 """
 
 import asyncio

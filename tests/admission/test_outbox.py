@@ -1,10 +1,10 @@
-"""Committed decisions are published from the ledger's outbox until stored (issue 12 finding 2).
+"""Committed decisions are published from the ledger's outbox until stored.
 
 A real publish failure, not a mock: the decision stream is made to refuse every message (its
 maximum message size shrunk below any decision's) after the workload was admitted, so the
-``released`` admission commits to the ledger cannot be stored. Before the outbox, the
-decision was lost: the leader died on the failed flush, and a successor re-published only
-admissions the capacity view had not applied (never a ``released``).
+``released`` admission commits to the ledger cannot be stored. Without the outbox, the
+decision would be lost: the leader dies on the failed flush, and a successor re-publishes only
+admissions the capacity view has not applied (never a ``released``).
 """
 
 import asyncio
@@ -152,9 +152,9 @@ async def refuse_kind(harness: Harness, refused: DecisionKind | None) -> None:
 async def test_an_admission_whose_publish_failed_is_sent_by_the_successor_with_later_ones(
     harness: Harness,
 ) -> None:
-    """Finding 2's second case: before the outbox, an admission whose publish failed while a
-    later decision was stored fell under the successor's watermark and was never published
-    (its pods stayed gated). Here ``first`` is admitted but its ``admitted`` cannot be stored,
+    """The outbox's second case: without it, an admission whose publish failed while a later
+    decision was stored would fall under the successor's watermark and never be published
+    (its pods gated). Here ``first`` is admitted but its ``admitted`` cannot be stored,
     ``second`` is decided after it, the leader is killed; the successor publishes both, in
     order, once."""
     await small_cluster(harness)
@@ -274,10 +274,10 @@ async def forget_event_ids(harness: Harness) -> None:
 async def test_a_stored_outbox_entry_is_not_stored_again_after_a_newer_decision(
     harness: Harness,
 ) -> None:
-    """Issue 29 seam 3: a leader stopped after an admission was stored but before its outbox
-    key was deleted; the workload was resized since. The successor published the entry again
-    at takeover and, past the duplicate window, it became the last message on its subject:
-    every later replay (a restart of the topology-cache, the ungater, preemption) saw the old
+    """A leader stopped after an admission was stored but before its outbox key was
+    deleted; the workload was resized since. A successor that published the entry again at
+    takeover would, past the duplicate window, make it the last message on its subject: every
+    later replay (a restart of the topology-cache, the ungater, preemption) would see the old
     admission as the one in force."""
     await small_cluster(harness)
     await harness.start_admission(lease_holder="first")
@@ -347,11 +347,11 @@ async def deliveries_or_dead_letter(harness: Harness, *, since: int, at_least: i
 async def test_a_preempted_whose_commits_keep_failing_is_never_dead_lettered(
     harness: Harness,
 ) -> None:
-    """Issue 29 seam 5: the ``preempted`` of a restart-mode victim whose commit failed on five
-    deliveries (the ledger unwritable for a minute) was dead-lettered; the release, kept only
-    in the leader's memory, died with it at the next leader change: the successor restored the
-    victim's admission from the ledger and never released it (its quota leaked, its pods,
-    ended by the ungater, stayed gated)."""
+    """The ``preempted`` of a restart-mode victim whose commit fails on five deliveries (the
+    ledger unwritable for a minute) is not dead-lettered: the release, kept only in the
+    leader's memory, would die with it at the next leader change, and the successor would
+    restore the victim's admission from the ledger and never release it (its quota leaked,
+    its pods, ended by the ungater, gated)."""
     await harness.topology()
     await harness.node("n1", "r1")
     await harness.queue(QueueConfig(name="q"))
@@ -393,7 +393,7 @@ async def test_a_preempted_whose_commits_keep_failing_is_never_dead_lettered(
 async def test_a_decision_whose_commits_keep_failing_is_reported_stuck_and_still_retried(
     harness: Harness,
 ) -> None:
-    """Issue 29 seam 5 remainder: a ``preempted`` that fails on every delivery is retried for
+    """A ``preempted`` that fails on every delivery is retried for
     ever (never dead-lettered), but not silently: after STUCK_AFTER failures the leader counts
     it in ``tidegate_admission_stuck_decisions`` (and logs an error naming the victim) until
     it succeeds; then the release is committed and the gauge drops back."""

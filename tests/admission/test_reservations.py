@@ -1,4 +1,4 @@
-"""Reservations over a real nats-server (docs/reservations.md, issue 32): the admission service
+"""Reservations over a real nats-server (docs/reservations.md): the admission service
 publishes ``reserved`` for a big gang that fits nowhere, lets a short job backfill, keeps one
 without a runtime off the reserved rack, takes the reservation over on failover, and drops it
 (``Started``) once the gang is admitted."""

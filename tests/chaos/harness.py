@@ -37,8 +37,8 @@ Fault kinds (:data:`FAULT_KINDS`):
 ``kube-held``       the next leader write of a chosen kind (ungate patch, eviction, Queue
                     status patch) is held on its way for longer than the lease TTL; it may
                     reach the API server only if its sender still waits for it then — which a
-                    leader bounded by its lease never does (issue 29 seam 4: a write that lands
-                    later could land after a takeover), so one that does fails the schedule
+                    leader bounded by its lease never does (a write that lands later could land
+                    after a takeover), so one that does fails the schedule
 
 The last three are armed at their moment and stay armed until a matching request comes (in a
 later schedule if need be; the timeline says when each was injected): the summary counts
@@ -360,7 +360,7 @@ class Chaos:
     def late_writes(self) -> list[str]:
         """Leader writes ``kube-held`` held past the lease that reached the API server all
         the same: their sender still waited for them, past the time its lease was confirmed
-        for (issue 29 seam 4)."""
+        for."""
         return [
             f"a {s.method} {s.path} held {s.seconds:.1f}s (past the {LEASE_TTL_SECONDS:.0f}s "
             f"lease) reached the API server (answered {s.upstream}): its sender still waited, "

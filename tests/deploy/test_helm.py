@@ -664,7 +664,7 @@ def _called(documents: list[Manifest], namespace: dict[str, str], pod: dict[str,
 
 
 def test_fail_by_default_and_only_for_pods_tidegate_manages(render: Render) -> None:
-    """Issue 29: the webhook refuses pods while down (Fail), so no managed pod bypasses the
+    """The webhook refuses pods while down (Fail), so no managed pod bypasses the
     gate, and it is called — once — exactly for the pods the ungater gates: every pod of a
     managed namespace, and pods naming a queue by a label anywhere but the excluded
     namespaces. Other pods never depend on the ungater being up."""

@@ -1,6 +1,6 @@
 """Growth of a Job's parallelism and a multi-replica rollout with surge and unavailability.
 
-Issue 15's other elastic kinds, beside tests/e2e/test_elastic.py's Deployment scaled 2→6→1
+The other elastic kinds, beside tests/e2e/test_elastic.py's Deployment scaled 2→6→1
 with the default 1-replica rollout, on two 8-GPU nodes and one queue:
 
 1. an Indexed Job ``grow`` of 4 completions runs 2 at a time; its ``parallelism`` raised to 4

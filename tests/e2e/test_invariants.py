@@ -395,7 +395,7 @@ def test_a_release_that_ends_no_admission_is_named() -> None:
 
 
 def test_a_repeated_preemption_applied_twice_is_named() -> None:
-    """Finding 1 of issue 12: a repeated ``preempted`` releases the victim's later admission."""
+    """A repeated ``preempted`` that releases the victim's later admission is named."""
     once: list[Message] = [
         admitted("t/v", 1),
         preempted("t/v"),

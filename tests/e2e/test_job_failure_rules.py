@@ -1,7 +1,7 @@
 """The Job controller's failure rules tidegate's re-queue rests on, on both control planes.
 
 tidegate sends a Job back to its queue by suspending it, not by evicting its pods, because of
-two rules of kube-controller-manager's Job controller (issue 28): an evicted pod is a failure
+two rules of kube-controller-manager's Job controller: an evicted pod is a failure
 (it spends ``backoffLimit`` and delays the replacements by the pod failure backoff, 10 s
 doubling per failure), while a pod the controller deletes itself for a suspension is not.
 These tests check both rules where they come from — the real control plane (``real_k8s``:

@@ -165,8 +165,8 @@ async def test_tidal_preemption_through_the_eviction_api(
     suspended for tidegate, so the Job controller deletes its pods without counting failures;
     it is admitted again and unsuspended once inference is gone); a PodGroup gang of bare pods in the other rack is left whole until a
     second inference Deployment needs that rack: then the gang is the victim, evicted whole
-    (its room counted once by the topology-cache: before finding 10b's watcher fix the search
-    answered "at best 0 of 2 pods … fit"); a malformed workload sits beside them the whole
+    (its room counted once by the topology-cache: counted twice, the search would answer "at
+    best 0 of 2 pods … fit"); a malformed workload sits beside them the whole
     time."""
     async with real_tidegate(nodes="1x2x2x8gpu") as system:
         ns, run = system.namespace, system.cluster

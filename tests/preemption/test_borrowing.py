@@ -1,4 +1,4 @@
-"""Sharing idle GPUs (issue 30), end to end: every service as a real process on a simulated
+"""Sharing idle GPUs, end to end: every service as a real process on a simulated
 cluster of 32 GPUs, two training teams in one cohort.
 
 Team A (nominal 16 GPUs, ``reclaimWithinCohort: Any``) is idle; team B (nominal 16) runs a

@@ -173,9 +173,9 @@ async def job_status(h: Harness, name: str) -> dict[str, Any]:
 async def test_a_plain_job_preempted_once_runs_again_at_once_and_does_not_fail(
     cluster: Harness,
 ) -> None:
-    """Issue 28: 8 evicted pods were 8 failures to the Job controller, past the default
-    backoffLimit of 6: the Job failed for good (and short of that, its replacements waited
-    out the pod failure backoff, up to 10 minutes). Suspended instead, it spends nothing."""
+    """8 evicted pods are 8 failures to the Job controller, past the default backoffLimit
+    of 6: the Job would fail for good (and short of that, its replacements would wait out the
+    pod failure backoff, up to 10 minutes). Suspended instead, it spends nothing."""
     h = cluster
     # A training Job as a new user writes it: not Indexed, no podFailurePolicy, the default
     # backoffLimit (6).

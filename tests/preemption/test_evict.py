@@ -372,10 +372,9 @@ async def test_an_abort_the_api_server_refuses_still_evicts_every_pod(tmp_path: 
 async def test_an_abort_retried_after_the_job_was_recreated_leaves_the_new_job_alone(
     kube: KubeClient,
 ) -> None:
-    """Issue 29 seam 1: the abort's patch went by name. Retried (the reconcile loop retries
-    an abort that failed) after the victim's user had deleted the Job and submitted it
-    again, it suspended the new Job and marked it ``tidegate.io/resume: manual``: never
-    admitted again."""
+    """The abort's patch goes by uid. One by name, retried (the reconcile loop retries an
+    abort that failed) after the victim's user deleted the Job and submitted it again, would
+    suspend the new Job and mark it ``tidegate.io/resume: manual``: never admitted again."""
     old = await kube.create(JOBS, train_job(), namespace=NAMESPACE)
     victim = VictimRecord(
         key=f"{NAMESPACE}/train", uid=str(old["metadata"]["uid"]), mode="abort", owner_kind="Job"

@@ -1,6 +1,6 @@
 """A PodGroup gang written like deploy/examples/podgroup.yaml (members without a
 ``tidegate.io/role``) stays a victim after its release: the watcher keeps it one podset, not
-one-pod podsets pinned to hosts (issue 12, finding 10)."""
+one-pod podsets pinned to hosts."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -114,8 +114,8 @@ async def test_a_podgroup_victim_frees_its_room_in_the_real_capacity_view(
     """The same PodGroup admitted and released by the real services: the topology-cache's
     view counts its pods once (not its pods plus a reservation its republished podsets no
     longer match), so evicting it frees room and the inference Deployment runs there. With
-    the members split into one-pod podsets after the release (before finding 10b's fix) the
-    search answered "at best 0 of 2 pods … fit after evicting every eligible workload"."""
+    the members split into one-pod podsets after the release, the search would answer "at
+    best 0 of 2 pods … fit after evicting every eligible workload"."""
     h = every_service_running
     await create_pair(h)
 

@@ -1,4 +1,4 @@
-"""Kueue's preemption policies through the services (issue 30): every service as a real
+"""Kueue's preemption policies through the services: every service as a real
 process on a simulated cluster of 32 GPUs (4 nodes of 8), two training teams in cohort
 ``research``, gangs of one 8-GPU pod.
 

@@ -1,11 +1,11 @@
 """A preemption record finished at takeover never stores a stale decision last on its subject.
 
-Issue 29 seam 3 for the preemption service: a leader that published a ``preempted`` decision
+The preemption service's side of the rule: a leader that published a ``preempted`` decision
 and died before marking its record published leaves the record to its successor, which
-publishes the decision again. Past JetStream's duplicate window that stored a copy; when the
-subject had moved on to a later answer meanwhile, the stale copy became the last message on
-the subject, and every service replaying the last message per subject took it for the
-decision in force. The successor now publishes only when the subject does not end with the
+publishes the decision again. Past JetStream's duplicate window that would store a copy; when
+the subject has moved on to a later answer meanwhile, the stale copy would become the last
+message on the subject, and every service replaying the last message per subject would take
+it for the decision in force. So the successor publishes only when the subject does not end with the
 decision or a later one (:func:`tidegate.model.ledger.stored_or_superseded`, admission's
 rule for its outbox).
 """

@@ -38,8 +38,8 @@ def outcomes(service: Service[Any], outcome: str) -> float:
 
 @pytest.mark.parametrize("why", ["growth-admitted", "scaled-back"])
 async def test_a_stale_growth_request_evicts_no_one(harness: Harness, why: str) -> None:
-    """Issue 29 seam 2: the service ignored ``admitted_sequence`` and searched for room for
-    the request's extra pods as long as the workload was admitted at all: it evicted the
+    """The service reads ``admitted_sequence``: one that searched for room for the
+    request's extra pods as long as the workload was admitted at all would evict the
     training Job here in both cases."""
     h = harness
     await running_training_job(h)

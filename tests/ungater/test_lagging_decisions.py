@@ -96,8 +96,8 @@ async def test_replacements_wait_while_the_view_lags_the_decision_stream(
 
 
 async def test_a_view_found_behind_asks_again_soon_not_after_the_window(env: Env) -> None:
-    # Issue 14's p99: a view found behind the decision stream (it is, for the few ms a decision
-    # takes to arrive) used to stop early releases until the batch window's round. A window
+    # A view found behind the decision stream (it is, for the few ms a decision takes to
+    # arrive) must not stop early releases until the batch window's round. A window
     # far longer than the wait below shows that a new gang is released once the view caught up.
     view = ClusterView()
     feed = Feed(view)
@@ -158,7 +158,7 @@ async def test_only_unseen_decisions_that_could_move_a_workload_hold_its_release
     env: Env,
 ) -> None:
     # Under load some decision is nearly always in flight; asking for a view holding every
-    # one held early releases back until the flood passed (issue 14's p99). A decision about
+    # one would hold early releases back until the flood passed. A decision about
     # another workload cannot move this one's pods; its own decisions and any preemption can.
     key = WorkloadKey("team/mine")
     other = WorkloadKey("team/other")

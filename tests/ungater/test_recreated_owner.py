@@ -16,11 +16,11 @@ KUEUE = {"kueue.x-k8s.io/queue-name": "q"}
 async def test_a_decision_about_a_deleted_job_does_not_mark_its_successor_as_handed_back(
     env: Env,
 ) -> None:
-    """Issue 29 seam 7: a late decision about a Job (here the move of its slots) reached the
-    ungater after the user had deleted the Job and submitted it again, suspended for tidegate
-    (Kueue style), before the ungater's view saw the new one. The Reporter annotated
-    ``tidegate.io/resume: manual`` by name, onto the new Job: read as suspended by its user,
-    it was never admitted."""
+    """A late decision about a Job (here the move of its slots) reaches the ungater after
+    the user deleted the Job and submitted it again, suspended for tidegate (Kueue style),
+    before the ungater's view saw the new one. A Reporter that annotated
+    ``tidegate.io/resume: manual`` by name would mark the new Job: read as suspended by its
+    user, it would never be admitted."""
     await env.start_ungater()
     old = await env.job("kq", 2)
     old_uid = old["metadata"]["uid"]

@@ -201,8 +201,8 @@ async def test_a_new_gang_whose_pods_are_all_there_is_released_without_waiting_t
     env: Env,
 ) -> None:
     # The batch window waits for pods created together and coalesces failures; a first
-    # admission with a gated pod for each slot has nothing to wait for (issue 14: with the 1 s
-    # default the window was most of a Job's time from creation to release). A window far
+    # admission with a gated pod for each slot has nothing to wait for (with the 1 s default,
+    # waiting out the window would be most of a Job's time from creation to release). A window far
     # longer than the wait below shows it is not waited out.
     await env.start_ungater(batch_window_seconds=120.0)
     job = await env.job("eager", 4)
@@ -267,8 +267,8 @@ def small_before_big_ended(released: list[str]) -> bool:
 
 
 async def test_a_small_gang_is_not_held_back_by_a_big_one_being_released(env: Env) -> None:
-    # Issue 14's p99: a 256-pod gang's releases took 0.7 s and every Job planned after it
-    # waited for them. A big gang's writes now go on in the background with at most half of
+    # A 256-pod gang's releases take about 0.7 s, and every Job planned after it would wait
+    # for them. So a big gang's writes go on in the background with at most half of
     # the concurrent writes, so a small gang admitted meanwhile is released before the big
     # one's last pod. Here the big gang is complete and new: released at once, not after the
     # (long) window.
@@ -283,9 +283,8 @@ async def test_a_small_gang_is_not_held_back_by_a_big_one_released_in_the_window
 ) -> None:
     # The same for a gang released by the batch window's round rather than at once (here:
     # admitted to more slots than it has pods, 168 for 160, so never a complete new gang):
-    # that round's writes held the releaser until the last was sent, and every Job admitted
-    # meanwhile waited for them (issue 14's p99 on a loaded machine: ~1 s behind a 256-pod
-    # gang).
+    # if that round's writes held the releaser until the last was sent, every Job admitted
+    # meanwhile would wait for them (~1 s behind a 256-pod gang on a loaded machine).
     released = await release_order_of_a_small_gang_beside_a_big_one(
         env, batch_window_seconds=0.2, slots_per_host=21
     )

@@ -1,8 +1,8 @@
-"""A plain Job moved off a failed node comes back at once and does not fail (issue 28).
+"""A plain Job moved off a failed node comes back at once and does not fail.
 
 The Job controller counts every evicted pod as a failure: with the default ``backoffLimit`` of
-6, an 8-pod gang evicted whole after a node failure failed for good, and short of that its
-replacements waited out the pod failure backoff (10 s doubling per failure, up to 10 minutes).
+6, an 8-pod gang evicted whole after a node failure would fail for good, and short of that its
+replacements would wait out the pod failure backoff (10 s doubling per failure, up to 10 minutes).
 The simulator's Job controller now does the same (``tidegate.sim.jobfailure``), so these tests
 fail when tidegate evicts such a gang pod by pod. tidegate re-queues a Job by suspending it
 (``tidegate.io/requeued``): the pods its controller deletes on suspend are no failures.

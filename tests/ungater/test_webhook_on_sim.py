@@ -1,5 +1,5 @@
 """The chart's webhook configuration in front of the real ungater, on the simulator, which calls
-it as kube-apiserver does (issue 29: pods created while the webhook is down)."""
+it as kube-apiserver does, including for pods created while the webhook is down."""
 
 import asyncio
 import base64

@@ -85,8 +85,9 @@ async def test_an_empty_stream_is_replayed_at_once(bus: Bus, cluster_id: str) ->
 async def test_a_bad_message_is_skipped_and_a_failing_handler_retried_not_skipped(
     bus: Bus, cluster_id: str
 ) -> None:
-    """Issue 12 finding 7: a handler that raised was logged and its message skipped for good
-    (a decision the topology-cache failed to apply was never applied)."""
+    """A message that is not an envelope is skipped; one whose handler raised is retried,
+    not skipped for good (a decision the topology-cache failed to apply would never be
+    applied)."""
     await bus.jetstream.publish(subjects.node(cluster_id, "junk"), b'{"not": "an envelope"}')
     await bus.publish(subjects.node(cluster_id, "boom"), enveloped(cluster_id, msg.node("boom")))
     await bus.publish(subjects.node(cluster_id, "fine"), enveloped(cluster_id, msg.node("fine")))

@@ -1,5 +1,4 @@
-"""``tidegate explain`` and ``tidegate queues`` name pods that started without passing the gate
-(issue 29)."""
+"""``tidegate explain`` and ``tidegate queues`` name pods that started without passing the gate."""
 
 from tidegate.cli.busview import fill_view
 from tidegate.cli.explain import explain, render

@@ -287,7 +287,7 @@ def test_the_workloads_of_a_namespace_being_deleted_say_so(k8s: Any) -> None:
 def test_pods_that_started_without_the_gate_make_their_workload_managed_and_are_counted(
     k8s: Any,
 ) -> None:
-    """Issue 29: a Job whose pods were created while the webhook was down (failurePolicy
+    """A Job whose pods were created while the webhook was down (failurePolicy
     Ignore) and that names a queue runs ungated; the watcher publishes it with those pods, so
     admission charges them. A pod released by tidegate (its selector names a Topology level)
     is not counted; nor are pods that name no queue or are DaemonSets'."""
@@ -359,7 +359,7 @@ def test_in_a_managed_namespace_every_pod_started_ungated_bypassed_the_gate(k8s:
 def test_the_cards_of_pods_that_bypassed_the_gate_are_counted_by_their_nodes_gpu_model(
     k8s: Any,
 ) -> None:
-    """Issue 29: a bypassing pod's GPUs are cards of its node's ``nvidia.com/gpu.product``
+    """A bypassing pod's GPUs are cards of its node's ``nvidia.com/gpu.product``
     model, so that admission charges them to the queue's card quota; a node's label seen late
     (or changed) counts them again."""
     index = ClusterIndex()

@@ -245,7 +245,7 @@ def test_podgroup_members_without_roles_are_grouped_by_shape(k8s: Any) -> None:
 def test_podgroup_members_without_roles_stay_one_podset_after_their_release(k8s: Any) -> None:
     """deploy/examples/podgroup.yaml: members with no tidegate.io/role. The ungater's release
     adds the slot's levels (and the GPU product) to each pod's nodeSelector; that must neither
-    split the gang into one-pod podsets nor pin its podset to a host (issue 12, finding 10)."""
+    split the gang into one-pod podsets nor pin its podset to a host."""
     index = ClusterIndex()
     levels = ["tidegate.io/block", "tidegate.io/rack", "kubernetes.io/hostname"]
     feed(index, "Topology", k8s.topology("default", levels))

@@ -55,7 +55,7 @@ def test_each_service_reads_the_others_records_with_every_field() -> None:
 
 
 def test_a_preempted_is_not_published_behind_itself_or_a_later_answer_on_its_subject() -> None:
-    """Issue 29 seam 3 for preemption (the service test:
+    """The rule as preemption applies it (the service test:
     test_a_superseded_preemption_is_not_published_again_at_takeover in
     tests/preemption/test_republish.py)."""
     ours = envelope(preempted(4), "preemption-u-4")

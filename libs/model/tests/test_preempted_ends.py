@@ -55,9 +55,9 @@ def test_abort_applies_to_the_named_object_only() -> None:
 
 
 def test_the_named_admission_ends_after_any_number_of_resizes() -> None:
-    """Issue 15: admitted at 5, resized at 7 (replaces 5) and again at 9 (replaces 7) before
-    the preemption that named 5 arrives: the chain's origin says 9 continues 5. Before, only
-    one level of ``replaces`` was known, so the victim's quota stayed held while its pods went."""
+    """Admitted at 5, resized at 7 (replaces 5) and again at 9 (replaces 7) before the
+    preemption that named 5 arrives: the chain's origin says 9 continues 5. Knowing only one
+    level of ``replaces`` would keep the victim's quota held while its pods went."""
     named_first = msg.preempted(
         "serve", [VICTIM], lost={VICTIM: LostAdmission(uid="u1", sequence=5)}
     )

@@ -124,7 +124,7 @@ ROWS: dict[str, Row] = {
         {"nvidia.com/gpu": 8},
         1,
     ),
-    # Seam 3: the superseded outbox entry republished at takeover is the newest message.
+    # The superseded outbox entry republished at takeover is the newest message.
     "failover-republishes-a-superseded-admission": Row(
         [
             msg.workload("train"),

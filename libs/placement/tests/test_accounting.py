@@ -519,8 +519,8 @@ def _fields(record: CapacityNode) -> dict[str, object]:
 
 
 def test_a_repeated_preemption_leaves_the_victims_later_admission_alone() -> None:
-    """Issue 12 finding 1: a redelivered ``preempted`` named the victim only by key and dropped
-    the reservation of its re-admission while its pods were coming."""
+    """A redelivered ``preempted`` names the admission the victim loses: one naming the
+    victim only by key would drop the reservation of its re-admission while its pods come."""
     accounting = cluster(msg.node("n1"))
     accounting.apply(msg.admitted("team/b", {host("n1"): 2}, sequence=2, uid="ub"))
     event = Preempted(
@@ -627,8 +627,8 @@ def test_a_finished_or_deleted_object_reserves_nothing_whatever_the_decisions_sa
 
 
 def test_a_deleted_workload_leaves_no_record_and_its_late_admission_reserves_nothing() -> None:
-    """Issue 29 seam 8: the accounting's record of ended admissions grew with every workload
-    name ever seen. A deleted workload that holds nothing is forgotten; a copy of its
+    """The accounting's record of ended admissions must not grow with every workload name
+    ever seen. A deleted workload that holds nothing is forgotten; a copy of its
     admission that comes later still reserves nothing."""
     accounting = cluster(msg.node("n1"))
     for n in range(50):

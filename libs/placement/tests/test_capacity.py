@@ -208,8 +208,8 @@ def test_domain_sums_always_equal_a_recount(
 
 
 def test_a_double_release_is_an_error_not_a_silent_clamp() -> None:
-    """Issue 12 finding 7: giving back more than was reserved clamped at zero and hid the
-    double release (another gang's reservation on the node silently shrank)."""
+    """Giving back more than was reserved raises: clamping at zero would hide the double
+    release (another gang's reservation on the node would silently shrink)."""
     view = CapacityView(LEVELS, [gpu_node("n1", "b1", "r1")])
     view.reserve("n1", {GPU: 3, "pods": 3})
     view.unreserve("n1", {GPU: 2, "pods": 2})

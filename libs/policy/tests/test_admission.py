@@ -617,8 +617,9 @@ def test_release_by_another_service_checks_uid_and_sequence_and_finishes_complet
 
 
 def test_a_repeated_preempted_leaves_the_victims_later_admission_alone() -> None:
-    """Issue 12 finding 1: a redelivered ``preempted`` (after a leader change, or the double
-    store preemption admits) named the victim only by key and released its re-admission."""
+    """A redelivered ``preempted`` (after a leader change, or the double store preemption
+    admits) names the admission the victim loses: one naming the victim only by key would
+    release its re-admission."""
     admission, _ = preempt_scene()
     first = admission.admitted()[WorkloadKey("ns/victim")]
     event = Preempted(
@@ -645,9 +646,9 @@ def test_a_repeated_preempted_leaves_the_victims_later_admission_alone() -> None
 
 
 def test_an_aborted_victim_is_kept_out_by_a_successor_that_restores_it() -> None:
-    """Issue 12 finding 3: the fact that a victim was aborted lived only in the leader's
-    memory; the policy now reports it (:meth:`Admission.stopped`) for the service to persist,
-    and a successor restores it."""
+    """The fact that a victim was aborted must outlive the leader's memory: the policy
+    reports it (:meth:`Admission.stopped`) for the service to persist, and a successor
+    restores it."""
     admission, _ = preempt_scene()
     admission.preempted(
         Preempted(

@@ -1,4 +1,4 @@
-"""Pods that bypassed the gate are charged to their queue (issue 29, seam 9)."""
+"""Pods that bypassed the gate are charged to their queue."""
 
 import msgspec
 

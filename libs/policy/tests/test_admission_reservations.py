@@ -1,4 +1,4 @@
-"""Reservations and backfill in the admission cycle (docs/reservations.md, issue 32).
+"""Reservations and backfill in the admission cycle (docs/reservations.md).
 
 Two racks of two 8-GPU nodes. Gang g1 holds one node of rack r1 for an hour, g2 the whole of
 rack r2 for two; a 16-GPU gang that requires a rack then fits nowhere and is reserved r1, whose

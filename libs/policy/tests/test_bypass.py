@@ -1,4 +1,4 @@
-"""When a workload's pods that bypassed the gate get an Event, and its words (issue 29, seam 9)."""
+"""When a workload's pods that bypassed the gate get an Event, and its words."""
 
 import msgspec
 

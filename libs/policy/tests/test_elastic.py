@@ -314,7 +314,8 @@ def test_only_workloads_sized_by_their_spec_give_slots_back() -> None:
 
 
 def test_a_growth_request_still_wanted_only_while_its_admission_is_in_force_and_it_grows() -> None:
-    """Issue 29 seam 2 (the service test: tests/preemption/test_stale_growth.py)."""
+    """A stale growth request is wanted no more (the service test:
+    tests/preemption/test_stale_growth.py)."""
     admission = four_racks()
     state = msg.workload("a", msg.podset(count=2, gpus=4, required=RACK), service_type="inference")
     first = admit(admission, state)

@@ -72,7 +72,7 @@ def test_the_in_force_detector_finds_a_copy() -> None:
 
 
 def test_only_the_replica_decides_which_admission_is_in_force() -> None:
-    """Issue 29: five services each had their own rule for what is in force; the replica
+    """One rule for what is in force, not one per service: the replica
     (:mod:`tidegate.model.replica`) is the one, and nobody else applies a preemption."""
     sources = sorted(
         [
@@ -120,8 +120,8 @@ def test_the_gate_detector_finds_a_copy_in_any_spelling() -> None:
 
 
 def test_only_the_model_decides_whether_a_pod_is_gated() -> None:
-    """Issue 29: the watcher, the replica, the webhook, the demo and the benchmarks each had
-    their own test for tidegate's gate; :mod:`tidegate.model.pods` is the one. The simulator
+    """One test for tidegate's gate, not one each in the watcher, the replica, the webhook,
+    the demo and the benchmarks: :mod:`tidegate.model.pods` is the one. The simulator
     imitates Kubernetes on its own and is left out."""
     sources = sorted(
         [

@@ -1,7 +1,7 @@
 """The simulated Job controller counts failures and backs off as kube-controller-manager does.
 
 These rules decide how soon an evicted gang's pods come back and whether its Job fails for
-good (issue 28), so the simulator must not be kinder than Kubernetes: evicted pods are failures
+good, so the simulator must not be kinder than Kubernetes: evicted pods are failures
 (10 s backoff doubling per failure, ``backoffLimit``), a pod failure policy can ignore them or
 fail the Job, ``backoffLimitPerIndex`` counts per index, and pods the controller deletes itself
 on suspend are never counted.

@@ -74,7 +74,7 @@ async def test_a_held_request_reaches_the_server_only_if_its_client_still_waits(
 async def test_a_guarded_write_held_past_the_time_its_guard_grants_never_lands(
     tmp_path: Path,
 ) -> None:
-    """Seam 4 of issue 29 at the transport: a leader's write may take no longer than its lease
+    """At the transport: a leader's write may take no longer than its lease
     is confirmed for (the guard's grant), so one held on its way past that is given up by the
     client and never applied — however long the client's own request timeout."""
     async with (

@@ -60,7 +60,7 @@ def test_a_commit_is_cut_into_chunks_that_keep_the_order_and_the_size_limit() ->
 
 
 def test_an_entry_is_not_published_behind_itself_or_a_later_decision_on_its_subject() -> None:
-    """Issue 29 seam 3 (the service test: test_a_stored_outbox_entry_is_not_stored_again_after_a_newer_decision
+    """The rule as admission applies it (the service test: test_a_stored_outbox_entry_is_not_stored_again_after_a_newer_decision
     in tests/admission/test_outbox.py)."""
     staged = entry(ADMITTED).envelope
     assert not stored_or_superseded(staged, None)  # nothing stored: publish it

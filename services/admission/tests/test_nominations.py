@@ -143,8 +143,8 @@ def growth_scene(*, grown: bool) -> Admission:
 
 
 def test_a_nomination_for_an_admitted_workloads_growth_is_restored() -> None:
-    """Issue 15: a successor restores the room nominated for a growth (before, it skipped
-    every admitted preemptor, so the growth competed for the freed room)."""
+    """A successor restores the room nominated for a growth (skipping every admitted
+    preemptor would leave the growth to compete for the freed room)."""
     admission = growth_scene(grown=True)
     assert restore_nominations(admission, [record()], now=50.0) == [SERVE]
     assert admission.nominations()[SERVE].at == 20.0

@@ -321,7 +321,7 @@ def test_the_search_takes_the_lowest_priority_gang_whole() -> None:
     assert choice.victims == ("team/low",)
     assert choice.modes == {"team/low": "restart"}
     assert sorted(choice.nominated) == ["n0", "n1"]
-    # The decision names the admission the victim loses (issue 12 finding 1).
+    # The decision names the admission the victim loses.
     decision = preempted_decision(serve, choice)
     assert decision.lost == {"team/low": LostAdmission(uid="uid-low", sequence=1, origin=1)}
 
@@ -541,9 +541,9 @@ def test_records_round_trip_and_keys_never_collide_with_workload_keys() -> None:
 
 
 def test_queue_less_inference_reclaims_from_queue_less_training_in_the_default_queue() -> None:
-    """Issue 12 finding 8: admission put queue-less workloads in its default queue, preemption
-    did not: the request answered queue-not-found and the training gang was no victim ("queue
-    None does not exist"). Preemption now takes the queues from admission's decisions."""
+    """Preemption takes the queues from admission's decisions, so queue-less workloads are
+    in admission's default queue for it too: otherwise the request would answer
+    queue-not-found and the training gang would be no victim ("queue None does not exist")."""
     view = cluster()
     for node, rack in (("n0", "r0"), ("n1", "r0"), ("n2", "r1"), ("n3", "r1")):
         fill(view, node, rack)

@@ -1,5 +1,5 @@
-"""Issue 29 seam 8: what the ungater keeps per workload grows with the workloads that exist,
-not with every name ever seen (the view's tables and the releaser's ``_resumed`` did)."""
+"""What the ungater keeps per workload grows with the workloads that exist, not with every
+name ever seen (the view's tables and the releaser's ``_resumed`` included)."""
 
 import asyncio
 from typing import Any, cast

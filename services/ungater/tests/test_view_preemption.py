@@ -97,9 +97,9 @@ async def test_a_preemption_older_than_the_admission_does_not_end_it() -> None:
 
 
 async def test_a_repeated_preemption_does_not_end_the_victims_later_admission() -> None:
-    """Issue 12 finding 1: a ``preempted`` stored twice (or re-published after a preemption
-    failover) came later in the stream than the victim's re-admission and ended it, so the
-    re-created pods stayed gated although admission had admitted them."""
+    """A ``preempted`` stored twice (or re-published after a preemption failover) comes later
+    in the stream than the victim's re-admission; ending that admission would keep the
+    re-created pods gated although admission admitted them."""
     view = View()
     stream = Stream(view)
     await view.on_state(

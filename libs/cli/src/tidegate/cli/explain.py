@@ -44,7 +44,7 @@ HELP: Final = "Explain one workload from what the bus holds: state, reason, plac
 
 
 BYPASSED_MESSAGE: Final = "pods started without passing the gate (webhook down?)"
-"""What ``tidegate explain`` says of a workload's pods that bypassed the gate (issue 29)."""
+"""What ``tidegate explain`` says of a workload's pods that bypassed the gate."""
 
 
 def add_bus_arguments(parser: argparse.ArgumentParser) -> None:

@@ -19,7 +19,8 @@ evolve as bus messages do: new fields get defaults, nothing is renamed or retype
 
 :func:`stored_or_superseded` is the rule both services apply before publishing a decision
 again from a record (an outbox entry, an unpublished preemption): not when its subject ends
-with it or a later decision already (issue 29 seam 3). Pure: no I/O.
+with it or a later decision already (docs/admission.md, One leader, no double admission).
+Pure: no I/O.
 """
 
 from typing import Final
@@ -192,7 +193,7 @@ def stored_or_superseded(envelope: Envelope, last: Envelope | None) -> bool:
     """Whether ``last``, the newest message on ``envelope``'s subject, is ``envelope`` itself
     or a later decision. Publishing ``envelope`` again then would store a stale copy behind
     it (past the duplicate window), which a replay of the last message per subject takes for
-    the decision in force (issue 29 seam 3)."""
+    the decision in force."""
     if last is None:
         return False
     if last.event_id == envelope.event_id:

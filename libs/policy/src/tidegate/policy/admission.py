@@ -418,7 +418,7 @@ class Admission:
         return out
 
     def _bypass_charge(self, workload: WorkloadState) -> Charge | None:
-        """What the workload's pods that bypassed the gate hold against its queue (issue 29):
+        """What the workload's pods that bypassed the gate hold against its queue:
         their requests and cards, while it has not finished; None when there are none."""
         queue = queue_of(workload, self.settings.default_queue)
         if not workload.bypassed_pods or workload.finished is not None or queue is None:
@@ -1112,8 +1112,8 @@ class Admission:
         growth = self._growth + self.capacity.version
         by_queue: dict[str, list[WorkloadState]] = {}
         # Every cycle looks at every admitted workload: skip at once those found not to grow
-        # against the same objects, unless a reason must be cleared (issue 14: this loop was
-        # half of the cycle's time with a few hundred workloads admitted).
+        # against the same objects, unless a reason must be cleared: looking at each again
+        # would make this loop half of the cycle's time with a few hundred workloads admitted.
         candidates: list[WorkloadKey] = []
         for key, record in self.records.items():
             if record.admitted is None:

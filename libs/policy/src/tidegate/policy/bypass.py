@@ -1,4 +1,4 @@
-"""Telling users about pods that bypassed the gate (issue 29, seam 9): when, and in what words.
+"""Telling users about pods that bypassed the gate: when, and in what words.
 
 A workload whose pods started without passing the gate (``WorkloadState.bypassed_pods``, the
 watcher's count: :func:`tidegate.model.pods.bypassed_gate`) gets one Warning Event
@@ -8,7 +8,8 @@ uid) has more bypassing pods than when it was last looked at — the first time,
 if more pods get past — not at every change of the workload, nor when its pods finish. It
 remembers at most ``remembered`` workloads (the oldest forgotten first), so its memory is
 bounded whatever the number of workloads ever seen; one forgotten, or a new leader, reports a
-still-bypassing workload once more (the Event's count goes up).
+still-bypassing workload once more (the Event's count goes up). Design: docs/ungater.md, Pods
+that bypassed the gate.
 """
 
 from collections import OrderedDict

@@ -210,6 +210,6 @@ def cards_on_node(requests: Mapping[str, int], product: str | None) -> dict[str,
     """The cards a pod requesting ``requests`` holds on a node whose ``nvidia.com/gpu.product``
     label is ``product`` (None: no label, no cards): its whole cards (``nvidia.com/gpu``), of
     the model named like the product. Used for pods that bypassed the gate, whose cards no card
-    request declares (issue 29); MIG slices are not counted as cards here."""
+    request declares; MIG slices are not counted as cards here."""
     gpus = requests.get(WHOLE_GPU_RESOURCE, 0)
     return {product: gpus} if product and gpus > 0 else {}

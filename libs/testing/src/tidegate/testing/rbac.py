@@ -2,7 +2,8 @@
 
 The real-cluster end-to-end scenarios read every request from the API server's audit log, the
 simulator's (which enforce the chart's RBAC too) from its access log; a grant no request of any
-scenario on either used is reported at the end of the run (issue 11's "RBAC from reality"). Under pytest-xdist each worker sums its own scenarios and hands them to the
+scenario on either used is reported at the end of the run (docs/testing.md, RBAC from
+reality). Under pytest-xdist each worker sums its own scenarios and hands them to the
 controller as JSON (:meth:`RbacUsage.as_json`), which merges them before reporting.
 """
 

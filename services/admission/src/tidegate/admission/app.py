@@ -220,8 +220,8 @@ class Leader:
                     ),
                     deliver_new_only=True,
                     # Never dead-lettered: a failed commit is transient, and a decision given
-                    # up on would be lost at the next leader change (issue 29 seam 5). It comes
-                    # back at the pace the decision loop retries the same commit.
+                    # up on would be lost at the next leader change. It comes back at
+                    # the pace the decision loop retries the same commit.
                     max_deliver=None,
                     backoff_seconds=tuple(
                         factor * self._ctx.settings.cycle_tick_seconds for factor in (1, 2, 5)

@@ -18,7 +18,7 @@ messages never reach here (the bus decodes and validates them); a message of a k
 should not carry is logged and ignored.
 
 A ``preempted``, ``released`` or ``replace-requested`` decision is never given up on (its
-loss would leak quota: issue 29 seam 5): a handling that fails is retried with the
+loss would leak quota): a handling that fails is retried with the
 consumer's backoff for as long as it takes. One that failed :data:`STUCK_AFTER` times is not
 retried silently: it is logged as an error naming its workload, once, and counted in
 :attr:`Handlers.stuck` (the ``tidegate_admission_stuck_decisions`` gauge) until it succeeds.

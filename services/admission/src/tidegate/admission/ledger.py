@@ -130,7 +130,7 @@ class AdmissionLedger:
         """Wrap an opened :class:`tidegate.bus.Ledger`. With ``fence`` (claimed on the ledger
         bucket at takeover) every write is fenced instead of revision-checked: JetStream
         stores it only while this leader's claim is the newest, so a deposed leader writes
-        nothing, whichever key (issue 12; docs/architecture.md, Fencing)."""
+        nothing, whichever key (docs/architecture.md, Fencing)."""
         self._ledger = ledger
         self._fence = fence
         self._revisions: dict[str, int] = {}

@@ -221,8 +221,8 @@ class Leader:
     async def _publish(self, subject: str, envelope: Envelope) -> object:
         """Publish a decision through the fence, unless its subject ends with it or a later
         decision already: a record's decision published again after a takeover would store
-        a stale copy last on its subject (issue 29 seam 3; read after our fence claim, so
-        nobody else publishes there meanwhile)."""
+        a stale copy last on its subject, which every replay takes for the decision in force.
+        The subject is read after our fence claim, so nobody else publishes there meanwhile."""
         stream = layout.decisions_stream(self._ctx.cluster)
         last = await self._ctx.bus.last_on(stream, subject)
         if stored_or_superseded(envelope, last.envelope if last is not None else None):

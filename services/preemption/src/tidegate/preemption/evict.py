@@ -303,7 +303,7 @@ class Evictor:
                 return
             annotations = {PREEMPTED_BY_ANNOTATION: preemptor}
             # By uid: an abort retried after its user deleted the victim and submitted it
-            # again must not suspend or mark the new object (issue 29 seam 1).
+            # again must not suspend or mark the new object.
             uid = victim.uid or None
             if victim.owner_kind in ("Job", "JobSet"):
                 # One patch: no moment where it is suspended without saying by whom.

@@ -228,7 +228,7 @@ class Preempter:
                 return "unknown"
             if not wanted:
                 # Redelivered or left to a new leader: the growth was admitted, the workload
-                # resized or shrank back since. Its room is needed no more (issue 29 seam 2).
+                # resized or shrank back since. Its room is needed no more.
                 log.info(
                     "growth preempt request for %s ignored: admission %s it grows is not in "
                     "force, or the workload no longer grows",

@@ -219,8 +219,8 @@ class Reporter:
                 annotations[RESUME_ANNOTATION] = RESUME_MANUAL
             if annotations:
                 # By uid: the view may lag a Job deleted and submitted again under its name,
-                # which a mark meant for the old one would take for handed back (issue 29
-                # seam 7). Gone or re-created: nothing to mark.
+                # which a mark meant for the old one would take for handed back. Gone or
+                # re-created: nothing to mark.
                 with contextlib.suppress(NotFound, Conflict):
                     await self.kube.annotate(
                         resource, workload.namespace, workload.name, annotations, uid=workload.uid

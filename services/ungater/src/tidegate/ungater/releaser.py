@@ -351,8 +351,8 @@ class Releaser:
     async def _batch(self, stop: asyncio.Event) -> None:
         """Wait ``batch_window_seconds`` for more changes before the round, so pods created
         together are released together and failures are coalesced; meanwhile release at once
-        each marked workload that is :meth:`_fresh_gang` (issue 14: the window had been most
-        of a Job's time from its creation to its pods' release)."""
+        each marked workload that is :meth:`_fresh_gang`: waiting for the window would be most of
+        a Job's time from its creation to its pods' release."""
         deadline = time.monotonic() + self.settings.batch_window_seconds
         done: set[WorkloadKey] = set()
         while not stop.is_set():
@@ -363,8 +363,8 @@ class Releaser:
                 done |= ready
             elif ready:
                 # A view behind the decision stream released nothing and marked them again:
-                # ask again once it had time to catch up, not at every change (issue 14:
-                # waiting for the window's round instead was most of the p99).
+                # ask again once it had time to catch up, not at every change (waiting
+                # for the window's round instead would be most of the release p99).
                 left = self._left(deadline)
                 if left <= 0:
                     return
@@ -393,8 +393,8 @@ class Releaser:
     ) -> bool:
         """Reconcile every dirty workload once (``only``: those of them); whether the view was
         current enough to release all of them. The round's writes are sent before it returns, or with
-        ``background`` while the next rounds are planned (a 256-pod gang's releases took
-        0.7 s, which every Job after it waited for: issue 14's p99)."""
+        ``background`` while the next rounds are planned (a 256-pod gang's releases take
+        about 0.7 s, which every Job planned after it would otherwise wait for)."""
         started = time.perf_counter()
         if only is None:
             self._wake.clear()

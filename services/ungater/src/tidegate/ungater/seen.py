@@ -7,7 +7,8 @@ replacements into the victim's old slots. What can move a workload's pods is a d
 own subjects (``admitted``, ``released``) or any ``preempted`` (it names its victims in the
 preemptor's decision). Decisions about other workloads cannot, so they do not hold it back:
 under load some decision is nearly always in flight, and asking for a view that holds *every*
-decision held early releases back until the flood passed (issue 14's p99).
+decision would hold early releases back until the flood passed, and that wait would set
+the p99 of release latency.
 """
 
 import asyncio

@@ -209,7 +209,7 @@ class Mirror:
             self._count_bypassed(publication.key, envelope.body)
 
     def bypassed_pods(self) -> int:
-        """Pods of the published workloads that bypassed the gate (issue 29), summed."""
+        """Pods of the published workloads that bypassed the gate, summed."""
         return sum(self._bypassed.values())
 
     def _count_bypassed(self, key: StateKey, body: Message) -> None:
