@@ -230,11 +230,9 @@ async def test_the_token_is_kept_in_a_cookie_never_in_the_page(
                     assert response.status == 200
 
 
-def test_the_queue_tree_shows_what_a_queue_borrows_from_its_cohort() -> None:
-    """Queue a (nominal 8 GPUs) holds 16 in cohort pool beside b (nominal 16, unused): a
-    borrows 8, and could take at most the pool's 24; the numbers are admission's tree rule."""
+def borrowing_pool() -> ConsoleView:
+    """Cohort pool: queue a (nominal 8 GPUs) holds 16 beside b (nominal 16, unused)."""
     view = ConsoleView(cluster="c")
-    assert view.queue_tree() == []
     for body in (
         CohortConfig(name="pool"),
         QueueConfig(name="a", parent="pool", nominal={GPU: 8}),
@@ -244,6 +242,14 @@ def test_the_queue_tree_shows_what_a_queue_borrows_from_its_cohort() -> None:
         view.apply_state(body, stream_sequence=1, time=1.0)
     admission = msg.admitted("train", {("r1", "n1"): 1, ("r1", "n2"): 1}, sequence=1, queue="a")
     view.apply_decision(admission, stream_sequence=2, time=2.0)
+    return view
+
+
+def test_the_queue_tree_shows_what_a_queue_borrows_from_its_cohort() -> None:
+    """Queue a (nominal 8 GPUs) holds 16 in cohort pool beside b (nominal 16, unused): a
+    borrows 8, and could take at most the pool's 24; the numbers are admission's tree rule."""
+    assert ConsoleView(cluster="c").queue_tree() == []
+    view = borrowing_pool()
     (pool,) = view.queue_tree()
     assert (pool["kind"], pool["name"]) == ("cohort", "pool")
     rows = {child["name"]: child["dims"] for child in pool["children"]}
@@ -266,16 +272,7 @@ def test_the_queue_tree_shows_what_a_queue_borrows_from_its_cohort() -> None:
 def test_the_queue_tree_shows_what_a_queue_lends_beside_what_others_borrow() -> None:
     """The same cohort: b lends a the 8 GPUs a borrows, out of the 16 it could lend; a lends
     nothing. The numbers are those of ``tidegate admit`` (queuetree.lent and report)."""
-    view = ConsoleView(cluster="c")
-    for body in (
-        CohortConfig(name="pool"),
-        QueueConfig(name="a", parent="pool", nominal={GPU: 8}),
-        QueueConfig(name="b", parent="pool", nominal={GPU: 16}),
-        msg.workload("train", msg.podset("main", 2, gpus=8)),
-    ):
-        view.apply_state(body, stream_sequence=1, time=1.0)
-    admission = msg.admitted("train", {("r1", "n1"): 1, ("r1", "n2"): 1}, sequence=1, queue="a")
-    view.apply_decision(admission, stream_sequence=2, time=2.0)
+    view = borrowing_pool()
     (pool,) = view.queue_tree()
     rows = {child["name"]: child["dims"] for child in pool["children"]}
     gpu_a = next(d for d in rows["a"] if d["dim"] == GPU)
