@@ -297,10 +297,10 @@ class Admission:
         self._tree_state: tuple[QueueTree, int, TreeState] | None = None
         """The tree's arithmetic on the usage of quota version ``[1]`` (:meth:`_state`)."""
         self._holding: set[WorkloadKey] = set()
-        self._holding_version = 0
-        """Counts changes of ``_holding``."""
         """Workloads whose nomination may hold reclaimed quota (:attr:`Nomination.quota`;
         pruned when looked at), so a quota check never scans every record."""
+        self._holding_version = 0
+        """Counts changes of ``_holding``."""
         self._cycle_memo: _CycleMemo | None = None
         """What a cycle learnt and may reuse until it ends (None outside a cycle)."""
         self._out_of_time: Callable[[], bool] | None = None
