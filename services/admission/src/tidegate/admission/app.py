@@ -226,6 +226,10 @@ class Leader:
                     backoff_seconds=tuple(
                         factor * self._ctx.settings.cycle_tick_seconds for factor in (1, 2, 5)
                     ),
+                    # A delivery a stopped leader left unsettled comes back to its successor
+                    # on the lease's time scale, not after the default 30 s (a handler
+                    # slower than that is kept in progress by the consumer meanwhile).
+                    ack_wait_seconds=self._ctx.settings.lease_ttl_seconds,
                 ),
                 self._handlers.decision_handler(self.commit),
             )
